@@ -1,0 +1,53 @@
+// swift-tools-version:6.0
+// Searchlight: a private, on-device search index service for Linux.
+// No package dependencies by the owner's decision (DESIGN §1): toolchain + system libsqlite3.
+import PackageDescription
+
+let strict: [SwiftSetting] = [.swiftLanguageMode(.v6)]
+
+let package = Package(
+    name: "Searchlight",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "SearchlightKit", targets: ["SearchlightKit"]),
+        .library(name: "SearchlightWire", targets: ["SearchlightWire"]),
+        .executable(name: "searchlightd", targets: ["searchlightd"]),
+        .executable(name: "searchlight", targets: ["searchlight"]),
+        .executable(name: "searchlight-bench", targets: ["searchlight-bench"]),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CSQLite",
+            pkgConfig: "sqlite3",
+            providers: [.apt(["libsqlite3-dev"])]
+        ),
+        .target(name: "SearchlightWire", swiftSettings: strict),
+        .target(name: "SearchlightStore", dependencies: ["CSQLite", "SearchlightWire"], swiftSettings: strict),
+        .target(name: "SearchlightKit", dependencies: ["SearchlightWire"], swiftSettings: strict),
+        .target(
+            name: "SearchlightSupervisor",
+            dependencies: ["SearchlightWire", "SearchlightStore"],
+            swiftSettings: strict
+        ),
+        .executableTarget(name: "searchlightd", dependencies: ["SearchlightSupervisor"], swiftSettings: strict),
+        .executableTarget(name: "searchlight", dependencies: ["SearchlightKit", "SearchlightWire"], swiftSettings: strict),
+        .executableTarget(
+            name: "searchlight-bench",
+            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightStore", "CSQLite"],
+            swiftSettings: strict
+        ),
+        .testTarget(name: "SearchlightWireTests", dependencies: ["SearchlightWire"], swiftSettings: strict),
+        .testTarget(name: "SearchlightStoreTests", dependencies: ["SearchlightStore", "CSQLite"], swiftSettings: strict),
+        .testTarget(name: "SearchlightKitTests", dependencies: ["SearchlightKit"], swiftSettings: strict),
+        .testTarget(
+            name: "SearchlightSupervisorTests",
+            dependencies: ["SearchlightSupervisor"],
+            swiftSettings: strict
+        ),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["SearchlightKit", "SearchlightWire"],
+            swiftSettings: strict
+        ),
+    ]
+)

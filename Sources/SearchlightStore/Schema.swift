@@ -1,0 +1,57 @@
+/// The on-disk layout of one index file (one SQLite database per bundle and index name).
+///
+/// Text attributes live in their own columns of `items` so that the FTS5 table can use `items`
+/// as its external content (text is stored once). Array text attributes are joined with U+001F.
+/// `cjk` holds the CJK bigram document of all text attributes, so that a substring of two or more
+/// CJK characters is found through the full-text index. Every other attribute is in `attrs`, a JSON
+/// object in *storage form*: dates as Unix seconds (numbers); custom attributes under `custom`, with
+/// the names of date-valued custom attributes listed in `customDates`.
+public enum Schema {
+    /// The store format this build writes. Files with an older version are migrated (issue 4).
+    public static let formatVersion = 1
+
+    /// The FTS5 columns, in order. `cjk` is last.
+    public static let ftsColumns = [
+        "title", "displayName", "alternateNames", "contentDescription", "textContent", "keywords", "authorNames", "cjk",
+    ]
+
+    public static let create = """
+        CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
+        CREATE TABLE IF NOT EXISTS items(
+            rowid INTEGER PRIMARY KEY,
+            uid TEXT NOT NULL UNIQUE,
+            domain TEXT,
+            expires REAL NOT NULL,
+            related TEXT,
+            title TEXT, displayName TEXT, alternateNames TEXT, contentDescription TEXT,
+            textContent TEXT, keywords TEXT, authorNames TEXT, cjk TEXT,
+            attrs TEXT NOT NULL,
+            ranking_hint REAL,
+            last_used REAL,
+            engagement REAL NOT NULL DEFAULT 0,
+            checksum INTEGER NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS items_domain ON items(domain) WHERE domain IS NOT NULL;
+        CREATE INDEX IF NOT EXISTS items_expires ON items(expires);
+        CREATE INDEX IF NOT EXISTS items_related ON items(related) WHERE related IS NOT NULL;
+        CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
+            title, displayName, alternateNames, contentDescription, textContent, keywords, authorNames, cjk,
+            content='items', content_rowid='rowid',
+            tokenize='unicode61 remove_diacritics 2'
+        );
+        CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, row);
+        CREATE TABLE IF NOT EXISTS engagement(
+            kind TEXT NOT NULL, key TEXT NOT NULL, count REAL NOT NULL, last REAL NOT NULL,
+            PRIMARY KEY(kind, key)
+        ) WITHOUT ROWID;
+        """
+}
+
+/// A value bound to or read from SQLite.
+public enum SQLValue: Sendable, Hashable {
+    case null
+    case integer(Int64)
+    case double(Double)
+    case text(String)
+    case blob([UInt8])
+}

@@ -1,0 +1,97 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+
+/// ISO 8601 dates on the wire: `2026-11-22T10:15:30.250Z`. Parsing accepts an optional fraction
+/// and `Z` or a `±HH:MM` offset; formatting always writes UTC with milliseconds.
+public enum ISO8601 {
+    public static func format(_ date: Date) -> String {
+        let t = date.timeIntervalSince1970
+        var seconds = time_t(t.rounded(.down))
+        var millis = Int(((t - Double(seconds)) * 1000).rounded())
+        if millis >= 1000 { seconds += 1; millis -= 1000 }
+        var tm = Glibc.tm()
+        gmtime_r(&seconds, &tm)
+        func pad(_ v: Int32, _ width: Int) -> String {
+            let s = String(v)
+            return s.count >= width ? s : String(repeating: "0", count: width - s.count) + s
+        }
+        let ms = String(millis)
+        return "\(pad(tm.tm_year + 1900, 4))-\(pad(tm.tm_mon + 1, 2))-\(pad(tm.tm_mday, 2))T"
+            + "\(pad(tm.tm_hour, 2)):\(pad(tm.tm_min, 2)):\(pad(tm.tm_sec, 2))."
+            + String(repeating: "0", count: 3 - ms.count) + ms + "Z"
+    }
+
+    /// Parses an ISO 8601 date-time (or a plain `YYYY-MM-DD`, taken as UTC midnight).
+    public static func parse(_ text: String) -> Date? {
+        let b = Array(text.utf8)
+        var i = 0
+        func number(_ width: Int) -> Int? {
+            guard i + width <= b.count else { return nil }
+            var v = 0
+            for k in 0..<width {
+                let c = b[i + k]
+                guard c >= 0x30, c <= 0x39 else { return nil }
+                v = v * 10 + Int(c - 0x30)
+            }
+            i += width
+            return v
+        }
+        func expect(_ c: Character) -> Bool {
+            guard i < b.count, b[i] == c.asciiValue! else { return false }
+            i += 1
+            return true
+        }
+        guard let year = number(4), expect("-"), let month = number(2), expect("-"), let day = number(2),
+            (1...12).contains(month), (1...31).contains(day)
+        else { return nil }
+        var hour = 0, minute = 0, second = 0
+        var fraction = 0.0
+        var offset = 0
+        if i < b.count {
+            guard b[i] == UInt8(ascii: "T") || b[i] == UInt8(ascii: " ") else { return nil }
+            i += 1
+            guard let h = number(2), expect(":"), let m = number(2), h < 24, m < 60 else { return nil }
+            hour = h
+            minute = m
+            if expect(":") {
+                guard let s = number(2), s <= 60 else { return nil }
+                second = s
+                if expect(".") || expect(",") {
+                    var scale = 0.1
+                    var digits = 0
+                    while i < b.count, b[i] >= 0x30, b[i] <= 0x39 {
+                        fraction += Double(b[i] - 0x30) * scale
+                        scale /= 10
+                        i += 1
+                        digits += 1
+                    }
+                    guard digits > 0 else { return nil }
+                }
+            }
+            if expect("Z") || expect("z") {
+            } else if i < b.count, b[i] == UInt8(ascii: "+") || b[i] == UInt8(ascii: "-") {
+                let sign = b[i] == UInt8(ascii: "-") ? -1 : 1
+                i += 1
+                guard let oh = number(2), oh < 24 else { return nil }
+                _ = expect(":")
+                guard let om = number(2), om < 60 else { return nil }
+                offset = sign * (oh * 3600 + om * 60)
+            } else {
+                return nil  // a time without a zone is ambiguous; say which zone
+            }
+        }
+        guard i == b.count else { return nil }
+        // Days since the epoch (Howard Hinnant's civil-from-days inverse).
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let mp = (month + 9) % 12
+        let doy = (153 * mp + 2) / 5 + day - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        let days = era * 146_097 + doe - 719_468
+        let seconds = Double(days * 86400 + hour * 3600 + minute * 60 + second - offset) + fraction
+        return Date(timeIntervalSince1970: seconds)
+    }
+}

@@ -1,0 +1,34 @@
+/// Method names of the wire protocol (DESIGN §4), compiled into every peer.
+public enum Method {
+    public static let initialize = "initialize"
+
+    public static let indexItems = "index.items"
+    public static let indexDeleteIdentifiers = "index.deleteIdentifiers"
+    public static let indexDeleteDomains = "index.deleteDomains"
+    public static let indexDeleteAll = "index.deleteAll"
+    public static let indexBeginBatch = "index.beginBatch"
+    public static let indexEndBatch = "index.endBatch"
+    public static let indexFetchLastClientState = "index.fetchLastClientState"
+    public static let indexFetchData = "index.fetchData"
+    public static let indexFetchFileURL = "index.fetchFileURL"
+
+    public static let querySearch = "query.search"
+    public static let queryUser = "query.user"
+    public static let queryEngaged = "query.engaged"
+
+    public static let adminStatus = "admin.status"
+    public static let adminReindex = "admin.reindex"
+    public static let adminErase = "admin.erase"
+    public static let adminCheck = "admin.check"
+    public static let adminSimulate = "admin.simulate"
+    public static let adminUnits = "admin.units"
+    public static let adminRequests = "admin.requests"
+    public static let adminMonitor = "admin.monitor"
+    public static let adminSetIndexing = "admin.setIndexing"
+}
+
+/// The protocol version of this contract, and the roles a connection may take.
+public enum Protocol {
+    public static let version = 1
+    public static let roles: Set<String> = ["app", "extension", "admin"]
+}

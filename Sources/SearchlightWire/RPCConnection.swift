@@ -1,0 +1,184 @@
+import Foundation
+
+/// One JSON-RPC peer over a stream socket, used by both ends (daemon, SDK, CLI, extensions).
+///
+/// A dedicated reader thread reads frames and hands each incoming request or notification to the
+/// handler *on that thread*, so one connection's requests are handled in order and a slow peer
+/// stalls only its own thread. Responses resume the matching `call`. When the connection closes,
+/// every outstanding call fails with `remoteConnection` (as sourcekit-lsp does).
+public final class RPCConnection: @unchecked Sendable {
+    public enum CloseReason: Sendable, Equatable, CustomStringConvertible {
+        case peerClosed
+        case closedLocally
+        case frameTooLarge(limit: Int)
+        case readError(String)
+
+        public var description: String {
+            switch self {
+            case .peerClosed: "peer closed the connection"
+            case .closedLocally: "closed locally"
+            case .frameTooLarge(let limit): "frame larger than \(limit) bytes"
+            case .readError(let e): "read error: \(e)"
+            }
+        }
+    }
+
+    public typealias MessageHandler = @Sendable (RPCConnection, RPCMessage) -> Void
+    public typealias CloseHandler = @Sendable (RPCConnection, CloseReason) -> Void
+
+    public let socket: UnixSocket
+    public let maxFrameBytes: Int
+    public let maxDepth: Int
+    private let lock = NSLock()
+    private let writeLock = NSLock()
+    private var nextID = 1
+    private var pending: [RPCID: CheckedContinuation<JSONValue, any Error>] = [:]
+    private var closed: CloseReason?
+    private var closeRequested = false
+
+    public init(socket: UnixSocket, maxFrameBytes: Int = 16 << 20, maxDepth: Int = 128) {
+        self.socket = socket
+        self.maxFrameBytes = maxFrameBytes
+        self.maxDepth = maxDepth
+    }
+
+    /// Connects to the daemon's socket.
+    public static func connect(path: String, maxFrameBytes: Int = 16 << 20) throws -> RPCConnection {
+        RPCConnection(socket: try UnixSocket.connect(path: path), maxFrameBytes: maxFrameBytes)
+    }
+
+    public var isClosed: Bool { lock.withLock { closed != nil } }
+
+    /// Starts the reader thread. `onMessage` receives requests, notifications and undecodable
+    /// frames already answered; `onClose` runs once, after every outstanding call has failed.
+    public func start(name: String = "rpc", onMessage: @escaping MessageHandler, onClose: CloseHandler? = nil) {
+        let thread = Thread { [self] in
+            let reason = self.readLoop(onMessage: onMessage)
+            self.finish(reason)
+            onClose?(self, reason)
+        }
+        thread.name = name
+        thread.stackSize = 1 << 20
+        thread.start()
+    }
+
+    private func readLoop(onMessage: MessageHandler) -> CloseReason {
+        var decoder = FrameDecoder(maxFrameBytes: maxFrameBytes)
+        let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 1)
+        defer { chunk.deallocate() }
+        while true {
+            let n: Int
+            do {
+                n = try socket.read(into: chunk)
+            } catch {
+                return lock.withLock { closeRequested } ? .closedLocally : .readError("\(error)")
+            }
+            if n == 0 { return lock.withLock { closeRequested } ? .closedLocally : .peerClosed }
+            decoder.append(UnsafeRawBufferPointer(rebasing: chunk[0..<n]))
+            do {
+                while let frame = try decoder.next() {
+                    dispatch(frame, onMessage: onMessage)
+                }
+            } catch {
+                switch error {
+                case .frameTooLarge(let limit): return .frameTooLarge(limit: limit)
+                }
+            }
+        }
+    }
+
+    private func dispatch(_ frame: ArraySlice<UInt8>, onMessage: MessageHandler) {
+        let message: RPCMessage
+        do {
+            message = try RPCMessage.decode(frame, maxDepth: maxDepth)
+        } catch {
+            // Bad input gets an error answer and the connection stays usable (DESIGN §4).
+            try? send(.response(id: error.id ?? .number(0), result: .failure(error.error)), nullID: error.id == nil)
+            return
+        }
+        if case .response(let id, let result) = message {
+            let continuation = lock.withLock { pending.removeValue(forKey: id) }
+            switch result {
+            case .success(let value): continuation?.resume(returning: value)
+            case .failure(let error): continuation?.resume(throwing: error)
+            }
+            return
+        }
+        onMessage(self, message)
+    }
+
+    private func finish(_ reason: CloseReason) {
+        let waiting: [CheckedContinuation<JSONValue, any Error>] = lock.withLock {
+            if closed == nil { closed = reason }
+            let all = Array(pending.values)
+            pending.removeAll()
+            return all
+        }
+        for c in waiting {
+            c.resume(throwing: SearchlightError(.remoteConnection, "connection lost before the answer arrived (\(reason)); retry"))
+        }
+        socket.close()
+    }
+
+    /// Sends one message. `nullID` answers an error to a frame whose id could not be read.
+    public func send(_ message: RPCMessage, nullID: Bool = false) throws {
+        var json = message.json
+        if nullID, case .object(var o) = json {
+            o["id"] = .null
+            json = .object(o)
+        }
+        var bytes = json.serialized()
+        bytes.append(0x0A)
+        try writeLock.withLock {
+            if lock.withLock({ closed != nil }) {
+                throw SearchlightError(.remoteConnection, "the connection is closed; reconnect")
+            }
+            try socket.writeAll(bytes)
+        }
+    }
+
+    public func reply(to id: RPCID, _ result: Result<JSONValue, SearchlightError>) {
+        try? send(.response(id: id, result: result))
+    }
+
+    public func notify(_ method: String, _ params: JSONValue = [:]) throws {
+        try send(.notification(method: method, params: params))
+    }
+
+    /// Sends a request and waits for its answer. A JSON-RPC error answer throws `SearchlightError`.
+    public func call(_ method: String, _ params: JSONValue = [:]) async throws -> JSONValue {
+        let id: RPCID = lock.withLock {
+            defer { nextID += 1 }
+            return .number(nextID)
+        }
+        return try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<JSONValue, any Error>) in
+                let closedReason: CloseReason? = lock.withLock {
+                    if closed == nil { pending[id] = continuation }
+                    return closed
+                }
+                if let closedReason {
+                    continuation.resume(throwing: SearchlightError(.remoteConnection, "the connection is closed (\(closedReason)); reconnect"))
+                    return
+                }
+                do {
+                    try send(.request(id: id, method: method, params: params))
+                } catch {
+                    if let c = lock.withLock({ pending.removeValue(forKey: id) }) {
+                        c.resume(throwing: SearchlightError(.remoteConnection, "could not send \(method): \(error)"))
+                    }
+                }
+            }
+        } onCancel: {
+            if let c = lock.withLock({ pending.removeValue(forKey: id) }) {
+                c.resume(throwing: CancellationError())
+            }
+        }
+    }
+
+    /// Closes the connection: the reader thread wakes, outstanding calls fail, `onClose` runs.
+    public func close() {
+        lock.withLock { closeRequested = true }
+        socket.shutdown()
+    }
+}

@@ -1,0 +1,194 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+
+/// A POSIX error with the call that failed, e.g. `connect(/run/x.sock): No such file or directory`.
+public struct SystemError: Error, Sendable, CustomStringConvertible {
+    public var call: String
+    public var errno: Int32
+    public init(_ call: String, errno: Int32 = Glibc.errno) {
+        self.call = call
+        self.errno = errno
+    }
+    public var description: String { "\(call): \(String(cString: strerror(errno)))" }
+}
+
+/// The credentials of the process at the other end of a Unix socket (`SO_PEERCRED`).
+public struct PeerCredentials: Sendable, Equatable {
+    public var pid: Int32
+    public var uid: UInt32
+    public var gid: UInt32
+}
+
+/// An owned `AF_UNIX` stream socket file descriptor. Closing is explicit and idempotent.
+public final class UnixSocket: @unchecked Sendable {
+    private let lock = NSLock()
+    private var _fd: Int32
+
+    public init(fd: Int32) { _fd = fd }
+
+    deinit { if _fd >= 0 { Glibc.close(_fd) } }
+
+    public var fd: Int32 { lock.withLock { _fd } }
+
+    public static func makeAddress(_ path: String) throws -> sockaddr_un {
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        let bytes = Array(path.utf8)
+        let capacity = MemoryLayout.size(ofValue: addr.sun_path)
+        guard !bytes.isEmpty, bytes.count < capacity else {
+            throw SystemError("socket path too long (\(bytes.count) bytes, limit \(capacity - 1)): \(path)", errno: ENAMETOOLONG)
+        }
+        withUnsafeMutableBytes(of: &addr.sun_path) { raw in
+            raw.copyBytes(from: bytes)
+            raw[bytes.count] = 0
+        }
+        return addr
+    }
+
+    /// Connects to a listening socket at `path`.
+    public static func connect(path: String) throws -> UnixSocket {
+        var addr = try makeAddress(path)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SystemError("socket") }
+        let rc = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        guard rc == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw SystemError("connect(\(path))", errno: e)
+        }
+        return UnixSocket(fd: fd)
+    }
+
+    /// Binds and listens at `path`, replacing a stale socket file (but never another kind of file).
+    public static func listen(path: String, backlog: Int32 = 128, mode: mode_t = 0o600) throws -> UnixSocket {
+        var addr = try makeAddress(path)
+        var st = stat()
+        if lstat(path, &st) == 0 {
+            guard (st.st_mode & S_IFMT) == S_IFSOCK else {
+                throw SystemError("bind(\(path)): a file that is not a socket is in the way", errno: EEXIST)
+            }
+            // A live daemon answers on it; a stale file refuses the connection.
+            if let probe = try? connect(path: path) {
+                probe.close()
+                throw SystemError("bind(\(path)): another searchlightd is already listening", errno: EADDRINUSE)
+            }
+            unlink(path)
+        }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw SystemError("socket") }
+        let old = umask(0o777 & ~mode)
+        let rc = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
+            }
+        }
+        let bindErrno = errno
+        umask(old)
+        guard rc == 0 else {
+            Glibc.close(fd)
+            throw SystemError("bind(\(path))", errno: bindErrno)
+        }
+        chmod(path, mode)
+        guard Glibc.listen(fd, backlog) == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw SystemError("listen(\(path))", errno: e)
+        }
+        return UnixSocket(fd: fd)
+    }
+
+    /// A connected pair (for extensions on fd 3, and for tests).
+    public static func pair() throws -> (UnixSocket, UnixSocket) {
+        var fds: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &fds) == 0 else {
+            throw SystemError("socketpair")
+        }
+        return (UnixSocket(fd: fds[0]), UnixSocket(fd: fds[1]))
+    }
+
+    /// Accepts one connection; retries on EINTR. Returns nil when the listener was closed.
+    public func accept() throws -> UnixSocket? {
+        while true {
+            let listener = fd
+            guard listener >= 0 else { return nil }
+            let c = Glibc.accept(listener, nil, nil)
+            if c >= 0 {
+                _ = fcntl(c, F_SETFD, FD_CLOEXEC)
+                return UnixSocket(fd: c)
+            }
+            switch errno {
+            case EINTR, ECONNABORTED: continue
+            case EBADF, EINVAL: return nil
+            default: throw SystemError("accept")
+            }
+        }
+    }
+
+    /// Reads up to `max` bytes into `buffer`; 0 means the peer closed. Retries on EINTR.
+    public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
+        while true {
+            let n = recv(fd, buffer.baseAddress, buffer.count, 0)
+            if n >= 0 { return n }
+            if errno == EINTR { continue }
+            if errno == ECONNRESET || errno == EBADF { return 0 }
+            throw SystemError("recv")
+        }
+    }
+
+    /// Writes all bytes (MSG_NOSIGNAL: a vanished peer is an error, never SIGPIPE).
+    public func writeAll(_ bytes: [UInt8]) throws {
+        try bytes.withUnsafeBytes { raw in
+            var offset = 0
+            while offset < raw.count {
+                let n = send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    throw SystemError("send")
+                }
+                offset += n
+            }
+        }
+    }
+
+    public func peerCredentials() throws -> PeerCredentials {
+        // struct ucred { pid_t pid; uid_t uid; gid_t gid; } (needs _GNU_SOURCE in C, so spelt out here)
+        var cred: (Int32, UInt32, UInt32) = (0, 0, 0)
+        var len = socklen_t(MemoryLayout<(Int32, UInt32, UInt32)>.size)
+        guard getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 else { throw SystemError("getsockopt(SO_PEERCRED)") }
+        return PeerCredentials(pid: cred.0, uid: cred.1, gid: cred.2)
+    }
+
+    /// Sets a send timeout so that a peer that never reads cannot block a writer forever.
+    public func setSendTimeout(seconds: Int) {
+        var tv = timeval(tv_sec: seconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    /// Stops both directions without releasing the descriptor (wakes a blocked reader).
+    public func shutdown() {
+        let f = fd
+        if f >= 0 { Glibc.shutdown(f, Int32(SHUT_RDWR)) }
+    }
+
+    public func close() {
+        let f: Int32 = lock.withLock {
+            let f = _fd
+            _fd = -1
+            return f
+        }
+        if f >= 0 {
+            Glibc.shutdown(f, Int32(SHUT_RDWR))
+            Glibc.close(f)
+        }
+    }
+}
