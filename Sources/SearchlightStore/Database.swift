@@ -1,0 +1,235 @@
+import CSQLite
+import Foundation
+
+/// A SQLite error with the primary and extended result codes and the statement that failed.
+public struct DatabaseError: Error, Sendable, CustomStringConvertible {
+    public var code: Int32
+    public var extendedCode: Int32
+    public var message: String
+    public var sql: String?
+
+    /// The file is damaged or not a database: the store must be recovered (DESIGN §6).
+    public var isCorruption: Bool { code == SQLITE_CORRUPT || code == SQLITE_NOTADB }
+    public var isDiskFull: Bool { code == SQLITE_FULL }
+
+    public var description: String {
+        var s = "SQLite error \(extendedCode): \(message)"
+        if let sql { s += " (in: \(sql.prefix(120)))" }
+        return s
+    }
+}
+
+/// One SQLite connection, used by one thread at a time (the caller guarantees it). A small
+/// GRDB-shaped wrapper: `execute`, cached prepared statements, typed rows, transactions.
+public final class Database {
+    public let path: String
+    let handle: OpaquePointer
+    private var cache: [String: Statement] = [:]
+
+    public init(path: String, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 10_000) throws(DatabaseError) {
+        self.path = path
+        var db: OpaquePointer?
+        let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE))
+            | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
+            sqlite3_close_v2(db)
+            throw DatabaseError(code: rc & 0xFF, extendedCode: rc, message: message, sql: nil)
+        }
+        handle = db
+        sqlite3_busy_timeout(db, busyTimeoutMilliseconds)
+        sqlite3_extended_result_codes(db, 1)
+    }
+
+    deinit {
+        cache.removeAll()
+        sqlite3_close_v2(handle)
+    }
+
+    func error(_ rc: Int32, sql: String?) -> DatabaseError {
+        DatabaseError(code: rc & 0xFF, extendedCode: rc, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
+    }
+
+    /// Runs one or more statements with no bindings and no results.
+    public func execute(_ sql: String) throws(DatabaseError) {
+        var errmsg: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(handle, sql, nil, nil, &errmsg)
+        if rc != SQLITE_OK {
+            let message = errmsg.map { String(cString: $0) } ?? "error"
+            sqlite3_free(errmsg)
+            throw DatabaseError(code: rc & 0xFF, extendedCode: sqlite3_extended_errcode(handle), message: message, sql: sql)
+        }
+    }
+
+    /// A prepared statement, cached by its SQL text.
+    public func statement(_ sql: String) throws(DatabaseError) -> Statement {
+        if let s = cache[sql] {
+            s.reset()
+            return s
+        }
+        let s = try Statement(database: self, sql: sql)
+        cache[sql] = s
+        return s
+    }
+
+    /// Runs a statement that returns no rows; returns the number of rows changed.
+    @discardableResult
+    public func run(_ sql: String, _ bindings: [SQLValue] = []) throws(DatabaseError) -> Int {
+        let s = try statement(sql)
+        try s.bind(bindings)
+        while try s.step() {}
+        s.reset()
+        return Int(sqlite3_changes(handle))
+    }
+
+    /// All rows of a query.
+    public func rows(_ sql: String, _ bindings: [SQLValue] = []) throws(DatabaseError) -> [Row] {
+        let s = try statement(sql)
+        try s.bind(bindings)
+        var out: [Row] = []
+        while try s.step() { out.append(s.row()) }
+        s.reset()
+        return out
+    }
+
+    /// The first column of the first row, if any.
+    public func scalar(_ sql: String, _ bindings: [SQLValue] = []) throws(DatabaseError) -> SQLValue? {
+        let s = try statement(sql)
+        try s.bind(bindings)
+        defer { s.reset() }
+        return try s.step() ? s.value(0) : nil
+    }
+
+    /// An integer result (0 when there is no row or it is NULL).
+    public func intScalar(_ sql: String, _ bindings: [SQLValue] = []) throws(DatabaseError) -> Int {
+        switch try scalar(sql, bindings) {
+        case .integer(let n)?: Int(n)
+        case .double(let d)?: Int(d)
+        default: 0
+        }
+    }
+
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+    public var changes: Int { Int(sqlite3_changes(handle)) }
+    public var isInTransaction: Bool { sqlite3_get_autocommit(handle) == 0 }
+
+    /// Runs `body` in a transaction; commits if it returns, rolls back if it throws.
+    public func transaction<T>(_ kind: String = "IMMEDIATE", _ body: () throws -> T) throws -> T {
+        try execute("BEGIN \(kind)")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    /// Registers the scalar functions the query compiler emits (sl_match, …).
+    public func registerFunctions() {
+        SQLFunctions.register(on: handle)
+    }
+}
+
+/// A row read from a statement.
+public struct Row: Sendable {
+    public var values: [SQLValue]
+    public subscript(_ i: Int) -> SQLValue { values[i] }
+    public func string(_ i: Int) -> String? { if case .text(let s) = values[i] { return s } else { return nil } }
+    public func double(_ i: Int) -> Double? {
+        switch values[i] {
+        case .double(let d): d
+        case .integer(let n): Double(n)
+        default: nil
+        }
+    }
+    public func int(_ i: Int) -> Int64? {
+        switch values[i] {
+        case .integer(let n): n
+        case .double(let d): Int64(d)
+        default: nil
+        }
+    }
+    public func blob(_ i: Int) -> [UInt8]? {
+        switch values[i] {
+        case .blob(let b): b
+        case .text(let s): Array(s.utf8)
+        default: nil
+        }
+    }
+}
+
+public final class Statement {
+    unowned let database: Database
+    let handle: OpaquePointer
+    public let sql: String
+
+    init(database: Database, sql: String) throws(DatabaseError) {
+        self.database = database
+        self.sql = sql
+        var stmt: OpaquePointer?
+        let rc = sqlite3_prepare_v3(database.handle, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &stmt, nil)
+        guard rc == SQLITE_OK, let stmt else { throw database.error(rc, sql: sql) }
+        handle = stmt
+    }
+
+    deinit { sqlite3_finalize(handle) }
+
+    public func reset() {
+        sqlite3_reset(handle)
+        sqlite3_clear_bindings(handle)
+    }
+
+    public func bind(_ values: [SQLValue]) throws(DatabaseError) {
+        for (i, v) in values.enumerated() { try bind(v, at: Int32(i + 1)) }
+    }
+
+    public func bind(_ value: SQLValue, at index: Int32) throws(DatabaseError) {
+        let rc: Int32
+        switch value {
+        case .null: rc = sqlite3_bind_null(handle, index)
+        case .integer(let n): rc = sqlite3_bind_int64(handle, index, n)
+        case .double(let d): rc = sqlite3_bind_double(handle, index, d)
+        case .text(let s): rc = sqlite3_bind_text(handle, index, s, -1, csqlite_transient())
+        case .blob(let b):
+            rc = b.withUnsafeBytes { sqlite3_bind_blob(handle, index, $0.baseAddress, Int32($0.count), csqlite_transient()) }
+        }
+        guard rc == SQLITE_OK else { throw database.error(rc, sql: sql) }
+    }
+
+    /// Advances; true when a row is available.
+    public func step() throws(DatabaseError) -> Bool {
+        let rc = sqlite3_step(handle)
+        switch rc {
+        case SQLITE_ROW: return true
+        case SQLITE_DONE: return false
+        default:
+            let e = database.error(rc, sql: sql)
+            sqlite3_reset(handle)
+            throw e
+        }
+    }
+
+    public var columnCount: Int { Int(sqlite3_column_count(handle)) }
+
+    public func value(_ i: Int) -> SQLValue {
+        let c = Int32(i)
+        switch sqlite3_column_type(handle, c) {
+        case SQLITE_INTEGER: return .integer(sqlite3_column_int64(handle, c))
+        case SQLITE_FLOAT: return .double(sqlite3_column_double(handle, c))
+        case SQLITE_TEXT:
+            let n = Int(sqlite3_column_bytes(handle, c))
+            guard let p = sqlite3_column_text(handle, c) else { return .text("") }
+            return .text(String(decoding: UnsafeBufferPointer(start: p, count: n), as: UTF8.self))
+        case SQLITE_BLOB:
+            let n = Int(sqlite3_column_bytes(handle, c))
+            guard let p = sqlite3_column_blob(handle, c) else { return .blob([]) }
+            return .blob(Array(UnsafeRawBufferPointer(start: p, count: n)))
+        default: return .null
+        }
+    }
+
+    public func row() -> Row { Row(values: (0..<columnCount).map(value)) }
+}

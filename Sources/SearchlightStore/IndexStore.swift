@@ -1,0 +1,293 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightWire
+
+/// One index: a SQLite database in WAL mode holding one bundle's items for one index name.
+///
+/// Writes go through a single writer thread that commits every pending call together (group
+/// commit): each call runs in its own savepoint, so one failing call applies nothing while the
+/// others commit, and a whole group costs one fsync. A call is answered only after its commit.
+/// Reads use a small pool of separate connections and never wait for the writer.
+public final class IndexStore: @unchecked Sendable {
+    public let path: String
+    public let options: StoreOptions
+
+    struct PendingWrite {
+        let work: (IndexStore) throws -> ApplyResult
+        let complete: @Sendable (Result<ApplyResult, SearchlightError>) -> Void
+    }
+
+    let writer: Database
+    private let queue = NSCondition()
+    private var pending: [PendingWrite] = []
+    private var stopping = false
+    private var writerThread: Thread?
+    private let writerDone = DispatchSemaphore(value: 0)
+
+    /// Owned by the writer thread (read under `stateLock` for status).
+    var itemCount = 0
+    private let stateLock = NSLock()
+    private var damage: DatabaseError?
+
+    private let readers = NSCondition()
+    private var idleReaders: [Database] = []
+    private var openReaders = 0
+
+    /// Opens (creating if needed) the index file at `path`, in a 0700 directory with mode 0600.
+    public init(path: String, options: StoreOptions = StoreOptions()) throws(SearchlightError) {
+        self.path = path
+        self.options = options
+        let dir = (path as NSString).deletingLastPathComponent
+        do {
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw SearchlightError(.indexUnavailable, "cannot create index directory \(dir): \(error.localizedDescription)")
+        }
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        if fd >= 0 { Glibc.close(fd) }
+        do {
+            writer = try Database(path: path)
+            try Self.configure(writer, fullSync: options.fullSync)
+            try Self.prepareSchema(writer, path: path)
+            itemCount = try writer.intScalar("SELECT count(*) FROM items")
+        } catch let e as DatabaseError {
+            throw Self.map(e, path: path)
+        } catch let e as SearchlightError {
+            throw e
+        } catch {
+            throw SearchlightError(.indexUnavailable, "cannot open index \(path): \(error)")
+        }
+        let thread = Thread { [unowned self] in self.writerLoop() }
+        thread.name = "index-writer"
+        writerThread = thread
+        thread.start()
+    }
+
+    static func configure(_ db: Database, fullSync: Bool) throws {
+        let mode = try db.scalar("PRAGMA journal_mode=WAL")
+        guard mode == .text("wal") else {
+            throw SearchlightError(.indexUnavailable, "cannot switch \(db.path) to WAL mode (got \(String(describing: mode)))")
+        }
+        try db.execute("""
+            PRAGMA synchronous=\(fullSync ? "FULL" : "NORMAL");
+            PRAGMA temp_store=MEMORY;
+            PRAGMA cache_size=-8000;
+            PRAGMA foreign_keys=OFF;
+            """)
+        db.registerFunctions()
+    }
+
+    static func prepareSchema(_ db: Database, path: String) throws {
+        let version = try db.intScalar("PRAGMA user_version")
+        let tables = try db.scalar("SELECT count(*) FROM sqlite_schema WHERE type='table' AND name='items'")
+        let hasItems = tables == .integer(1)
+        if version > Schema.formatVersion {
+            throw SearchlightError(.indexUnavailable,
+                "\(path) has store format \(version), newer than this build's \(Schema.formatVersion); upgrade searchlightd")
+        }
+        if version == 0 {
+            if hasItems {
+                throw SearchlightError(.indexUnavailable, "\(path) is not a Searchlight index (no format version); move it away")
+            }
+            _ = try db.transaction {
+                try db.execute(Schema.create)
+                try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('created', ?)", [.double(Date().timeIntervalSince1970)])
+                try db.execute("PRAGMA user_version=\(Schema.formatVersion)")
+            }
+        } else if version < Schema.formatVersion {
+            throw SearchlightError(.indexUnavailable, "\(path) has the older store format \(version); it must be migrated")
+        }
+    }
+
+    /// Maps a SQLite failure to the wire error a caller sees, remembering corruption.
+    static func map(_ e: DatabaseError, path: String) -> SearchlightError {
+        if e.isCorruption {
+            return SearchlightError(.indexUnavailable, "index file \(path) is damaged (\(e.message)); it must be recovered: run `searchlight check --repair` or erase it")
+        }
+        if e.isDiskFull {
+            return SearchlightError(.indexUnavailable, "disk full while writing \(path); nothing was applied: free space and retry")
+        }
+        return SearchlightError(.indexUnavailable, "index \(path) failed: \(e)")
+    }
+
+    func mapAndRecord(_ error: any Error) -> SearchlightError {
+        switch error {
+        case let e as SearchlightError: return e
+        case let e as DatabaseError:
+            if e.isCorruption { stateLock.withLock { damage = e } }
+            return Self.map(e, path: path)
+        default: return SearchlightError(.internalError, "\(error)")
+        }
+    }
+
+    /// The corruption seen at run time, if any (the supervisor's recovery acts on it).
+    public var detectedDamage: DatabaseError? { stateLock.withLock { damage } }
+
+    public var count: Int { stateLock.withLock { itemCount } }
+
+    // MARK: - Writing
+
+    /// Queues work for the writer; `complete` runs after the group containing it committed.
+    func enqueue(_ work: @escaping (IndexStore) throws -> ApplyResult, complete: @escaping @Sendable (Result<ApplyResult, SearchlightError>) -> Void) {
+        queue.lock()
+        if stopping {
+            queue.unlock()
+            complete(.failure(SearchlightError(.indexUnavailable, "index \(path) is closing; retry")))
+            return
+        }
+        pending.append(PendingWrite(work: work, complete: complete))
+        queue.signal()
+        queue.unlock()
+    }
+
+    /// Applies mutations atomically, checking and then setting the client state. Returns after commit.
+    public func apply(
+        _ mutations: [Mutation], expecting expectation: ClientStateExpectation = .any, newClientState: [UInt8]? = nil
+    ) async throws(SearchlightError) -> ApplyResult {
+        let result: Result<ApplyResult, SearchlightError> = await withCheckedContinuation { continuation in
+            enqueue({ store in try store.applyInTransaction(mutations, expectation: expectation, newClientState: newClientState) }) {
+                continuation.resume(returning: $0)
+            }
+        }
+        return try result.get()
+    }
+
+    /// The blocking form of `apply`, for callers on their own threads (the daemon's connections).
+    public func applySync(
+        _ mutations: [Mutation], expecting expectation: ClientStateExpectation = .any, newClientState: [UInt8]? = nil
+    ) throws(SearchlightError) -> ApplyResult {
+        let box = ResultBox()
+        enqueue({ store in try store.applyInTransaction(mutations, expectation: expectation, newClientState: newClientState) }) {
+            box.set($0)
+        }
+        return try box.wait().get()
+    }
+
+    /// Runs arbitrary writer work (maintenance, engagement) through the group-commit queue.
+    public func writeSync(_ work: @escaping (IndexStore) throws -> ApplyResult) throws(SearchlightError) -> ApplyResult {
+        let box = ResultBox()
+        enqueue(work) { box.set($0) }
+        return try box.wait().get()
+    }
+
+    private func writerLoop() {
+        while true {
+            queue.lock()
+            while pending.isEmpty && !stopping { queue.wait() }
+            if pending.isEmpty && stopping {
+                queue.unlock()
+                writerDone.signal()
+                return
+            }
+            let group = pending
+            pending.removeAll(keepingCapacity: true)
+            queue.unlock()
+            commit(group)
+        }
+    }
+
+    private func commit(_ group: [PendingWrite]) {
+        let countBefore = itemCount
+        var results: [Result<ApplyResult, SearchlightError>] = []
+        results.reserveCapacity(group.count)
+        do {
+            try writer.execute("BEGIN IMMEDIATE")
+            for write in group {
+                try writer.execute("SAVEPOINT call")
+                let saved = itemCount
+                do {
+                    results.append(.success(try write.work(self)))
+                    try writer.execute("RELEASE call")
+                } catch let e as SearchlightError {
+                    try writer.execute("ROLLBACK TO call; RELEASE call")
+                    itemCount = saved
+                    results.append(.failure(e))
+                }
+            }
+            try writer.execute("COMMIT")
+        } catch {
+            // A storage failure (disk full, I/O error, corruption) fails the whole group: nothing
+            // in it was committed, so nothing is acknowledged.
+            if writer.isInTransaction { try? writer.execute("ROLLBACK") }
+            itemCount = countBefore
+            let mapped = mapAndRecord(error)
+            results = group.map { _ in .failure(mapped) }
+        }
+        stateLock.withLock {}  // publish itemCount to readers of `count`
+        for (write, result) in zip(group, results) { write.complete(result) }
+    }
+
+    // MARK: - Reading
+
+    /// Runs `body` on a read connection from the pool.
+    public func read<T>(_ body: (Database) throws -> T) throws(SearchlightError) -> T {
+        let db = try checkoutReader()
+        defer { checkin(db) }
+        do {
+            return try body(db)
+        } catch {
+            throw mapAndRecord(error)
+        }
+    }
+
+    private func checkoutReader() throws(SearchlightError) -> Database {
+        readers.lock()
+        defer { readers.unlock() }
+        while true {
+            if let db = idleReaders.popLast() { return db }
+            if openReaders < options.maxReaders {
+                openReaders += 1
+                do {
+                    let db = try Database(path: path)
+                    try db.execute("PRAGMA query_only=1; PRAGMA cache_size=-4000; PRAGMA temp_store=MEMORY;")
+                    db.registerFunctions()
+                    return db
+                } catch {
+                    openReaders -= 1
+                    throw mapAndRecord(error)
+                }
+            }
+            readers.wait()
+        }
+    }
+
+    private func checkin(_ db: Database) {
+        readers.lock()
+        idleReaders.append(db)
+        readers.signal()
+        readers.unlock()
+    }
+
+    // MARK: - Lifecycle
+
+    /// Finishes queued writes, then stops the writer. Idempotent.
+    public func close() {
+        queue.lock()
+        let wasStopping = stopping
+        stopping = true
+        queue.signal()
+        queue.unlock()
+        if !wasStopping, writerThread != nil { writerDone.wait() }
+        readers.lock()
+        idleReaders.removeAll()
+        readers.unlock()
+    }
+
+    deinit { close() }
+}
+
+/// A one-shot result handed from the writer thread to a blocked caller.
+final class ResultBox: @unchecked Sendable {
+    private let semaphore = DispatchSemaphore(value: 0)
+    private var result: Result<ApplyResult, SearchlightError>?
+    func set(_ r: Result<ApplyResult, SearchlightError>) {
+        result = r
+        semaphore.signal()
+    }
+    func wait() -> Result<ApplyResult, SearchlightError> {
+        semaphore.wait()
+        return result!
+    }
+}

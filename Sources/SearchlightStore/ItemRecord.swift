@@ -1,0 +1,183 @@
+import Foundation
+import SearchlightWire
+
+/// An item in storage form: the row of `items` (see `Schema`).
+struct ItemRecord {
+    var uid: String
+    var domain: String?
+    var expires: Double
+    var related: String?
+    /// Values of the full-text columns, in `AttributeCatalog.textAttributes` order.
+    var text: [String?]
+    var cjk: String?
+    /// Every other attribute, in storage form (dates as Unix seconds).
+    var attrs: [String: JSONValue]
+    var rankingHint: Double?
+    var lastUsed: Double?
+
+    static let separator = String(AttributeCatalog.arraySeparator)
+    static let textIndex: [String: Int] = Dictionary(
+        uniqueKeysWithValues: AttributeCatalog.textAttributes.enumerated().map { ($1, $0) })
+
+    /// Builds the row for a validated item. `expires` is the item's expiration or the default.
+    init(item: SearchableItem, defaultExpires: Double) {
+        uid = item.uniqueIdentifier
+        domain = item.domainIdentifier
+        expires = item.expirationDate?.timeIntervalSince1970 ?? defaultExpires
+        text = Array(repeating: nil, count: AttributeCatalog.textAttributes.count)
+        attrs = [:]
+        apply(wireAttributes: item.attributeSet.values)
+    }
+
+    /// Sets wire-form attributes on this record; `.null` removes one (update semantics).
+    mutating func apply(wireAttributes values: [String: JSONValue]) {
+        for (name, value) in values {
+            if let i = Self.textIndex[name] {
+                switch value {
+                case .string(let s): text[i] = s
+                case .array(let a): text[i] = a.compactMap(\.stringValue).joined(separator: Self.separator)
+                default: text[i] = nil
+                }
+                continue
+            }
+            if name == "custom" {
+                applyCustom(value.objectValue ?? [:])
+                continue
+            }
+            guard let kind = AttributeCatalog.kinds[name] else { continue }
+            if value.isNull {
+                attrs[name] = nil
+            } else if kind == .date, let s = value.stringValue, let d = ISO8601.parse(s) {
+                attrs[name] = .number(d.timeIntervalSince1970)
+            } else {
+                attrs[name] = value
+            }
+        }
+        if values["contentType"] != nil, values["contentTypeTree"] == nil || values["contentTypeTree"]?.isNull == true,
+            let type = attrs["contentType"]?.stringValue
+        {
+            attrs["contentTypeTree"] = .array(UTITree.tree(for: type).map(JSONValue.string))
+        }
+        related = attrs["relatedUniqueIdentifier"]?.stringValue
+        rankingHint = attrs["rankingHint"]?.doubleValue
+        lastUsed = attrs["lastUsedDate"]?.doubleValue
+        cjk = TextAnalysis.cjkBigramDocument(text.compactMap { $0 })
+    }
+
+    private mutating func applyCustom(_ updates: [String: JSONValue]) {
+        var custom = attrs["custom"]?.objectValue ?? [:]
+        var dates = Set(attrs["customDates"]?.arrayValue?.compactMap(\.stringValue) ?? [])
+        for (name, value) in updates {
+            dates.remove(name)
+            guard !value.isNull, let v = CustomAttributeValue(json: value) else {
+                custom[name] = nil
+                continue
+            }
+            switch v {
+            case .date(let d):
+                custom[name] = .number(d.timeIntervalSince1970)
+                dates.insert(name)
+            case .array(let elements) where elements.contains(where: { if case .date = $0 { true } else { false } }):
+                custom[name] = .array(elements.map {
+                    if case .date(let d) = $0 { .number(d.timeIntervalSince1970) } else { $0.json }
+                })
+                dates.insert(name)
+            default:
+                custom[name] = value
+            }
+        }
+        attrs["custom"] = custom.isEmpty ? nil : .object(custom)
+        attrs["customDates"] = dates.isEmpty ? nil : .array(dates.sorted().map(JSONValue.string))
+    }
+
+    /// The attribute set in wire form; `fetch` limits it to the named attributes.
+    func wireAttributes(fetch: Set<String>? = nil) -> [String: JSONValue] {
+        var out: [String: JSONValue] = [:]
+        for (i, name) in AttributeCatalog.textAttributes.enumerated() {
+            guard let value = text[i], fetch?.contains(name) ?? true else { continue }
+            if AttributeCatalog.kinds[name] == .textArray {
+                out[name] = .array(value.split(separator: AttributeCatalog.arraySeparator, omittingEmptySubsequences: false)
+                    .map { .string(String($0)) })
+            } else {
+                out[name] = .string(value)
+            }
+        }
+        for (name, value) in attrs where name != "customDates" && (fetch?.contains(name) ?? true) {
+            if name == "custom" {
+                out["custom"] = wireCustom(value)
+            } else if AttributeCatalog.kinds[name] == .date, let t = value.doubleValue {
+                out[name] = .string(ISO8601.format(Date(timeIntervalSince1970: t)))
+            } else {
+                out[name] = value
+            }
+        }
+        return out
+    }
+
+    private func wireCustom(_ value: JSONValue) -> JSONValue {
+        let dates = Set(attrs["customDates"]?.arrayValue?.compactMap(\.stringValue) ?? [])
+        guard case .object(var custom) = value, !dates.isEmpty else { return value }
+        func date(_ v: JSONValue) -> JSONValue {
+            guard let t = v.doubleValue else { return v }
+            return ["$date": .string(ISO8601.format(Date(timeIntervalSince1970: t)))]
+        }
+        for name in dates {
+            switch custom[name] {
+            case .array(let a)?: custom[name] = .array(a.map(date))
+            case let v?: custom[name] = date(v)
+            case nil: break
+            }
+        }
+        return .object(custom)
+    }
+
+    /// The item as `query.search` returns it.
+    func wireItem(fetch: Set<String>? = nil) -> JSONValue {
+        var o: [String: JSONValue] = [
+            "uniqueIdentifier": .string(uid),
+            "attributeSet": .object(wireAttributes(fetch: fetch)),
+            "expirationDate": .string(ISO8601.format(Date(timeIntervalSince1970: expires))),
+        ]
+        if let domain { o["domainIdentifier"] = .string(domain) }
+        return .object(o)
+    }
+
+    var attrsJSON: String { JSONValue.object(attrs).jsonString }
+
+    /// FNV-1a 64 over the stored content; the idle scrub recomputes it to find damaged rows.
+    var checksum: Int64 {
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        func mix(_ s: String?) {
+            for b in (s ?? "\u{0}").utf8 {
+                h ^= UInt64(b)
+                h = h &* 0x100_0000_01b3
+            }
+            h ^= 0xFF
+            h = h &* 0x100_0000_01b3
+        }
+        mix(uid)
+        mix(domain)
+        mix(String(expires))
+        for t in text { mix(t) }
+        mix(attrsJSON)
+        return Int64(bitPattern: h)
+    }
+
+    /// Columns selected to rebuild a record, in this order.
+    static let selectColumns =
+        "items.uid, items.domain, items.expires, items.title, items.displayName, items.alternateNames, "
+        + "items.contentDescription, items.textContent, items.keywords, items.authorNames, items.attrs"
+
+    init(row: Row, offset: Int = 0) {
+        uid = row.string(offset) ?? ""
+        domain = row.string(offset + 1)
+        expires = row.double(offset + 2) ?? 0
+        text = (0..<AttributeCatalog.textAttributes.count).map { row.string(offset + 3 + $0) }
+        let attrsText = row.string(offset + 10) ?? "{}"
+        attrs = (try? JSONValue.parse(attrsText))?.objectValue ?? [:]
+        related = attrs["relatedUniqueIdentifier"]?.stringValue
+        rankingHint = attrs["rankingHint"]?.doubleValue
+        lastUsed = attrs["lastUsedDate"]?.doubleValue
+        cjk = nil
+    }
+}

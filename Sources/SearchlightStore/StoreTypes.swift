@@ -1,0 +1,62 @@
+import Foundation
+import SearchlightWire
+
+/// How an index store behaves; the daemon fills it from its flags.
+public struct StoreOptions: Sendable {
+    /// Seconds an item lives when its donor sets no expiration date (DESIGN §3: 30 days).
+    public var defaultExpiration: TimeInterval = 30 * 86400
+    public var limits = Limits()
+    /// The clock; tests inject a fixed or stepping one.
+    public var clock: @Sendable () -> Date = { Date() }
+    /// Read connections kept open for queries (WAL lets them run beside the writer).
+    public var maxReaders = 4
+    /// `synchronous=FULL`: a commit is durable on power loss, not only on process crash.
+    public var fullSync = true
+
+    public init() {}
+}
+
+/// A change to an index. A call's changes are applied all together or not at all.
+public enum Mutation: Sendable {
+    case items([SearchableItem])
+    case deleteIdentifiers([String])
+    case deleteDomains([String])
+    case deleteAll
+}
+
+/// What a batch expects the stored client state to be before it applies (compare-and-swap).
+public enum ClientStateExpectation: Sendable, Equatable {
+    /// Apply whatever the stored state is.
+    case any
+    /// Apply only if the stored state equals this (nil: no state stored yet).
+    case equals([UInt8]?)
+}
+
+/// The outcome of applying mutations.
+public struct ApplyResult: Sendable, Equatable {
+    public var indexed = 0
+    public var updatesDropped = 0
+    public var deleted = 0
+}
+
+/// One page of `query.search` results.
+public struct SearchPage: Sendable {
+    public var items: [JSONValue]
+    /// Present while more results remain; pass it back to get the next page.
+    public var cursor: String?
+}
+
+/// The state of an index file, for `admin.status`.
+public struct IndexSummary: Sendable {
+    public var itemCount: Int
+    public var fileBytes: Int64
+    public var formatVersion: Int
+    public var hasClientState: Bool
+}
+
+/// Findings of an integrity check.
+public struct CheckReport: Sendable {
+    public var ok: Bool
+    public var problems: [String]
+    public var repaired: [String]
+}
