@@ -137,8 +137,14 @@ public final class RPCConnection: @unchecked Sendable {
         }
     }
 
+    /// Answers a request. If the answer cannot be written (the peer stopped reading until the send
+    /// timeout, or vanished), the stream is no longer in a known state: close it.
     public func reply(to id: RPCID, _ result: Result<JSONValue, SearchlightError>) {
-        try? send(.response(id: id, result: result))
+        do {
+            try send(.response(id: id, result: result))
+        } catch {
+            close()
+        }
     }
 
     public func notify(_ method: String, _ params: JSONValue = [:]) throws {

@@ -1,0 +1,107 @@
+import Foundation
+import SearchlightWire
+
+/// A compiled boolean SQL condition over `items` with its bindings (from `QueryCompiler`).
+public struct SQLFilter: Sendable {
+    public var sql: String
+    public var bindings: [SQLValue]
+    public init(sql: String, bindings: [SQLValue]) {
+        self.sql = sql
+        self.bindings = bindings
+    }
+    public static let all = SQLFilter(sql: "1", bindings: [])
+}
+
+extension IndexStore {
+    /// Visible = not expired, and not related to an expired item (it lives and dies with it).
+    /// Takes two bindings: now, now.
+    static let visible = """
+        items.expires > ? AND (items.related IS NULL OR NOT EXISTS \
+        (SELECT 1 FROM items r WHERE r.uid = items.related AND r.expires <= ?))
+        """
+
+    /// One page of items matching `filter`, in a stable order (insertion), resuming after `cursor`.
+    public func search(
+        _ filter: SQLFilter, fetch: [String]? = nil, limit: Int = 1000, cursor: String? = nil
+    ) throws(SearchlightError) -> SearchPage {
+        var after: Int64 = 0
+        if let cursor {
+            guard let v = Int64(cursor), v >= 0 else {
+                throw SearchlightError(.invalidParams, "\"cursor\" must be the cursor string of a previous page")
+            }
+            after = v
+        }
+        let now = options.clock().timeIntervalSince1970
+        let fetchSet = fetch.map(Set.init)
+        let sql = """
+            SELECT items.rowid, \(ItemRecord.selectColumns) FROM items
+            WHERE items.rowid > ? AND \(Self.visible) AND (\(filter.sql))
+            ORDER BY items.rowid LIMIT ?
+            """
+        let bindings: [SQLValue] = [.integer(after), .double(now), .double(now)] + filter.bindings + [.integer(Int64(limit) + 1)]
+        let rows = try read { db in try db.rows(sql, bindings) }
+        var items: [JSONValue] = []
+        items.reserveCapacity(min(rows.count, limit))
+        for row in rows.prefix(limit) {
+            items.append(ItemRecord(row: row, offset: 1).wireItem(fetch: fetchSet))
+        }
+        let next = rows.count > limit ? rows[limit - 1].int(0).map(String.init) : nil
+        return SearchPage(items: items, cursor: next)
+    }
+
+    /// Items by identifier (for tests, the CLI and extensions' lookups); missing ones are skipped.
+    public func items(withIdentifiers ids: [String]) throws(SearchlightError) -> [JSONValue] {
+        let now = options.clock().timeIntervalSince1970
+        return try read { db in
+            try ids.compactMap { id in
+                try db.rows("SELECT \(ItemRecord.selectColumns) FROM items WHERE uid = ? AND \(Self.visible)",
+                    [.text(id), .double(now), .double(now)]).first.map { ItemRecord(row: $0).wireItem() }
+            }
+        }
+    }
+
+    /// The client state stored by the last successful batch, or nil.
+    public func clientState() throws(SearchlightError) -> [UInt8]? {
+        try read { db in try storedClientState(db) }
+    }
+
+    public func summary() throws(SearchlightError) -> IndexSummary {
+        let state = try clientState()
+        var st = stat()
+        var bytes: Int64 = 0
+        for suffix in ["", "-wal"] where stat(path + suffix, &st) == 0 { bytes += Int64(st.st_size) }
+        return IndexSummary(itemCount: count, fileBytes: bytes, formatVersion: Schema.formatVersion, hasClientState: state != nil)
+    }
+
+    /// Runs SQLite's and FTS5's own integrity checks. With `repair`, a damaged full-text index is
+    /// rebuilt from the items (the items table is the source of truth).
+    public func check(repair: Bool) throws(SearchlightError) -> CheckReport {
+        var problems: [String] = []
+        var repaired: [String] = []
+        let quick = try read { db in try db.rows("PRAGMA quick_check(20)").compactMap { $0.string(0) } }
+        if quick != ["ok"] { problems += quick.map { "quick_check: \($0)" } }
+        var ftsOK = true
+        do {
+            try read { db in try db.execute("INSERT INTO fts(fts, rank) VALUES ('integrity-check', 1)") }
+        } catch {
+            // query_only readers refuse the write form; run it on the writer instead.
+            do {
+                _ = try writeSync { store in
+                    try store.writer.execute("INSERT INTO fts(fts, rank) VALUES ('integrity-check', 1)")
+                    return ApplyResult()
+                }
+            } catch {
+                ftsOK = false
+                problems.append("full-text index: \(error.message)")
+            }
+        }
+        if repair, !ftsOK {
+            _ = try writeSync { store in
+                try store.writer.execute("INSERT INTO fts(fts) VALUES ('rebuild')")
+                return ApplyResult()
+            }
+            repaired.append("rebuilt the full-text index from the items")
+        }
+        return CheckReport(ok: problems.isEmpty || (repair && quick == ["ok"] && !repaired.isEmpty), problems: problems, repaired: repaired)
+    }
+}

@@ -1,0 +1,214 @@
+import Foundation
+import SearchlightWire
+
+/// A free-text query as a person types it (CSUserQuery).
+public struct UserQueryRequest: Sendable {
+    public var text: String
+    public var enableRankedResults = true
+    public var maxRankedResultCount = 10
+    public var maxResultCount = 100
+    public var maxSuggestionCount = 0
+    public var filter: SQLFilter?
+    public var fetch: [String]?
+
+    public init(text: String) { self.text = text }
+}
+
+/// A suggested query: a completion of the word being typed, or a correction of a misspelt one.
+/// `highlight` ranges are UTF-16 offsets and lengths into `text` (as NSRange would be).
+public struct Suggestion: Sendable, Equatable {
+    public var text: String
+    public var highlight: [[Int]]
+    public var kind: String
+
+    public var json: JSONValue {
+        ["text": .string(text), "highlight": .array(highlight.map { .array($0.map { .number(Double($0)) }) }), "kind": .string(kind)]
+    }
+}
+
+public struct UserQueryResult: Sendable {
+    public var items: [JSONValue]
+    /// The ranking score of each item (lower is better), for merging results of several indexes.
+    public var scores: [Double]
+    public var rankedItems: [JSONValue]
+    public var suggestions: [Suggestion]
+}
+
+/// The words of a user query, parsed once.
+struct UserQueryTerms {
+    struct Word {
+        var text: String
+        var folded: String
+        var range: Range<String.Index>
+        var isCJK: Bool
+        var isPrefix: Bool
+    }
+    var words: [Word]
+
+    init(_ text: String) {
+        let parts = TextAnalysis.words(text)
+        let typing = !(text.last.map { $0.isWhitespace || $0.isPunctuation } ?? true)
+        words = parts.enumerated().map { i, w in
+            let cjk = w.unicodeScalars.first.map(TextAnalysis.isCJK) ?? false
+            return Word(text: String(w), folded: TextAnalysis.fold(String(w)), range: w.startIndex..<w.endIndex,
+                isCJK: cjk, isPrefix: !cjk && typing && i == parts.count - 1)
+        }
+    }
+
+    func ftsTerm(_ w: Word) -> String {
+        if w.isCJK { return TextAnalysis.cjkFTSPhrase(w.text) }
+        return TextAnalysis.ftsQuoted(w.folded) + (w.isPrefix ? " *" : "")
+    }
+
+    var ftsQuery: String { words.map(ftsTerm).joined(separator: " AND ") }
+}
+
+extension IndexStore {
+    /// BM25 weights of the FTS columns: title, displayName, alternateNames, contentDescription,
+    /// textContent, keywords, authorNames, cjk.
+    static let bm25Weights = "10.0, 10.0, 6.0, 3.0, 1.0, 6.0, 3.0, 4.0"
+
+    /// Runs a user query: ranked items, then suggestions.
+    public func userQuery(_ request: UserQueryRequest) throws(SearchlightError) -> UserQueryResult {
+        let terms = UserQueryTerms(request.text)
+        let now = options.clock().timeIntervalSince1970
+        let fetch = request.fetch.map(Set.init)
+        return try read { db in
+            var items: [JSONValue] = []
+            var scores: [Double] = []
+            if !terms.words.isEmpty, request.maxResultCount > 0 {
+                let filter = request.filter ?? .all
+                // bm25 is negative (lower is better); boosts multiply it further from zero.
+                let sql = """
+                    SELECT \(ItemRecord.selectColumns),
+                      bm25(fts, \(Self.bm25Weights))
+                      * (1.0 + coalesce(items.ranking_hint, 0) / 100.0)
+                      * (1.0 + CASE WHEN items.last_used IS NULL THEN 0
+                               ELSE 0.5 / (1.0 + max(0, ? - items.last_used) / 604800.0) END)
+                      * (1.0 + items.engagement / (items.engagement + 5.0)) AS score
+                    FROM fts JOIN items ON items.rowid = fts.rowid
+                    WHERE fts MATCH ? AND \(Self.visible) AND (\(filter.sql))
+                    ORDER BY score LIMIT ?
+                    """
+                let bindings: [SQLValue] = [.double(now), .text(terms.ftsQuery), .double(now), .double(now)]
+                    + filter.bindings + [.integer(Int64(request.maxResultCount))]
+                for row in try db.rows(sql, bindings) {
+                    items.append(ItemRecord(row: row).wireItem(fetch: fetch))
+                    scores.append(row.double(11) ?? 0)
+                }
+            }
+            let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
+            var suggestions: [Suggestion] = []
+            if request.maxSuggestionCount > 0 {
+                suggestions = try Self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db)
+            }
+            return UserQueryResult(items: items, scores: scores, rankedItems: ranked, suggestions: suggestions)
+        }
+    }
+
+    // MARK: - Suggestions
+
+    static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database) throws -> [Suggestion] {
+        guard let last = terms.words.last else { return [] }
+        var out: [Suggestion] = []
+        let earlier = terms.words.dropLast().map(terms.ftsTerm)
+        // Completions of the word being typed that still find something with the earlier words.
+        if last.isPrefix, !last.folded.isEmpty {
+            let candidates = try db.rows("""
+                SELECT v.term, v.doc + coalesce(e.count, 0) * 10 AS weight FROM fts_vocab v
+                LEFT JOIN engagement e ON e.kind = 'suggestion' AND e.key = v.term
+                WHERE v.term >= ? AND v.term < ? ORDER BY weight DESC LIMIT ?
+                """, [.text(last.folded), .text(last.folded + "\u{10FFFF}"), .integer(Int64(limit * 8))])
+            for row in candidates {
+                guard out.count < limit, let term = row.string(0), term != last.folded || candidates.count == 1 else { continue }
+                if !earlier.isEmpty {
+                    let probe = (earlier + [TextAnalysis.ftsQuoted(term)]).joined(separator: " AND ")
+                    guard try db.scalar("SELECT 1 FROM fts WHERE fts MATCH ? LIMIT 1", [.text(probe)]) != nil else { continue }
+                }
+                let prefix = String(text[..<last.range.lowerBound])
+                let start = prefix.utf16.count
+                out.append(Suggestion(text: prefix + term, highlight: [[start, last.text.utf16.count]], kind: "completion"))
+            }
+        }
+        // Corrections: a word with no match offers the nearest indexed word.
+        if out.count < limit {
+            var corrected = ""
+            var highlight: [[Int]] = []
+            var changed = false
+            var cursor = text.startIndex
+            for w in terms.words {
+                corrected += text[cursor..<w.range.lowerBound]
+                cursor = w.range.upperBound
+                var replacement = w.text
+                if !w.isCJK, w.folded.count >= 3, try !hasTerm(w.folded, prefix: w.isPrefix, db: db),
+                    let near = try nearestTerm(to: w.folded, db: db)
+                {
+                    replacement = near
+                    changed = true
+                    highlight.append([corrected.utf16.count, near.utf16.count])
+                }
+                corrected += replacement
+            }
+            corrected += text[cursor...]
+            if changed { out.append(Suggestion(text: corrected, highlight: highlight, kind: "correction")) }
+        }
+        return out
+    }
+
+    static func hasTerm(_ term: String, prefix: Bool, db: Database) throws -> Bool {
+        if prefix {
+            return try db.scalar("SELECT 1 FROM fts_vocab WHERE term >= ? AND term < ? LIMIT 1",
+                [.text(term), .text(term + "\u{10FFFF}")]) != nil
+        }
+        return try db.scalar("SELECT 1 FROM fts_vocab WHERE term = ?", [.text(term)]) != nil
+    }
+
+    /// The indexed word nearest to `word` (Damerau–Levenshtein, at most 1 edit for short words and
+    /// 2 for longer ones), preferring the most frequent. Looks only at words with the same first
+    /// letter and a similar length, which bounds the scan.
+    static func nearestTerm(to word: String, db: Database) throws -> String? {
+        guard let first = word.unicodeScalars.first else { return nil }
+        let maxDistance = word.count <= 4 ? 1 : 2
+        let low = String(first)
+        let high = String(Character(Unicode.Scalar(first.value + 1) ?? first))
+        let rows = try db.rows("""
+            SELECT term, doc FROM fts_vocab WHERE term >= ? AND term < ?
+            AND length(term) BETWEEN ? AND ? LIMIT 50000
+            """, [.text(low), .text(high), .integer(Int64(word.count - maxDistance)), .integer(Int64(word.count + maxDistance))])
+        var best: (term: String, distance: Int, doc: Int64)?
+        let target = Array(word.unicodeScalars)
+        for row in rows {
+            guard let term = row.string(0) else { continue }
+            let d = editDistance(target, Array(term.unicodeScalars), limit: maxDistance)
+            guard d <= maxDistance else { continue }
+            let doc = row.int(1) ?? 0
+            if best == nil || d < best!.distance || (d == best!.distance && doc > best!.doc) {
+                best = (term, d, doc)
+            }
+        }
+        return best?.term
+    }
+
+    /// Optimal-string-alignment distance, giving up early past `limit`.
+    static func editDistance(_ a: [Unicode.Scalar], _ b: [Unicode.Scalar], limit: Int) -> Int {
+        if abs(a.count - b.count) > limit { return limit + 1 }
+        if a.isEmpty || b.isEmpty { return max(a.count, b.count) }
+        var prev2 = [Int](repeating: 0, count: b.count + 1)
+        var prev = Array(0...b.count)
+        var cur = [Int](repeating: 0, count: b.count + 1)
+        for i in 1...a.count {
+            cur[0] = i
+            var rowMin = cur[0]
+            for j in 1...b.count {
+                let cost = a[i - 1] == b[j - 1] ? 0 : 1
+                var v = min(prev[j] + 1, cur[j - 1] + 1, prev[j - 1] + cost)
+                if i > 1, j > 1, a[i - 1] == b[j - 2], a[i - 2] == b[j - 1] { v = min(v, prev2[j - 2] + 1) }
+                cur[j] = v
+                rowMin = min(rowMin, v)
+            }
+            if rowMin > limit { return limit + 1 }
+            (prev2, prev, cur) = (prev, cur, prev2)
+        }
+        return prev[b.count]
+    }
+}

@@ -1,0 +1,392 @@
+import Foundation
+import SearchlightStore
+import SearchlightWire
+
+/// One client connection. Messages are handled in order on the connection's own reader thread,
+/// so a slow or malicious client delays only itself.
+final class ClientSession: @unchecked Sendable {
+    enum Role: Equatable {
+        case app(bundle: String)
+        case extensionHost(bundle: String, label: String)
+        case admin
+
+        var name: String {
+            switch self {
+            case .app: "app"
+            case .extensionHost: "extension"
+            case .admin: "admin"
+            }
+        }
+    }
+
+    let context: ServiceContext
+    let connection: RPCConnection
+    let peer: PeerCredentials
+    private(set) var role: Role?
+    /// Open batches by index name: the calls between beginBatch and endBatch.
+    private var batches: [String: [Mutation]] = [:]
+
+    init(context: ServiceContext, connection: RPCConnection, peer: PeerCredentials) {
+        self.context = context
+        self.connection = connection
+        self.peer = peer
+    }
+
+    var log: Logger { context.log }
+    var limits: Limits { context.config.limits }
+
+    func handle(_ message: RPCMessage) {
+        switch message {
+        case .request(let id, let method, let params):
+            context.countRequest()
+            let result: Result<JSONValue, SearchlightError>
+            do {
+                result = .success(try dispatch(method, params))
+            } catch {
+                result = .failure(error)
+            }
+            connection.reply(to: id, result)
+        case .notification(let method, _):
+            log.debug("notification ignored", ["method": method, "pid": peer.pid])
+        case .response:
+            break
+        }
+    }
+
+    func dispatch(_ method: String, _ params: JSONValue) throws(SearchlightError) -> JSONValue {
+        guard case .object = params else { throw .invalidParams("\"params\" must be an object") }
+        if method == Method.initialize { return try initialize(params) }
+        guard let role else {
+            throw SearchlightError(.invalidRequest, "send \"initialize\" first (protocolVersion, role, bundleIdentifier)")
+        }
+        switch method {
+        case Method.indexItems: return try indexItems(params)
+        case Method.indexDeleteIdentifiers: return try deleteIdentifiers(params)
+        case Method.indexDeleteDomains: return try deleteDomains(params)
+        case Method.indexDeleteAll: return try mutate(params, .deleteAll)
+        case Method.indexBeginBatch: return try beginBatch(params)
+        case Method.indexEndBatch: return try endBatch(params)
+        case Method.indexFetchLastClientState: return try fetchLastClientState(params)
+        case Method.indexFetchData, Method.indexFetchFileURL:
+            let bundle = try targetBundle(params)
+            throw SearchlightError(.unknownExtension, "no index extension serves \(bundle); install a unit for it to provide item data")
+        case Method.querySearch: return try querySearch(params)
+        case Method.queryUser: return try queryUser(params)
+        case Method.queryEngaged: return try queryEngaged(params)
+        default:
+            guard method.hasPrefix("admin.") else {
+                throw SearchlightError(.methodNotFound, "unknown method \"\(method.prefix(64))\"; see Docs/Protocol.md")
+            }
+            guard role == .admin else {
+                throw SearchlightError(.permissionDenied, "\(method) needs the admin role: connect as root, the daemon's user or a member of the admin group")
+            }
+            return try AdminMethods(session: self).dispatch(method, params)
+        }
+    }
+
+    // MARK: - Handshake
+
+    private func initialize(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
+        guard role == nil else { throw SearchlightError(.invalidRequest, "already initialized; open a new connection for another role") }
+        guard let version = params["protocolVersion"]?.intValue else {
+            throw .invalidParams("\"protocolVersion\" must be an integer (this daemon speaks \(Protocol.version))")
+        }
+        guard version <= Protocol.version, version >= 1 else {
+            throw SearchlightError(.invalidRequest,
+                "protocolVersion \(version) is not supported; this daemon speaks \(Protocol.version): upgrade searchlightd or use an older SDK")
+        }
+        guard let roleName = params["role"]?.stringValue, Protocol.roles.contains(roleName) else {
+            throw .invalidParams("\"role\" must be \"app\", \"extension\" or \"admin\"")
+        }
+        switch roleName {
+        case "admin":
+            guard context.mayAdminister(peer) else {
+                throw SearchlightError(.permissionDenied,
+                    "uid \(peer.uid) may not use the admin role; run as root, the daemon's user, or join the admin group")
+            }
+            role = .admin
+        case "extension":
+            let bundle = try Names.bundle(params["bundleIdentifier"])
+            let label = params["label"]?.stringValue ?? bundle
+            role = .extensionHost(bundle: bundle, label: label)
+        default:
+            role = .app(bundle: try Names.bundle(params["bundleIdentifier"]))
+        }
+        log.debug("client initialized", ["role": roleName, "pid": peer.pid, "uid": peer.uid])
+        return [
+            "protocolVersion": .number(Double(Protocol.version)),
+            "server": "searchlightd",
+            "serverVersion": .string(Version.string),
+            "capabilities": [
+                "batches": true, "userQueries": true, "suggestions": true, "extensions": false,
+            ],
+            "limits": [
+                "maxFrameBytes": .number(Double(limits.maxFrameBytes)),
+                "maxItemBytes": .number(Double(limits.maxItemBytes)),
+                "maxIdentifiersPerCall": .number(Double(limits.maxIdentifiersPerCall)),
+                "maxQueryBytes": .number(Double(limits.maxQueryBytes)),
+                "maxClientStateBytes": .number(Double(limits.maxClientStateBytes)),
+            ],
+        ]
+    }
+
+    // MARK: - Targets and permissions
+
+    /// The bundle a call acts on: the app's or extension's own; an admin names it with "bundle".
+    func targetBundle(_ params: JSONValue) throws(SearchlightError) -> String {
+        switch role {
+        case .app(let b)?, .extensionHost(let b, _)?: return b
+        case .admin?: return try Names.bundle(params["bundle"])
+        case nil: throw SearchlightError(.invalidRequest, "send \"initialize\" first")
+        }
+    }
+
+    /// Checks that the peer may touch the bundle (DESIGN §6: a bundle belongs to the uid that first
+    /// wrote it; root and admins may act on any). A write by a new bundle's first user claims it.
+    func authorize(_ bundle: String, write: Bool) throws(SearchlightError) {
+        if role == .admin { return }
+        var owner = context.state.bundle(bundle)?.ownerUID
+        if owner == nil, write {
+            do {
+                owner = try context.state.claim(bundle, uid: peer.uid)
+            } catch {
+                throw SearchlightError(.indexUnavailable, "cannot record the owner of \(bundle): \(error)")
+            }
+        }
+        if let owner, owner != peer.uid, peer.uid != 0 {
+            throw SearchlightError(.permissionDenied, "bundle \(bundle) belongs to uid \(owner); uid \(peer.uid) may not \(write ? "write" : "read") it")
+        }
+    }
+
+    func store(_ params: JSONValue, write: Bool) throws(SearchlightError) -> (bundle: String, index: String, store: IndexStore?) {
+        let bundle = try targetBundle(params)
+        let index = try Names.index(params["index"])
+        try authorize(bundle, write: write)
+        return (bundle, index, try context.registry.store(bundle: bundle, index: index, create: write))
+    }
+
+    // MARK: - Index methods
+
+    private func indexItems(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
+        let items = try ItemValidator(limits: limits).validate(items: params["items"])
+        return try mutate(params, .items(items))
+    }
+
+    private func identifiers(_ value: JSONValue?, name: String) throws(SearchlightError) -> [String] {
+        guard let array = value?.arrayValue else { throw .invalidParams("\"\(name)\" must be an array of strings") }
+        guard array.count <= limits.maxIdentifiersPerCall else {
+            throw .invalidParams("\"\(name)\" has \(array.count) entries; send at most \(limits.maxIdentifiersPerCall) per call")
+        }
+        var out: [String] = []
+        out.reserveCapacity(array.count)
+        for (i, v) in array.enumerated() {
+            guard let s = v.stringValue, !s.isEmpty, s.utf8.count <= limits.maxIdentifierBytes else {
+                throw .invalidParams("\(name)[\(i)] must be a non-empty string of at most \(limits.maxIdentifierBytes) bytes")
+            }
+            out.append(s)
+        }
+        return out
+    }
+
+    private func deleteIdentifiers(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
+        try mutate(params, .deleteIdentifiers(identifiers(params["identifiers"], name: "identifiers")))
+    }
+
+    private func deleteDomains(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
+        let domains = try identifiers(params["domains"], name: "domains")
+        let validator = ItemValidator(limits: limits)
+        for d in domains where !validator.validDomain(d) {
+            throw .invalidParams("domain \"\(d.prefix(80))\" must be dot-separated non-empty components")
+        }
+        return try mutate(params, .deleteDomains(domains))
+    }
+
+    /// Applies one mutation now, or adds it to the open batch of that index.
+    private func mutate(_ params: JSONValue, _ mutation: Mutation) throws(SearchlightError) -> JSONValue {
+        let bundle = try targetBundle(params)
+        let index = try Names.index(params["index"])
+        if case .items = mutation, context.state.bundle(bundle)?.indexingEnabled == false {
+            throw SearchlightError(.indexingUnsupported, "indexing is off for \(bundle); turn it on with `searchlight indexing on \(bundle)`")
+        }
+        if batches[index] != nil {
+            try authorize(bundle, write: true)
+            batches[index]!.append(mutation)
+            return ["batched": true]
+        }
+        guard let store = try store(params, write: true).store else { throw SearchlightError(.indexUnavailable, "index could not be opened") }
+        let r = try store.applySync([mutation])
+        return ["indexed": .number(Double(r.indexed)), "updatesDropped": .number(Double(r.updatesDropped)), "deleted": .number(Double(r.deleted))]
+    }
+
+    private func beginBatch(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
+        let bundle = try targetBundle(params)
+        let index = try Names.index(params["index"])
+        try authorize(bundle, write: true)
+        guard batches[index] == nil else {
+            throw SearchlightError(.invalidRequest, "a batch is already open for this index; end it with index.endBatch first")
+        }
+        batches[index] = []
+        return [:]
+    }
+
+    private func clientState(_ value: JSONValue?, name: String) throws(SearchlightError) -> [UInt8]? {
+        switch value {
+        case nil, .null?: return nil
+        case .string(let s)?:
+            guard let data = Data(base64Encoded: s) else {
+                throw SearchlightError(.invalidClientState, "\"\(name)\" must be base64")
+            }
+            guard data.count <= limits.maxClientStateBytes else {
+                throw SearchlightError(.invalidClientState, "\"\(name)\" is \(data.count) bytes; the limit is \(limits.maxClientStateBytes)")
+            }
+            return Array(data)
+        default: throw SearchlightError(.invalidClientState, "\"\(name)\" must be a base64 string")
+        }
+    }
+
+    private func endBatch(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
+        let index = try Names.index(params["index"])
+        guard let mutations = batches[index] else {
+            throw SearchlightError(.invalidRequest, "no batch is open for this index; call index.beginBatch first")
+        }
+        // The batch ends here whatever happens: a failed batch applies nothing and must be redone.
+        batches[index] = nil
+        guard let newState = try clientState(params["newClientState"], name: "newClientState") else {
+            throw SearchlightError(.invalidClientState, "\"newClientState\" is required (base64, at most \(limits.maxClientStateBytes) bytes)")
+        }
+        var expectation = ClientStateExpectation.any
+        if let expected = params["expectedClientState"] {
+            expectation = .equals(try clientState(expected, name: "expectedClientState"))
+        }
+        guard let store = try store(params, write: true).store else { throw SearchlightError(.indexUnavailable, "index could not be opened") }
+        let r = try store.applySync(mutations, expecting: expectation, newClientState: newState)
+        return ["indexed": .number(Double(r.indexed)), "updatesDropped": .number(Double(r.updatesDropped)), "deleted": .number(Double(r.deleted))]
+    }
+
+    private func fetchLastClientState(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
+        guard let store = try store(params, write: false).store, let state = try store.clientState() else {
+            return ["clientState": .null]
+        }
+        return ["clientState": .string(Data(state).base64EncodedString())]
+    }
+
+    // MARK: - Queries
+
+    private func stringList(_ value: JSONValue?, name: String) throws(SearchlightError) -> [String]? {
+        switch value {
+        case nil, .null?: return nil
+        case .array(let a)?:
+            var out: [String] = []
+            for v in a {
+                guard let s = v.stringValue else { throw .invalidParams("\"\(name)\" must be an array of strings") }
+                out.append(s)
+            }
+            return out
+        default: throw .invalidParams("\"\(name)\" must be an array of strings")
+        }
+    }
+
+    private func count(_ value: JSONValue?, name: String, default def: Int, max: Int) throws(SearchlightError) -> Int {
+        guard let value, !value.isNull else { return def }
+        guard let n = value.intValue, n >= 0, n <= max else { throw .invalidParams("\"\(name)\" must be an integer from 0 to \(max)") }
+        return n
+    }
+
+    /// The stores a query reads: the caller's bundle, or for an admin without "bundle", all.
+    private func queryTargets(_ params: JSONValue) throws(SearchlightError) -> [(bundle: String, index: String, store: IndexStore)] {
+        if role == .admin, params["bundle"] == nil || params["bundle"]?.isNull == true {
+            var out: [(String, String, IndexStore)] = []
+            let index = try Names.index(params["index"])
+            for b in context.registry.bundles() {
+                if let s = try context.registry.store(bundle: b, index: index, create: false) { out.append((b, index, s)) }
+            }
+            return out
+        }
+        let t = try store(params, write: false)
+        return t.store.map { [(t.bundle, t.index, $0)] } ?? []
+    }
+
+    private func querySearch(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
+        guard let text = params["query"]?.stringValue else { throw .invalidParams("\"query\" must be a query string") }
+        let filters = try stringList(params["filterQueries"], name: "filterQueries") ?? []
+        let fetch = try stringList(params["fetchAttributes"], name: "fetchAttributes")
+        let limit = try count(params["limit"], name: "limit", default: 1000, max: 10_000)
+        let cursor = params["cursor"]?.stringValue
+        let filter = try QueryFront.filter(query: text, filterQueries: filters, limits: limits, now: Date())
+        let targets = try queryTargets(params)
+        if targets.count == 1, role != .admin || params["bundle"] != nil {
+            let page = try targets[0].store.search(filter, fetch: fetch, limit: max(limit, 1), cursor: cursor)
+            var out: [String: JSONValue] = ["items": .array(page.items)]
+            if let c = page.cursor { out["cursor"] = .string(c) }
+            return .object(out)
+        }
+        // Admin search across bundles: each item says where it lives; no cursor.
+        var items: [JSONValue] = []
+        for t in targets where items.count < limit {
+            let page = try t.store.search(filter, fetch: fetch, limit: limit - items.count, cursor: nil)
+            items += page.items.map { Self.tag($0, bundle: t.bundle, index: t.index) }
+        }
+        return ["items": .array(items)]
+    }
+
+    static func tag(_ item: JSONValue, bundle: String, index: String) -> JSONValue {
+        guard case .object(var o) = item else { return item }
+        o["bundle"] = .string(bundle)
+        if !index.isEmpty { o["index"] = .string(index) }
+        return .object(o)
+    }
+
+    private func queryUser(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
+        guard let text = params["text"]?.stringValue else { throw .invalidParams("\"text\" must be a string") }
+        guard text.utf8.count <= limits.maxQueryBytes else {
+            throw SearchlightError(.invalidQuery, "the text is longer than \(limits.maxQueryBytes) bytes", data: ["offset": .number(Double(limits.maxQueryBytes))])
+        }
+        let ctx = params["context"] ?? [:]
+        var request = UserQueryRequest(text: text)
+        request.enableRankedResults = ctx["enableRankedResults"]?.boolValue ?? true
+        request.maxRankedResultCount = try count(ctx["maxRankedResultCount"], name: "maxRankedResultCount", default: 10, max: 1000)
+        request.maxResultCount = try count(ctx["maxResultCount"], name: "maxResultCount", default: 100, max: 10_000)
+        request.maxSuggestionCount = try count(ctx["maxSuggestionCount"], name: "maxSuggestionCount", default: 0, max: 100)
+        request.fetch = try stringList(ctx["fetchAttributes"], name: "fetchAttributes")
+        if let filters = try stringList(ctx["filterQueries"], name: "filterQueries"), !filters.isEmpty {
+            request.filter = try QueryFront.filter(query: "", filterQueries: filters, limits: limits, now: Date())
+        }
+        let targets = try queryTargets(params)
+        let tagged = targets.count != 1 || (role == .admin && params["bundle"] == nil)
+        var scored: [(Double, JSONValue)] = []
+        var suggestions: [Suggestion] = []
+        for t in targets {
+            let r = try t.store.userQuery(request)
+            for (item, score) in zip(r.items, r.scores) {
+                scored.append((score, tagged ? Self.tag(item, bundle: t.bundle, index: t.index) : item))
+            }
+            for s in r.suggestions where !suggestions.contains(where: { $0.text == s.text }) { suggestions.append(s) }
+        }
+        if targets.count > 1 { scored.sort { $0.0 < $1.0 } }
+        let items = scored.prefix(request.maxResultCount).map(\.1)
+        let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
+        return [
+            "items": .array(Array(items)), "rankedItems": .array(ranked),
+            "suggestions": .array(suggestions.prefix(request.maxSuggestionCount).map(\.json)),
+        ]
+    }
+
+    private func queryEngaged(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
+        let identifier = params["identifier"]?.stringValue
+        let suggestion = params["suggestion"]?.stringValue
+        guard (identifier == nil) != (suggestion == nil) else {
+            throw .invalidParams("give exactly one of \"identifier\" or \"suggestion\"")
+        }
+        let interaction = params["interaction"]?.stringValue ?? "select"
+        guard interaction == "select" || interaction == "focus" else {
+            throw .invalidParams("\"interaction\" must be \"select\" or \"focus\"")
+        }
+        guard let store = try store(params, write: true).store else { return [:] }
+        try store.recordEngagement(identifier: identifier, suggestion: suggestion, weight: interaction == "select" ? 1 : 0.25)
+        return [:]
+    }
+}
+
+public enum Version {
+    public static let string = "0.1.0"
+}

@@ -1,0 +1,40 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightStore
+import SearchlightWire
+
+/// Everything the daemon is told by its flags and environment (DESIGN §2).
+public struct Configuration: Sendable {
+    /// System mode: `--system`, or running as root under systemd.
+    public var system: Bool
+    public var stateDirectory: String
+    public var socketPath: String
+    public var unitDirectories: [String]
+    /// Where `pressure/` and `loadavg` are read (a test seam).
+    public var procRoot = "/proc"
+    /// Members of this group may use admin methods (besides root and the daemon's user).
+    public var adminGroup: String?
+    public var limits = Limits()
+    public var defaultExpiration: TimeInterval = 30 * 86400
+    public var maxConnections = 512
+    public var logLevel: Logger.Level = .info
+    /// `synchronous=FULL` on index files (durable on power loss). Tests may relax it.
+    public var fullSync = true
+
+    public init(system: Bool) {
+        self.system = system
+        stateDirectory = DefaultPaths.stateDirectory(system: system)
+        socketPath = DefaultPaths.socket(system: system)
+        unitDirectories = DefaultPaths.unitDirectories(system: system)
+    }
+
+    var storeOptions: StoreOptions {
+        var o = StoreOptions()
+        o.defaultExpiration = defaultExpiration
+        o.limits = limits
+        o.fullSync = fullSync
+        return o
+    }
+}

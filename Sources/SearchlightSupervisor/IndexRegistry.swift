@@ -1,0 +1,75 @@
+import Foundation
+import SearchlightStore
+import SearchlightWire
+
+/// The open index stores, one per (bundle, index name), at
+/// `<state>/indexes/<bundle>/<index or _default>.sqlite` (DESIGN §2). Opened on first use.
+final class IndexRegistry: @unchecked Sendable {
+    struct Key: Hashable {
+        var bundle: String
+        var index: String
+    }
+
+    let root: String
+    let options: StoreOptions
+    let log: Logger
+    private let lock = NSLock()
+    private var stores: [Key: IndexStore] = [:]
+
+    init(stateDirectory: String, options: StoreOptions, log: Logger) throws {
+        root = stateDirectory + "/indexes"
+        self.options = options
+        self.log = log
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    }
+
+    func path(bundle: String, index: String) -> String { "\(root)/\(bundle)/\(Names.fileName(index: index))" }
+
+    /// The store for a bundle's index. With `create: false`, nil when it does not exist yet
+    /// (a query of an index nobody wrote finds nothing, and creates nothing).
+    func store(bundle: String, index: String, create: Bool) throws(SearchlightError) -> IndexStore? {
+        let key = Key(bundle: bundle, index: index)
+        lock.lock()
+        defer { lock.unlock() }
+        if let s = stores[key] { return s }
+        let p = path(bundle: bundle, index: index)
+        if !create, !FileManager.default.fileExists(atPath: p) { return nil }
+        let s = try IndexStore(path: p, options: options)
+        stores[key] = s
+        log.info("index opened", ["bundle": bundle, "index": index.isEmpty ? "_default" : index, "items": s.count])
+        return s
+    }
+
+    func bundles() -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: root)) ?? []).filter(Names.validBundle).sorted()
+    }
+
+    /// Index names of a bundle, from its files ("" is the default index).
+    func indexes(of bundle: String) -> [String] {
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: "\(root)/\(bundle)")) ?? []
+        return files.filter { $0.hasSuffix(".sqlite") }.map { String($0.dropLast(7)) }
+            .map { $0 == "_default" ? "" : $0 }.filter(Names.validIndex).sorted()
+    }
+
+    /// Closes and deletes every index file of a bundle.
+    func erase(bundle: String) -> Int {
+        // Held throughout, so nobody reopens a file while it is being deleted.
+        lock.lock()
+        defer { lock.unlock() }
+        let doomed = stores.filter { $0.key.bundle == bundle }
+        for key in doomed.keys { stores[key] = nil }
+        for store in doomed.values { store.close() }
+        let dir = "\(root)/\(bundle)"
+        let count = indexes(of: bundle).count
+        try? FileManager.default.removeItem(atPath: dir)
+        return count
+    }
+
+    func closeAll() {
+        lock.lock()
+        let all = stores
+        stores.removeAll()
+        lock.unlock()
+        for s in all.values { s.close() }
+    }
+}

@@ -1,0 +1,68 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+
+/// Operator logs, shaped like swift-log's `Logger`: one line per event, a constant message, then
+/// `key=value` metadata. When stderr is the journal (`JOURNAL_STREAM`), lines carry the sd-daemon
+/// priority prefix (`<3>` error … `<7>` debug) instead of a timestamp.
+public struct Logger: Sendable {
+    public enum Level: Int, Sendable, Comparable {
+        case debug = 7, info = 6, notice = 5, warning = 4, error = 3
+        public static func < (a: Level, b: Level) -> Bool { a.rawValue > b.rawValue }
+        var name: String {
+            switch self {
+            case .debug: "debug"
+            case .info: "info"
+            case .notice: "notice"
+            case .warning: "warning"
+            case .error: "error"
+            }
+        }
+    }
+
+    public typealias Metadata = KeyValuePairs<String, CustomStringConvertible>
+
+    public let label: String
+    public var logLevel: Level
+    let journal: Bool
+
+    public init(label: String, level: Level = .info) {
+        self.label = label
+        self.logLevel = level
+        journal = ProcessInfo.processInfo.environment["JOURNAL_STREAM"] != nil
+    }
+
+    public func log(_ level: Level, _ message: String, _ metadata: Metadata = [:]) {
+        guard level >= logLevel else { return }
+        var line = journal ? "<\(level.rawValue)>" : "\(ISO8601Short.now()) \(level.name) "
+        line += message
+        for (k, v) in metadata {
+            let s = v.description
+            let needsQuotes = s.isEmpty || s.contains(where: { $0 == " " || $0 == "\"" || $0 == "=" })
+            line += " \(k)=" + (needsQuotes ? "\"\(s.replacingOccurrences(of: "\"", with: "\\\""))\"" : s)
+        }
+        line = line.replacingOccurrences(of: "\n", with: "\\n") + "\n"
+        let bytes = Array(line.utf8)
+        // One write(2) per line so concurrent lines never interleave.
+        bytes.withUnsafeBytes { _ = Glibc.write(2, $0.baseAddress, $0.count) }
+    }
+
+    public func debug(_ m: String, _ md: Metadata = [:]) { log(.debug, m, md) }
+    public func info(_ m: String, _ md: Metadata = [:]) { log(.info, m, md) }
+    public func notice(_ m: String, _ md: Metadata = [:]) { log(.notice, m, md) }
+    public func warning(_ m: String, _ md: Metadata = [:]) { log(.warning, m, md) }
+    public func error(_ m: String, _ md: Metadata = [:]) { log(.error, m, md) }
+}
+
+enum ISO8601Short {
+    static func now() -> String {
+        var t = timespec()
+        clock_gettime(CLOCK_REALTIME, &t)
+        var secs = t.tv_sec
+        var tm = Glibc.tm()
+        gmtime_r(&secs, &tm)
+        return String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+            tm.tm_hour, tm.tm_min, tm.tm_sec, Int(t.tv_nsec / 1_000_000))
+    }
+}

@@ -1,0 +1,61 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightStore
+import SearchlightWire
+
+/// What every client session shares: configuration, indexes, bundle records, counters.
+final class ServiceContext: @unchecked Sendable {
+    let config: Configuration
+    let registry: IndexRegistry
+    let state: SupervisorState
+    let log: Logger
+    let startedAt = Date()
+    let daemonUID = getuid()
+    let adminGID: gid_t?
+    private let lock = NSLock()
+    private var _connections = 0
+    private var _requests = 0
+
+    init(config: Configuration, log: Logger) throws {
+        self.config = config
+        self.log = log
+        try FileManager.default.createDirectory(atPath: config.stateDirectory, withIntermediateDirectories: true,
+            attributes: [.posixPermissions: 0o700])
+        registry = try IndexRegistry(stateDirectory: config.stateDirectory, options: config.storeOptions, log: log)
+        state = try SupervisorState(path: config.stateDirectory + "/supervisor.sqlite")
+        if let group = config.adminGroup {
+            guard let gr = getgrnam(group) else { throw SystemError("getgrnam(\(group)): no such group", errno: ENOENT) }
+            adminGID = gr.pointee.gr_gid
+        } else {
+            adminGID = nil
+        }
+    }
+
+    var connections: Int { lock.withLock { _connections } }
+    var requests: Int { lock.withLock { _requests } }
+
+    /// Takes a connection slot; false when the limit is reached.
+    func connectionOpened() -> Bool {
+        lock.withLock {
+            guard _connections < config.maxConnections else { return false }
+            _connections += 1
+            return true
+        }
+    }
+    func connectionClosed() { lock.withLock { _connections -= 1 } }
+    func countRequest() { lock.withLock { _requests += 1 } }
+
+    /// Admin: root, the daemon's own user, or a member of `--admin-group`.
+    func mayAdminister(_ peer: PeerCredentials) -> Bool {
+        if peer.uid == 0 || peer.uid == daemonUID { return true }
+        guard let adminGID else { return false }
+        if peer.gid == adminGID { return true }
+        guard let pw = getpwuid(peer.uid) else { return false }
+        var count: Int32 = 64
+        var groups = [gid_t](repeating: 0, count: 64)
+        if getgrouplist(pw.pointee.pw_name, pw.pointee.pw_gid, &groups, &count) == -1 { return false }
+        return groups.prefix(Int(count)).contains(adminGID)
+    }
+}

@@ -1,0 +1,63 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightWire
+
+/// The daemon as a library: loads state, listens on the socket, serves clients until stopped.
+/// Shaped like a swift-service-lifecycle `Service`: one `run()`, and `stop()` for a graceful end.
+public final class Supervisor: @unchecked Sendable {
+    public let config: Configuration
+    let log: Logger
+    private let lock = NSLock()
+    private var stopRequested = false
+    private let stopped = DispatchSemaphore(value: 0)
+
+    public init(config: Configuration) {
+        self.config = config
+        self.log = Logger(label: "searchlightd", level: config.logLevel)
+    }
+
+    /// Runs until `stop()`; throws when the daemon cannot start (state or socket unusable).
+    public func run() throws {
+        signal(SIGPIPE, SIG_IGN)
+        let context = try ServiceContext(config: config, log: log)
+        try prepareSocketDirectory()
+        let listener = try UnixSocket.listen(path: config.socketPath, mode: config.system ? 0o666 : 0o600)
+        let server = ClientServer(context: context, listener: listener)
+        server.start()
+        log.notice("searchlightd ready", [
+            "version": Version.string, "mode": config.system ? "system" : "user", "socket": config.socketPath,
+            "state": config.stateDirectory, "pid": getpid(),
+        ])
+        stopped.wait()
+        log.notice("searchlightd stopping")
+        server.stop()
+        context.registry.closeAll()
+        unlink(config.socketPath)
+        log.notice("searchlightd stopped")
+    }
+
+    /// Asks `run()` to stop gracefully: finish requests in flight, commit, close. Idempotent.
+    public func stop() {
+        let first = lock.withLock {
+            defer { stopRequested = true }
+            return !stopRequested
+        }
+        if first { stopped.signal() }
+    }
+
+    /// User mode: the socket's directory is private (0700) and ours. System mode: world-searchable,
+    /// since every request is checked against SO_PEERCRED.
+    private func prepareSocketDirectory() throws {
+        let dir = (config.socketPath as NSString).deletingLastPathComponent
+        let mode: mode_t = config.system ? 0o755 : 0o700
+        if mkdir(dir, mode) != 0 && errno != EEXIST { throw SystemError("mkdir(\(dir))") }
+        var st = stat()
+        guard lstat(dir, &st) == 0 else { throw SystemError("stat(\(dir))") }
+        guard (st.st_mode & S_IFMT) == S_IFDIR, st.st_uid == getuid() else {
+            throw SystemError("socket directory \(dir) is not a directory owned by uid \(getuid()); remove it", errno: EPERM)
+        }
+        if !config.system, (st.st_mode & 0o077) != 0 { chmod(dir, 0o700) }
+    }
+}
