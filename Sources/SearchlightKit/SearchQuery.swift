@@ -1,0 +1,76 @@
+import Foundation
+
+/// Options of a `SearchQuery` (CSSearchQueryContext).
+public struct SearchQueryContext: Sendable {
+    /// Attributes to return; nil returns all of them.
+    public var fetchAttributes: [String]?
+    /// Further queries every result must also match (e.g. `contentTypeTree == "public.image"`).
+    public var filterQueries: [String] = []
+    /// Results per round trip.
+    public var pageSize = 500
+
+    public init(fetchAttributes: [String]? = nil, filterQueries: [String] = []) {
+        self.fetchAttributes = fetchAttributes
+        self.filterQueries = filterQueries
+    }
+}
+
+/// A query in the CSSearchQuery language over one index (Docs/QueryLanguage.md). Iterate
+/// `results`; pages are fetched as you go.
+public struct SearchQuery: Sendable {
+    public let queryString: String
+    public let context: SearchQueryContext
+    let index: SearchableIndex
+
+    public init(queryString: String, queryContext: SearchQueryContext = SearchQueryContext(), index: SearchableIndex) {
+        self.queryString = queryString
+        self.context = queryContext
+        self.index = index
+    }
+
+    public var results: Results { Results(query: self) }
+
+    /// All matching items at once.
+    public func allItems() async throws -> [SearchableItem] {
+        var out: [SearchableItem] = []
+        for try await item in results { out.append(item) }
+        return out
+    }
+
+    /// The matching items, fetched page by page.
+    public struct Results: AsyncSequence, Sendable {
+        public typealias Element = SearchableItem
+        let query: SearchQuery
+
+        public func makeAsyncIterator() -> Iterator { Iterator(query: query) }
+
+        public struct Iterator: AsyncIteratorProtocol {
+            let query: SearchQuery
+            var buffer: [SearchableItem] = []
+            var cursor: String?
+            var finished = false
+
+            init(query: SearchQuery) { self.query = query }
+
+            public mutating func next() async throws -> SearchableItem? {
+                while buffer.isEmpty {
+                    if finished { return nil }
+                    try Task.checkCancellation()
+                    var params: [String: JSONValue] = [
+                        "query": .string(query.queryString), "limit": .number(Double(query.context.pageSize)),
+                    ]
+                    if let fetch = query.context.fetchAttributes { params["fetchAttributes"] = .array(fetch.map(JSONValue.string)) }
+                    if !query.context.filterQueries.isEmpty {
+                        params["filterQueries"] = .array(query.context.filterQueries.map(JSONValue.string))
+                    }
+                    if let cursor { params["cursor"] = .string(cursor) }
+                    let page = try await query.index.call(Method.querySearch, params)
+                    buffer = (page["items"]?.arrayValue ?? []).compactMap(SearchableItem.init(wire:)).reversed()
+                    cursor = page["cursor"]?.stringValue
+                    finished = cursor == nil
+                }
+                return buffer.popLast()
+            }
+        }
+    }
+}

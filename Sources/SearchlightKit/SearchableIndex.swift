@@ -1,0 +1,80 @@
+import Foundation
+
+/// Apple-platform developers know this as `CSIndexErrorCode`; here every failure is a
+/// `SearchlightError` carrying the wire code (`error.code`) and a message that says what to do.
+public typealias SearchableIndexError = SearchlightError
+
+/// An app's index in `searchlightd` (CSSearchableIndex). Every call returns once its effect is
+/// committed to disk. Each instance has its own connection, so batches are per instance.
+public final class SearchableIndex: Sendable {
+    /// The index name ("" is the bundle's default index).
+    public let name: String
+    public let bundleIdentifier: String
+    let connection: SearchlightConnection
+
+    public init(name: String = "", bundleIdentifier: String, socketPath: String? = nil) {
+        self.name = name
+        self.bundleIdentifier = bundleIdentifier
+        connection = SearchlightConnection(role: .app(bundleIdentifier: bundleIdentifier), socketPath: socketPath)
+    }
+
+    func call(_ method: String, _ params: [String: JSONValue] = [:]) async throws -> JSONValue {
+        var p = params
+        if !name.isEmpty { p["index"] = .string(name) }
+        return try await connection.call(method, .object(p))
+    }
+
+    /// Adds or replaces items (or merges those marked `isUpdate`). One invalid item fails the call
+    /// and nothing is applied.
+    public func indexSearchableItems(_ items: [SearchableItem]) async throws {
+        _ = try await call(Method.indexItems, ["items": .array(items.map(\.json))])
+    }
+
+    public func deleteSearchableItems(withIdentifiers identifiers: [String]) async throws {
+        _ = try await call(Method.indexDeleteIdentifiers, ["identifiers": .array(identifiers.map(JSONValue.string))])
+    }
+
+    /// Deletes the items of these domains and of their subdomains (`a` removes `a.b`, not `ab`).
+    public func deleteSearchableItems(withDomainIdentifiers domains: [String]) async throws {
+        _ = try await call(Method.indexDeleteDomains, ["domains": .array(domains.map(JSONValue.string))])
+    }
+
+    /// Deletes every item of this index and its client state.
+    public func deleteAllSearchableItems() async throws {
+        _ = try await call(Method.indexDeleteAll)
+    }
+
+    /// Starts a batch: the calls until `endBatch` commit together with the new client state, or not at all.
+    public func beginBatch() async throws {
+        _ = try await call(Method.indexBeginBatch)
+    }
+
+    /// Ends the batch. With `expectedClientState`, it applies only if the stored state still equals
+    /// it (else `mismatchedClientState` and nothing is applied); pass `.some(nil)` to expect none.
+    public func endBatch(expectedClientState: Data?? = nil, newClientState: Data) async throws {
+        var params: [String: JSONValue] = ["newClientState": .string(newClientState.base64EncodedString())]
+        if let expected = expectedClientState {
+            params["expectedClientState"] = expected.map { .string($0.base64EncodedString()) } ?? .null
+        }
+        _ = try await call(Method.indexEndBatch, params)
+    }
+
+    /// The client state stored by the last successful batch, or nil.
+    public func fetchLastClientState() async throws -> Data? {
+        let r = try await call(Method.indexFetchLastClientState)
+        return r["clientState"]?.stringValue.flatMap { Data(base64Encoded: $0) }
+    }
+
+    /// Drops the connection to the daemon; the next call reconnects.
+    public func close() async { await connection.close() }
+}
+
+extension SearchableItem {
+    /// Reads an item as the daemon returns it (already validated on the way in).
+    public init?(wire: JSONValue) {
+        guard let id = wire["uniqueIdentifier"]?.stringValue else { return nil }
+        self.init(uniqueIdentifier: id, domainIdentifier: wire["domainIdentifier"]?.stringValue,
+            attributeSet: AttributeSet(validatedValues: wire["attributeSet"]?.objectValue ?? [:]))
+        expirationDate = wire["expirationDate"]?.stringValue.flatMap(ISO8601.parse)
+    }
+}
