@@ -1,0 +1,170 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightKit
+
+/// Where the built executables are: next to the test bundle (`.build/<config>/`).
+enum Products {
+    static let directory: String = {
+        if let dir = ProcessInfo.processInfo.environment["SEARCHLIGHT_PRODUCTS"] { return dir }
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return (exe as NSString).deletingLastPathComponent
+    }()
+    static func path(_ name: String) -> String { directory + "/" + name }
+    /// The shared Debian corpus (DESIGN §9), if present.
+    static let corpus: String? = {
+        let candidates = [ProcessInfo.processInfo.environment["SEARCHLIGHT_CORPUS"], "../shared/corpus/debian-packages.jsonl.gz"]
+            .compactMap { $0 }
+        return candidates.first { FileManager.default.fileExists(atPath: $0) }
+    }()
+}
+
+/// A temporary directory removed when the value goes away.
+final class TempDir: @unchecked Sendable {
+    let path: String
+    init(_ prefix: String = "sl") {
+        // Short: socket paths are limited to 107 bytes.
+        var template = Array("/tmp/\(prefix)-XXXXXX".utf8CString)
+        path = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
+    }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// A real `searchlightd` process on a temp socket and state directory.
+final class DaemonProcess: @unchecked Sendable {
+    let dir: TempDir
+    let socket: String
+    let stateDir: String
+    let extraArguments: [String]
+    private(set) var process: Process?
+    private let lock = NSCondition()
+    private var logLines: [String] = []
+
+    init(arguments: [String] = [], dir: TempDir = TempDir()) throws {
+        self.dir = dir
+        socket = dir.path + "/d.sock"
+        stateDir = dir.path + "/state"
+        extraArguments = arguments
+        try start()
+    }
+
+    deinit { stop(signal: SIGKILL) }
+
+    var log: [String] { lock.withLock { logLines } }
+
+    /// Starts the daemon and waits for its "ready" line (generous deadline for loaded CI machines).
+    func start() throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Products.path("searchlightd"))
+        p.arguments = ["--socket", socket, "--state-dir", stateDir, "--log-level", "debug"] + extraArguments
+        let pipe = Pipe()
+        p.standardError = pipe
+        p.standardOutput = FileHandle.nullDevice
+        let handle = pipe.fileHandleForReading
+        let generation = lock.withLock { logLines.count }
+        Thread.detachNewThread { [weak self] in
+            var pending = Data()
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                pending.append(chunk)
+                while let nl = pending.firstIndex(of: 0x0A) {
+                    let line = String(decoding: pending[pending.startIndex..<nl], as: UTF8.self)
+                    pending = Data(pending[(nl + 1)...])
+                    guard let self else { return }
+                    self.lock.withLock {
+                        self.logLines.append(line)
+                        self.lock.broadcast()
+                    }
+                }
+            }
+        }
+        try p.run()
+        process = p
+        try waitForLog("searchlightd ready", after: generation, timeout: 60)
+    }
+
+    /// Waits until a log line (after index `after`) contains `text`.
+    @discardableResult
+    func waitForLog(_ text: String, after: Int = 0, timeout: TimeInterval = 30) throws -> String {
+        let deadline = Date().addingTimeInterval(timeout)
+        lock.lock()
+        defer { lock.unlock() }
+        while true {
+            if let line = logLines.dropFirst(after).first(where: { $0.contains(text) }) { return line }
+            if let p = process, !p.isRunning, text.contains("ready") {
+                throw HarnessError("searchlightd exited (\(p.terminationStatus)) before logging \"\(text)\":\n" + logLines.joined(separator: "\n"))
+            }
+            if !lock.wait(until: min(deadline, Date().addingTimeInterval(0.5))), Date() >= deadline {
+                throw HarnessError("no log line containing \"\(text)\" within \(timeout)s:\n" + logLines.suffix(30).joined(separator: "\n"))
+            }
+        }
+    }
+
+    /// Sends a signal and waits for the process to end.
+    func stop(signal sig: Int32 = SIGTERM) {
+        guard let p = process else { return }
+        if p.isRunning { kill(p.processIdentifier, sig) }
+        p.waitUntilExit()
+        process = nil
+    }
+
+    func restart() throws {
+        stop(signal: SIGTERM)
+        try start()
+    }
+
+    func index(_ bundle: String, name: String = "") -> SearchableIndex {
+        SearchableIndex(name: name, bundleIdentifier: bundle, socketPath: socket)
+    }
+
+    func admin() -> SearchlightConnection { SearchlightConnection(role: .admin, socketPath: socket) }
+}
+
+struct HarnessError: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+/// Runs the `searchlight` CLI against a daemon and captures its output.
+struct CLIResult {
+    var status: Int32
+    var stdout: String
+    var stderr: String
+}
+
+func runCLI(_ arguments: [String], socket: String?, stdin: String? = nil, executable: String = "searchlight") throws -> CLIResult {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: Products.path(executable))
+    p.arguments = (socket.map { ["--socket", $0] } ?? []) + arguments
+    var env = ProcessInfo.processInfo.environment
+    env.removeValue(forKey: "SEARCHLIGHT_SOCKET")
+    p.environment = env
+    let out = Pipe(), err = Pipe()
+    p.standardOutput = out
+    p.standardError = err
+    if let stdin {
+        let input = Pipe()
+        p.standardInput = input
+        try p.run()
+        input.fileHandleForWriting.write(Data(stdin.utf8))
+        try input.fileHandleForWriting.close()
+    } else {
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+    }
+    // Read both pipes fully before waiting, so a chatty child never blocks on a full pipe.
+    let group = DispatchGroup()
+    nonisolated(unsafe) var errData = Data()
+    group.enter()
+    DispatchQueue.global().async {
+        errData = err.fileHandleForReading.readDataToEndOfFile()
+        group.leave()
+    }
+    let outData = out.fileHandleForReading.readDataToEndOfFile()
+    group.wait()
+    p.waitUntilExit()
+    return CLIResult(status: p.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
+        stderr: String(decoding: errData, as: UTF8.self))
+}
