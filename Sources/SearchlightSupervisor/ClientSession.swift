@@ -349,7 +349,7 @@ final class ClientSession: @unchecked Sendable {
         request.maxSuggestionCount = try count(ctx["maxSuggestionCount"], name: "maxSuggestionCount", default: 0, max: 100)
         request.fetch = try stringList(ctx["fetchAttributes"], name: "fetchAttributes")
         if let filters = try stringList(ctx["filterQueries"], name: "filterQueries"), !filters.isEmpty {
-            request.filter = try QueryFront.filter(query: "", filterQueries: filters, limits: limits, now: Date())
+            request.filter = try QueryFront.filter(query: nil, filterQueries: filters, limits: limits, now: Date())
         }
         let targets = try queryTargets(params)
         let tagged = targets.count != 1 || (role == .admin && params["bundle"] == nil)
