@@ -1,11 +1,12 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import Dispatch
 import Foundation
 import SearchlightSupervisor
 
 // searchlightd: thin executable, flags -> Configuration -> Supervisor.
+
+SignalWaiter.blockHandledSignals()  // before any thread exists
 
 let usage = """
     usage: searchlightd [--system] [--state-dir DIR] [--socket PATH] [--units-dir DIR]... [--proc-root DIR]
@@ -89,13 +90,9 @@ func parseArguments(_ args: [String]) -> Configuration {
 
 let config = parseArguments(Array(CommandLine.arguments.dropFirst()))
 let supervisor = Supervisor(config: config)
-var signalSources: [DispatchSourceSignal] = []
-for sig in [SIGTERM, SIGINT] {
-    signal(sig, SIG_IGN)
-    let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-    source.setEventHandler { supervisor.stop() }
-    source.resume()
-    signalSources.append(source)
+SignalWaiter.start { sig in
+    // SIGHUP is reserved for reloading unit files (extension support); until then it does nothing.
+    if sig != SIGHUP { supervisor.stop() }
 }
 do {
     try supervisor.run()
