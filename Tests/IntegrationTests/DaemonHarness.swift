@@ -136,7 +136,8 @@ struct CLIResult {
 
 func runCLI(_ arguments: [String], socket: String?, stdin: String? = nil, executable: String = "searchlight") throws -> CLIResult {
     let p = Process()
-    p.executableURL = URL(fileURLWithPath: Products.path(executable))
+    // A bare name is one of our products; an absolute path is any program (e.g. setpriv).
+    p.executableURL = URL(fileURLWithPath: executable.hasPrefix("/") ? executable : Products.path(executable))
     p.arguments = (socket.map { ["--socket", $0] } ?? []) + arguments
     var env = ProcessInfo.processInfo.environment
     env.removeValue(forKey: "SEARCHLIGHT_SOCKET")
