@@ -1,0 +1,272 @@
+import Foundation
+import SearchlightWire
+
+/// Compiles a `QueryExpr` into a boolean SQL expression over the table `items` (columns written
+/// `items.col`) with its bound values, for use as `SELECT … FROM items WHERE (<sql>) AND …`.
+///
+/// Word and prefix predicates on full-text attributes are answered by the FTS5 index: the
+/// expression is `items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH ?)`, a superset (the
+/// index folds case and diacritics), AND an exact residual check (`sl_match`). Predicates the
+/// index cannot answer (infix and suffix wildcards on Latin text, `t`, negations, other
+/// attributes) are residual checks only and scan. No user text is ever written into the SQL:
+/// every string, number and JSON path is a bound parameter.
+public struct QueryCompiler: Sendable {
+    public init() {}
+
+    /// The SQL expression and its bindings, in the order of the `?` placeholders.
+    public static func compile(_ expr: QueryExpr) -> (sql: String, bindings: [SQLValue]) {
+        QueryCompiler().compile(expr)
+    }
+
+    public func compile(_ expr: QueryExpr) -> (sql: String, bindings: [SQLValue]) {
+        var builder = SQLBuilder()
+        let sql = builder.expression(expr, positive: true)
+        return (sql, builder.bindings)
+    }
+
+    /// The FTS5 query that prefilters `pattern` on `column` (nil: every column), or nil when no
+    /// term of the pattern can be answered by the index.
+    public static func ftsQuery(for pattern: QueryString, column: String?) -> String? {
+        var terms: [String] = []
+        func add(_ term: String) { if !terms.contains(term) { terms.append(term) } }
+        let parts = pattern.parts
+        let tokenized = pattern.modifiers.contains(.tokenized)
+        for (index, part) in parts.enumerated() {
+            guard case .text(let text) = part else { continue }
+            // A CJK run is contiguous in the value whatever the modifiers: find it in the bigram column.
+            for run in TextAnalysis.cjkRuns(text) { add("cjk : " + TextAnalysis.cjkFTSPhrase(run)) }
+            // With `t` a Latin word may sit inside an indexed token ("pc" in "windowspcfile").
+            if tokenized { continue }
+            let precededByWildcard = index > 0
+            let followedByWildcard = index < parts.count - 1
+            let scalars = Array(text.unicodeScalars)
+            for range in TextAnalysis.tokens(scalars) {
+                let token = scalars[range]
+                if token.contains(where: TextAnalysis.isCJK) { continue }
+                if !token.contains(where: { $0.properties.generalCategory != .nonspacingMark }) { continue }
+                if range.lowerBound == 0 && precededByWildcard { continue }  // infix or suffix: unanswerable
+                var view = String.UnicodeScalarView()
+                view.append(contentsOf: token)
+                let prefix = range.upperBound == scalars.count && followedByWildcard
+                let term = TextAnalysis.ftsQuoted(String(view)) + (prefix ? " *" : "")
+                add(column.map { "\($0) : \(term)" } ?? term)
+            }
+        }
+        return terms.isEmpty ? nil : terms.joined(separator: " AND ")
+    }
+}
+
+/// Accumulates SQL text and bindings; `?` placeholders are appended in text order.
+private struct SQLBuilder {
+    var bindings: [SQLValue] = []
+
+    mutating func bind(_ value: SQLValue) -> String {
+        bindings.append(value)
+        return "?"
+    }
+
+    mutating func expression(_ expr: QueryExpr, positive: Bool) -> String {
+        switch expr {
+        case .and(let operands):
+            return balanced(operands.map { expression($0, positive: positive) }, "AND")
+        case .or(let operands):
+            return balanced(operands.map { expression($0, positive: positive) }, "OR")
+        case .not(let inner):
+            return "NOT (\(expression(inner, positive: !positive)))"
+        case .comparison(let attribute, .equal, let value):
+            return equal(attribute, value, prefilter: positive)
+        case .comparison(let attribute, .notEqual, let value):
+            // A missing attribute is "not equal": NOT EXISTS / NOT sl_match(NULL) are true.
+            return "NOT (\(equal(attribute, value, prefilter: !positive)))"
+        case .comparison(let attribute, let op, let value):
+            return order(attribute, op, value)
+        case .inRange(let attribute, let low, let high):
+            return range(attribute, low, high)
+        }
+    }
+
+    /// Joins operands as a balanced tree, so that thousands of operands stay far below
+    /// SQLite's expression depth limit.
+    private func balanced(_ parts: [String], _ op: String) -> String {
+        if parts.count == 1 { return parts[0] }
+        let mid = parts.count / 2
+        return "(\(balanced(Array(parts[..<mid]), op))) \(op) (\(balanced(Array(parts[mid...]), op)))"
+    }
+
+    // MARK: Equality
+
+    private mutating func equal(_ attribute: QueryAttribute, _ value: QueryValue, prefilter: Bool) -> String {
+        switch (attribute, value) {
+        case (.anyText, .string(let s)):
+            var sql = ""
+            if prefilter, let fts = QueryCompiler.ftsQuery(for: s, column: nil) {
+                sql = "items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH \(bind(.text(fts)))) AND "
+            }
+            var columns: [String] = []
+            for name in AttributeCatalog.textAttributes { columns.append("sl_match(\(ftsColumn(name)), \(pattern(s)))") }
+            let custom = "EXISTS (SELECT 1 FROM json_tree(items.attrs, '$.custom') WHERE type = 'text' AND sl_match(value, \(pattern(s))))"
+            return "(\(sql)(\(columns.joined(separator: " OR ")))) OR \(custom)"
+        case (.catalog(let name, .text), .string(let s)), (.catalog(let name, .textArray), .string(let s)):
+            let column = ftsColumn(name)
+            var sql = ""
+            if prefilter, column != "NULL", let fts = QueryCompiler.ftsQuery(for: s, column: name) {
+                sql = "items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH \(bind(.text(fts)))) AND "
+            }
+            return sql + "sl_match(\(column), \(pattern(s)))"
+        case (.uniqueIdentifier, .string(let s)), (.domainIdentifier, .string(let s)):
+            let column = attribute == .uniqueIdentifier ? "items.uid" : "items.domain"
+            if !s.hasWildcard && s.modifiers.isEmpty { return "\(column) IS \(bind(.text(s.literal)))" }
+            return "sl_match(\(column), \(pattern(s)))"
+        case (.expirationDate, _):
+            return "items.expires = \(bind(number(value)))"
+        case (.catalog(let name, _), .string(let s)):
+            return jsonString(path: "$.\"\(name)\"", s)
+        case (.custom(let name), .string(let s)):
+            return customString(name, s, textCondition: { $0.stringEquals(s) }, dateOp: "=")
+        case (.catalog(let name, let kind), _):
+            return jsonNumber(path: "$.\"\(name)\"", "=", value, boolAttribute: kind == .bool)
+        case (.custom(let name), _):
+            return jsonNumber(path: customPath(name), "=", value, boolAttribute: false)
+        case (.anyText, _), (.uniqueIdentifier, _), (.domainIdentifier, _):
+            return "0"  // the parser never builds these
+        }
+    }
+
+    // MARK: Ordering
+
+    private mutating func order(_ attribute: QueryAttribute, _ op: QueryOperator, _ value: QueryValue) -> String {
+        let sqlOp = op.rawValue
+        switch (attribute, value) {
+        case (.catalog(let name, .text), .string(let s)), (.catalog(let name, .textArray), .string(let s)):
+            return "sl_compare(\(ftsColumn(name)), \(bind(.text(sqlOp))), \(literal(s)))"
+        case (.uniqueIdentifier, .string(let s)), (.domainIdentifier, .string(let s)):
+            let column = attribute == .uniqueIdentifier ? "items.uid" : "items.domain"
+            return "sl_compare(\(column), \(bind(.text(sqlOp))), \(literal(s)))"
+        case (.expirationDate, _):
+            return "items.expires \(sqlOp) \(bind(number(value)))"
+        case (.catalog(let name, _), .string(let s)):
+            return "EXISTS (SELECT 1 FROM json_each(items.attrs, \(bind(.text("$.\"\(name)\"")))) WHERE type = 'text' AND "
+                + "sl_compare(value, \(bind(.text(sqlOp))), \(literal(s))))"
+        case (.custom(let name), .string(let s)):
+            return customString(
+                name, s, textCondition: { "sl_compare(value, \($0.bind(.text(sqlOp))), \($0.literal(s)))" }, dateOp: sqlOp)
+        case (.catalog(let name, let kind), _):
+            return jsonNumber(path: "$.\"\(name)\"", sqlOp, value, boolAttribute: kind == .bool)
+        case (.custom(let name), _):
+            return jsonNumber(path: customPath(name), sqlOp, value, boolAttribute: false)
+        case (.anyText, _), (.uniqueIdentifier, _), (.domainIdentifier, _):
+            return "0"
+        }
+    }
+
+    private mutating func range(_ attribute: QueryAttribute, _ low: QueryValue, _ high: QueryValue) -> String {
+        if case .string(let lo) = low, case .string(let hi) = high {
+            let modifiers = lo.modifiers.union(hi.modifiers).letters
+            func args(_ b: inout SQLBuilder) -> String {
+                "\(b.bind(.text(lo.literal))), \(b.bind(.text(hi.literal))), \(b.bind(.text(modifiers)))"
+            }
+            switch attribute {
+            case .catalog(let name, .text), .catalog(let name, .textArray):
+                return "sl_range(\(ftsColumn(name)), \(args(&self)))"
+            case .uniqueIdentifier, .domainIdentifier:
+                let column = attribute == .uniqueIdentifier ? "items.uid" : "items.domain"
+                return "sl_range(\(column), \(args(&self)))"
+            case .catalog(let name, _):
+                return "EXISTS (SELECT 1 FROM json_each(items.attrs, \(bind(.text("$.\"\(name)\"")))) WHERE type = 'text' AND "
+                    + "sl_range(value, \(args(&self))))"
+            case .custom(let name):
+                var sql = "(EXISTS (SELECT 1 FROM json_each(items.attrs, \(bind(.text(customPath(name))))) WHERE type = 'text' AND "
+                    + "sl_range(value, \(args(&self)))))"
+                if let a = ISO8601.parse(lo.literal), let b = ISO8601.parse(hi.literal) {
+                    sql += " OR (\(customIsDate(name)) AND \(jsonNumberRange(customPath(name), .date(a), .date(b), false)))"
+                }
+                return sql
+            case .anyText, .expirationDate:
+                return "0"
+            }
+        }
+        switch attribute {
+        case .expirationDate:
+            return "items.expires BETWEEN \(bind(number(low))) AND \(bind(number(high)))"
+        case .catalog(let name, let kind):
+            return jsonNumberRange("$.\"\(name)\"", low, high, kind == .bool)
+        case .custom(let name):
+            return jsonNumberRange(customPath(name), low, high, false)
+        case .anyText, .uniqueIdentifier, .domainIdentifier:
+            return "0"
+        }
+    }
+
+    // MARK: Pieces
+
+    /// `?, ?`: a pattern and its modifiers, for `sl_match`.
+    mutating func pattern(_ s: QueryString) -> String {
+        "\(bind(.text(s.pattern))), \(bind(.text(s.modifiers.letters)))"
+    }
+
+    /// `?, ?`: a literal and its modifiers, for `sl_compare`.
+    mutating func literal(_ s: QueryString) -> String {
+        "\(bind(.text(s.literal))), \(bind(.text(s.modifiers.letters)))"
+    }
+
+    /// The condition on a JSON text `value` for `==`.
+    mutating func stringEquals(_ s: QueryString) -> String {
+        if !s.hasWildcard && s.modifiers.isEmpty { return "value = \(bind(.text(s.literal)))" }
+        return "sl_match(value, \(pattern(s)))"
+    }
+
+    private mutating func jsonString(path: String, _ s: QueryString) -> String {
+        "EXISTS (SELECT 1 FROM json_each(items.attrs, \(bind(.text(path)))) WHERE type = 'text' AND \(stringEquals(s)))"
+    }
+
+    /// A custom attribute compared with a string: its text values, or, when the string is an
+    /// ISO 8601 date and the attribute holds dates (listed in `customDates`), its date values.
+    private mutating func customString(
+        _ name: String, _ s: QueryString, textCondition: (inout SQLBuilder) -> String, dateOp: String
+    ) -> String {
+        let path = customPath(name)
+        var sql = "(EXISTS (SELECT 1 FROM json_each(items.attrs, \(bind(.text(path)))) WHERE type = 'text' AND "
+            + "\(textCondition(&self))))"
+        if !s.hasWildcard, let date = ISO8601.parse(s.literal) {
+            sql += " OR (\(customIsDate(name)) AND \(jsonNumber(path: path, dateOp, .date(date), boolAttribute: false)))"
+        }
+        return sql
+    }
+
+    private mutating func customIsDate(_ name: String) -> String {
+        "EXISTS (SELECT 1 FROM json_each(items.attrs, '$.customDates') WHERE value = \(bind(.text(name))))"
+    }
+
+    private mutating func jsonNumber(path: String, _ op: String, _ value: QueryValue, boolAttribute: Bool) -> String {
+        "EXISTS (SELECT 1 FROM json_each(items.attrs, \(bind(.text(path)))) WHERE \(typeCondition(value, boolAttribute)) "
+            + "AND value \(op) \(bind(number(value))))"
+    }
+
+    private mutating func jsonNumberRange(_ path: String, _ low: QueryValue, _ high: QueryValue, _ boolAttribute: Bool)
+        -> String
+    {
+        "EXISTS (SELECT 1 FROM json_each(items.attrs, \(bind(.text(path)))) WHERE \(typeCondition(low, boolAttribute)) "
+            + "AND value >= \(bind(number(low))) AND value <= \(bind(number(high))))"
+    }
+
+    private func typeCondition(_ value: QueryValue, _ boolAttribute: Bool) -> String {
+        if case .bool = value { return "type IN ('true', 'false')" }
+        return boolAttribute ? "type IN ('true', 'false')" : "type IN ('integer', 'real')"
+    }
+
+    private func number(_ value: QueryValue) -> SQLValue {
+        switch value {
+        case .number(let n): .double(n)
+        case .date(let d): .double(d.timeIntervalSince1970)
+        case .bool(let b): .integer(b ? 1 : 0)
+        case .string: .null
+        }
+    }
+
+    private func customPath(_ name: String) -> String { "$.\"custom\".\"\(name)\"" }
+
+    /// The column name from the schema's own list, so the SQL never contains caller text.
+    private func ftsColumn(_ name: String) -> String {
+        Schema.ftsColumns.first { $0 == name && $0 != "cjk" }.map { "items.\($0)" } ?? "NULL"
+    }
+}

@@ -1,0 +1,435 @@
+/// The exact string matcher behind `==` on strings (SQL function `sl_match`).
+///
+/// Pattern syntax: `*` matches any run of characters, `\*` is a literal star and `\\` a literal
+/// backslash. Modifiers: `c` case-insensitive, `d` diacritic-insensitive, `w` word-based (the
+/// pattern's words must match a run of whole words of the value; a wildcard stays inside one
+/// word), `t` tokenized (like `w`, but words are also split at case changes and letter/digit
+/// boundaries, compared case-insensitively: `"pc"wt` matches "WindowsPCFile"). Without `w`/`t`
+/// the pattern must match the whole value. A value made of several array elements joined by
+/// U+001F matches when any element matches.
+public struct TextPattern: Sendable {
+    /// One piece of a pattern: literal text or the `*` wildcard.
+    public enum Part: Sendable, Hashable {
+        case text(String)
+        case wildcard
+    }
+
+    let caseInsensitive: Bool
+    let diacriticInsensitive: Bool
+    let wordBased: Bool
+    let tokenized: Bool
+    private let glob: Glob
+    private let words: [Glob]
+    private let subWords: [Glob]
+    /// Folded literal pieces every match must contain: a cheap rejection before word splitting.
+    private let required: [[UInt8]]
+
+    public init(_ pattern: String, modifiers: String) {
+        self.init(parts: Self.parts(of: pattern), modifiers: modifiers)
+    }
+
+    public init(parts: [Part], modifiers: String) {
+        tokenized = modifiers.contains("t")
+        wordBased = tokenized || modifiers.contains("w")
+        caseInsensitive = tokenized || modifiers.contains("c")
+        diacriticInsensitive = modifiers.contains("d")
+        let ci = caseInsensitive, di = diacriticInsensitive
+        glob = Glob(parts: parts.map { part in
+            if case .text(let t) = part { return .text(TextAnalysis.fold(t, caseInsensitive: ci, diacriticInsensitive: di)) }
+            return part
+        })
+        if wordBased {
+            let patternWords = Self.patternWords(parts)
+            let split = tokenized ? patternWords.flatMap(Self.splitWord) : []
+            words = patternWords.map { Self.wordGlob($0, ci, di) }
+            subWords = split.map { Self.wordGlob($0, ci, di) }
+            var pieces: [[UInt8]] = []
+            for word in tokenized ? split : patternWords {
+                for case .text(let t) in word {
+                    let piece = Array(TextAnalysis.fold(t, caseInsensitive: ci, diacriticInsensitive: di).utf8)
+                    if !piece.isEmpty { pieces.append(piece) }
+                }
+            }
+            required = pieces
+        } else {
+            words = []
+            subWords = []
+            required = []
+        }
+    }
+
+    /// Splits pattern syntax into literal text and wildcards.
+    public static func parts(of pattern: String) -> [Part] {
+        var result: [Part] = []
+        var text = String.UnicodeScalarView()
+        var escaped = false
+        for s in pattern.unicodeScalars {
+            if escaped {
+                text.append(s)
+                escaped = false
+            } else if s == "\\" {
+                escaped = true
+            } else if s == "*" {
+                if !text.isEmpty { result.append(.text(String(text))) }
+                text = String.UnicodeScalarView()
+                if result.last != .wildcard { result.append(.wildcard) }
+            } else {
+                text.append(s)
+            }
+        }
+        if escaped { text.append("\\") }
+        if !text.isEmpty || result.isEmpty { result.append(.text(String(text))) }
+        return result
+    }
+
+    /// Writes parts back in pattern syntax.
+    public static func syntax(of parts: [Part]) -> String {
+        var out = ""
+        for part in parts {
+            switch part {
+            case .wildcard: out += "*"
+            case .text(let t):
+                for ch in t.unicodeScalars {
+                    if ch == "*" || ch == "\\" { out += "\\" }
+                    out.unicodeScalars.append(ch)
+                }
+            }
+        }
+        return out
+    }
+
+    public func matches(_ value: String) -> Bool {
+        var v = value
+        return v.withUTF8 { matches(utf8: $0) }
+    }
+
+    /// Matches UTF-8 bytes directly (the SQL function passes SQLite's buffer without copying).
+    public func matches(utf8 value: UnsafeBufferPointer<UInt8>) -> Bool {
+        var start = 0
+        var k = 0
+        while k <= value.count {
+            if k == value.count || value[k] == 0x1F {
+                if matchesElement(UnsafeBufferPointer(rebasing: value[start..<k])) { return true }
+                start = k + 1
+            }
+            k += 1
+        }
+        return false
+    }
+
+    private func matchesElement(_ element: UnsafeBufferPointer<UInt8>) -> Bool {
+        if wordBased, !words.isEmpty { return matchesWords(element) }
+        if !caseInsensitive && !diacriticInsensitive { return glob.matches(element) }
+        var ascii = true
+        for b in element where b >= 0x80 {
+            ascii = false
+            break
+        }
+        if ascii && !caseInsensitive { return glob.matches(element) }
+        if ascii {
+            var folded = [UInt8](element)
+            for i in folded.indices where folded[i] >= 0x41 && folded[i] <= 0x5A { folded[i] += 0x20 }
+            return folded.withUnsafeBufferPointer { glob.matches($0) }
+        }
+        var folded = TextAnalysis.fold(
+            String(decoding: element, as: UTF8.self), caseInsensitive: caseInsensitive,
+            diacriticInsensitive: diacriticInsensitive)
+        return folded.withUTF8 { glob.matches($0) }
+    }
+
+    // MARK: Word mode
+
+    private func matchesWords(_ element: UnsafeBufferPointer<UInt8>) -> Bool {
+        if !element.contains(where: { $0 >= 0x80 }) { return matchesASCIIWords(element) }
+        // Folding maps letters to letters and drops only marks, so the tokens of the folded
+        // value are the folded tokens.
+        var folded = TextAnalysis.fold(
+            String(decoding: element, as: UTF8.self), caseInsensitive: caseInsensitive,
+            diacriticInsensitive: diacriticInsensitive)
+        guard folded.withUTF8({ mayMatch($0) }) else { return false }
+        var ranges: [Range<Int>] = []
+        var offset = 0
+        var start = -1
+        for scalar in folded.unicodeScalars {
+            if TextAnalysis.isTokenChar(scalar) {
+                if start < 0 { start = offset }
+            } else if start >= 0 {
+                ranges.append(start..<offset)
+                start = -1
+            }
+            offset += UTF8.width(scalar)
+        }
+        if start >= 0 { ranges.append(start..<offset) }
+        if folded.withUTF8({ Self.sequenceMatches(words, $0, ranges) }) { return true }
+        guard tokenized else { return false }
+        // Sub-tokens need the original case; fold each one into a shared buffer.
+        let scalars = Array(String(decoding: element, as: UTF8.self).unicodeScalars)
+        var buffer: [UInt8] = []
+        var subRanges: [Range<Int>] = []
+        for range in TextAnalysis.tokens(scalars) {
+            for sub in TextAnalysis.subTokens(scalars[range]) {
+                let begin = buffer.count
+                buffer += fold(scalars[sub])
+                subRanges.append(begin..<buffer.count)
+            }
+        }
+        return buffer.withUnsafeBufferPointer { Self.sequenceMatches(subWords, $0, subRanges) }
+    }
+
+    /// The same as the general path, on bytes: ASCII letters and digits are the token characters.
+    private func matchesASCIIWords(_ e: UnsafeBufferPointer<UInt8>) -> Bool {
+        func kind(_ b: UInt8) -> Int {
+            if b >= 0x30 && b <= 0x39 { return 2 }
+            if b >= 0x41 && b <= 0x5A { return 3 }  // upper
+            if b >= 0x61 && b <= 0x7A { return 1 }  // lower
+            return 0
+        }
+        var folded = [UInt8](e)
+        if caseInsensitive { for i in folded.indices where folded[i] >= 0x41 && folded[i] <= 0x5A { folded[i] += 0x20 } }
+        guard folded.withUnsafeBufferPointer({ mayMatch($0) }) else { return false }
+        var ranges: [Range<Int>] = []
+        var start = -1
+        for i in 0...e.count {
+            let isToken = i < e.count && kind(e[i]) != 0
+            if isToken, start < 0 { start = i }
+            if !isToken, start >= 0 {
+                ranges.append(start..<i)
+                start = -1
+            }
+        }
+        if folded.withUnsafeBufferPointer({ Self.sequenceMatches(words, $0, ranges) }) { return true }
+        guard tokenized else { return false }
+        var subRanges: [Range<Int>] = []
+        for range in ranges {
+            var s = range.lowerBound
+            for i in stride(from: range.lowerBound + 1, to: range.upperBound, by: 1) {
+                let p = kind(e[i - 1]), c = kind(e[i])
+                let digitEdge = (p == 2) != (c == 2)
+                let camel = p == 1 && c == 3
+                let acronymEnd = p == 3 && c == 3 && i + 1 < range.upperBound && kind(e[i + 1]) == 1
+                if digitEdge || camel || acronymEnd {
+                    subRanges.append(s..<i)
+                    s = i
+                }
+            }
+            subRanges.append(s..<range.upperBound)
+        }
+        return folded.withUnsafeBufferPointer { Self.sequenceMatches(subWords, $0, subRanges) }
+    }
+
+    /// False when the folded value lacks a literal piece of the pattern, so no word can match.
+    private func mayMatch(_ folded: UnsafeBufferPointer<UInt8>) -> Bool {
+        required.allSatisfy { piece in
+            piece.withUnsafeBufferPointer { Glob.find($0, in: folded, from: 0, to: folded.count) != nil }
+        }
+    }
+
+    private func fold(_ scalars: ArraySlice<Unicode.Scalar>) -> [UInt8] {
+        var out = String.UnicodeScalarView()
+        for s in scalars {
+            TextAnalysis.appendFolded(
+                s, to: &out, caseInsensitive: caseInsensitive, diacriticInsensitive: diacriticInsensitive)
+        }
+        return Array(String(out).utf8)
+    }
+
+    /// Whether the pattern's words match consecutive tokens (byte ranges of `bytes`).
+    private static func sequenceMatches(_ pattern: [Glob], _ bytes: UnsafeBufferPointer<UInt8>, _ tokens: [Range<Int>])
+        -> Bool
+    {
+        guard !pattern.isEmpty, tokens.count >= pattern.count else { return false }
+        for start in 0...(tokens.count - pattern.count) {
+            var all = true
+            for j in pattern.indices where !pattern[j].matches(UnsafeBufferPointer(rebasing: bytes[tokens[start + j]])) {
+                all = false
+                break
+            }
+            if all { return true }
+        }
+        return false
+    }
+
+    /// The pattern's words: maximal runs of token characters and wildcards.
+    static func patternWords(_ parts: [Part]) -> [[Part]] {
+        var result: [[Part]] = []
+        var current: [Part] = []
+        var text = String.UnicodeScalarView()
+        func endText() {
+            if !text.isEmpty { current.append(.text(String(text))) }
+            text = String.UnicodeScalarView()
+        }
+        func endWord() {
+            endText()
+            if !current.isEmpty { result.append(current) }
+            current = []
+        }
+        for part in parts {
+            switch part {
+            case .wildcard:
+                endText()
+                current.append(.wildcard)
+            case .text(let t):
+                for s in t.unicodeScalars {
+                    if TextAnalysis.isTokenChar(s) { text.append(s) } else { endWord() }
+                }
+            }
+        }
+        endWord()
+        return result
+    }
+
+    /// Splits a pattern word at case and letter/digit boundaries; a wildcard stays with the piece
+    /// it touches.
+    static func splitWord(_ word: [Part]) -> [[Part]] {
+        var result: [[Part]] = []
+        var pendingLeadingWildcard = false
+        for part in word {
+            switch part {
+            case .wildcard:
+                if result.isEmpty {
+                    pendingLeadingWildcard = true
+                } else {
+                    result[result.count - 1].append(.wildcard)
+                }
+            case .text(let t):
+                let scalars = Array(t.unicodeScalars)
+                for range in TextAnalysis.subTokens(scalars[...]) {
+                    var piece: [Part] = []
+                    if pendingLeadingWildcard {
+                        piece.append(.wildcard)
+                        pendingLeadingWildcard = false
+                    }
+                    var view = String.UnicodeScalarView()
+                    view.append(contentsOf: scalars[range])
+                    piece.append(.text(String(view)))
+                    result.append(piece)
+                }
+            }
+        }
+        if pendingLeadingWildcard { result.append([.wildcard]) }
+        return result
+    }
+
+    /// A word glob; a word of CJK characters only matches anywhere inside a token, because CJK
+    /// text has no spaces between words.
+    private static func wordGlob(_ word: [Part], _ ci: Bool, _ di: Bool) -> Glob {
+        var allCJK = true
+        var folded: [Part] = []
+        for part in word {
+            if case .text(let t) = part {
+                if !t.unicodeScalars.allSatisfy(TextAnalysis.isCJKLetter) { allCJK = false }
+                folded.append(.text(TextAnalysis.fold(t, caseInsensitive: ci, diacriticInsensitive: di)))
+            } else {
+                folded.append(part)
+            }
+        }
+        if allCJK {
+            if folded.first != .wildcard { folded.insert(.wildcard, at: 0) }
+            if folded.last != .wildcard { folded.append(.wildcard) }
+        }
+        return Glob(parts: folded)
+    }
+}
+
+/// A compiled wildcard pattern over UTF-8 bytes. Matching bytes is exact for UTF-8 because a
+/// literal segment always starts with a lead byte, which never occurs inside a character.
+struct Glob: Sendable {
+    private let segments: [[UInt8]]
+    private let anchoredStart: Bool
+    private let anchoredEnd: Bool
+    private let exact: [UInt8]?
+
+    init(parts: [TextPattern.Part]) {
+        var segments: [[UInt8]] = []
+        var hasWildcard = false
+        for part in parts {
+            switch part {
+            case .wildcard: hasWildcard = true
+            case .text(let t): if !t.isEmpty { segments.append(Array(t.utf8)) }
+            }
+        }
+        anchoredStart = parts.first != .wildcard
+        anchoredEnd = parts.last != .wildcard
+        exact = hasWildcard ? nil : (segments.first ?? [])
+        self.segments = segments
+    }
+
+    func matches(_ v: UnsafeBufferPointer<UInt8>) -> Bool {
+        if let exact {
+            return v.count == exact.count && exact.withUnsafeBufferPointer { Glob.memoryEqual($0, v, at: 0) }
+        }
+        var lower = 0
+        var upper = v.count
+        var first = 0
+        var last = segments.count - 1
+        if anchoredStart, let s = segments.first {
+            guard s.count <= v.count, s.withUnsafeBufferPointer({ Glob.memoryEqual($0, v, at: 0) }) else { return false }
+            lower = s.count
+            first = 1
+        }
+        if anchoredEnd, last >= first {
+            let s = segments[last]
+            guard s.count <= upper - lower, s.withUnsafeBufferPointer({ Glob.memoryEqual($0, v, at: upper - s.count) })
+            else { return false }
+            upper -= s.count
+            last -= 1
+        }
+        if first > last { return true }
+        for k in first...last {
+            guard let found = segments[k].withUnsafeBufferPointer({ Glob.find($0, in: v, from: lower, to: upper) })
+            else { return false }
+            lower = found + segments[k].count
+        }
+        return true
+    }
+
+    static func memoryEqual(_ needle: UnsafeBufferPointer<UInt8>, _ v: UnsafeBufferPointer<UInt8>, at offset: Int) -> Bool {
+        for i in 0..<needle.count where needle[i] != v[offset + i] { return false }
+        return true
+    }
+
+    static func find(_ needle: UnsafeBufferPointer<UInt8>, in v: UnsafeBufferPointer<UInt8>, from: Int, to: Int) -> Int? {
+        guard needle.count <= to - from else { return nil }
+        if needle.isEmpty { return from }
+        let first = needle[0]
+        var i = from
+        while i + needle.count <= to {
+            if v[i] == first && memoryEqual(needle, v, at: i) { return i }
+            i += 1
+        }
+        return nil
+    }
+}
+
+/// Lexicographic comparison of strings after the `c`/`d` folding (SQL functions `sl_compare` and
+/// `sl_range`): UTF-8 byte order, which is Unicode scalar order.
+public struct TextOrder: Sendable {
+    let caseInsensitive: Bool
+    let diacriticInsensitive: Bool
+
+    public init(modifiers: String) {
+        caseInsensitive = modifiers.contains("c") || modifiers.contains("t")
+        diacriticInsensitive = modifiers.contains("d")
+    }
+
+    public func folded(_ s: String) -> [UInt8] {
+        Array(TextAnalysis.fold(s, caseInsensitive: caseInsensitive, diacriticInsensitive: diacriticInsensitive).utf8)
+    }
+
+    /// Calls `body` with each array element of `value` (split at U+001F), folded.
+    func forEachElement(_ value: UnsafeBufferPointer<UInt8>, _ body: ([UInt8]) -> Bool) -> Bool {
+        var start = 0
+        for k in 0...value.count where k == value.count || value[k] == 0x1F {
+            let element = UnsafeBufferPointer(rebasing: value[start..<k])
+            if body(folded(String(decoding: element, as: UTF8.self))) { return true }
+            start = k + 1
+        }
+        return false
+    }
+
+    /// -1, 0 or 1 as `a` sorts before, equal to or after `b`.
+    static func compare(_ a: [UInt8], _ b: [UInt8]) -> Int {
+        for i in 0..<min(a.count, b.count) where a[i] != b[i] { return a[i] < b[i] ? -1 : 1 }
+        return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
+    }
+}

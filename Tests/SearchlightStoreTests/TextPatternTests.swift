@@ -1,0 +1,165 @@
+import Testing
+
+@testable import SearchlightStore
+
+@Suite("TextPattern")
+struct TextPatternTests {
+    private func match(_ pattern: String, _ modifiers: String, _ value: String) -> Bool {
+        TextPattern(pattern, modifiers: modifiers).matches(value)
+    }
+
+    private func match(_ pattern: String, _ value: String) -> Bool {
+        TextPattern(pattern, modifiers: "").matches(value)
+    }
+
+    @Test("without wildcards the pattern must equal the whole value")
+    func exact() {
+        #expect(match("Bridge", "Bridge"))
+        #expect(!match("Bridge", "Bridges"))
+        #expect(!match("Bridge", "bridge"))
+        #expect(match("", ""))
+        #expect(!match("", "x"))
+    }
+
+    @Test("a star matches any run of characters, at either end or inside")
+    func wildcards() {
+        #expect(match("Nat*", "Natural Bridges"))
+        #expect(match("*Bridges", "Natural Bridges"))
+        #expect(match("*ral Bri*", "Natural Bridges"))
+        #expect(match("N*l*B*s", "Natural Bridges"))
+        #expect(match("*", ""))
+        #expect(match("a*a", "aa"))
+        #expect(!match("a*a", "a"))
+        #expect(!match("Nat*x", "Natural Bridges"))
+        #expect(!match("*ral", "Natural Bridges"))
+    }
+
+    @Test("an escaped star is a literal star")
+    func literalStar() {
+        #expect(match("5\\*", "5*"))
+        #expect(!match("5\\*", "55"))
+        #expect(match("a\\\\b", "a\\b"))
+    }
+
+    @Test("c folds case and d folds diacritics, separately or together")
+    func caseAndDiacritics() {
+        #expect(match("café", "c", "CAFÉ"))
+        #expect(!match("cafe", "c", "CAFÉ"))
+        #expect(match("cafe", "d", "café"))
+        #expect(!match("cafe", "d", "CAFÉ"))
+        #expect(match("cafe", "cd", "CAFÉ"))
+        #expect(match("Việt*", "cd", "viet nam"))
+        #expect(match("HELLO", "c", "hello"))
+    }
+
+    @Test("w matches a run of whole words, a trailing star extending the last word")
+    func words() {
+        #expect(match("Natural Bridges*", "w", "Visit the Natural Bridges National Monument"))
+        #expect(match("Natural Bridges*", "w", "Natural Bridgestone"))
+        #expect(!match("Natural Bridges*", "w", "Supernatural Bridges"))
+        #expect(!match("Natural Bridges", "w", "Natural Bridgestone"))
+        #expect(!match("Natural Bridges*", "w", "Natural and Bridges"))
+        #expect(match("paris", "cw", "I love Paris, in spring"))
+        #expect(!match("par", "cw", "I love Paris"))
+        #expect(match("*ris", "cw", "I love Paris"))
+        #expect(match("e-mail", "w", "send e mail"))
+    }
+
+    @Test("t also splits at case changes and digits, and ignores case")
+    func tokenized() {
+        #expect(match("pc", "wt", "WindowsPCFile"))
+        #expect(match("file", "wt", "WindowsPCFile"))
+        #expect(match("windows pc", "wt", "WindowsPCFile"))
+        #expect(match("windowspcfile", "wt", "WindowsPCFile"))
+        #expect(match("player", "t", "mp3player"))
+        #expect(match("3", "t", "mp3player"))
+        #expect(!match("pc", "w", "WindowsPCFile"))
+        #expect(!match("dows", "wt", "WindowsPCFile"))
+    }
+
+    @Test("CJK: a star-surrounded pattern finds a substring, and words of CJK match inside words")
+    func cjk() {
+        #expect(match("*星球*", "cd", "星球大战"))
+        #expect(match("*星球*", "cd", "我爱星球大战"))
+        #expect(!match("*星际*", "cd", "星球大战"))
+        #expect(match("星球", "w", "我爱星球大战 movie"))
+        #expect(match("スター*", "", "スターウォーズ"))
+    }
+
+    @Test("word modes work on non-ASCII text")
+    func nonASCIIWords() {
+        #expect(match("normale", "wt", "ÉcoleNormale"))
+        #expect(match("ecole", "cdw", "l'École normale"))
+        #expect(!match("ecole", "cw", "l'École normale"))
+        #expect(match("straße", "w", "Die straße hier"))
+        #expect(match("iphone手机", "cw", "new iPhone手机 case"))
+    }
+
+    @Test("an array value matches when any element matches")
+    func arrays() {
+        let value = "alpha\u{1F}Natural Bridges\u{1F}gamma"
+        #expect(match("Natural Bridges*", "cwdt", value))
+        #expect(match("gamma", "", value))
+        #expect(!match("alpha*gamma", "", value))
+        #expect(!match("delta", "c", value))
+    }
+
+    @Test("the canonical example: Natural Bridges* with cwdt")
+    func canonical() {
+        #expect(match("Natural Bridges*", "cwdt", "natural bridges"))
+        #expect(match("Natural Bridges*", "cwdt", "NATURAL BRIDGES NATIONAL MONUMENT"))
+        #expect(match("Natural Bridges*", "cwdt", "Natürál Bridgés"))
+    }
+
+    @Test("ordering folds with c and d and compares scalar order")
+    func ordering() {
+        let order = TextOrder(modifiers: "cd")
+        #expect(TextOrder.compare(order.folded("Émile"), order.folded("emile")) == 0)
+        #expect(TextOrder.compare(order.folded("apple"), order.folded("Banana")) < 0)
+        let plain = TextOrder(modifiers: "")
+        #expect(TextOrder.compare(plain.folded("apple"), plain.folded("Banana")) > 0)
+    }
+}
+
+@Suite("TextAnalysis")
+struct TextAnalysisTests {
+    @Test("the CJK bigram document lists overlapping bigrams and the last character")
+    func bigrams() {
+        #expect(TextAnalysis.cjkBigramDocument(["星球大战"]) == "星球 球大 大战 战")
+        #expect(TextAnalysis.cjkBigramDocument(["Star 星球 and 大战"]) == "星球 球 | 大战 战")
+        #expect(TextAnalysis.cjkBigramDocument(["星"]) == "星")
+        #expect(TextAnalysis.cjkBigramDocument(["plain latin", "text"]) == nil)
+    }
+
+    @Test("CJK phrases: bigram phrase for two or more characters, prefix for one")
+    func phrases() {
+        #expect(TextAnalysis.cjkFTSPhrase("星球大") == "\"星球 球大\"")
+        #expect(TextAnalysis.cjkFTSPhrase("星球") == "\"星球\"")
+        #expect(TextAnalysis.cjkFTSPhrase("星") == "\"星\" *")
+    }
+
+    @Test("words split like unicode61, with CJK runs on their own")
+    func words() {
+        #expect(TextAnalysis.words("Hello, wörld! x_y 3.14").map(String.init) == ["Hello", "wörld", "x", "y", "3", "14"])
+        #expect(TextAnalysis.words("iPhone手机壳").map(String.init) == ["iPhone", "手机壳"])
+    }
+
+    @Test("fold lowercases and strips Latin diacritics")
+    func fold() {
+        #expect(TextAnalysis.fold("ÉCOLE Straße") == "ecole straße")
+        #expect(TextAnalysis.fold("Ǖber") == "uber")
+        #expect(TextAnalysis.fold("ASCII only") == "ascii only")
+        #expect(TextAnalysis.fold("星球") == "星球")
+    }
+
+    @Test("FTS quoting doubles quotes")
+    func quoting() {
+        #expect(TextAnalysis.ftsQuoted("say \"hi\"") == "\"say \"\"hi\"\"\"")
+    }
+
+    @Test("isCJK covers Han, kana and Hangul, not Latin")
+    func isCJK() {
+        for s in "星ひカｶ한ᄀ".unicodeScalars { #expect(TextAnalysis.isCJK(s)) }
+        for s in "aé1".unicodeScalars { #expect(!TextAnalysis.isCJK(s)) }
+    }
+}
