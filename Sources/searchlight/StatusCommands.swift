@@ -1,0 +1,128 @@
+import Foundation
+import SearchlightKit
+
+/// `status`, `check`, `indexing` and `version`: what the daemon holds and whether it is healthy.
+enum StatusCommands {
+    static let status = Command(
+        spec: CommandSpec(
+            name: "status", abstract: "show the daemon and its indexes (mdutil -s)", usage: "[BUNDLE] [--json]",
+            positionals: [.optional("BUNDLE", "show only this app's indexes")],
+            discussion: "--json prints admin.status's answer as one JSON object."
+        ),
+        run: { args, context in
+            var params: [String: JSONValue] = [:]
+            let bundle = args.positionals.first
+            if let bundle { params["bundle"] = .string(bundle) }
+            let answer = try await context.admin(Method.adminStatus, params)
+            if context.json {
+                Console.out(answer)
+                return
+            }
+            printStatus(answer)
+            let bundles = answer["bundles"]?.arrayValue ?? []
+            if let bundle, bundles.isEmpty {
+                throw CLIFailure("searchlightd has no index for \(bundle); check the name, or import items first")
+            }
+        }
+    )
+
+    static func printStatus(_ answer: JSONValue) {
+        let uptime = answer["uptimeSeconds"]?.doubleValue.map(Format.duration) ?? "-"
+        Console.out("searchlightd \(answer["version"]?.stringValue ?? "?")  mode \(answer["mode"]?.stringValue ?? "?")  pid \(answer["pid"]?.intValue ?? 0)  up \(uptime)")
+        Console.out("socket \(answer["socket"]?.stringValue ?? "-")")
+        Console.out("state  \(answer["stateDirectory"]?.stringValue ?? "-")")
+        let bundles = answer["bundles"]?.arrayValue ?? []
+        guard !bundles.isEmpty else {
+            Console.out("no indexes yet")
+            return
+        }
+        Console.out("")
+        var table = Table([.left, .left, .left, .right, .right])
+        table.append(["BUNDLE", "INDEX", "STATE", "ITEMS", "SIZE"])
+        for b in bundles {
+            let name = b["bundle"]?.stringValue ?? "?"
+            let off = b["indexingEnabled"]?.boolValue == false ? ", indexing off" : ""
+            let indexes = b["indexes"]?.arrayValue ?? []
+            if indexes.isEmpty { table.append([name, "-", "empty" + off, "0", "-"]) }
+            for index in indexes {
+                table.append([
+                    name, Format.indexName(index["name"]?.stringValue ?? ""),
+                    (index["state"]?.stringValue ?? "?") + off,
+                    index["items"]?.intValue.map(String.init) ?? "-",
+                    index["bytes"]?.intValue.map(Format.bytes) ?? "-",
+                ])
+            }
+        }
+        table.print()
+    }
+
+    static let check = Command(
+        spec: CommandSpec(
+            name: "check", abstract: "verify the integrity of indexes", usage: "[BUNDLE] [--repair] [--json]",
+            positionals: [.optional("BUNDLE", "check only this app's indexes (default: all)")],
+            options: [.flag("repair", "repair what can be repaired (rebuild the full-text index, drop damaged items)")],
+            discussion: "Exits with status 1 when a problem remains."
+        ),
+        run: { args, context in
+            var params: [String: JSONValue] = ["repair": .bool(args.flag("repair"))]
+            if let bundle = args.positionals.first { params["bundle"] = .string(bundle) }
+            let answer = try await context.admin(Method.adminCheck, params)
+            let indexes = answer["indexes"]?.arrayValue ?? []
+            if context.json {
+                Console.out(answer)
+            } else if indexes.isEmpty {
+                Console.out("no indexes to check")
+            } else {
+                for index in indexes { printCheck(index) }
+            }
+            if answer["ok"]?.boolValue != true {
+                throw CLIFailure("problems found; run `searchlight check\(args.positionals.first.map { " " + $0 } ?? "") --repair`, or erase the bundle and import again")
+            }
+        }
+    )
+
+    static func printCheck(_ index: JSONValue) {
+        let name = "\(index["bundle"]?.stringValue ?? "?") \(Format.indexName(index["index"]?.stringValue ?? ""))"
+        let ok = index["ok"]?.boolValue == true
+        Console.out("\(name): \(ok ? "ok" : "DAMAGED")")
+        for problem in index["problems"]?.arrayValue ?? [] { Console.out("  problem: \(Format.value(problem, limit: 200))") }
+        for fix in index["repaired"]?.arrayValue ?? [] { Console.out("  repaired: \(Format.value(fix, limit: 200))") }
+    }
+
+    static let indexing = Command(
+        spec: CommandSpec(
+            name: "indexing", abstract: "turn donations to an app's indexes on or off (mdutil -i)", usage: "on|off BUNDLE",
+            positionals: [.required("on|off", "whether the app may donate items"), .required("BUNDLE", "the app")],
+            discussion: "While indexing is off, donations fail with indexingUnsupported; queries keep answering."
+        ),
+        run: { args, context in
+            let setting = args.positionals[0]
+            guard setting == "on" || setting == "off" else { throw UsageError("say 'on' or 'off', not '\(setting)'") }
+            let bundle = args.positionals[1]
+            let answer = try await context.admin(Method.adminSetIndexing, ["bundle": .string(bundle), "enabled": .bool(setting == "on")])
+            if context.json { Console.out(answer) } else { Console.out("indexing is \(setting) for \(bundle)") }
+        }
+    )
+
+    static let version = Command(
+        spec: CommandSpec(
+            name: "version", abstract: "show the versions of this CLI and of the daemon", usage: "[--json]",
+            discussion: "The daemon's version is shown when it can be reached; its absence is not an error."
+        ),
+        run: { _, context in
+            var daemon: String?
+            var why = ""
+            do {
+                daemon = try await context.admin(Method.adminStatus)["version"]?.stringValue
+            } catch let error as SearchlightError {
+                why = error.code == .remoteConnection ? "not reachable at \(context.socket)" : error.message
+            }
+            if context.json {
+                Console.out(["cli": .string(CLIVersion.string), "daemon": daemon.map(JSONValue.string) ?? .null])
+                return
+            }
+            Console.out("searchlight \(CLIVersion.string)")
+            Console.out("searchlightd " + (daemon ?? "unknown (\(why))"))
+        }
+    )
+}
