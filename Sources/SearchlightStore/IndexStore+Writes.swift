@@ -20,14 +20,13 @@ extension IndexStore {
             case .items(let items): try donate(items, now: now, into: &result)
             case .deleteIdentifiers(let ids):
                 for id in ids {
-                    result.deleted += try deleteCascading("DELETE FROM items WHERE uid = ? RETURNING uid", [.text(id)])
+                    result.deleted += try deleteCascading(where: "uid = ?", [.text(id)])
                 }
             case .deleteDomains(let domains):
                 for d in domains {
                     // Recursive on dot components: `a` removes `a` and `a.b`, not `ab` ('/' follows '.').
                     result.deleted += try deleteCascading(
-                        "DELETE FROM items WHERE domain = ?1 OR (domain >= ?1 || '.' AND domain < ?1 || '/') RETURNING uid",
-                        [.text(d)])
+                        where: "domain = ?1 OR (domain >= ?1 || '.' AND domain < ?1 || '/')", [.text(d)])
                 }
             case .deleteAll:
                 result.deleted += try deleteAllItems()
@@ -45,11 +44,17 @@ extension IndexStore {
         return nil
     }
 
+    /// The full-text columns of `items`, in FTS order (the last one is `cjk`).
+    static let ftsColumnList = Schema.ftsColumns.joined(separator: ", ")
+
     private func donate(_ items: [SearchableItem], now: Double, into result: inout ApplyResult) throws {
         let defaultExpires = now + options.defaultExpiration
         for item in items {
+            // The old full-text values are needed to remove the old FTS entries; an update also
+            // merges into the rest of the stored row.
             let existing = try writer.rows(
-                "SELECT items.rowid, \(ItemRecord.selectColumns) FROM items WHERE uid = ?", [.text(item.uniqueIdentifier)]
+                "SELECT items.rowid, \(Self.ftsColumnList)\(item.isUpdate ? ", " + ItemRecord.selectColumns : "") FROM items WHERE uid = ?",
+                [.text(item.uniqueIdentifier)]
             ).first
             let record: ItemRecord
             if item.isUpdate {
@@ -57,7 +62,7 @@ extension IndexStore {
                     result.updatesDropped += 1  // an update of an item that does not exist is dropped
                     continue
                 }
-                var merged = ItemRecord(row: existing, offset: 1)
+                var merged = ItemRecord(row: existing, offset: 1 + Schema.ftsColumns.count)
                 if item.domainIdentifier != nil { merged.domain = item.domainIdentifier }
                 if let e = item.expirationDate { merged.expires = e.timeIntervalSince1970 }
                 merged.apply(wireAttributes: item.attributeSet.values)
@@ -65,12 +70,14 @@ extension IndexStore {
             } else {
                 record = ItemRecord(item: item, defaultExpires: defaultExpires)
             }
-            if let rowid = existing?.int(0) {
+            if let existing, let rowid = existing.int(0) {
+                try ftsDelete(rowid: rowid, oldText: Array(existing.values[1...Schema.ftsColumns.count]))
                 try writer.run("""
                     UPDATE items SET domain=?, expires=?, related=?, title=?, displayName=?, alternateNames=?,
                     contentDescription=?, textContent=?, keywords=?, authorNames=?, cjk=?, attrs=?, ranking_hint=?,
                     last_used=?, checksum=? WHERE rowid=?
                     """, values(of: record) + [.integer(rowid)])
+                try ftsInsert(rowid: rowid, record)
             } else {
                 guard itemCount < options.limits.maxItemsPerIndex else {
                     throw SearchlightError(.quotaExceeded,
@@ -81,10 +88,22 @@ extension IndexStore {
                     textContent, keywords, authorNames, cjk, attrs, ranking_hint, last_used, checksum)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """, [.text(record.uid)] + values(of: record))
+                try ftsInsert(rowid: writer.lastInsertRowID, record)
                 itemCount += 1
             }
             result.indexed += 1
         }
+    }
+
+    private func ftsInsert(rowid: Int64, _ r: ItemRecord) throws {
+        let text = r.text.map { $0.map(SQLValue.text) ?? .null } + [r.cjk.map(SQLValue.text) ?? .null]
+        try writer.run("INSERT INTO fts(rowid, \(Self.ftsColumnList)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [.integer(rowid)] + text)
+    }
+
+    /// Removes a row's entries from the external-content FTS index; it needs the values indexed.
+    private func ftsDelete(rowid: Int64, oldText: [SQLValue]) throws {
+        try writer.run("INSERT INTO fts(fts, rowid, \(Self.ftsColumnList)) VALUES ('delete', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [.integer(rowid)] + oldText)
     }
 
     private func values(of r: ItemRecord) -> [SQLValue] {
@@ -94,30 +113,37 @@ extension IndexStore {
             + [text(r.cjk), .text(r.attrsJSON), real(r.rankingHint), real(r.lastUsed), .integer(r.checksum)]
     }
 
-    /// Deletes rows, then every item related to a deleted one (it lives and dies with it).
-    private func deleteCascading(_ sql: String, _ bindings: [SQLValue]) throws -> Int {
-        var doomed = try writer.rows(sql, bindings).compactMap { $0.string(0) }
+    /// Deletes rows (`condition` over `items`), their full-text entries, then every item related to
+    /// a deleted one (it lives and dies with it).
+    private func deleteCascading(where condition: String, _ bindings: [SQLValue]) throws -> Int {
+        let returning = "RETURNING rowid, uid, \(Self.ftsColumnList)"
+        var doomed: [String] = []
+        func remove(_ rows: [Row]) throws {
+            for row in rows {
+                guard let rowid = row.int(0), let uid = row.string(1) else { continue }
+                try ftsDelete(rowid: rowid, oldText: Array(row.values[2...]))
+                doomed.append(uid)
+            }
+        }
+        try remove(writer.rows("DELETE FROM items WHERE \(condition) \(returning)", bindings))
         var total = 0
         while let uid = doomed.popLast() {
             total += 1
-            doomed += try writer.rows("DELETE FROM items WHERE related = ? RETURNING uid", [.text(uid)]).compactMap { $0.string(0) }
+            try remove(writer.rows("DELETE FROM items WHERE related = ? \(returning)", [.text(uid)]))
         }
         itemCount -= total
         return total
     }
 
-    /// Empties the index and its client state. The full-text index is cleared in one step rather
-    /// than row by row through the delete trigger.
+    /// Empties the index and its client state, clearing the full-text index in one step.
     private func deleteAllItems() throws -> Int {
         let n = itemCount
         try writer.execute("""
-            DROP TRIGGER items_ad;
             DELETE FROM items;
             INSERT INTO fts(fts) VALUES ('delete-all');
             DELETE FROM meta WHERE key = 'clientState';
             DELETE FROM engagement;
             """)
-        try writer.execute(Schema.create)  // puts the trigger back
         itemCount = 0
         return n
     }
@@ -127,7 +153,7 @@ extension IndexStore {
         let now = options.clock().timeIntervalSince1970
         return try writeSync { store in
             var r = ApplyResult()
-            r.deleted = try store.deleteCascading("DELETE FROM items WHERE expires <= ? RETURNING uid", [.double(now)])
+            r.deleted = try store.deleteCascading(where: "expires <= ?", [.double(now)])
             return r
         }.deleted
     }

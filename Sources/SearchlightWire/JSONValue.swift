@@ -59,18 +59,18 @@ extension JSONValue: ExpressibleByStringLiteral, ExpressibleByIntegerLiteral, Ex
 // MARK: - Serialization
 
 extension JSONValue {
-    /// Compact UTF-8 JSON with no newlines (safe as one NDJSON frame). Object keys are sorted so
-    /// that output is deterministic (checksums, tests).
-    public func serialized() -> [UInt8] {
+    /// Compact UTF-8 JSON with no newlines (safe as one NDJSON frame). With `sortedKeys`, object
+    /// keys are sorted so the output is deterministic (tests, logs); the wire does not need it.
+    public func serialized(sortedKeys: Bool = false) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(256)
-        write(to: &out)
+        write(to: &out, sortedKeys: sortedKeys)
         return out
     }
 
-    public var jsonString: String { String(decoding: serialized(), as: UTF8.self) }
+    public var jsonString: String { String(decoding: serialized(sortedKeys: true), as: UTF8.self) }
 
-    public func write(to out: inout [UInt8]) {
+    public func write(to out: inout [UInt8], sortedKeys: Bool = false) {
         switch self {
         case .null: out.append(contentsOf: [0x6E, 0x75, 0x6C, 0x6C])
         case .bool(let b): out.append(contentsOf: b ? Array("true".utf8) : Array("false".utf8))
@@ -80,19 +80,54 @@ extension JSONValue {
             out.append(UInt8(ascii: "["))
             for (i, v) in a.enumerated() {
                 if i > 0 { out.append(UInt8(ascii: ",")) }
-                v.write(to: &out)
+                v.write(to: &out, sortedKeys: sortedKeys)
             }
             out.append(UInt8(ascii: "]"))
         case .object(let o):
             out.append(UInt8(ascii: "{"))
-            for (i, key) in o.keys.sorted().enumerated() {
-                if i > 0 { out.append(UInt8(ascii: ",")) }
+            var first = true
+            func member(_ key: String, _ value: JSONValue) {
+                if !first { out.append(UInt8(ascii: ",")) }
+                first = false
                 JSONValue.writeString(key, to: &out)
                 out.append(UInt8(ascii: ":"))
-                o[key]!.write(to: &out)
+                value.write(to: &out, sortedKeys: sortedKeys)
+            }
+            if sortedKeys {
+                for key in o.keys.sorted() { member(key, o[key]!) }
+            } else {
+                for (key, value) in o { member(key, value) }
             }
             out.append(UInt8(ascii: "}"))
         }
+    }
+
+    /// The length of `serialized()` without building it (for size limits on hot paths).
+    public var serializedByteCount: Int {
+        switch self {
+        case .null: return 4
+        case .bool(let b): return b ? 4 : 5
+        case .number(let n):
+            var scratch: [UInt8] = []
+            JSONValue.writeNumber(n, to: &scratch)
+            return scratch.count
+        case .string(let s): return JSONValue.escapedByteCount(s)
+        case .array(let a): return 2 + max(0, a.count - 1) + a.reduce(0) { $0 + $1.serializedByteCount }
+        case .object(let o):
+            return 2 + max(0, o.count - 1) + o.reduce(0) { $0 + JSONValue.escapedByteCount($1.key) + 1 + $1.value.serializedByteCount }
+        }
+    }
+
+    static func escapedByteCount(_ s: String) -> Int {
+        var n = 2
+        for b in s.utf8 {
+            switch b {
+            case UInt8(ascii: "\""), UInt8(ascii: "\\"), 0x0A, 0x0D, 0x09: n += 2
+            case 0..<0x20, 0x7F: n += 6
+            default: n += 1
+            }
+        }
+        return n
     }
 
     static func writeNumber(_ n: Double, to out: inout [UInt8]) {
@@ -105,19 +140,27 @@ extension JSONValue {
     }
 
     static func writeString(_ s: String, to out: inout [UInt8]) {
-        let hex: [UInt8] = Array("0123456789abcdef".utf8)
         out.append(UInt8(ascii: "\""))
-        for b in s.utf8 {
-            switch b {
-            case UInt8(ascii: "\""): out.append(contentsOf: [0x5C, 0x22])
-            case UInt8(ascii: "\\"): out.append(contentsOf: [0x5C, 0x5C])
-            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
-            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
-            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
-            case 0..<0x20, 0x7F:
-                out.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(b >> 4)], hex[Int(b & 0xF)]])
-            default: out.append(b)
+        var copy = s
+        copy.withUTF8 { bytes in
+            var runStart = 0
+            for i in 0..<bytes.count {
+                let b = bytes[i]
+                guard b < 0x20 || b == 0x22 || b == 0x5C || b == 0x7F else { continue }
+                if i > runStart { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<i])) }
+                runStart = i + 1
+                switch b {
+                case 0x22: out.append(contentsOf: [0x5C, 0x22])
+                case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
+                case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+                case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+                case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+                default:
+                    let hex: [UInt8] = Array("0123456789abcdef".utf8)
+                    out.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(b >> 4)], hex[Int(b & 0xF)]])
+                }
             }
+            if bytes.count > runStart { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...])) }
         }
         out.append(UInt8(ascii: "\""))
     }

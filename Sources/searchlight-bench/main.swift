@@ -162,6 +162,22 @@ func rawInsertBaseline(_ items: [SearchableItem], batch: Int) throws -> Double {
     return Double(items.count) / (now() - start)
 }
 
+/// The store alone, in-process: the same batches through `IndexStore`, no socket or JSON-RPC.
+/// The gap between this and the raw baseline is the store's cost; the gap to donation, the protocol's.
+func storeInsert(_ items: [SearchableItem], batch: Int) throws -> Double {
+    let dir = "/tmp/slbench-store-\(getpid())"
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let store = try IndexStore(path: dir + "/b/_default.sqlite")
+    defer { store.close() }
+    let start = now()
+    var i = 0
+    while i < items.count {
+        _ = try store.applySync([.items(Array(items[i..<min(i + batch, items.count)]))])
+        i += batch
+    }
+    return Double(items.count) / (now() - start)
+}
+
 func donate(_ items: [SearchableItem], socket: String, bundle: String, clients: Int, batch: Int) async throws -> Double {
     let start = now()
     try await withThrowingTaskGroup(of: Void.self) { group in
@@ -213,14 +229,18 @@ struct Bench {
 
         // 1. Donation throughput vs raw FTS5 insert (same durability, batches of 500).
         var raw: [Double] = []
+        var store: [Double] = []
         var donation: [Int: [Double]] = [1: [], 4: []]
         for run in 0..<o.runs {
             raw.append(try rawInsertBaseline(items, batch: 500))
+            store.append(try storeInsert(items, batch: 500))
             for clients in [1, 4] {
                 donation[clients]!.append(try await donate(items, socket: daemon.socket, bundle: "bench.donate\(clients).r\(run)", clients: clients, batch: 500))
             }
         }
         rows.append(Row(scenario: "raw FTS5 insert (in-process baseline)", figure: Figure(values: raw), unit: "items/s", baseline: nil, higherIsBetter: true))
+        rows.append(Row(scenario: "IndexStore in-process (no socket)", figure: Figure(values: store), unit: "items/s",
+            baseline: Figure(values: raw), higherIsBetter: true))
         for clients in [1, 4] {
             rows.append(Row(scenario: "donation, \(clients) client\(clients > 1 ? "s" : "")", figure: Figure(values: donation[clients]!),
                 unit: "items/s", baseline: Figure(values: raw), higherIsBetter: true))
@@ -284,7 +304,7 @@ struct Bench {
                 return .object(e)
             }),
         ]
-        try Data(json.serialized()).write(to: URL(fileURLWithPath: o.output))
+        try Data(json.serialized(sortedKeys: true)).write(to: URL(fileURLWithPath: o.output))
         print("\nwrote \(o.output)")
     }
 }
