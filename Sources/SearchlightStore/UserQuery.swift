@@ -120,7 +120,8 @@ extension IndexStore {
                 WHERE v.term >= ? AND v.term < ? ORDER BY weight DESC LIMIT ?
                 """, [.text(last.folded), .text(last.folded + "\u{10FFFF}"), .integer(Int64(limit * 8))])
             for row in candidates {
-                guard out.count < limit, let term = row.string(0), term != last.folded || candidates.count == 1 else { continue }
+                // A completion adds something: the typed word itself (even with other accents) is no suggestion.
+                guard out.count < limit, let term = row.string(0), term != last.folded else { continue }
                 if !earlier.isEmpty {
                     let probe = (earlier + [TextAnalysis.ftsQuoted(term)]).joined(separator: " AND ")
                     guard try db.scalar("SELECT 1 FROM fts WHERE fts MATCH ? LIMIT 1", [.text(probe)]) != nil else { continue }
