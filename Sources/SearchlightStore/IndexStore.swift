@@ -30,6 +30,8 @@ public final class IndexStore: @unchecked Sendable {
     var itemCount = 0
     private let stateLock = NSLock()
     private var damage: DatabaseError?
+    private var commits = 0
+    private var committedCalls = 0
 
     private let readers = NSCondition()
     private var idleReaders: [Database] = []
@@ -127,6 +129,16 @@ public final class IndexStore: @unchecked Sendable {
 
     public var count: Int { stateLock.withLock { itemCount } }
 
+    /// Transactions committed and the calls they carried: calls / commits is the group-commit factor.
+    public var writeStatistics: (commits: Int, calls: Int) { stateLock.withLock { (commits, committedCalls) } }
+
+    /// Calls waiting for the writer (tests use it to line up a group deterministically).
+    var pendingCount: Int {
+        queue.lock()
+        defer { queue.unlock() }
+        return pending.count
+    }
+
     // MARK: - Writing
 
     /// Queues work for the writer; `complete` runs after the group containing it committed.
@@ -215,7 +227,10 @@ public final class IndexStore: @unchecked Sendable {
             let mapped = mapAndRecord(error)
             results = group.map { _ in .failure(mapped) }
         }
-        stateLock.withLock {}  // publish itemCount to readers of `count`
+        stateLock.withLock {
+            commits += 1
+            committedCalls += group.count
+        }
         for (write, result) in zip(group, results) { write.complete(result) }
     }
 

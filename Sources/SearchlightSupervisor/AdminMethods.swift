@@ -47,6 +47,9 @@ struct AdminMethods {
                     entry["bytes"] = .number(Double(s.fileBytes))
                     entry["formatVersion"] = .number(Double(s.formatVersion))
                     entry["hasClientState"] = .bool(s.hasClientState)
+                    let w = store.writeStatistics
+                    entry["commits"] = .number(Double(w.commits))
+                    entry["committedCalls"] = .number(Double(w.calls))
                 } catch {
                     entry["state"] = "unavailable"
                     entry["error"] = .string(error.message)

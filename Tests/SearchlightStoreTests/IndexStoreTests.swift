@@ -199,6 +199,39 @@ struct IndexStoreWriteTests {
         #expect(try store.clientState() == nil)
     }
 
+    @Test("calls queued while the writer is busy commit as one transaction", .timeLimit(.minutes(1)))
+    func oneCommitForAGroup() async throws {
+        let f = try StoreFixture()
+        let store = f.store
+        let started = DispatchSemaphore(value: 0)
+        let release = DispatchSemaphore(value: 0)
+        let finished = DispatchSemaphore(value: 0)
+        // A plain thread holds the writer inside a call, so the calls below queue up behind it.
+        Thread.detachNewThread {
+            _ = try? store.writeSync { _ in
+                started.signal()
+                release.wait()
+                return ApplyResult()
+            }
+            finished.signal()
+        }
+        await withCheckedContinuation { c in DispatchQueue.global().async { started.wait(); c.resume() } }
+        let items = try (0..<16).map { try f.item("g\($0)") }
+        let calls = Task {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                for item in items { group.addTask { _ = try await store.apply([.items([item])]) } }
+                try await group.waitForAll()
+            }
+        }
+        while store.pendingCount < 16 { try await Task.sleep(for: .milliseconds(1)) }
+        release.signal()
+        try await calls.value
+        await withCheckedContinuation { c in DispatchQueue.global().async { finished.wait(); c.resume() } }
+        #expect(store.writeStatistics.commits == 2, "the blocker's group, then one group of 16")
+        #expect(store.writeStatistics.calls == 17)
+        #expect(try f.ids().count == 16)
+    }
+
     @Test("an acknowledged write survives closing and reopening the file")
     func durability() throws {
         let f = try StoreFixture()
