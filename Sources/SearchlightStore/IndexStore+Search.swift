@@ -1,13 +1,21 @@
 import Foundation
 import SearchlightWire
 
-/// A compiled boolean SQL condition over `items` with its bindings (from `QueryCompiler`).
+/// A compiled query (from `QueryCompiler.plan` or `QueryFront`): a boolean SQL condition over
+/// `items` with its bindings, and optionally the full-text expression that drives the search.
 public struct SQLFilter: Sendable {
+    /// The exact condition, on its own: a filter without `ftsMatch` is answered by it alone.
     public var sql: String
     public var bindings: [SQLValue]
-    public init(sql: String, bindings: [SQLValue]) {
+    /// An FTS5 expression that every item satisfying `sql` matches, or nil. When set, a search
+    /// walks the full-text index in rowid order and checks `sql` on each candidate, so a page
+    /// stops after its last row instead of after every match.
+    public var ftsMatch: String?
+
+    public init(sql: String, bindings: [SQLValue], ftsMatch: String? = nil) {
         self.sql = sql
         self.bindings = bindings
+        self.ftsMatch = ftsMatch
     }
     public static let all = SQLFilter(sql: "1", bindings: [])
 }
@@ -33,12 +41,7 @@ extension IndexStore {
         }
         let now = options.clock().timeIntervalSince1970
         let fetchSet = fetch.map(Set.init)
-        let sql = """
-            SELECT items.rowid, \(ItemRecord.selectColumns) FROM items
-            WHERE items.rowid > ? AND \(Self.visible) AND (\(filter.sql))
-            ORDER BY items.rowid LIMIT ?
-            """
-        let bindings: [SQLValue] = [.integer(after), .double(now), .double(now)] + filter.bindings + [.integer(Int64(limit) + 1)]
+        let (sql, bindings) = Self.searchStatement(filter, after: after, now: now, limit: limit + 1)
         let rows = try read { db in try db.rows(sql, bindings) }
         var items: [JSONValue] = []
         items.reserveCapacity(min(rows.count, limit))
@@ -47,6 +50,29 @@ extension IndexStore {
         }
         let next = rows.count > limit ? rows[limit - 1].int(0).map(String.init) : nil
         return SearchPage(items: items, cursor: next)
+    }
+
+    /// The statement behind `search`: rows of `items.rowid` then `ItemRecord.selectColumns`.
+    /// With a driver, FTS5 is the outer loop (`CROSS JOIN` fixes the order) and hands rows over in
+    /// rowid order, honouring `rowid > after` itself, so no sort is needed and LIMIT stops the walk.
+    static func searchStatement(_ filter: SQLFilter, after: Int64, now: Double, limit: Int)
+        -> (sql: String, bindings: [SQLValue])
+    {
+        let tail: [SQLValue] = [.double(now), .double(now)] + filter.bindings + [.integer(Int64(limit))]
+        guard let match = filter.ftsMatch else {
+            let sql = """
+                SELECT items.rowid, \(ItemRecord.selectColumns) FROM items
+                WHERE items.rowid > ? AND \(Self.visible) AND (\(filter.sql))
+                ORDER BY items.rowid LIMIT ?
+                """
+            return (sql, [.integer(after)] + tail)
+        }
+        let sql = """
+            SELECT items.rowid, \(ItemRecord.selectColumns) FROM fts CROSS JOIN items ON items.rowid = fts.rowid
+            WHERE fts MATCH ? AND fts.rowid > ? AND \(Self.visible) AND (\(filter.sql))
+            ORDER BY fts.rowid LIMIT ?
+            """
+        return (sql, [.text(match), .integer(after)] + tail)
     }
 
     /// Items by identifier (for tests, the CLI and extensions' lookups); missing ones are skipped.

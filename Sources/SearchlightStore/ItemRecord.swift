@@ -61,7 +61,7 @@ struct ItemRecord {
         related = attrs["relatedUniqueIdentifier"]?.stringValue
         rankingHint = attrs["rankingHint"]?.doubleValue
         lastUsed = attrs["lastUsedDate"]?.doubleValue
-        cjk = TextAnalysis.cjkBigramDocument(text.compactMap { $0 })
+        cjk = TextAnalysis.auxiliaryDocument(text.compactMap { $0 })
     }
 
     private mutating func applyCustom(_ updates: [String: JSONValue]) {

@@ -2,19 +2,16 @@ import Foundation
 import SearchlightWire
 
 /// Turns `query.search` text and filter queries into one SQL filter: parse (with the limits),
-/// compile, and AND them together.
+/// then compile their AND (`QueryCompiler.plan(all:)`), full-text driver included.
 public enum QueryFront {
     /// `query` nil means "filter queries only" (user queries). An error in a filter query says which.
     public static func filter(query: String?, filterQueries: [String] = [], limits: Limits, now: Date) throws(SearchlightError) -> SQLFilter {
         let parser = QueryParser(now: now, maxBytes: limits.maxQueryBytes, maxDepth: limits.maxQueryDepth)
-        var sql: [String] = []
-        var bindings: [SQLValue] = []
+        var expressions: [QueryExpr] = []
         let texts = (query.map { [(nil as Int?, $0)] } ?? []) + filterQueries.enumerated().map { (Optional($0), $1) }
         for (position, text) in texts {
             do {
-                let compiled = QueryCompiler.compile(try parser.parse(text))
-                sql.append("(\(compiled.sql))")
-                bindings += compiled.bindings
+                expressions.append(try parser.parse(text))
             } catch {
                 guard let position else { throw error }
                 throw SearchlightError(rawCode: error.rawCode, message: "filterQueries[\(position)]: \(error.message)",
@@ -25,6 +22,6 @@ public enum QueryFront {
                     })
             }
         }
-        return sql.isEmpty ? .all : SQLFilter(sql: sql.joined(separator: " AND "), bindings: bindings)
+        return QueryCompiler.plan(all: expressions)
     }
 }

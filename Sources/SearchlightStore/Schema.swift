@@ -2,8 +2,10 @@
 ///
 /// Text attributes live in their own columns of `items` so that the FTS5 table can use `items`
 /// as its external content (text is stored once). Array text attributes are joined with U+001F.
-/// `cjk` holds the CJK bigram document of all text attributes, so that a substring of two or more
-/// CJK characters is found through the full-text index. Every other attribute is in `attrs`, a JSON
+/// `cjk` is the auxiliary column (`TextAnalysis.auxiliaryDocument` of all text attributes): CJK
+/// bigrams, so that a substring of CJK characters is found through the full-text index, and the
+/// pieces of camelCase and letter/digit compound words, so that `t` predicates are too (the name
+/// predates the pieces). Every other attribute is in `attrs`, a JSON
 /// object in *storage form*: dates as Unix seconds (numbers); custom attributes under `custom`, with
 /// the names of date-valued custom attributes listed in `customDates`.
 public enum Schema {

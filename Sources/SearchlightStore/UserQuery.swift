@@ -90,7 +90,9 @@ extension IndexStore {
                     WHERE fts MATCH ? AND \(Self.visible) AND (\(filter.sql))
                     ORDER BY score LIMIT ?
                     """
-                let bindings: [SQLValue] = [.double(now), .text(terms.ftsQuery), .double(now), .double(now)]
+                // A filter query's driver narrows the same full-text walk.
+                let match = filter.ftsMatch.map { "(\(terms.ftsQuery)) AND (\($0))" } ?? terms.ftsQuery
+                let bindings: [SQLValue] = [.double(now), .text(match), .double(now), .double(now)]
                     + filter.bindings + [.integer(Int64(request.maxResultCount))]
                 for row in try db.rows(sql, bindings) {
                     items.append(ItemRecord(row: row).wireItem(fetch: fetch))

@@ -70,7 +70,7 @@ private final class QueryTestDatabase {
     func insert(_ item: Item) throws {
         let columns = AttributeCatalog.textAttributes
         let texts = columns.map { item.text[$0]?.joined(separator: String(AttributeCatalog.arraySeparator)) }
-        let cjk = TextAnalysis.cjkBigramDocument(texts.compactMap { $0 })
+        let cjk = TextAnalysis.auxiliaryDocument(texts.compactMap { $0 })
         var bindings: [SQLValue] = [.text(item.uid), item.domain.map(SQLValue.text) ?? .null, .double(item.expires)]
         bindings += texts.map { $0.map(SQLValue.text) ?? .null }
         bindings += [cjk.map(SQLValue.text) ?? .null, .text(item.attrs)]
@@ -130,12 +130,28 @@ struct QueryCompilerTests {
         QueryCompiler.compile(try parser.parse(query))
     }
 
-    /// The identifiers of the live items the query finds, sorted.
-    private func search(_ query: String) throws -> [String] {
+    /// The identifiers of the live items the query finds, sorted. Every query is run both ways,
+    /// prefiltered and FTS-driven (when it has a driver), and both must agree.
+    private func search(_ query: String, sourceLocation: SourceLocation = #_sourceLocation) throws -> [String] {
         let (sql, bindings) = try compile(query)
-        return try database.rows(
-            "SELECT uid FROM items WHERE (\(sql)) AND items.expires > ? ORDER BY uid",
-            bindings + [.double(queryTestNow.timeIntervalSince1970)])
+        let now: SQLValue = .double(queryTestNow.timeIntervalSince1970)
+        let prefiltered = try database.rows(
+            "SELECT uid FROM items WHERE (\(sql)) AND items.expires > ? ORDER BY uid", bindings + [now])
+        let plan = QueryCompiler.plan(try parser.parse(query))
+        if let match = plan.ftsMatch {
+            let driven = try database.rows(
+                "SELECT uid FROM fts JOIN items ON items.rowid = fts.rowid WHERE fts MATCH ? AND (\(plan.sql)) "
+                    + "AND items.expires > ? ORDER BY uid", [.text(match)] + plan.bindings + [now])
+            #expect(driven == prefiltered, "\(query) driven by \(match)", sourceLocation: sourceLocation)
+        }
+        return prefiltered
+    }
+
+    /// The EXPLAIN QUERY PLAN of the statement `IndexStore.search` runs for the query.
+    private func searchPlan(_ query: String, filterQueries: [String] = []) throws -> String {
+        let plan = QueryCompiler.plan(all: try ([query] + filterQueries).map { try parser.parse($0) })
+        let (sql, bindings) = IndexStore.searchStatement(plan, after: 0, now: 0, limit: 21)
+        return explain(sql, bindings)
     }
 
     /// The EXPLAIN QUERY PLAN details of the search, joined with " / ".
@@ -293,7 +309,12 @@ struct QueryCompilerTests {
         #expect(fts("*星球*") == #"cjk : "星球""#)
         #expect(fts("*星球大*") == #"cjk : "星球 球大""#)
         #expect(fts("星") == #"cjk : "星" *"#)
-        #expect(fts("pc", [.wordBased, .tokenized]) == nil)
+        #expect(fts("pc", [.wordBased, .tokenized]) == #"{title cjk} : "pc""#)
+        #expect(fts("Natural Bridges*", [.tokenized], "keywords") == #"{keywords cjk} : "Natural" AND {keywords cjk} : "Bridges" *"#)
+        #expect(fts("WindowsPC", [.tokenized]) == #"(title : "WindowsPC" OR ({title cjk} : "Windows" AND {title cjk} : "PC"))"#)
+        #expect(fts("*PCFile", [.tokenized]) == nil)
+        #expect(fts("*pc", [.tokenized]) == nil)
+        #expect(fts("mp3*", [.tokenized], nil) == #"("mp3" * OR ("mp" AND "3" *))"#)
         #expect(fts("tuesday", [], nil) == #""tuesday""#)
         #expect(fts("say \"hi\"") == #"title : "say" AND title : "hi""#)
     }
@@ -322,17 +343,103 @@ struct QueryCompilerTests {
         let patterns = [
             "iphone*", "*手机*", "手机", "uber", "x-ray", "ray", "ecole", "école*", "Ἀθῆναι", "natural bridges*",
             "bridge*", "über", "星球", "*球大*", "pc", "player", "mp3*", "2024", "*",
+            // `t` words that split, start with a wildcard, or match only as whole words.
+            "WindowsPC", "PCFile*", "*PCFile", "windowspcfile", "Phone手机", "MP3", "mp*er", "ǖber straße",
         ]
         for pattern in patterns {
             for modifiers in ["", "c", "d", "cd", "w", "cw", "cdw", "wt", "cdwt"] {
                 let query = "title == \"\(pattern)\"\(modifiers)"
-                let (sql, bindings) = QueryCompiler.compile(try parser.parse(query))
+                let expr = try parser.parse(query)
+                let (sql, bindings) = QueryCompiler.compile(expr)
                 let indexed = try db.rows("SELECT uid FROM items WHERE \(sql) ORDER BY uid", bindings)
                 let scanned = try db.rows(
                     "SELECT uid FROM items WHERE sl_match(items.title, ?, ?) ORDER BY uid",
                     [.text(pattern), .text(modifiers)])
                 #expect(indexed == scanned, "\(query)")
+                let plan = QueryCompiler.plan(expr)
+                #expect(!plan.sql.contains("fts MATCH"), "\(query): \(plan.sql)")
+                if let match = plan.ftsMatch {
+                    let driven = try db.rows(
+                        "SELECT uid FROM fts JOIN items ON items.rowid = fts.rowid WHERE fts MATCH ? AND (\(plan.sql)) ORDER BY uid",
+                        [.text(match)] + plan.bindings)
+                    #expect(driven == scanned, "\(query) driven by \(match)")
+                } else {
+                    #expect(plan.sql == sql, "\(query)")
+                }
             }
+        }
+    }
+
+    @Test("drivers: a predicate's prefilter, AND of those that exist, OR only when all exist, none under !")
+    func drivers() throws {
+        func driver(_ query: String) throws -> String? { QueryCompiler.driver(for: try parser.parse(query)) }
+        #expect(try driver(#"title == "bridge*"cw"#) == #"title : "bridge" *"#)
+        #expect(try driver(#"title == "bridge*"cw && rankingHint > 5"#) == #"title : "bridge" *"#)
+        #expect(try driver(#"title == "a"w && keywords == "b"w"#) == #"(title : "a") AND (keywords : "b")"#)
+        #expect(try driver(#"title == "a"w || keywords == "b"w"#) == #"(title : "a") OR (keywords : "b")"#)
+        #expect(try driver(#"title == "a"w || rankingHint > 5"#) == nil)
+        #expect(try driver(#"title != "a"w"#) == nil)
+        #expect(try driver(#"!(title == "a"w)"#) == nil)
+        #expect(try driver(#"!(!(title == "a"w))"#) == nil)
+        #expect(try driver(#"* == "a"w"#) == nil)  // custom strings are not in the index
+        #expect(try driver(#"title == "*onument"c"#) == nil)
+        #expect(try driver(#"(keywords == "Natural Bridges*"cwdt)"#)
+            == #"{keywords cjk} : "Natural" AND {keywords cjk} : "Bridges" *"#)
+    }
+
+    @Test("FTS-driven and prefiltered searches agree on compound queries")
+    func drivenCompounds() throws {
+        #expect(try search(#"title == "bridge*"cw && rankingHint > 5"#) == ["bridge-club", "bridges"])
+        #expect(try search(#"title == "bridge*"cw && !(keywords == "cards"cw)"#) == ["bridges"])
+        #expect(try search(#"(title == "star*"cw || keywords == "utah"cw) && rankingHint >= 50"#) == ["bridges", "starwars"])
+        #expect(try search(#"title == "bridge*"cw && (keywords == "cards"cw || rankingHint > 50)"#) == ["bridge-club", "bridges"])
+        #expect(try search(#"keywords == "natural"cw && !(!(title == "bridge club"c))"#) == ["bridge-club"])
+        #expect(try search(#"displayName == "pc"wt || displayName == "*星球*""#) == ["cafe", "starwars"])
+        #expect(try search(#"title == "bridge*"cw && * == "tuesday"cw"#) == ["bridge-club"])
+    }
+
+    @Test("a term query is driven by FTS5: rows come in rowid order, no scan of items, no sort")
+    func drivenPlan() throws {
+        for (query, filters) in [
+            (#"title == "bridge*"cw && rankingHint > 5"#, [String]()),
+            (#"rankingHint > 5"#, [#"title == "bridge*"cw"#]),
+        ] {
+            let detail = try searchPlan(query, filterQueries: filters)
+            #expect(detail.hasPrefix("SCAN fts VIRTUAL TABLE"), "\(query): \(detail)")
+            #expect(detail.contains("SEARCH items USING INTEGER PRIMARY KEY (rowid=?)"), "\(query): \(detail)")
+            #expect(!detail.contains("SCAN items") && !detail.contains("TEMP B-TREE"), "\(query): \(detail)")
+        }
+        let undriven = try searchPlan(#"title == "*onument"c"#)
+        #expect(!undriven.contains("VIRTUAL TABLE"), "\(undriven)")
+    }
+
+    @Test("the headline t query (keywords == \"Natural Bridges*\"cwdt) uses the index")
+    func tokenizedUsesIndex() throws {
+        let detail = try searchPlan(#"(keywords == "Natural Bridges*"cwdt)"#)
+        #expect(detail.hasPrefix("SCAN fts VIRTUAL TABLE") && !detail.contains("SCAN items"), "\(detail)")
+        #expect(try plan(#"displayName == "pc"wt"#).contains("VIRTUAL TABLE"))
+    }
+
+    @Test("the FTS-driven search statement pages by rowid like the scan")
+    func drivenPaging() throws {
+        let db = try QueryTestDatabase()
+        for k in 0..<25 {
+            try db.insert(.init(uid: String(format: "i%02d", k), text: ["title": [k % 3 == 0 ? "report \(k)" : "Report\(k) draft"]]))
+        }
+        for query in [#"title == "report*"cw"#, #"title == "report"wt"#, #"title == "*eport*"c"#] {
+            var pages: [[String]] = []
+            var after: Int64 = 0
+            while pages.count < 10 {
+                let (sql, bindings) = IndexStore.searchStatement(
+                    QueryCompiler.plan(try parser.parse(query)), after: after, now: 0, limit: 4)
+                let rowids = try db.rows(sql, bindings)
+                if rowids.isEmpty { break }
+                pages.append(rowids)
+                after = Int64(rowids.last!)!
+            }
+            let all = pages.flatMap { $0 }
+            #expect(all == (1...25).map(String.init), "\(query)")
+            #expect(pages.dropLast().allSatisfy { $0.count == 4 }, "\(query)")
         }
     }
 }

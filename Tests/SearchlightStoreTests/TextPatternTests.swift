@@ -123,12 +123,21 @@ struct TextPatternTests {
 
 @Suite("TextAnalysis")
 struct TextAnalysisTests {
-    @Test("the CJK bigram document lists overlapping bigrams and the last character")
+    @Test("the auxiliary document lists overlapping CJK bigrams and the last character")
     func bigrams() {
-        #expect(TextAnalysis.cjkBigramDocument(["星球大战"]) == "星球 球大 大战 战")
-        #expect(TextAnalysis.cjkBigramDocument(["Star 星球 and 大战"]) == "星球 球 | 大战 战")
-        #expect(TextAnalysis.cjkBigramDocument(["星"]) == "星")
-        #expect(TextAnalysis.cjkBigramDocument(["plain latin", "text"]) == nil)
+        #expect(TextAnalysis.auxiliaryDocument(["星球大战"]) == "星球 球大 大战 战")
+        #expect(TextAnalysis.auxiliaryDocument(["Star 星球 and 大战"]) == "星球 球 | 大战 战")
+        #expect(TextAnalysis.auxiliaryDocument(["星"]) == "星")
+        #expect(TextAnalysis.auxiliaryDocument(["plain latin", "text"]) == nil)
+        #expect(TextAnalysis.auxiliaryDocument(["Library HTTP GTK 2024 x"]) == nil)
+    }
+
+    @Test("the auxiliary document lists the pieces of words the t modifier splits, after the bigrams")
+    func compoundPieces() {
+        #expect(TextAnalysis.auxiliaryDocument(["WindowsPCFile"]) == "Windows PC File")
+        #expect(TextAnalysis.auxiliaryDocument(["an MP3Player", "libgtk3 x86"]) == "MP 3 Player libgtk 3 x 86")
+        #expect(TextAnalysis.auxiliaryDocument(["iPhone手机壳 星球"]) == "手机 机壳 壳 | 星球 球 | i Phone")
+        #expect(TextAnalysis.auxiliaryDocument(["ÉcoleNormale"]) == "École Normale")
     }
 
     @Test("CJK phrases: bigram phrase for two or more characters, prefix for one")

@@ -7,9 +7,13 @@ import SearchlightWire
 /// Word and prefix predicates on full-text attributes are answered by the FTS5 index: the
 /// expression is `items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH ?)`, a superset (the
 /// index folds case and diacritics), AND an exact residual check (`sl_match`). Predicates the
-/// index cannot answer (infix and suffix wildcards on Latin text, `t`, negations, other
-/// attributes) are residual checks only and scan. No user text is ever written into the SQL:
-/// every string, number and JSON path is a bound parameter.
+/// index cannot answer (infix and suffix wildcards on Latin text, negations, other attributes)
+/// are residual checks only and scan. No user text is ever written into the SQL: every string,
+/// number and JSON path is a bound parameter.
+///
+/// `plan` goes further: when every result must match some full-text expression (the *driver*),
+/// the search walks the FTS5 table in rowid order and stops at the page limit, instead of
+/// materializing every match of each prefilter first.
 public struct QueryCompiler: Sendable {
     public init() {}
 
@@ -18,10 +22,70 @@ public struct QueryCompiler: Sendable {
         QueryCompiler().compile(expr)
     }
 
-    public func compile(_ expr: QueryExpr) -> (sql: String, bindings: [SQLValue]) {
-        var builder = SQLBuilder()
+    /// `prefilters: false` leaves out the `IN (SELECT … fts MATCH …)` prefilters. The result is
+    /// still the exact condition, because each prefilter is implied by the exact check beside it
+    /// (the index finds a superset); only the speed changes.
+    public func compile(_ expr: QueryExpr, prefilters: Bool = true) -> (sql: String, bindings: [SQLValue]) {
+        var builder = SQLBuilder(prefilters: prefilters)
         let sql = builder.expression(expr, positive: true)
         return (sql, builder.bindings)
+    }
+
+    /// The filter for `expr`: with a driver, the driver as `ftsMatch` and the exact condition
+    /// without prefilters as `sql`; without one, the prefiltered condition.
+    public static func plan(_ expr: QueryExpr) -> SQLFilter {
+        plan(all: [expr])
+    }
+
+    /// The filter for the AND of `exprs` (a query and its filter queries); their drivers AND
+    /// together, so one with a driver drives the others too. Empty: every item.
+    public static func plan(all exprs: [QueryExpr]) -> SQLFilter {
+        if exprs.isEmpty { return .all }
+        let drivers = exprs.compactMap(driver(for:))
+        let driver = drivers.isEmpty ? nil : ftsJoined(drivers, "AND")
+        var sql: [String] = []
+        var bindings: [SQLValue] = []
+        for expr in exprs {
+            // Under a driver, prefilters would only materialize matches the walk does not need.
+            let compiled = QueryCompiler().compile(expr, prefilters: driver == nil)
+            sql.append(exprs.count == 1 ? compiled.sql : "(\(compiled.sql))")
+            bindings += compiled.bindings
+        }
+        return SQLFilter(sql: sql.joined(separator: " AND "), bindings: bindings, ftsMatch: driver)
+    }
+
+    /// The FTS5 expression every item matching `expr` matches, or nil when there is none: a
+    /// predicate's prefilter; for `&&` the AND of the operands' drivers (those that have one);
+    /// for `||` the OR of all operands' drivers, only if every operand has one. `!`, `!=` and
+    /// `*` (its custom-attribute half is not in the index) have none.
+    public static func driver(for expr: QueryExpr) -> String? {
+        switch expr {
+        case .and(let operands):
+            let drivers = operands.compactMap(driver(for:))
+            return drivers.isEmpty ? nil : ftsJoined(drivers, "AND")
+        case .or(let operands):
+            var drivers: [String] = []
+            for operand in operands {
+                guard let d = driver(for: operand) else { return nil }
+                drivers.append(d)
+            }
+            return ftsJoined(drivers, "OR")
+        case .comparison(.catalog(let name, .text), .equal, .string(let s)),
+            .comparison(.catalog(let name, .textArray), .equal, .string(let s)):
+            return indexedColumn(name) != nil ? ftsQuery(for: s, column: name) : nil
+        default:
+            return nil
+        }
+    }
+
+    /// Operands joined flat (FTS5 flattens runs of one operator, so width is no problem).
+    static func ftsJoined(_ operands: [String], _ op: String) -> String {
+        operands.count == 1 ? operands[0] : operands.map { "(\($0))" }.joined(separator: " \(op) ")
+    }
+
+    /// The FTS column of a full-text attribute, from the schema's own list (never caller text).
+    static func indexedColumn(_ name: String) -> String? {
+        Schema.ftsColumns.first { $0 == name && $0 != "cjk" }
     }
 
     /// The FTS5 query that prefilters `pattern` on `column` (nil: every column), or nil when no
@@ -30,34 +94,81 @@ public struct QueryCompiler: Sendable {
         var terms: [String] = []
         func add(_ term: String) { if !terms.contains(term) { terms.append(term) } }
         let parts = pattern.parts
-        let tokenized = pattern.modifiers.contains(.tokenized)
-        for (index, part) in parts.enumerated() {
+        for part in parts {
             guard case .text(let text) = part else { continue }
             // A CJK run is contiguous in the value whatever the modifiers: find it in the bigram column.
             for run in TextAnalysis.cjkRuns(text) { add("cjk : " + TextAnalysis.cjkFTSPhrase(run)) }
-            // With `t` a Latin word may sit inside an indexed token ("pc" in "windowspcfile").
-            if tokenized { continue }
+        }
+        if pattern.modifiers.contains(.tokenized) {
+            tokenizedTerms(parts, column: column).forEach(add)
+        } else {
+            wordTerms(parts, column: column).forEach(add)
+        }
+        return terms.isEmpty ? nil : terms.joined(separator: " AND ")
+    }
+
+    /// The Latin words of a pattern as indexed terms: a word not preceded by `*` is a term, a
+    /// prefix term when `*` follows it.
+    private static func wordTerms(_ parts: [TextPattern.Part], column: String?) -> [String] {
+        var terms: [String] = []
+        for (index, part) in parts.enumerated() {
+            guard case .text(let text) = part else { continue }
             let precededByWildcard = index > 0
             let followedByWildcard = index < parts.count - 1
             let scalars = Array(text.unicodeScalars)
             for range in TextAnalysis.tokens(scalars) {
                 let token = scalars[range]
-                if token.contains(where: TextAnalysis.isCJK) { continue }
-                if !token.contains(where: { $0.properties.generalCategory != .nonspacingMark }) { continue }
+                guard isLatinTerm(token) else { continue }
                 if range.lowerBound == 0 && precededByWildcard { continue }  // infix or suffix: unanswerable
                 var view = String.UnicodeScalarView()
                 view.append(contentsOf: token)
                 let prefix = range.upperBound == scalars.count && followedByWildcard
                 let term = TextAnalysis.ftsQuoted(String(view)) + (prefix ? " *" : "")
-                add(column.map { "\($0) : \(term)" } ?? term)
+                terms.append(column.map { "\($0) : \(term)" } ?? term)
             }
         }
-        return terms.isEmpty ? nil : terms.joined(separator: " AND ")
+        return terms
+    }
+
+    /// The terms of a `t` pattern. A value matches if the pattern's words match its words, or the
+    /// pattern's split words match its split words. A split word of the value is a whole word
+    /// (in `column`) or a piece of a compound word (in the auxiliary column `cjk`, where the
+    /// writer puts them), so a pattern word that does not split is a term over `{column cjk}`;
+    /// one that does is `column : word OR ({column cjk} : piece AND …)`.
+    private static func tokenizedTerms(_ parts: [TextPattern.Part], column: String?) -> [String] {
+        let whole = column.map { "\($0) : " } ?? ""
+        let split = column.map { "{\($0) cjk} : " } ?? ""
+        var terms: [String] = []
+        for word in TextPattern.patternWords(parts) {
+            let pieces = TextPattern.splitWord(word)
+            let pieceTerms = pieces.compactMap(wordTerm).map { split + $0 }
+            if pieces.count == 1 {
+                terms += pieceTerms
+            } else if let plain = wordTerm(word), !pieceTerms.isEmpty {
+                terms.append("(\(whole + plain) OR (\(pieceTerms.joined(separator: " AND "))))")
+            }
+        }
+        return terms
+    }
+
+    /// The term for one pattern word (text and wildcards, as `TextPattern.patternWords` gives):
+    /// its leading text, a prefix term when a wildcard follows; nil when it starts with a wildcard.
+    private static func wordTerm(_ word: [TextPattern.Part]) -> String? {
+        guard case .text(let text) = word.first, isLatinTerm(Array(text.unicodeScalars)[...]) else { return nil }
+        return TextAnalysis.ftsQuoted(text) + (word.count > 1 ? " *" : "")
+    }
+
+    /// Whether a token can be looked up as a Latin term: no CJK (found through bigrams instead)
+    /// and not only combining marks (which the index drops).
+    private static func isLatinTerm(_ token: ArraySlice<Unicode.Scalar>) -> Bool {
+        !token.contains(where: TextAnalysis.isCJK) && token.contains { $0.properties.generalCategory != .nonspacingMark }
     }
 }
 
 /// Accumulates SQL text and bindings; `?` placeholders are appended in text order.
 private struct SQLBuilder {
+    /// Whether to emit the `IN (SELECT … fts MATCH …)` prefilters (not needed under a driver).
+    let prefilters: Bool
     var bindings: [SQLValue] = []
 
     mutating func bind(_ value: SQLValue) -> String {
@@ -99,7 +210,7 @@ private struct SQLBuilder {
         switch (attribute, value) {
         case (.anyText, .string(let s)):
             var sql = ""
-            if prefilter, let fts = QueryCompiler.ftsQuery(for: s, column: nil) {
+            if prefilter, prefilters, let fts = QueryCompiler.ftsQuery(for: s, column: nil) {
                 sql = "items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH \(bind(.text(fts)))) AND "
             }
             var columns: [String] = []
@@ -109,7 +220,7 @@ private struct SQLBuilder {
         case (.catalog(let name, .text), .string(let s)), (.catalog(let name, .textArray), .string(let s)):
             let column = ftsColumn(name)
             var sql = ""
-            if prefilter, column != "NULL", let fts = QueryCompiler.ftsQuery(for: s, column: name) {
+            if prefilter, prefilters, column != "NULL", let fts = QueryCompiler.ftsQuery(for: s, column: name) {
                 sql = "items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH \(bind(.text(fts)))) AND "
             }
             return sql + "sl_match(\(column), \(pattern(s)))"
@@ -267,6 +378,6 @@ private struct SQLBuilder {
 
     /// The column name from the schema's own list, so the SQL never contains caller text.
     private func ftsColumn(_ name: String) -> String {
-        Schema.ftsColumns.first { $0 == name && $0 != "cjk" }.map { "items.\($0)" } ?? "NULL"
+        QueryCompiler.indexedColumn(name).map { "items.\($0)" } ?? "NULL"
     }
 }

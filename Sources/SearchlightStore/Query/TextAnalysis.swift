@@ -1,6 +1,6 @@
 import Foundation
 
-/// Text helpers shared by the writer (the CJK bigram document), user queries and the query
+/// Text helpers shared by the writer (the auxiliary document), user queries and the query
 /// compiler. Word boundaries and folding mirror SQLite's `unicode61 remove_diacritics 2`
 /// tokenizer, so that what a full-text query finds is always a superset of what the exact
 /// matcher (`TextPattern`) accepts.
@@ -138,32 +138,112 @@ public enum TextAnalysis {
         return result
     }
 
-    // MARK: CJK bigrams
+    // MARK: The auxiliary document
 
-    /// The bigram document for the `cjk` full-text column: for each maximal run of CJK characters
-    /// in `texts`, its overlapping bigrams and then its last character alone ("星球大战" →
-    /// "星球 球大 大战 战"), runs separated by " | ". Nil when there is no CJK text.
-    public static func cjkBigramDocument(_ texts: [String]) -> String? {
+    /// The document for the auxiliary full-text column `cjk`, which holds what the index needs
+    /// beyond the attributes' own words:
+    /// - for each maximal run of CJK characters in `texts`, its overlapping bigrams and then its
+    ///   last character alone ("星球大战" → "星球 球大 大战 战"), runs separated by " | ", so that
+    ///   any CJK substring is a phrase query;
+    /// - after them, the non-CJK pieces of every word the `t` modifier splits into more than one
+    ///   piece ("WindowsPCFile" → "Windows PC File", "MP3Player" → "MP 3 Player"), so that a `t`
+    ///   word is a term query.
+    /// Nil when there is neither.
+    public static func auxiliaryDocument(_ texts: [String]) -> String? {
         var out = String.UnicodeScalarView()
-        for text in texts {
-            var run: [Unicode.Scalar] = []
-            func flush() {
-                guard !run.isEmpty else { return }
-                if !out.isEmpty { out.append(contentsOf: " | ".unicodeScalars) }
-                for k in 0..<(run.count - 1) {
-                    out.append(run[k])
-                    out.append(run[k + 1])
-                    out.append(" ")
-                }
-                out.append(run[run.count - 1])
-                run.removeAll(keepingCapacity: true)
+        var pieces = String.UnicodeScalarView()
+        var run: [Unicode.Scalar] = []
+        var token: [Unicode.Scalar] = []
+        func flushRun() {
+            guard !run.isEmpty else { return }
+            if !out.isEmpty { out.append(contentsOf: " | ".unicodeScalars) }
+            for k in 0..<(run.count - 1) {
+                out.append(run[k])
+                out.append(run[k + 1])
+                out.append(" ")
             }
+            out.append(run[run.count - 1])
+            run.removeAll(keepingCapacity: true)
+        }
+        func flushToken() {
+            defer { token.removeAll(keepingCapacity: true) }
+            guard mayHaveSubTokens(token) else { return }
+            let ranges = subTokens(token[...])
+            guard ranges.count > 1 else { return }
+            for range in ranges where !isCJK(token[range.lowerBound]) {  // CJK is in the bigrams
+                if !pieces.isEmpty { pieces.append(" ") }
+                pieces.append(contentsOf: token[range])
+            }
+        }
+        for var text in texts {
+            // Most text is ASCII: no CJK, and its pieces are found on the bytes.
+            if text.withUTF8({ bytes in
+                guard !bytes.contains(where: { $0 >= 0x80 }) else { return false }
+                appendASCIIPieces(bytes, to: &pieces)
+                return true
+            }) { continue }
             for s in text.unicodeScalars {
-                if isCJKLetter(s) { run.append(s) } else { flush() }
+                if isCJKLetter(s) { run.append(s) } else { flushRun() }
+                if isTokenChar(s) { token.append(s) } else { flushToken() }
             }
-            flush()
+            flushRun()
+            flushToken()
+        }
+        if !pieces.isEmpty {
+            if !out.isEmpty { out.append(contentsOf: " | ".unicodeScalars) }
+            out.append(contentsOf: pieces)
         }
         return out.isEmpty ? nil : String(out)
+    }
+
+    /// `subTokens` on ASCII bytes: appends the pieces of every word that splits, space-separated.
+    private static func appendASCIIPieces(_ b: UnsafeBufferPointer<UInt8>, to pieces: inout String.UnicodeScalarView) {
+        func kind(_ c: UInt8) -> Int {  // 0 separator, 1 lower, 2 digit, 3 upper
+            if c >= 0x61 && c <= 0x7A { return 1 }
+            if c >= 0x30 && c <= 0x39 { return 2 }
+            return c >= 0x41 && c <= 0x5A ? 3 : 0
+        }
+        func append(_ range: Range<Int>) {
+            if !pieces.isEmpty { pieces.append(" ") }
+            for k in range { pieces.append(Unicode.Scalar(b[k])) }
+        }
+        var i = 0
+        while i < b.count {
+            guard kind(b[i]) != 0 else {
+                i += 1
+                continue
+            }
+            let start = i
+            var end = i + 1
+            while end < b.count, kind(b[end]) != 0 { end += 1 }
+            var piece = start
+            for j in (start + 1)..<max(end, start + 1) {
+                let p = kind(b[j - 1]), c = kind(b[j])
+                if (p == 2) != (c == 2) || (p == 1 && c == 3) || (p == 3 && c == 3 && j + 1 < end && kind(b[j + 1]) == 1) {
+                    append(piece..<j)
+                    piece = j
+                }
+            }
+            if piece > start { append(piece..<end) }
+            i = end
+        }
+    }
+
+    /// A cheap test that rules out most words before `subTokens`: an ASCII word splits only at
+    /// a digit edge, a lower→upper change or inside a run of capitals.
+    private static func mayHaveSubTokens(_ token: [Unicode.Scalar]) -> Bool {
+        guard token.count > 1 else { return false }
+        var previous = token[0].value
+        if previous >= 0x80 { return true }
+        for s in token.dropFirst() {
+            let v = s.value
+            if v >= 0x80 { return true }
+            let digitEdge = (previous <= 0x39) != (v <= 0x39)  // token characters: digits sort below letters
+            let upper = v >= 0x41 && v <= 0x5A
+            if digitEdge || (upper && previous >= 0x41) { return true }
+            previous = v
+        }
+        return false
     }
 
     /// The maximal runs of CJK characters in `text`.
