@@ -44,7 +44,7 @@ extension IndexStore {
         return nil
     }
 
-    /// The full-text columns of `items`, in FTS order (the last one is `cjk`).
+    /// The full-text columns of `items`, in FTS order (the last one is `aux`).
     static let ftsColumnList = Schema.ftsColumns.joined(separator: ", ")
 
     private func donate(_ items: [SearchableItem], now: Double, into result: inout ApplyResult) throws {
@@ -74,7 +74,7 @@ extension IndexStore {
                 try ftsDelete(rowid: rowid, oldText: Array(existing.values[1...Schema.ftsColumns.count]))
                 try writer.run("""
                     UPDATE items SET domain=?, expires=?, related=?, title=?, displayName=?, alternateNames=?,
-                    contentDescription=?, textContent=?, keywords=?, authorNames=?, cjk=?, attrs=?, ranking_hint=?,
+                    contentDescription=?, textContent=?, keywords=?, authorNames=?, aux=?, attrs=?, ranking_hint=?,
                     last_used=?, checksum=? WHERE rowid=?
                     """, values(of: record) + [.integer(rowid)])
                 try ftsInsert(rowid: rowid, record)
@@ -85,7 +85,7 @@ extension IndexStore {
                 }
                 try writer.run("""
                     INSERT INTO items(uid, domain, expires, related, title, displayName, alternateNames, contentDescription,
-                    textContent, keywords, authorNames, cjk, attrs, ranking_hint, last_used, checksum)
+                    textContent, keywords, authorNames, aux, attrs, ranking_hint, last_used, checksum)
                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     """, [.text(record.uid)] + values(of: record))
                 try ftsInsert(rowid: writer.lastInsertRowID, record)
@@ -96,7 +96,7 @@ extension IndexStore {
     }
 
     private func ftsInsert(rowid: Int64, _ r: ItemRecord) throws {
-        let text = r.text.map { $0.map(SQLValue.text) ?? .null } + [r.cjk.map(SQLValue.text) ?? .null]
+        let text = r.text.map { $0.map(SQLValue.text) ?? .null } + [r.aux.map(SQLValue.text) ?? .null]
         try writer.run("INSERT INTO fts(rowid, \(Self.ftsColumnList)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [.integer(rowid)] + text)
     }
 
@@ -110,7 +110,7 @@ extension IndexStore {
         func text(_ s: String?) -> SQLValue { s.map(SQLValue.text) ?? .null }
         func real(_ d: Double?) -> SQLValue { d.map(SQLValue.double) ?? .null }
         return [text(r.domain), .double(r.expires), text(r.related)] + r.text.map(text)
-            + [text(r.cjk), .text(r.attrsJSON), real(r.rankingHint), real(r.lastUsed), .integer(r.checksum)]
+            + [text(r.aux), .text(r.attrsJSON), real(r.rankingHint), real(r.lastUsed), .integer(r.checksum)]
     }
 
     /// Deletes rows (`condition` over `items`), their full-text entries, then every item related to

@@ -9,7 +9,7 @@ struct ItemRecord {
     var related: String?
     /// Values of the full-text columns, in `AttributeCatalog.textAttributes` order.
     var text: [String?]
-    var cjk: String?
+    var aux: String?
     /// Every other attribute, in storage form (dates as Unix seconds).
     var attrs: [String: JSONValue]
     var rankingHint: Double?
@@ -61,7 +61,7 @@ struct ItemRecord {
         related = attrs["relatedUniqueIdentifier"]?.stringValue
         rankingHint = attrs["rankingHint"]?.doubleValue
         lastUsed = attrs["lastUsedDate"]?.doubleValue
-        cjk = TextAnalysis.auxiliaryDocument(text.compactMap { $0 })
+        aux = TextAnalysis.auxiliaryDocument(text.compactMap { $0 })
     }
 
     private mutating func applyCustom(_ updates: [String: JSONValue]) {
@@ -178,6 +178,6 @@ struct ItemRecord {
         related = attrs["relatedUniqueIdentifier"]?.stringValue
         rankingHint = attrs["rankingHint"]?.doubleValue
         lastUsed = attrs["lastUsedDate"]?.doubleValue
-        cjk = nil
+        aux = nil
     }
 }

@@ -2,7 +2,7 @@
 ///
 /// Text attributes live in their own columns of `items` so that the FTS5 table can use `items`
 /// as its external content (text is stored once). Array text attributes are joined with U+001F.
-/// `cjk` is the auxiliary column (`TextAnalysis.auxiliaryDocument` of all text attributes): CJK
+/// `aux` is the auxiliary column (`TextAnalysis.auxiliaryDocument` of all text attributes): CJK
 /// bigrams, so that a substring of CJK characters is found through the full-text index, and the
 /// pieces of camelCase and letter/digit compound words, so that `t` predicates are too (the name
 /// predates the pieces). Every other attribute is in `attrs`, a JSON
@@ -12,9 +12,9 @@ public enum Schema {
     /// The store format this build writes. Files with an older version are migrated (issue 4).
     public static let formatVersion = 1
 
-    /// The FTS5 columns, in order. `cjk` is last.
+    /// The FTS5 columns, in order. `aux` is last.
     public static let ftsColumns = [
-        "title", "displayName", "alternateNames", "contentDescription", "textContent", "keywords", "authorNames", "cjk",
+        "title", "displayName", "alternateNames", "contentDescription", "textContent", "keywords", "authorNames", "aux",
     ]
 
     /// The full-text rows are written by `IndexStore` itself on every path (donation, update,
@@ -30,7 +30,7 @@ public enum Schema {
             expires REAL NOT NULL,
             related TEXT,
             title TEXT, displayName TEXT, alternateNames TEXT, contentDescription TEXT,
-            textContent TEXT, keywords TEXT, authorNames TEXT, cjk TEXT,
+            textContent TEXT, keywords TEXT, authorNames TEXT, aux TEXT,
             attrs TEXT NOT NULL,
             ranking_hint REAL,
             last_used REAL,
@@ -41,11 +41,12 @@ public enum Schema {
         CREATE INDEX IF NOT EXISTS items_expires ON items(expires);
         CREATE INDEX IF NOT EXISTS items_related ON items(related) WHERE related IS NOT NULL;
         CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
-            title, displayName, alternateNames, contentDescription, textContent, keywords, authorNames, cjk,
+            title, displayName, alternateNames, contentDescription, textContent, keywords, authorNames, aux,
             content='items', content_rowid='rowid',
             tokenize='unicode61 remove_diacritics 2'
         );
         CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, row);
+        CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab_col USING fts5vocab(fts, col);
         CREATE TABLE IF NOT EXISTS engagement(
             kind TEXT NOT NULL, key TEXT NOT NULL, count REAL NOT NULL, last REAL NOT NULL,
             PRIMARY KEY(kind, key)

@@ -49,9 +49,9 @@ struct UserQueryTerms {
         let parts = TextAnalysis.words(text)
         let typing = !(text.last.map { $0.isWhitespace || $0.isPunctuation } ?? true)
         words = parts.enumerated().map { i, w in
-            let cjk = w.unicodeScalars.first.map(TextAnalysis.isCJK) ?? false
+            let aux = w.unicodeScalars.first.map(TextAnalysis.isCJK) ?? false
             return Word(text: String(w), folded: TextAnalysis.fold(String(w)), range: w.startIndex..<w.endIndex,
-                isCJK: cjk, isPrefix: !cjk && typing && i == parts.count - 1)
+                isCJK: aux, isPrefix: !aux && typing && i == parts.count - 1)
         }
     }
 
@@ -65,7 +65,7 @@ struct UserQueryTerms {
 
 extension IndexStore {
     /// BM25 weights of the FTS columns: title, displayName, alternateNames, contentDescription,
-    /// textContent, keywords, authorNames, cjk.
+    /// textContent, keywords, authorNames, aux.
     static let bm25Weights = "10.0, 10.0, 6.0, 3.0, 1.0, 6.0, 3.0, 4.0"
 
     /// Runs a user query: ranked items, then suggestions.
@@ -116,10 +116,12 @@ extension IndexStore {
         let earlier = terms.words.dropLast().map(terms.ftsTerm)
         // Completions of the word being typed that still find something with the earlier words.
         if last.isPrefix, !last.folded.isEmpty {
+            // Words people type, from the real text columns: not the auxiliary column's bigrams
+            // and compound-word pieces ("postgre" of "PostgreSQL" is no word to offer).
             let candidates = try db.rows("""
-                SELECT v.term, v.doc + coalesce(e.count, 0) * 10 AS weight FROM fts_vocab v
+                SELECT v.term, sum(v.doc) + coalesce(e.count, 0) * 10 AS weight FROM fts_vocab_col v
                 LEFT JOIN engagement e ON e.kind = 'suggestion' AND e.key = v.term
-                WHERE v.term >= ? AND v.term < ? ORDER BY weight DESC LIMIT ?
+                WHERE v.term >= ? AND v.term < ? AND v.col != 'aux' GROUP BY v.term ORDER BY weight DESC LIMIT ?
                 """, [.text(last.folded), .text(last.folded + "\u{10FFFF}"), .integer(Int64(limit * 8))])
             for row in candidates {
                 // A completion adds something: the typed word itself (even with other accents) is no suggestion.
@@ -166,7 +168,7 @@ extension IndexStore {
         return try db.scalar("SELECT 1 FROM fts_vocab WHERE term = ?", [.text(term)]) != nil
     }
 
-    /// The indexed word nearest to `word` (Damerau–Levenshtein, at most 1 edit for short words and
+    /// The indexed word (from the text columns) nearest to `word` (Damerau–Levenshtein, at most 1 edit for short words and
     /// 2 for longer ones), preferring the most frequent. Looks only at words with the same first
     /// letter and a similar length, which bounds the scan.
     static func nearestTerm(to word: String, db: Database) throws -> String? {
@@ -175,8 +177,8 @@ extension IndexStore {
         let low = String(first)
         let high = String(Character(Unicode.Scalar(first.value + 1) ?? first))
         let rows = try db.rows("""
-            SELECT term, doc FROM fts_vocab WHERE term >= ? AND term < ?
-            AND length(term) BETWEEN ? AND ? LIMIT 50000
+            SELECT term, sum(doc) FROM fts_vocab_col WHERE term >= ? AND term < ? AND col != 'aux'
+            AND length(term) BETWEEN ? AND ? GROUP BY term LIMIT 50000
             """, [.text(low), .text(high), .integer(Int64(word.count - maxDistance)), .integer(Int64(word.count + maxDistance))])
         var best: (term: String, distance: Int, doc: Int64)?
         let target = Array(word.unicodeScalars)

@@ -70,15 +70,15 @@ private final class QueryTestDatabase {
     func insert(_ item: Item) throws {
         let columns = AttributeCatalog.textAttributes
         let texts = columns.map { item.text[$0]?.joined(separator: String(AttributeCatalog.arraySeparator)) }
-        let cjk = TextAnalysis.auxiliaryDocument(texts.compactMap { $0 })
+        let aux = TextAnalysis.auxiliaryDocument(texts.compactMap { $0 })
         var bindings: [SQLValue] = [.text(item.uid), item.domain.map(SQLValue.text) ?? .null, .double(item.expires)]
         bindings += texts.map { $0.map(SQLValue.text) ?? .null }
-        bindings += [cjk.map(SQLValue.text) ?? .null, .text(item.attrs)]
+        bindings += [aux.map(SQLValue.text) ?? .null, .text(item.attrs)]
         let list = columns.joined(separator: ", ")
         _ = try rows(
-            "INSERT INTO items(uid, domain, expires, \(list), cjk, attrs, checksum) VALUES (?, ?, ?, "
+            "INSERT INTO items(uid, domain, expires, \(list), aux, attrs, checksum) VALUES (?, ?, ?, "
                 + String(repeating: "?, ", count: columns.count) + "?, ?, 0) RETURNING rowid", bindings)
-        try exec("INSERT INTO fts(rowid, \(list), cjk) SELECT rowid, \(list), cjk FROM items WHERE uid = '\(item.uid)'")
+        try exec("INSERT INTO fts(rowid, \(list), aux) SELECT rowid, \(list), aux FROM items WHERE uid = '\(item.uid)'")
     }
 }
 
@@ -306,12 +306,12 @@ struct QueryCompilerTests {
         #expect(fts("*onument") == nil)
         #expect(fts("*ral Bri*") == #"title : "Bri" *"#)
         #expect(fts("nat*al") == #"title : "nat" *"#)
-        #expect(fts("*星球*") == #"cjk : "星球""#)
-        #expect(fts("*星球大*") == #"cjk : "星球 球大""#)
-        #expect(fts("星") == #"cjk : "星" *"#)
-        #expect(fts("pc", [.wordBased, .tokenized]) == #"{title cjk} : "pc""#)
-        #expect(fts("Natural Bridges*", [.tokenized], "keywords") == #"{keywords cjk} : "Natural" AND {keywords cjk} : "Bridges" *"#)
-        #expect(fts("WindowsPC", [.tokenized]) == #"(title : "WindowsPC" OR ({title cjk} : "Windows" AND {title cjk} : "PC"))"#)
+        #expect(fts("*星球*") == #"aux : "星球""#)
+        #expect(fts("*星球大*") == #"aux : "星球 球大""#)
+        #expect(fts("星") == #"aux : "星" *"#)
+        #expect(fts("pc", [.wordBased, .tokenized]) == #"{title aux} : "pc""#)
+        #expect(fts("Natural Bridges*", [.tokenized], "keywords") == #"{keywords aux} : "Natural" AND {keywords aux} : "Bridges" *"#)
+        #expect(fts("WindowsPC", [.tokenized]) == #"(title : "WindowsPC" OR ({title aux} : "Windows" AND {title aux} : "PC"))"#)
         #expect(fts("*PCFile", [.tokenized]) == nil)
         #expect(fts("*pc", [.tokenized]) == nil)
         #expect(fts("mp3*", [.tokenized], nil) == #"("mp3" * OR ("mp" AND "3" *))"#)
@@ -384,7 +384,7 @@ struct QueryCompilerTests {
         #expect(try driver(#"* == "a"w"#) == nil)  // custom strings are not in the index
         #expect(try driver(#"title == "*onument"c"#) == nil)
         #expect(try driver(#"(keywords == "Natural Bridges*"cwdt)"#)
-            == #"{keywords cjk} : "Natural" AND {keywords cjk} : "Bridges" *"#)
+            == #"{keywords aux} : "Natural" AND {keywords aux} : "Bridges" *"#)
     }
 
     @Test("FTS-driven and prefiltered searches agree on compound queries")

@@ -85,7 +85,7 @@ public struct QueryCompiler: Sendable {
 
     /// The FTS column of a full-text attribute, from the schema's own list (never caller text).
     static func indexedColumn(_ name: String) -> String? {
-        Schema.ftsColumns.first { $0 == name && $0 != "cjk" }
+        Schema.ftsColumns.first { $0 == name && $0 != "aux" }
     }
 
     /// The FTS5 query that prefilters `pattern` on `column` (nil: every column), or nil when no
@@ -97,7 +97,7 @@ public struct QueryCompiler: Sendable {
         for part in parts {
             guard case .text(let text) = part else { continue }
             // A CJK run is contiguous in the value whatever the modifiers: find it in the bigram column.
-            for run in TextAnalysis.cjkRuns(text) { add("cjk : " + TextAnalysis.cjkFTSPhrase(run)) }
+            for run in TextAnalysis.cjkRuns(text) { add("aux : " + TextAnalysis.cjkFTSPhrase(run)) }
         }
         if pattern.modifiers.contains(.tokenized) {
             tokenizedTerms(parts, column: column).forEach(add)
@@ -132,12 +132,12 @@ public struct QueryCompiler: Sendable {
 
     /// The terms of a `t` pattern. A value matches if the pattern's words match its words, or the
     /// pattern's split words match its split words. A split word of the value is a whole word
-    /// (in `column`) or a piece of a compound word (in the auxiliary column `cjk`, where the
-    /// writer puts them), so a pattern word that does not split is a term over `{column cjk}`;
-    /// one that does is `column : word OR ({column cjk} : piece AND …)`.
+    /// (in `column`) or a piece of a compound word (in the auxiliary column `aux`, where the
+    /// writer puts them), so a pattern word that does not split is a term over `{column aux}`;
+    /// one that does is `column : word OR ({column aux} : piece AND …)`.
     private static func tokenizedTerms(_ parts: [TextPattern.Part], column: String?) -> [String] {
         let whole = column.map { "\($0) : " } ?? ""
-        let split = column.map { "{\($0) cjk} : " } ?? ""
+        let split = column.map { "{\($0) aux} : " } ?? ""
         var terms: [String] = []
         for word in TextPattern.patternWords(parts) {
             let pieces = TextPattern.splitWord(word)

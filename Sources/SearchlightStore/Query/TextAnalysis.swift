@@ -140,7 +140,7 @@ public enum TextAnalysis {
 
     // MARK: The auxiliary document
 
-    /// The document for the auxiliary full-text column `cjk`, which holds what the index needs
+    /// The document for the auxiliary full-text column `aux`, which holds what the index needs
     /// beyond the attributes' own words:
     /// - for each maximal run of CJK characters in `texts`, its overlapping bigrams and then its
     ///   last character alone ("星球大战" → "星球 球大 大战 战"), runs separated by " | ", so that
