@@ -100,34 +100,49 @@ extension IndexStore {
     }
 
     /// Runs SQLite's and FTS5's own integrity checks. With `repair`, a damaged full-text index is
-    /// rebuilt from the items (the items table is the source of truth).
+    /// rebuilt from the items (the items table is the source of truth) and checked again.
     public func check(repair: Bool) throws(SearchlightError) -> CheckReport {
         var problems: [String] = []
         var repaired: [String] = []
         let quick = try read { db in try db.rows("PRAGMA quick_check(20)").compactMap { $0.string(0) } }
-        if quick != ["ok"] { problems += quick.map { "quick_check: \($0)" } }
-        var ftsOK = true
-        do {
-            try read { db in try db.execute("INSERT INTO fts(fts, rank) VALUES ('integrity-check', 1)") }
-        } catch {
-            // query_only readers refuse the write form; run it on the writer instead.
-            do {
+        let tablesOK = quick == ["ok"]
+        if !tablesOK { problems += quick.map { "quick_check: \($0)" } }
+        if var ftsProblem = try fullTextProblem() {
+            if repair, tablesOK {
                 _ = try writeSync { store in
-                    try store.writer.execute("INSERT INTO fts(fts, rank) VALUES ('integrity-check', 1)")
+                    try store.writer.execute("INSERT INTO fts(fts) VALUES ('rebuild')")
                     return ApplyResult()
                 }
-            } catch {
-                ftsOK = false
-                problems.append("full-text index: \(error.message)")
+                if let remaining = try fullTextProblem() {
+                    ftsProblem = remaining
+                } else {
+                    repaired.append("rebuilt the full-text index from the items (it said: \(ftsProblem))")
+                    ftsProblem = ""
+                }
             }
+            if !ftsProblem.isEmpty { problems.append("full-text index: \(ftsProblem)") }
         }
-        if repair, !ftsOK {
-            _ = try writeSync { store in
-                try store.writer.execute("INSERT INTO fts(fts) VALUES ('rebuild')")
-                return ApplyResult()
-            }
-            repaired.append("rebuilt the full-text index from the items")
-        }
-        return CheckReport(ok: problems.isEmpty || (repair && quick == ["ok"] && !repaired.isEmpty), problems: problems, repaired: repaired)
+        if problems.isEmpty { stateLock.withLock { damage = nil } }
+        return CheckReport(ok: problems.isEmpty, problems: problems, repaired: repaired)
     }
+
+    /// FTS5's integrity check against the items, or nil when it passes. It is written as an
+    /// INSERT (which query-only readers refuse), so the writer runs it; its failure is caught
+    /// inside the call so it never fails other calls committed in the same group.
+    private func fullTextProblem() throws(SearchlightError) -> String? {
+        let finding = Finding()
+        _ = try writeSync { store in
+            do {
+                try store.writer.execute("INSERT INTO fts(fts, rank) VALUES ('integrity-check', 1)")
+            } catch {
+                finding.message = (error as? DatabaseError)?.message ?? "\(error)"
+            }
+            return ApplyResult()
+        }
+        return finding.message
+    }
+}
+
+private final class Finding: @unchecked Sendable {
+    var message: String?
 }

@@ -28,8 +28,8 @@ public final class IndexStore: @unchecked Sendable {
 
     /// Owned by the writer thread (read under `stateLock` for status).
     var itemCount = 0
-    private let stateLock = NSLock()
-    private var damage: DatabaseError?
+    let stateLock = NSLock()
+    var damage: DatabaseError?
     private var commits = 0
     private var committedCalls = 0
 

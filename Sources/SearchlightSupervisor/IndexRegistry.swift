@@ -37,7 +37,23 @@ final class IndexRegistry: @unchecked Sendable {
         let s = try IndexStore(path: p, options: options)
         stores[key] = s
         log.info("index opened", ["bundle": bundle, "index": index.isEmpty ? "_default" : index, "items": s.count])
+        purgeExpired(s, key)
         return s
+    }
+
+    /// Deletes expired items of every open index (they are invisible already; this reclaims them).
+    func purgeExpired() {
+        let open = lock.withLock { stores }
+        for (key, store) in open { purgeExpired(store, key) }
+    }
+
+    private func purgeExpired(_ store: IndexStore, _ key: Key) {
+        do {
+            let n = try store.purgeExpired()
+            if n > 0 { log.info("expired items purged", ["bundle": key.bundle, "index": key.index.isEmpty ? "_default" : key.index, "items": n]) }
+        } catch {
+            log.warning("purging expired items failed", ["bundle": key.bundle, "error": error.message])
+        }
     }
 
     func bundles() -> [String] {

@@ -12,6 +12,9 @@ public final class Supervisor: @unchecked Sendable {
     private let lock = NSLock()
     private var stopRequested = false
     private let stopped = DispatchSemaphore(value: 0)
+    private let maintenanceStopped = DispatchSemaphore(value: 0)
+    /// Until the scheduler's idle maintenance exists: purge expired items this often.
+    static let purgeInterval: TimeInterval = 3600
 
     public init(config: Configuration) {
         self.config = config
@@ -26,16 +29,29 @@ public final class Supervisor: @unchecked Sendable {
         let listener = try UnixSocket.listen(path: config.socketPath, mode: config.system ? 0o666 : 0o600)
         let server = ClientServer(context: context, listener: listener)
         server.start()
+        startPurging(context.registry)
         log.notice("searchlightd ready", [
             "version": Version.string, "mode": config.system ? "system" : "user", "socket": config.socketPath,
             "state": config.stateDirectory, "pid": getpid(),
         ])
         stopped.wait()
         log.notice("searchlightd stopping")
+        maintenanceStopped.signal()
         server.stop()
         context.registry.closeAll()
         unlink(config.socketPath)
         log.notice("searchlightd stopped")
+    }
+
+    /// Expired items are invisible at once; this thread reclaims them hourly (one timed wait, no polling).
+    private func startPurging(_ registry: IndexRegistry) {
+        let thread = Thread { [self] in
+            while maintenanceStopped.wait(timeout: .now() + Self.purgeInterval) == .timedOut {
+                registry.purgeExpired()
+            }
+        }
+        thread.name = "purge"
+        thread.start()
     }
 
     /// Asks `run()` to stop gracefully: finish requests in flight, commit, close. Idempotent.

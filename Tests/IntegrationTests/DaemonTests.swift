@@ -141,6 +141,33 @@ struct DaemonSDKTests {
         #expect(try await SearchQuery(queryString: #"title == "durable*"c"#, index: again).allItems().count == 50)
     }
 
+    @Test("expired items are invisible at once and purged when the index is next opened")
+    func expiredPurged() async throws {
+        let daemon = try DaemonProcess()
+        let index = daemon.index("com.example.expiry")
+        var old = item("old", title: "stale")
+        old.expirationDate = Date(timeIntervalSinceNow: -60)
+        try await index.indexSearchableItems([old, item("new", title: "fresh")])
+        #expect(try await SearchQuery(queryString: #"uniqueIdentifier == "*""#, index: index).allItems().map(\.uniqueIdentifier) == ["new"])
+        let mark = daemon.log.count
+        try daemon.restart()
+        #expect(try await SearchQuery(queryString: #"uniqueIdentifier == "*""#, index: daemon.index("com.example.expiry")).allItems().count == 1)
+        let line = try daemon.waitForLog("expired items purged", after: mark)
+        #expect(line.contains("items=1"))
+    }
+
+    @Test("one SearchableIndex keeps working across a daemon restart")
+    func reconnects() async throws {
+        let daemon = try DaemonProcess()
+        let index = daemon.index("com.example.reconnect")
+        try await index.indexSearchableItems([item("a", title: "before")])
+        daemon.stop(signal: SIGKILL)
+        await #expect(throws: SearchlightError.self) { try await index.indexSearchableItems([item("b", title: "down")]) }
+        try daemon.start()
+        try await index.indexSearchableItems([item("c", title: "after")])
+        #expect(try await SearchQuery(queryString: #"uniqueIdentifier == "*""#, index: index).allItems().map(\.uniqueIdentifier).sorted() == ["a", "c"])
+    }
+
     @Test("SIGTERM stops the daemon gracefully and removes its socket")
     func gracefulStop() async throws {
         let daemon = try DaemonProcess()
@@ -176,7 +203,10 @@ struct HostileInputTests {
         invalidUTF8 += Array("\"}}\n".utf8)
         try c.socket.writeAll(invalidUTF8)
         #expect(try c.next()?["error"]?["code"] == -32700)
-        #expect(try c.call(9, "index.items", ["items": [["uniqueIdentifier": "still-works"]]])?["result"]?["indexed"] == 1)
+        let deep = String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)
+        try c.send("{\"jsonrpc\":\"2.0\",\"id\":9,\"method\":\"x\",\"params\":{\"a\":\(deep)}}\n")
+        #expect(try c.next()?["error"]?["code"] == -32700, "nesting beyond the limit is a parse error, not a crash")
+        #expect(try c.call(10, "index.items", ["items": [["uniqueIdentifier": "still-works"]]])?["result"]?["indexed"] == 1)
     }
 
     @Test("a newer protocol version is refused with a clear error")

@@ -242,6 +242,26 @@ struct IndexStoreWriteTests {
         #expect(f.store.count == 1)
     }
 
+    @Test("check finds a full-text index out of step with the items, and repair rebuilds it")
+    func checkAndRepair() throws {
+        let f = try StoreFixture()
+        try f.donate(try f.item("a", ["title": "original words"]), try f.item("b", ["title": "other"]))
+        #expect(try f.store.check(repair: false).ok)
+        // Change the text behind the index's back, as a torn write or a bug would.
+        let raw = try Database(path: f.dir + "/b/_default.sqlite")
+        try raw.execute("UPDATE items SET title = 'replaced text' WHERE uid = 'a'")
+        let report = try f.store.check(repair: false)
+        #expect(!report.ok)
+        #expect(report.problems.contains { $0.hasPrefix("full-text index") })
+        let repaired = try f.store.check(repair: true)
+        #expect(repaired.ok && repaired.repaired.count == 1, "\(repaired)")
+        #expect(try f.store.check(repair: false).ok)
+        #expect(try f.user("replaced").items.count == 1)
+        #expect(try f.user("original").items.isEmpty)
+        try f.donate(try f.item("c", ["title": "after repair"]))
+        #expect(try f.user("repair").items.count == 1)
+    }
+
     @Test("each file records its store format; a newer format is refused")
     func formatVersion() throws {
         let f = try StoreFixture()
