@@ -52,10 +52,14 @@ final class ServiceContext: @unchecked Sendable {
         if peer.uid == 0 || peer.uid == daemonUID { return true }
         guard let adminGID else { return false }
         if peer.gid == adminGID { return true }
-        guard let pw = getpwuid(peer.uid) else { return false }
-        var count: Int32 = 64
-        var groups = [gid_t](repeating: 0, count: 64)
-        if getgrouplist(pw.pointee.pw_name, pw.pointee.pw_gid, &groups, &count) == -1 { return false }
+        // getpwuid_r: connections are checked concurrently, and getpwuid's buffer is shared.
+        var pw = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard getpwuid_r(peer.uid, &pw, &buffer, buffer.count, &result) == 0, result != nil, let name = pw.pw_name else { return false }
+        var count: Int32 = 256
+        var groups = [gid_t](repeating: 0, count: 256)
+        if getgrouplist(name, pw.pw_gid, &groups, &count) == -1 { return false }
         return groups.prefix(Int(count)).contains(adminGID)
     }
 }

@@ -57,6 +57,22 @@ struct IsolationTests {
         #expect(still.status == 0 && still.stdout.contains("secret-1"))
     }
 
+    @Test("members of --admin-group may use admin methods; other users may not",
+        .enabled(if: getgrnam("adm") != nil))
+    func adminGroup() throws {
+        let dir = TempDir()
+        chmod(dir.path, 0o755)
+        let daemon = try DaemonProcess(arguments: ["--system", "--admin-group", "adm"], dir: dir)
+        let admGID = getgrnam("adm")!.pointee.gr_gid
+        let member = try runCLI(["--reuid=\(Self.bob)", "--regid=\(admGID)", "--clear-groups", "--", Products.path("searchlight"),
+            "--socket", daemon.socket, "status", "--json"], socket: nil, executable: "/usr/bin/setpriv")
+        #expect(member.status == 0, "\(member.stderr)")
+        #expect(member.stdout.contains("\"mode\""))
+        let other = try cli(as: Self.bob, ["status"], socket: daemon.socket)
+        #expect(other.status == 1)
+        #expect(other.stderr.contains("admin"), "\(other.stderr)")
+    }
+
     @Test("system-mode files and socket have the modes of the design")
     func modes() throws {
         let dir = TempDir()
