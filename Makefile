@@ -29,7 +29,7 @@ release: deps
 
 # The daemon in the foreground, user mode. From a second terminal: .build/debug/searchlight status
 run: build
-	@echo "searchlightd: socket $${SEARCHLIGHT_SOCKET:-default user socket}; stop with Ctrl-C"
+	@echo "make run: searchlightd in the foreground, user mode (it logs its socket); Ctrl-C stops it"
 	exec $(BUILD)/searchlightd $(if $(SEARCHLIGHT_SOCKET),--socket $(SEARCHLIGHT_SOCKET),)
 
 # Builds the executables first: integration tests run the real searchlightd and searchlight.

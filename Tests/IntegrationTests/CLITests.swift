@@ -20,7 +20,7 @@ struct CLITests {
 
     func write(_ text: String, to name: String, in daemon: DaemonProcess) throws -> String {
         let path = daemon.dir.path + "/" + name
-        try text.write(toFile: path, atomically: true, encoding: .utf8)
+        try text.write(toFile: path, atomically: false, encoding: .utf8)
         return path
     }
 

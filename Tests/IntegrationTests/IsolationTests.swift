@@ -24,7 +24,7 @@ struct IsolationTests {
         chmod(dir.path, 0o755)
         let daemon = try DaemonProcess(arguments: ["--system"], dir: dir)
         let items = dir.path + "/items.jsonl"
-        try #"{"uniqueIdentifier":"secret-1","attributeSet":{"title":"alice private note"}}"#.write(toFile: items, atomically: true, encoding: .utf8)
+        try #"{"uniqueIdentifier":"secret-1","attributeSet":{"title":"alice private note"}}"#.write(toFile: items, atomically: false, encoding: .utf8)
         chmod(items, 0o644)
 
         let imported = try cli(as: Self.alice, ["import", "com.alice.notes", items], socket: daemon.socket)
@@ -82,7 +82,7 @@ struct IsolationTests {
         #expect(stat(daemon.socket, &st) == 0 && st.st_mode & 0o777 == 0o666)
         let index = daemon.stateDir + "/indexes/com.alice.notes/_default.sqlite"
         let items = dir.path + "/one.jsonl"
-        try #"{"uniqueIdentifier":"x"}"#.write(toFile: items, atomically: true, encoding: .utf8)
+        try #"{"uniqueIdentifier":"x"}"#.write(toFile: items, atomically: false, encoding: .utf8)
         chmod(items, 0o644)
         #expect(try cli(as: Self.alice, ["import", "com.alice.notes", items], socket: daemon.socket).status == 0)
         #expect(stat(index, &st) == 0 && st.st_mode & 0o777 == 0o600)
