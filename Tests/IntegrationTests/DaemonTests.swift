@@ -209,6 +209,41 @@ struct HostileInputTests {
         #expect(try c.call(10, "index.items", ["items": [["uniqueIdentifier": "still-works"]]])?["result"]?["indexed"] == 1)
     }
 
+    @Test("64 clients donate and query at once, each sees its own writes")
+    func manyClients() async throws {
+        let daemon = try DaemonProcess()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for c in 0..<64 {
+                group.addTask {
+                    let index = daemon.index("com.example.many\(c % 8)")
+                    try await index.indexSearchableItems((0..<20).map { item("c\(c)-\($0)", title: "client \(c)") })
+                    let mine = try await SearchQuery(queryString: "uniqueIdentifier == \"c\(c)-*\"", index: index).allItems()
+                    #expect(mine.count == 20)
+                    await index.close()
+                }
+            }
+            try await group.waitForAll()
+        }
+        let status = try await daemon.admin().call(Method.adminStatus, [:])
+        let total = status["bundles"]?.arrayValue?.compactMap { $0["indexes"]?.arrayValue?.first?["items"]?.intValue }.reduce(0, +)
+        #expect(total == 64 * 20)
+    }
+
+    @Test("connections beyond --max-connections are refused with an error, the others go on")
+    func connectionLimit() throws {
+        let daemon = try DaemonProcess(arguments: ["--max-connections", "2"])
+        let a = try RawClient(path: daemon.socket)
+        let b = try RawClient(path: daemon.socket)
+        try a.initialize()
+        try b.initialize()
+        let c = try RawClient(path: daemon.socket)
+        let refusal = try c.next()
+        #expect(refusal?["error"]?["message"]?.stringValue?.contains("connections") == true)
+        #expect(try c.next() == nil, "then the daemon closes it")
+        #expect(try a.call(1, "index.items", ["items": [["uniqueIdentifier": "x"]]])?["result"] != nil)
+        try daemon.waitForLog("connection refused: too many connections")
+    }
+
     @Test("a newer protocol version is refused with a clear error")
     func newerVersion() throws {
         let daemon = try DaemonProcess()
