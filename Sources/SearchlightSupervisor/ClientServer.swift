@@ -53,16 +53,20 @@ final class ClientServer: @unchecked Sendable {
             socket.close()
             return
         }
-        // A client that stops reading its answers cannot hold a thread forever.
+        // A client that stops reading its answers, or stops halfway through a frame, cannot hold
+        // its thread and connection slot forever.
         socket.setSendTimeout(seconds: 30)
+        let timeout = context.config.incompleteFrameTimeout
+        socket.setReceiveTimeout(seconds: timeout)
         let limits = context.config.limits
         let connection = RPCConnection(socket: socket, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth)
+        connection.incompleteFrameTimeout = timeout
         let session = ClientSession(context: context, connection: connection, peer: peer)
         let key = ObjectIdentifier(connection)
         lock.withLock { sessions[key] = session }
         connection.start(name: "client-\(peer.pid)", onMessage: { _, message in session.handle(message) }) { [self] _, reason in
             switch reason {
-            case .frameTooLarge, .readError:
+            case .frameTooLarge, .incompleteFrame, .readError:
                 log.warning("client connection closed", ["pid": peer.pid, "uid": peer.uid, "reason": reason])
             default:
                 log.debug("client connection closed", ["pid": peer.pid, "reason": reason])

@@ -19,6 +19,8 @@ public struct Configuration: Sendable {
     public var limits = Limits()
     public var defaultExpiration: TimeInterval = 30 * 86400
     public var maxConnections = 512
+    /// Seconds a client may leave a frame half-sent before its connection is closed.
+    public var incompleteFrameTimeout = 60
     public var logLevel: Logger.Level = .info
     /// `synchronous=FULL` on index files (durable on power loss). Tests may relax it.
     public var fullSync = true

@@ -11,6 +11,8 @@ public final class RPCConnection: @unchecked Sendable {
         case peerClosed
         case closedLocally
         case frameTooLarge(limit: Int)
+        /// A frame was begun and not finished within the socket's receive timeout.
+        case incompleteFrame(seconds: Int)
         case readError(String)
 
         public var description: String {
@@ -18,6 +20,7 @@ public final class RPCConnection: @unchecked Sendable {
             case .peerClosed: "peer closed the connection"
             case .closedLocally: "closed locally"
             case .frameTooLarge(let limit): "frame larger than \(limit) bytes"
+            case .incompleteFrame(let seconds): "a frame was left unfinished for \(seconds) s"
             case .readError(let e): "read error: \(e)"
             }
         }
@@ -29,6 +32,9 @@ public final class RPCConnection: @unchecked Sendable {
     public let socket: UnixSocket
     public let maxFrameBytes: Int
     public let maxDepth: Int
+    /// Set when the socket has a receive timeout: how long a half-sent frame may wait for the rest.
+    /// A connection that is merely idle between messages is never closed for it.
+    public var incompleteFrameTimeout: Int?
     private let lock = NSLock()
     private let writeLock = NSLock()
     private var nextID = 1
@@ -66,23 +72,37 @@ public final class RPCConnection: @unchecked Sendable {
         var decoder = FrameDecoder(maxFrameBytes: maxFrameBytes)
         let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 1)
         defer { chunk.deallocate() }
+        // When the unfinished frame in the decoder began: a trickle of bytes does not reset it.
+        var partialSince: Date?
         while true {
             let n: Int
             do {
                 n = try socket.read(into: chunk)
+            } catch is UnixSocket.ReceiveTimeout {
+                n = -1
             } catch {
                 return lock.withLock { closeRequested } ? .closedLocally : .readError("\(error)")
             }
             if n == 0 { return lock.withLock { closeRequested } ? .closedLocally : .peerClosed }
-            decoder.append(UnsafeRawBufferPointer(rebasing: chunk[0..<n]))
-            do {
-                while let frame = try decoder.next() {
-                    dispatch(frame, onMessage: onMessage)
+            if n > 0 {
+                decoder.append(UnsafeRawBufferPointer(rebasing: chunk[0..<n]))
+                do {
+                    while let frame = try decoder.next() {
+                        partialSince = nil
+                        dispatch(frame, onMessage: onMessage)
+                    }
+                } catch {
+                    switch error {
+                    case .frameTooLarge(let limit): return .frameTooLarge(limit: limit)
+                    }
                 }
-            } catch {
-                switch error {
-                case .frameTooLarge(let limit): return .frameTooLarge(limit: limit)
-                }
+            }
+            if decoder.pendingByteCount == 0 {
+                partialSince = nil
+            } else if let seconds = incompleteFrameTimeout {
+                let since = partialSince ?? Date()
+                partialSince = since
+                if Date().timeIntervalSince(since) >= Double(seconds) { return .incompleteFrame(seconds: seconds) }
             }
         }
     }

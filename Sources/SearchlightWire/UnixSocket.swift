@@ -134,12 +134,17 @@ public final class UnixSocket: @unchecked Sendable {
         }
     }
 
-    /// Reads up to `max` bytes into `buffer`; 0 means the peer closed. Retries on EINTR.
+    /// The receive timeout (`setReceiveTimeout`) passed with nothing to read.
+    public struct ReceiveTimeout: Error, Sendable {}
+
+    /// Reads up to `max` bytes into `buffer`; 0 means the peer closed. Retries on EINTR; throws
+    /// `ReceiveTimeout` when a receive timeout is set and passes.
     public func read(into buffer: UnsafeMutableRawBufferPointer) throws -> Int {
         while true {
             let n = recv(fd, buffer.baseAddress, buffer.count, 0)
             if n >= 0 { return n }
             if errno == EINTR { continue }
+            if errno == EAGAIN || errno == EWOULDBLOCK { throw ReceiveTimeout() }
             if errno == ECONNRESET || errno == EBADF { return 0 }
             throw SystemError("recv")
         }
@@ -172,6 +177,12 @@ public final class UnixSocket: @unchecked Sendable {
     public func setSendTimeout(seconds: Int) {
         var tv = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    /// Makes a blocked `read` give up after `seconds` (then it throws `ReceiveTimeout`).
+    public func setReceiveTimeout(seconds: Int) {
+        var tv = timeval(tv_sec: seconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
     }
 
     /// Stops both directions without releasing the descriptor (wakes a blocked reader).

@@ -18,6 +18,7 @@ let usage = """
     limits: --max-frame-bytes N (16777216)  --max-item-bytes N (1048576)  --max-identifiers N (10000)
             --max-query-bytes N (65536)  --max-query-depth N (64)  --max-client-state N (250)
             --max-items-per-index N (1000000)  --max-connections N (512)
+            --incomplete-frame-timeout SECONDS (60): close a client that leaves a frame half-sent
     other:  --no-full-sync  commit with synchronous=NORMAL (durable on crash, not on power loss)
             --version, --help
     """
@@ -70,6 +71,7 @@ func parseArguments(_ args: [String]) -> Configuration {
         case "--max-client-state": config.limits.maxClientStateBytes = positive(flag)
         case "--max-items-per-index": config.limits.maxItemsPerIndex = positive(flag)
         case "--max-connections": config.maxConnections = positive(flag)
+        case "--incomplete-frame-timeout": config.incompleteFrameTimeout = positive(flag)
         case "--no-full-sync": config.fullSync = false
         case "--log-level":
             switch value(flag) {

@@ -283,6 +283,19 @@ struct HostileInputTests {
         #expect(try stalled.next()?["result"] != nil)
     }
 
+    @Test("a frame left half-sent past --incomplete-frame-timeout closes that connection; an idle one stays")
+    func incompleteFrame() throws {
+        let daemon = try DaemonProcess(arguments: ["--incomplete-frame-timeout", "1"])
+        let idle = try RawClient(path: daemon.socket)
+        try idle.initialize()
+        let stalled = try RawClient(path: daemon.socket)
+        try stalled.initialize()
+        try stalled.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"index.items\",")
+        #expect(try stalled.next() == nil, "closed by the daemon")
+        try daemon.waitForLog("a frame was left unfinished for 1 s")
+        #expect(try idle.call(2, "index.items", ["items": [["uniqueIdentifier": "idle-but-alive"]]])?["result"] != nil)
+    }
+
     @Test("the admin role is refused to other users and the bundle is private to its writer")
     func adminAndBundles() throws {
         let daemon = try DaemonProcess()
