@@ -59,8 +59,8 @@ final class ClientServer: @unchecked Sendable {
         let timeout = context.config.incompleteFrameTimeout
         socket.setReceiveTimeout(seconds: timeout)
         let limits = context.config.limits
-        let connection = RPCConnection(socket: socket, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth)
-        connection.incompleteFrameTimeout = timeout
+        let connection = RPCConnection(
+            socket: socket, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth, incompleteFrameTimeout: timeout)
         let session = ClientSession(context: context, connection: connection, peer: peer)
         let key = ObjectIdentifier(connection)
         lock.withLock { sessions[key] = session }

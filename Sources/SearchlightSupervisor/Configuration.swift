@@ -11,9 +11,6 @@ public struct Configuration: Sendable {
     public var system: Bool
     public var stateDirectory: String
     public var socketPath: String
-    public var unitDirectories: [String]
-    /// Where `pressure/` and `loadavg` are read (a test seam).
-    public var procRoot = "/proc"
     /// Members of this group may use admin methods (besides root and the daemon's user).
     public var adminGroup: String?
     public var limits = Limits()
@@ -29,7 +26,6 @@ public struct Configuration: Sendable {
         self.system = system
         stateDirectory = DefaultPaths.stateDirectory(system: system)
         socketPath = DefaultPaths.socket(system: system)
-        unitDirectories = DefaultPaths.unitDirectories(system: system)
     }
 
     var storeOptions: StoreOptions {

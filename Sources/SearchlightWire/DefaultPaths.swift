@@ -41,12 +41,4 @@ public enum DefaultPaths {
         }
         return (environment("XDG_STATE_HOME") ?? home + "/.local/state") + "/searchlight"
     }
-
-    public static func unitDirectories(system: Bool) -> [String] {
-        if system { return ["/etc/searchlight/extensions.d", "/usr/lib/searchlight/extensions.d"] }
-        return [
-            (environment("XDG_CONFIG_HOME") ?? home + "/.config") + "/searchlight/extensions.d",
-            (environment("XDG_DATA_HOME") ?? home + "/.local/share") + "/searchlight/extensions.d",
-        ]
-    }
 }

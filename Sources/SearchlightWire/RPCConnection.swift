@@ -34,7 +34,7 @@ public final class RPCConnection: @unchecked Sendable {
     public let maxDepth: Int
     /// Set when the socket has a receive timeout: how long a half-sent frame may wait for the rest.
     /// A connection that is merely idle between messages is never closed for it.
-    public var incompleteFrameTimeout: Int?
+    public let incompleteFrameTimeout: Int?
     private let lock = NSLock()
     private let writeLock = NSLock()
     private var nextID = 1
@@ -42,10 +42,11 @@ public final class RPCConnection: @unchecked Sendable {
     private var closed: CloseReason?
     private var closeRequested = false
 
-    public init(socket: UnixSocket, maxFrameBytes: Int = 16 << 20, maxDepth: Int = 128) {
+    public init(socket: UnixSocket, maxFrameBytes: Int = 16 << 20, maxDepth: Int = 128, incompleteFrameTimeout: Int? = nil) {
         self.socket = socket
         self.maxFrameBytes = maxFrameBytes
         self.maxDepth = maxDepth
+        self.incompleteFrameTimeout = incompleteFrameTimeout
     }
 
     /// Connects to the daemon's socket.

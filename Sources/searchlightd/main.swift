@@ -9,7 +9,7 @@ import SearchlightSupervisor
 SignalWaiter.blockHandledSignals()  // before any thread exists
 
 let usage = """
-    usage: searchlightd [--system] [--state-dir DIR] [--socket PATH] [--units-dir DIR]... [--proc-root DIR]
+    usage: searchlightd [--system] [--state-dir DIR] [--socket PATH]
                         [--admin-group GROUP] [--default-expiration SECONDS] [--log-level LEVEL] [limits…]
 
     Searchlight's index supervisor. User mode by default (system mode with --system, or when systemd
@@ -41,7 +41,6 @@ func parseArguments(_ args: [String]) -> Configuration {
         exit(0)
     }
     var config = Configuration(system: args.contains("--system") || startedBySystemdAsRoot)
-    var unitDirs: [String] = []
     var i = 0
     func value(_ flag: String) -> String {
         i += 1
@@ -59,8 +58,6 @@ func parseArguments(_ args: [String]) -> Configuration {
         case "--system": break
         case "--state-dir": config.stateDirectory = value(flag)
         case "--socket": config.socketPath = value(flag)
-        case "--units-dir": unitDirs.append(value(flag))
-        case "--proc-root": config.procRoot = value(flag)
         case "--admin-group": config.adminGroup = value(flag)
         case "--default-expiration": config.defaultExpiration = TimeInterval(positive(flag))
         case "--max-frame-bytes": config.limits.maxFrameBytes = positive(flag)
@@ -86,7 +83,6 @@ func parseArguments(_ args: [String]) -> Configuration {
         }
         i += 1
     }
-    if !unitDirs.isEmpty { config.unitDirectories = unitDirs }
     return config
 }
 

@@ -155,28 +155,9 @@ struct CLITests {
         #expect(try JSONValue.parse(search.stdout)["items"]?.arrayValue?.isEmpty == false)
     }
 
-    /// The first `count` corpus lines ({id, title, contentDescription, textContent, keywords,
-    /// domain, homepage}) in the wire shape `import` reads.
+    /// The first `count` corpus items in the wire shape `import` reads.
     static func corpusAsWireItems(_ count: Int) throws -> String {
-        let shell = Process()
-        shell.executableURL = URL(fileURLWithPath: "/bin/sh")
-        shell.arguments = ["-c", "gzip -dc \"$0\" | head -n \(count)", Products.corpus!]
-        let out = Pipe()
-        shell.standardOutput = out
-        try shell.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        shell.waitUntilExit()
-        var lines: [String] = []
-        for line in String(decoding: data, as: UTF8.self).split(separator: "\n") {
-            let package = try JSONValue.parse(String(line))
-            var attributes: [String: JSONValue] = [:]
-            for key in ["title", "contentDescription", "textContent", "keywords"] { attributes[key] = package[key] }
-            attributes["contentURL"] = package["homepage"]
-            var item: [String: JSONValue] = ["uniqueIdentifier": package["id"] ?? .null, "attributeSet": .object(attributes)]
-            if let domain = package["domain"], domain.stringValue != nil { item["domainIdentifier"] = domain }
-            lines.append(JSONValue.object(item).jsonString)
-        }
-        return lines.joined(separator: "\n") + "\n"
+        try Corpus.load(limit: count).map(\.json.jsonString).joined(separator: "\n") + "\n"
     }
 
     // MARK: - delete, erase, indexing
