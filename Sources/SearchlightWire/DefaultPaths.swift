@@ -41,4 +41,14 @@ public enum DefaultPaths {
         }
         return (environment("XDG_STATE_HOME") ?? home + "/.local/state") + "/searchlight"
     }
+
+    /// Where unit files are looked for, first match of a label wins (DESIGN §2). User mode:
+    /// `$XDG_CONFIG_HOME/searchlight/extensions.d`, `$XDG_DATA_HOME/searchlight/extensions.d`;
+    /// system mode: `/etc/searchlight/extensions.d`, `/usr/lib/searchlight/extensions.d`.
+    public static func unitDirectories(system: Bool) -> [String] {
+        if system { return ["/etc/searchlight/extensions.d", "/usr/lib/searchlight/extensions.d"] }
+        let config = environment("XDG_CONFIG_HOME") ?? home + "/.config"
+        let data = environment("XDG_DATA_HOME") ?? home + "/.local/share"
+        return [config + "/searchlight/extensions.d", data + "/searchlight/extensions.d"]
+    }
 }

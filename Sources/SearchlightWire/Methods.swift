@@ -25,6 +25,29 @@ public enum Method {
     public static let adminRequests = "admin.requests"
     public static let adminMonitor = "admin.monitor"
     public static let adminSetIndexing = "admin.setIndexing"
+
+    /// Supervisor -> extension requests; the answer is the acknowledgement.
+    public static let extensionReindexAll = "extension.reindexAll"
+    public static let extensionReindexIdentifiers = "extension.reindexIdentifiers"
+    public static let extensionDataForItem = "extension.dataForItem"
+    public static let extensionFileURLForItem = "extension.fileURLForItem"
+    /// Supervisor -> extension notifications.
+    public static let extensionDidThrottle = "extension.didThrottle"
+    public static let extensionDidFinishThrottle = "extension.didFinishThrottle"
+    public static let extensionShutdown = "extension.shutdown"
+    /// Extension -> supervisor (and supervisor -> a waiting admin client) progress notification.
+    public static let progress = "$/progress"
+    /// Supervisor -> admin client: one event of `admin.monitor`'s stream.
+    public static let adminEvent = "admin.event"
+}
+
+/// The environment a supervisor-launched extension finds (DESIGN §5).
+public enum ExtensionEnvironment {
+    public static let fd = "SEARCHLIGHT_EXTENSION_FD"
+    public static let label = "SEARCHLIGHT_EXTENSION_LABEL"
+    public static let bundleIdentifier = "SEARCHLIGHT_BUNDLE_IDENTIFIER"
+    /// The descriptor number of the inherited socket.
+    public static let descriptor: Int32 = 3
 }
 
 /// The protocol version of this contract, and the roles a connection may take.
