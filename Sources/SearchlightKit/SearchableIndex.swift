@@ -11,11 +11,36 @@ public final class SearchableIndex: Sendable {
     public let name: String
     public let bundleIdentifier: String
     let connection: SearchlightConnection
+    /// The supervisor request this index was handed to an extension for (progress is reported on it).
+    let requestID: String?
+    /// False for the indexes an extension is handed: they share the extension's one connection.
+    let ownsConnection: Bool
 
     public init(name: String = "", bundleIdentifier: String, socketPath: String? = nil) {
         self.name = name
         self.bundleIdentifier = bundleIdentifier
         connection = SearchlightConnection(role: .app(bundleIdentifier: bundleIdentifier), socketPath: socketPath)
+        requestID = nil
+        ownsConnection = true
+    }
+
+    /// The index an extension works on while it answers one supervisor request.
+    init(name: String, bundleIdentifier: String, connection: SearchlightConnection, requestID: String?) {
+        self.name = name
+        self.bundleIdentifier = bundleIdentifier
+        self.connection = connection
+        self.requestID = requestID
+        ownsConnection = false
+    }
+
+    /// Inside an extension's reindex handler: tells the supervisor how far the request has come.
+    /// It shows in `searchlight reindex` and `searchlight monitor`, and, like every donation, it
+    /// resets the acknowledgement inactivity timer. Elsewhere it does nothing.
+    public func reportProgress(completed: Int, total: Int? = nil) async {
+        guard let requestID else { return }
+        var params: [String: JSONValue] = ["requestId": .string(requestID), "completed": .number(Double(completed))]
+        if let total { params["total"] = .number(Double(total)) }
+        try? await connection.notify(Method.progress, .object(params))
     }
 
     func call(_ method: String, _ params: [String: JSONValue] = [:]) async throws -> JSONValue {
@@ -65,8 +90,11 @@ public final class SearchableIndex: Sendable {
         return r["clientState"]?.stringValue.flatMap { Data(base64Encoded: $0) }
     }
 
-    /// Drops the connection to the daemon; the next call reconnects.
-    public func close() async { await connection.close() }
+    /// Drops the connection to the daemon; the next call reconnects. (An extension's index shares
+    /// the extension's connection, which stays open.)
+    public func close() async {
+        if ownsConnection { await connection.close() }
+    }
 }
 
 extension SearchableItem {

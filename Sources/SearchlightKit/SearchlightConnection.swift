@@ -3,29 +3,76 @@ import Foundation
 
 /// A connection to `searchlightd` in one role. Connects on first use, performs the `initialize`
 /// handshake, and reconnects after the daemon restarts. Apps rarely use it directly:
-/// `SearchableIndex` and the query types do; the CLI uses it for admin methods.
+/// `SearchableIndex` and the query types do; the CLI uses it for admin methods, and an
+/// `IndexExtension` is served over one in the extension role.
 public actor SearchlightConnection {
     public enum Role: Sendable, Equatable {
         case app(bundleIdentifier: String)
         case admin
+        /// An index extension attaching under its unit's label (a hand-started extension, or one
+        /// launched by the supervisor with its socket inherited).
+        case `extension`(label: String)
     }
+
+    /// Receives the server's notifications (`$/progress`, `admin.event`, `extension.*`).
+    public typealias NotificationHandler = @Sendable (_ method: String, _ params: JSONValue) -> Void
+    /// Receives the server's requests; must call `reply` exactly once, from any thread.
+    public typealias RequestHandler = @Sendable (_ method: String, _ params: JSONValue,
+        _ reply: @escaping @Sendable (Result<JSONValue, SearchlightError>) -> Void) -> Void
 
     public let socketPath: String
     public let role: Role
     private var rpc: RPCConnection?
+    /// The descriptor of a socket inherited from the supervisor; used once, never reconnected.
+    private var inheritedDescriptor: Int32?
+    private let reconnects: Bool
+    private let onNotification: NotificationHandler?
+    private let onRequest: RequestHandler?
+    private let onClose: (@Sendable () -> Void)?
     /// What the daemon answered to `initialize`.
     public private(set) var serverInfo: JSONValue?
 
     /// `socketPath` defaults to `SEARCHLIGHT_SOCKET`, then the user daemon's socket, then the system one.
-    public init(role: Role, socketPath: String? = nil) {
+    public init(role: Role, socketPath: String? = nil, onNotification: NotificationHandler? = nil) {
         self.role = role
         self.socketPath = socketPath ?? DefaultPaths.clientSocket()
+        self.onNotification = onNotification
+        onRequest = nil
+        onClose = nil
+        reconnects = true
+    }
+
+    /// An extension's connection: over the socket inherited from the supervisor when
+    /// `inheritedDescriptor` is given, else to the daemon socket. It is never reconnected: when it
+    /// closes, `onClose` runs and the extension should exit.
+    init(extensionLabel: String, socketPath: String?, inheritedDescriptor: Int32?,
+         onNotification: @escaping NotificationHandler, onRequest: @escaping RequestHandler,
+         onClose: @escaping @Sendable () -> Void) {
+        role = .extension(label: extensionLabel)
+        self.socketPath = socketPath ?? DefaultPaths.clientSocket()
+        self.inheritedDescriptor = inheritedDescriptor
+        self.onNotification = onNotification
+        self.onRequest = onRequest
+        self.onClose = onClose
+        reconnects = false
     }
 
     /// Calls a method and returns its result; a JSON-RPC error answer throws `SearchlightError`.
     public func call(_ method: String, _ params: JSONValue = [:]) async throws -> JSONValue {
         let connection = try await connected()
         return try await connection.call(method, params)
+    }
+
+    /// Sends a notification (no answer).
+    public func notify(_ method: String, _ params: JSONValue = [:]) async throws {
+        try await connected().notify(method, params)
+    }
+
+    /// Connects and performs the handshake now, returning the server's `initialize` answer.
+    @discardableResult
+    public func open() async throws -> JSONValue {
+        _ = try await connected()
+        return serverInfo ?? [:]
     }
 
     /// Drops the connection (an open batch on it is abandoned).
@@ -35,15 +82,34 @@ public actor SearchlightConnection {
     }
 
     private func connected() async throws -> RPCConnection {
-        if let rpc, !rpc.isClosed { return rpc }
+        if let rpc, !rpc.isClosed || !reconnects { return rpc }
         let connection: RPCConnection
-        do {
-            connection = try RPCConnection.connect(path: socketPath)
-        } catch {
-            throw SearchlightError(.remoteConnection,
-                "cannot reach searchlightd at \(socketPath) (\(error)); start it (`make run`, or `systemctl --user start searchlightd`) or set SEARCHLIGHT_SOCKET")
+        if let fd = inheritedDescriptor {
+            inheritedDescriptor = nil
+            connection = RPCConnection(socket: UnixSocket(fd: fd))
+        } else {
+            do {
+                connection = try RPCConnection.connect(path: socketPath)
+            } catch {
+                throw SearchlightError(.remoteConnection,
+                    "cannot reach searchlightd at \(socketPath) (\(error)); start it (`make run`, or `systemctl --user start searchlightd`) or set SEARCHLIGHT_SOCKET")
+            }
         }
-        connection.start(name: "searchlight-client", onMessage: { _, _ in })
+        let notificationHandler = onNotification, requestHandler = onRequest, closeHandler = onClose
+        connection.start(name: "searchlight-client", onMessage: { rpc, message in
+            switch message {
+            case .notification(let method, let params):
+                notificationHandler?(method, params)
+            case .request(let id, let method, let params):
+                guard let requestHandler else {
+                    rpc.reply(to: id, .failure(SearchlightError(.methodNotFound, "this client serves no requests (\(method))")))
+                    return
+                }
+                requestHandler(method, params) { result in rpc.reply(to: id, result) }
+            case .response:
+                break
+            }
+        }, onClose: { _, _ in closeHandler?() })
         var params: [String: JSONValue] = ["protocolVersion": .number(Double(Protocol.version)), "capabilities": [:]]
         switch role {
         case .app(let bundle):
@@ -51,6 +117,10 @@ public actor SearchlightConnection {
             params["bundleIdentifier"] = .string(bundle)
         case .admin:
             params["role"] = "admin"
+        case .extension(let label):
+            params["role"] = "extension"
+            params["label"] = .string(label)
+            params["capabilities"] = ["dataForItem": true, "fileURLForItem": true, "progress": true]
         }
         do {
             serverInfo = try await connection.call(Method.initialize, .object(params))

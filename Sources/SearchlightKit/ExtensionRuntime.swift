@@ -1,0 +1,161 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import Synchronization
+
+/// Serves one `IndexExtension` over its connection to the supervisor: the socket inherited on fd 3
+/// when the supervisor launched it, else the daemon socket (attached by label, for debugging).
+final class ExtensionRuntime<Extension: IndexExtension>: Sendable {
+    let implementation: Extension
+    let label: String?
+    let socketPath: String?
+    let inheritedDescriptor: Int32?
+    let usageProblem: String?
+    /// Handlers running, by request id, so that a shutdown can cancel them.
+    private let running = Mutex<[String: Task<Void, Never>]>([:])
+    private let exitCode: AsyncStream<Int32>
+    private let finish: AsyncStream<Int32>.Continuation
+
+    init(extension implementation: Extension, arguments: [String], environment: [String: String], defaultLabel: String) {
+        self.implementation = implementation
+        var label = environment[ExtensionEnvironment.label].flatMap { $0.isEmpty ? nil : $0 }
+        var socket: String?
+        var problem: String?
+        var rest = arguments.dropFirst()
+        while let arg = rest.popFirst() {
+            switch arg {
+            case "--label": label = rest.popFirst()
+            case "--socket": socket = rest.popFirst()
+            default: break  // the extension's own arguments (from ProgramArguments)
+            }
+        }
+        if label == nil, !defaultLabel.isEmpty { label = defaultLabel }
+        var descriptor: Int32?
+        if let fdText = environment[ExtensionEnvironment.fd] {
+            var info = stat()
+            if let fd = Int32(fdText), fd >= 0, fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK {
+                descriptor = fd
+            } else {
+                problem = "\(ExtensionEnvironment.fd)=\(fdText) is not an inherited socket; unset it to attach to the daemon by label"
+            }
+        } else if label == nil {
+            problem = "no label to attach under: pass --label LABEL (the unit's Label), set \(ExtensionEnvironment.label), or let searchlightd launch the extension"
+        }
+        self.label = label
+        self.socketPath = socket
+        inheritedDescriptor = descriptor
+        usageProblem = problem
+        (exitCode, finish) = AsyncStream<Int32>.makeStream()
+    }
+
+    /// Connects, then serves requests until told to stop or disconnected; returns the exit status.
+    func run() async -> Int32 {
+        if let usageProblem {
+            FileHandle.standardError.write(Data("searchlight extension: \(usageProblem)\n".utf8))
+            return 2
+        }
+        let connection = SearchlightConnection(
+            extensionLabel: label ?? "", socketPath: socketPath, inheritedDescriptor: inheritedDescriptor,
+            onNotification: { [self] method, _ in self.notification(method) },
+            onRequest: { [self] method, params, reply in self.request(method, params, reply) },
+            onClose: { [finish] in finish.yield(0) })
+        let bundle: String
+        do {
+            let info = try await connection.open()
+            guard let b = info["bundleIdentifier"]?.stringValue else {
+                throw SearchlightError(.remoteConnection, "searchlightd did not say which bundle this extension serves; upgrade searchlightd")
+            }
+            bundle = b
+        } catch {
+            FileHandle.standardError.write(Data("searchlight extension: cannot attach as \(label ?? "?"): \(error)\n".utf8))
+            return 1
+        }
+        bundleAndConnection.withLock { $0 = (bundle, connection) }
+        if inheritedDescriptor == nil {
+            FileHandle.standardError.write(Data("searchlight extension: attached to searchlightd as \(label ?? "") for \(bundle); waiting for requests\n".utf8))
+        }
+        for await code in exitCode { return code }
+        return 0
+    }
+
+    private let bundleAndConnection = Mutex<(String, SearchlightConnection)?>(nil)
+
+    private func notification(_ method: String) {
+        switch method {
+        case Method.extensionShutdown:
+            let tasks = running.withLock { Array($0.values) }
+            for task in tasks { task.cancel() }
+            let finish = self.finish
+            Task {
+                for task in tasks { await task.value }
+                finish.yield(0)
+            }
+        case Method.extensionDidThrottle:
+            Task { await implementation.searchableIndexDidThrottle() }
+        case Method.extensionDidFinishThrottle:
+            Task { await implementation.searchableIndexDidFinishThrottle() }
+        default:
+            break
+        }
+    }
+
+    private func request(_ method: String, _ params: JSONValue,
+                         _ reply: @escaping @Sendable (Result<JSONValue, SearchlightError>) -> Void) {
+        guard let (bundle, connection) = bundleAndConnection.withLock({ $0 }) else {
+            reply(.failure(SearchlightError(.indexUnavailable, "the extension is still starting; retry")))
+            return
+        }
+        let requestID = params["requestId"]?.stringValue ?? UUID().uuidString
+        let index = SearchableIndex(name: params["index"]?.stringValue ?? "", bundleIdentifier: bundle,
+            connection: connection, requestID: params["requestId"]?.stringValue)
+        let implementation = self.implementation
+        let work: @Sendable () async throws -> JSONValue
+        switch method {
+        case Method.extensionReindexAll:
+            work = {
+                try await implementation.reindexAllSearchableItems(in: index)
+                return ["requestId": .string(requestID)]
+            }
+        case Method.extensionReindexIdentifiers:
+            guard let ids = params["identifiers"]?.arrayValue?.compactMap(\.stringValue) else {
+                reply(.failure(.invalidParams("\"identifiers\" must be an array of strings")))
+                return
+            }
+            work = {
+                try await implementation.reindexSearchableItems(withIdentifiers: ids, in: index)
+                return ["requestId": .string(requestID)]
+            }
+        case Method.extensionDataForItem, Method.extensionFileURLForItem:
+            guard let id = params["identifier"]?.stringValue, let type = params["typeIdentifier"]?.stringValue else {
+                reply(.failure(.invalidParams("\"identifier\" and \"typeIdentifier\" must be strings")))
+                return
+            }
+            if method == Method.extensionDataForItem {
+                work = { ["data": .string(try await implementation.data(forItem: id, typeIdentifier: type).base64EncodedString())] }
+            } else {
+                let inPlace = params["inPlace"]?.boolValue ?? false
+                work = { ["url": .string(try await implementation.fileURL(forItem: id, typeIdentifier: type, inPlace: inPlace).absoluteString)] }
+            }
+        default:
+            reply(.failure(SearchlightError(.methodNotFound, "this extension does not serve \(method.prefix(64)); update the SDK")))
+            return
+        }
+        let key = UUID().uuidString
+        // Registered under the lock so that a handler finishing at once cannot remove itself first.
+        running.withLock { tasks in tasks[key] = Task { [self] in
+            let result: Result<JSONValue, SearchlightError>
+            do {
+                result = .success(try await work())
+            } catch let error as SearchlightError {
+                result = .failure(error)
+            } catch is CancellationError {
+                result = .failure(SearchlightError(.cancelled, "the extension was asked to stop before it finished"))
+            } catch {
+                result = .failure(SearchlightError(.extensionFailed, "\(error)"))
+            }
+            reply(result)
+            _ = self.running.withLock { $0.removeValue(forKey: key) }
+        } }
+    }
+}
