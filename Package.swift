@@ -24,9 +24,10 @@ let package = Package(
         .target(name: "SearchlightWire", swiftSettings: strict),
         .target(name: "SearchlightStore", dependencies: ["CSQLite", "SearchlightWire"], swiftSettings: strict),
         .target(name: "SearchlightKit", dependencies: ["SearchlightWire"], swiftSettings: strict),
+        .target(name: "CSpawn"),
         .target(
             name: "SearchlightSupervisor",
-            dependencies: ["SearchlightWire", "SearchlightStore"],
+            dependencies: ["SearchlightWire", "SearchlightStore", "CSpawn"],
             swiftSettings: strict
         ),
         .executableTarget(name: "searchlightd", dependencies: ["SearchlightSupervisor"], swiftSettings: strict),

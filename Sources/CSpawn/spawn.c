@@ -1,0 +1,210 @@
+// The child side of sl_spawn runs between fork() and execve() in a copy of a multithreaded
+// process: only async-signal-safe calls (raw system calls, in effect) are allowed there, no
+// malloc, no locks, no stdio. Everything it needs is prepared by the parent before fork.
+//
+// Why fork() and not vfork(): a vfork child shares the parent's memory and stack while the parent
+// thread is suspended, so a signal handler or a compiler that spills across the returns-twice call
+// can corrupt the daemon. posix_spawn avoids that with clone(CLONE_VM) on a separate stack, but it
+// cannot set rlimits, priorities or the I/O class. fork() copies page tables, which costs a few
+// milliseconds for a large daemon; launches are throttled to seconds apart, so that is fine.
+#define _GNU_SOURCE
+#include "CSpawn.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef SYS_close_range
+#define SYS_close_range 436  // the same number on every architecture
+#endif
+
+// The child moves every descriptor it is given to this number or above before placing them at
+// 0..3, so that a source which is itself 0..3 is never overwritten before it is copied.
+#define SL_HIGH_FD 10
+#define SL_IOPRIO_WHO_PROCESS 1
+#define SL_IOPRIO_CLASS_SHIFT 13
+#define SL_IOPRIO_BE_LEVEL 4  // the kernel's default best-effort level (for nice 0)
+
+struct sl_spawn_args {
+    const char *path;
+    char *const *argv;
+    char *const *envp;
+    const char *cwd;
+    int umask_value, nice_value, io_class;
+    const struct sl_rlimit *limits;
+    int nlimits;
+    int uid, gid;
+    const gid_t *groups;
+    int ngroups;
+    int fds[4];  // stdin, stdout, stderr, extension socket (-1: none)
+};
+
+// Tells the parent which step failed and with which errno, then exits without running atexit
+// handlers or flushing stdio buffers copied from the parent.
+__attribute__((noreturn)) static void sl_fail(int report_fd, int step, int detail) {
+    int record[3] = {step, errno, detail};
+    ssize_t n;
+    do {
+        n = write(report_fd, record, sizeof record);
+    } while (n < 0 && errno == EINTR);
+    _exit(127);
+}
+
+// Closes descriptors lo..hi. close_range(2) needs Linux 5.9; before that, a loop up to the
+// descriptor limit (opendir on /proc/self/fd would allocate, which the child must not do).
+static void sl_close_span(unsigned lo, unsigned hi) {
+    if (lo > hi) return;
+    if (syscall(SYS_close_range, lo, hi, 0) == 0) return;
+    struct rlimit rl;
+    unsigned limit = 1u << 20;
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < limit) limit = (unsigned)rl.rlim_cur;
+    for (unsigned fd = lo; fd <= hi && fd < limit; fd++) close((int)fd);
+}
+
+// Puts the given descriptors at 0..3 (dup2 leaves FD_CLOEXEC clear on the copy, and since every
+// source was first moved to SL_HIGH_FD or above, no dup2 here is a no-op that would keep it set)
+// and closes every other descriptor except the report pipe, which is close-on-exec.
+static int sl_arrange_fds(const struct sl_spawn_args *a, int *report_fd) {
+    int high[4];
+    int moved = fcntl(*report_fd, F_DUPFD_CLOEXEC, SL_HIGH_FD);
+    if (moved < 0) return -1;
+    *report_fd = moved;
+    for (int i = 0; i < 4; i++) {
+        high[i] = a->fds[i] < 0 ? -1 : fcntl(a->fds[i], F_DUPFD_CLOEXEC, SL_HIGH_FD);
+        if (a->fds[i] >= 0 && high[i] < 0) return -1;
+    }
+    for (int i = 0; i < 4; i++) {
+        if (high[i] < 0) {
+            close(i);
+        } else if (dup2(high[i], i) < 0) {
+            return -1;
+        }
+    }
+    sl_close_span(4, (unsigned)*report_fd - 1);
+    sl_close_span((unsigned)*report_fd + 1, ~0u);
+    return 0;
+}
+
+// Applies the signal state, process group, descriptors, priorities, limits, identity and working
+// directory, then execs. Never returns.
+__attribute__((noreturn)) static void sl_child(const struct sl_spawn_args *a, int report_fd) {
+    // Dispositions first, while the parent's fully blocked mask still holds, so that no handler
+    // inherited from the daemon can run here; then open the mask (the daemon blocks SIGTERM,
+    // SIGINT and SIGHUP for sigwait, and an extension must not inherit that).
+    struct sigaction dfl;
+    memset(&dfl, 0, sizeof dfl);
+    dfl.sa_handler = SIG_DFL;
+    sigemptyset(&dfl.sa_mask);
+    for (int sig = 1; sig < NSIG; sig++) {
+        if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);  // EINVAL for libc's own
+    }
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, NULL);
+
+    // Its own process group, so that a signal to -pid also reaches what the extension starts.
+    if (setpgid(0, 0) < 0) sl_fail(report_fd, SL_STEP_SETPGID, 0);
+    if (sl_arrange_fds(a, &report_fd) < 0) sl_fail(report_fd, SL_STEP_DUP, 0);
+    if (a->umask_value >= 0) umask((mode_t)a->umask_value);
+
+    // Privileged settings (a lower nice, a higher hard limit) before the identity is dropped.
+    if (a->nice_value != INT_MIN && setpriority(PRIO_PROCESS, 0, a->nice_value) < 0) {
+        sl_fail(report_fd, SL_STEP_SETPRIORITY, 0);
+    }
+    if (a->io_class >= 0) {
+        int level = a->io_class == SL_IOPRIO_CLASS_BE ? SL_IOPRIO_BE_LEVEL : 0;
+        long value = ((long)a->io_class << SL_IOPRIO_CLASS_SHIFT) | level;
+        if (syscall(SYS_ioprio_set, SL_IOPRIO_WHO_PROCESS, 0, value) < 0) {
+            sl_fail(report_fd, SL_STEP_IOPRIO, 0);
+        }
+    }
+    for (int i = 0; i < a->nlimits; i++) {
+        struct rlimit rl = {(rlim_t)a->limits[i].soft, (rlim_t)a->limits[i].hard};
+        if (setrlimit(a->limits[i].resource, &rl) < 0) {
+            sl_fail(report_fd, SL_STEP_SETRLIMIT, a->limits[i].resource);
+        }
+    }
+
+    // Raw system calls: glibc's setuid/setgid/setgroups signal every thread of the process to
+    // change in step (the "setxid" broadcast), machinery that is not safe to run after fork; this
+    // child has one thread, and the raw calls change exactly that thread.
+    if (a->gid >= 0) {
+        if (syscall(SYS_setgroups, (size_t)a->ngroups, a->groups) < 0) {
+            sl_fail(report_fd, SL_STEP_SETGROUPS, 0);
+        }
+        if (syscall(SYS_setgid, (gid_t)a->gid) < 0) sl_fail(report_fd, SL_STEP_SETGID, 0);
+    }
+    if (a->uid >= 0 && syscall(SYS_setuid, (uid_t)a->uid) < 0) sl_fail(report_fd, SL_STEP_SETUID, 0);
+
+    // After the identity change, so that access to the directory is checked as the extension's
+    // user (and a home directory on root-squashed NFS works).
+    if (a->cwd != NULL && chdir(a->cwd) < 0) sl_fail(report_fd, SL_STEP_CHDIR, 0);
+
+    execve(a->path, a->argv, a->envp);
+    sl_fail(report_fd, SL_STEP_EXEC, 0);
+}
+
+static int sl_failed(struct sl_spawn_failure *out, int step, int error, int detail) {
+    out->step = step;
+    out->error = error;
+    out->detail = detail;
+    return -1;
+}
+
+int sl_spawn(const char *path, char *const argv[], char *const envp[],
+             const char *cwd, int umask_value, int nice_value, int io_class,
+             const struct sl_rlimit *limits, int nlimits,
+             int uid, int gid, const gid_t *groups, int ngroups,
+             int stdin_fd, int stdout_fd, int stderr_fd, int ext_fd,
+             pid_t *pid_out, struct sl_spawn_failure *failure_out) {
+    struct sl_spawn_args args = {
+        path, argv, envp, cwd, umask_value, nice_value, io_class, limits, nlimits,
+        uid, gid, groups, ngroups, {stdin_fd, stdout_fd, stderr_fd, ext_fd},
+    };
+    // The child reports a failed step through this pipe; its write end closes on a successful
+    // execve, so EOF in the parent means the child is running the new program.
+    int report[2];
+    if (pipe2(report, O_CLOEXEC) < 0) return sl_failed(failure_out, SL_STEP_PIPE, errno, 0);
+
+    // Every signal blocked across fork, so that none of the daemon's handlers can run in the
+    // child before it resets them.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(report[0]);
+        sl_child(&args, report[1]);
+    }
+    int fork_errno = errno;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    close(report[1]);
+    if (pid < 0) {
+        close(report[0]);
+        return sl_failed(failure_out, SL_STEP_FORK, fork_errno, 0);
+    }
+
+    int record[3];
+    size_t got = 0;
+    while (got < sizeof record) {
+        ssize_t n = read(report[0], (char *)record + got, sizeof record - got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+    close(report[0]);
+    if (got == sizeof record) {
+        int status;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+        return sl_failed(failure_out, record[0], record[1], record[2]);
+    }
+    *pid_out = pid;
+    return 0;
+}
