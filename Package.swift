@@ -31,7 +31,7 @@ let package = Package(
             swiftSettings: strict
         ),
         .executableTarget(name: "searchlightd", dependencies: ["SearchlightSupervisor"], swiftSettings: strict),
-        .executableTarget(name: "searchlight", dependencies: ["SearchlightKit", "SearchlightWire"], swiftSettings: strict),
+        .executableTarget(name: "searchlight", dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightSupervisor"], swiftSettings: strict),
         .executableTarget(
             name: "searchlight-bench",
             dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightStore", "CSQLite"],
