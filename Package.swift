@@ -37,6 +37,11 @@ let package = Package(
             dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightStore", "CSQLite"],
             swiftSettings: strict
         ),
+        // A fake extension that crashes, hangs, answers garbage … on command, for the integration tests.
+        .executableTarget(
+            name: "searchlight-test-extension", dependencies: ["SearchlightKit"], path: "Tests/TestExtension",
+            swiftSettings: strict
+        ),
         .testTarget(name: "SearchlightWireTests", dependencies: ["SearchlightWire"], swiftSettings: strict),
         .testTarget(name: "SearchlightStoreTests", dependencies: ["SearchlightStore", "CSQLite"], swiftSettings: strict),
         .testTarget(name: "SearchlightKitTests", dependencies: ["SearchlightKit"], swiftSettings: strict),

@@ -71,7 +71,13 @@ final class ExtensionRuntime<Extension: IndexExtension>: Sendable {
             FileHandle.standardError.write(Data("searchlight extension: cannot attach as \(label ?? "?"): \(error)\n".utf8))
             return 1
         }
-        bundleAndConnection.withLock { $0 = (bundle, connection) }
+        // Requests that arrived before the handshake's answer was read wait for it here.
+        let early: [@Sendable () -> Void] = bundleAndConnection.withLock {
+            $0 = (bundle, connection)
+            defer { earlyRequests.removeAll() }
+            return earlyRequests
+        }
+        for request in early { request() }
         if inheritedDescriptor == nil {
             FileHandle.standardError.write(Data("searchlight extension: attached to searchlightd as \(label ?? "") for \(bundle); waiting for requests\n".utf8))
         }
@@ -80,6 +86,8 @@ final class ExtensionRuntime<Extension: IndexExtension>: Sendable {
     }
 
     private let bundleAndConnection = Mutex<(String, SearchlightConnection)?>(nil)
+    /// Guarded by `bundleAndConnection`'s lock (touched only inside it).
+    nonisolated(unsafe) private var earlyRequests: [@Sendable () -> Void] = []
 
     private func notification(_ method: String) {
         switch method {
@@ -102,10 +110,11 @@ final class ExtensionRuntime<Extension: IndexExtension>: Sendable {
 
     private func request(_ method: String, _ params: JSONValue,
                          _ reply: @escaping @Sendable (Result<JSONValue, SearchlightError>) -> Void) {
-        guard let (bundle, connection) = bundleAndConnection.withLock({ $0 }) else {
-            reply(.failure(SearchlightError(.indexUnavailable, "the extension is still starting; retry")))
-            return
+        let ready: (String, SearchlightConnection)? = bundleAndConnection.withLock {
+            if $0 == nil { earlyRequests.append { [self] in self.request(method, params, reply) } }
+            return $0
         }
+        guard let (bundle, connection) = ready else { return }
         let requestID = params["requestId"]?.stringValue ?? UUID().uuidString
         let index = SearchableIndex(name: params["index"]?.stringValue ?? "", bundleIdentifier: bundle,
             connection: connection, requestID: params["requestId"]?.stringValue)

@@ -16,9 +16,14 @@ struct AdminMethods {
         case Method.adminErase: return try erase(params)
         case Method.adminCheck: return try check(params)
         case Method.adminSetIndexing: return try setIndexing(params)
-        case Method.adminReindex, Method.adminSimulate, Method.adminUnits, Method.adminRequests, Method.adminMonitor:
+        case Method.adminUnits: return units()
+        case Method.adminRequests: return requests()
+        case Method.adminMonitor:
+            context.events.subscribe(session.connection)
+            return ["monitoring": true]
+        case Method.adminSimulate:
             throw SearchlightError(.methodNotFound,
-                "\(method) needs index-extension support, which this build of searchlightd does not have yet")
+                "admin.simulate needs the scheduler's triggers (migration, corruption, idle), which this build of searchlightd does not have yet")
         default:
             throw SearchlightError(.methodNotFound, "unknown admin method \"\(method.prefix(64))\"; see Docs/Protocol.md")
         }
@@ -73,14 +78,89 @@ struct AdminMethods {
             "connections": .number(Double(context.connections)),
             "requests": .number(Double(context.requests)),
             "bundles": .array(bundles),
+            "extensions": .array((context.scheduler?.allHosts ?? []).map(\.statusJSON)),
+            "requests": requestCounts(),
         ]
+    }
+
+    private func requestCounts() -> JSONValue {
+        let all = context.journal.all()
+        func count(_ s: ReindexRequest.State) -> JSONValue { .number(Double(all.filter { $0.state == s }.count)) }
+        return ["pending": count(.pending), "running": count(.running), "failed": count(.failed),
+                "poisoned": .number(Double(context.journal.poisoned().count))]
+    }
+
+    /// `admin.units`: reloads the unit files and lists them with their extension's state.
+    private func units() -> JSONValue {
+        guard let scheduler = context.scheduler else { return ["units": [], "problems": []] }
+        let report = scheduler.reloadUnits()
+        let hosts = Dictionary(uniqueKeysWithValues: scheduler.allHosts.map { ($0.label, $0) })
+        let units: [JSONValue] = context.catalog.units.map { unit in
+            if let host = hosts[unit.label] { return host.statusJSON }
+            return ["label": .string(unit.label), "bundleIdentifier": .string(unit.bundleIdentifier), "path": .string(unit.path),
+                    "executable": .string(unit.executable), "disabled": .bool(unit.disabled), "state": "disabled",
+                    "launches": 0, "crashes": 0, "indexNames": .array(unit.indexExtension.indexNames.map(JSONValue.string)),
+                    "indexVersion": .number(Double(unit.indexExtension.indexVersion))]
+        }
+        let problems: [JSONValue] = report.problems.map { p in
+            var o: [String: JSONValue] = ["file": .string(p.file), "message": .string(p.message + "; " + p.fix)]
+            if let key = p.key { o["key"] = .string(key) }
+            return .object(o)
+        }
+        return ["directories": .array(context.catalog.directories.map(JSONValue.string)), "units": .array(units), "problems": .array(problems)]
+    }
+
+    /// `admin.requests`: the journal, with live progress, and the poisoned identifiers.
+    private func requests() -> JSONValue {
+        let labels = Dictionary((context.scheduler?.allHosts ?? []).map { ($0.unit.bundleIdentifier, $0.label) }, uniquingKeysWith: { a, _ in a })
+        let list: [JSONValue] = context.journal.all().map { r in
+            var o: [String: JSONValue] = [
+                "id": .number(Double(r.id)), "bundle": .string(r.bundle), "index": .string(r.index), "kind": .string(r.kind.rawValue),
+                "identifierCount": .number(Double(r.identifiers.count)), "reason": .string(r.reason), "background": .bool(r.background),
+                "state": .string(r.state.rawValue), "attempts": .number(Double(r.attempts)), "created": .string(ISO8601.format(r.created)),
+            ]
+            if let label = labels[r.bundle] { o["label"] = .string(label) }
+            if r.state == .pending, r.notBefore > Date() { o["notBefore"] = .string(ISO8601.format(r.notBefore)) }
+            if let e = r.lastError { o["lastError"] = .string(e) }
+            if let p = context.scheduler?.progress(of: r.id) {
+                var pj: [String: JSONValue] = ["completed": .number(Double(p.completed))]
+                if let t = p.total { pj["total"] = .number(Double(t)) }
+                o["progress"] = .object(pj)
+            }
+            return .object(o)
+        }
+        let poisoned: [JSONValue] = context.journal.poisoned().map {
+            ["bundle": .string($0.bundle), "index": .string($0.index), "identifier": .string($0.identifier),
+             "error": .string($0.error), "at": .string(ISO8601.format($0.at))]
+        }
+        return ["requests": .array(list), "poisoned": .array(poisoned)]
     }
 
     private func erase(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
         guard let bundle = try bundleFilter(params) else { throw .invalidParams("\"bundle\" is required") }
+        let reindex = params["reindex"]?.boolValue ?? false
+        // Refuse before erasing: "erase and rebuild" must not become "erase" for want of an extension.
+        let unit = context.catalog.unit(forBundle: bundle)
+        if reindex, unit == nil {
+            throw SearchlightError(.unknownExtension, "no index extension serves \(bundle), so nothing could rebuild it; nothing was erased")
+        }
         let n = context.registry.erase(bundle: bundle)
         context.log.notice("bundle erased", ["bundle": bundle, "indexes": n, "by_uid": session.peer.uid])
-        return ["erased": .number(Double(n))]
+        var answer: [String: JSONValue] = ["erased": .number(Double(n))]
+        if reindex, let unit, let scheduler = context.scheduler {
+            var ids: [JSONValue] = []
+            for index in unit.indexExtension.indexNames {
+                do {
+                    ids.append(.number(Double(try scheduler.enqueue(bundle: bundle, index: index, kind: .all, identifiers: [],
+                        reason: "manual", background: false).id)))
+                } catch {
+                    throw SearchlightError(.indexUnavailable, "erased, but the reindex request could not be journaled: \(error); run `searchlight reindex \(unit.label) --all`")
+                }
+            }
+            answer["requestIds"] = .array(ids)
+            answer["label"] = .string(unit.label)
+        }
+        return .object(answer)
     }
 
     private func check(_ params: JSONValue) throws(SearchlightError) -> JSONValue {

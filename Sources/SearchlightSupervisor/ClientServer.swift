@@ -71,6 +71,7 @@ final class ClientServer: @unchecked Sendable {
             default:
                 log.debug("client connection closed", ["pid": peer.pid, "reason": reason])
             }
+            session.closed()
             lock.withLock { sessions[key] = nil }
             context.connectionClosed()
             drained.lock()

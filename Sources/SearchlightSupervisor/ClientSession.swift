@@ -25,11 +25,23 @@ final class ClientSession: @unchecked Sendable {
     private(set) var role: Role?
     /// Open batches by index name: the calls between beginBatch and endBatch.
     private var batches: [String: [Mutation]] = [:]
+    /// For an extension's connection: its host (set for a spawned one at once, for an attached
+    /// one by its handshake). Its donations and progress reset the inactivity timer.
+    weak var extensionHost: ExtensionHost?
+    /// True for the socketpair of an extension the supervisor launched: authenticated by it.
+    let spawned: Bool
 
-    init(context: ServiceContext, connection: RPCConnection, peer: PeerCredentials) {
+    init(context: ServiceContext, connection: RPCConnection, peer: PeerCredentials, spawnedFor host: ExtensionHost? = nil) {
         self.context = context
         self.connection = connection
         self.peer = peer
+        extensionHost = host
+        spawned = host != nil
+    }
+
+    /// The connection closed: an admin monitor stops receiving events.
+    func closed() {
+        context.events.unsubscribe(connection)
     }
 
     var log: Logger { context.log }
@@ -39,6 +51,23 @@ final class ClientSession: @unchecked Sendable {
         switch message {
         case .request(let id, let method, let params):
             context.countRequest()
+            extensionHost?.noteActivity()
+            if role != nil, let deferred = deferredMethod(method, params) {
+                // Answered later from a task (waits on an extension); the connection keeps reading.
+                let connection = self.connection
+                Task {
+                    let result: Result<JSONValue, SearchlightError>
+                    do {
+                        result = .success(try await deferred())
+                    } catch let error as SearchlightError {
+                        result = .failure(error)
+                    } catch {
+                        result = .failure(SearchlightError(.extensionFailed, "\(error)"))
+                    }
+                    connection.reply(to: id, result)
+                }
+                return
+            }
             let result: Result<JSONValue, SearchlightError>
             do {
                 result = .success(try dispatch(method, params))
@@ -46,7 +75,15 @@ final class ClientSession: @unchecked Sendable {
                 result = .failure(error)
             }
             connection.reply(to: id, result)
-        case .notification(let method, _):
+            if method == Method.initialize, case .success = result { extensionHandshakeAnswered() }
+        case .notification(let method, let params):
+            if method == Method.progress, let host = extensionHost {
+                host.noteActivity()
+                if let id = params["requestId"]?.stringValue.flatMap({ Int64($0) }), let done = params["completed"]?.intValue, done >= 0 {
+                    context.scheduler?.reportProgress(requestID: id, completed: done, total: params["total"]?.intValue)
+                }
+                return
+            }
             log.debug("notification ignored", ["method": method, "pid": peer.pid])
         case .response:
             break
@@ -67,9 +104,6 @@ final class ClientSession: @unchecked Sendable {
         case Method.indexBeginBatch: return try beginBatch(params)
         case Method.indexEndBatch: return try endBatch(params)
         case Method.indexFetchLastClientState: return try fetchLastClientState(params)
-        case Method.indexFetchData, Method.indexFetchFileURL:
-            let bundle = try targetBundle(params)
-            throw SearchlightError(.unknownExtension, "no index extension serves \(bundle); install a unit for it to provide item data")
         case Method.querySearch: return try querySearch(params)
         case Method.queryUser: return try queryUser(params)
         case Method.queryEngaged: return try queryEngaged(params)
@@ -106,19 +140,24 @@ final class ClientSession: @unchecked Sendable {
             }
             role = .admin
         case "extension":
-            let bundle = try Names.bundle(params["bundleIdentifier"])
-            let label = params["label"]?.stringValue ?? bundle
-            role = .extensionHost(bundle: bundle, label: label)
+            let unit = try extensionUnit(params)
+            role = .extensionHost(bundle: unit.bundleIdentifier, label: unit.label)
+            log.debug("client initialized", ["role": roleName, "label": unit.label, "pid": peer.pid, "uid": peer.uid])
+            return handshakeAnswer(bundle: unit.bundleIdentifier)
         default:
             role = .app(bundle: try Names.bundle(params["bundleIdentifier"]))
         }
         log.debug("client initialized", ["role": roleName, "pid": peer.pid, "uid": peer.uid])
-        return [
+        return handshakeAnswer(bundle: nil)
+    }
+
+    private func handshakeAnswer(bundle: String?) -> JSONValue {
+        var answer: JSONValue = [
             "protocolVersion": .number(Double(Protocol.version)),
             "server": "searchlightd",
             "serverVersion": .string(Version.string),
             "capabilities": [
-                "batches": true, "userQueries": true, "suggestions": true, "extensions": false,
+                "batches": true, "userQueries": true, "suggestions": true, "extensions": true,
             ],
             "limits": [
                 "maxFrameBytes": .number(Double(limits.maxFrameBytes)),
@@ -128,6 +167,11 @@ final class ClientSession: @unchecked Sendable {
                 "maxClientStateBytes": .number(Double(limits.maxClientStateBytes)),
             ],
         ]
+        if let bundle, case .object(var o) = answer {
+            o["bundleIdentifier"] = .string(bundle)
+            answer = .object(o)
+        }
+        return answer
     }
 
     // MARK: - Targets and permissions
@@ -145,6 +189,16 @@ final class ClientSession: @unchecked Sendable {
     /// wrote it; root and admins may act on any). A write by a new bundle's first user claims it.
     func authorize(_ bundle: String, write: Bool) throws(SearchlightError) {
         if role == .admin { return }
+        // An extension acts on its own unit's bundle only (targetBundle); it is authenticated by
+        // its inherited socket or by the label check of its handshake.
+        if case .extensionHost? = role { return }
+        if let unit = context.catalog.unit(forBundle: bundle) {
+            let owner = context.unitOwner(unit)
+            if owner != peer.uid, peer.uid != 0 {
+                throw SearchlightError(.permissionDenied, "bundle \(bundle) belongs to the user of its extension unit (uid \(owner)); uid \(peer.uid) may not \(write ? "write" : "read") it")
+            }
+            return
+        }
         var owner = context.state.bundle(bundle)?.ownerUID
         if owner == nil, write {
             do {
@@ -172,7 +226,7 @@ final class ClientSession: @unchecked Sendable {
         return try mutate(params, .items(items))
     }
 
-    private func identifiers(_ value: JSONValue?, name: String) throws(SearchlightError) -> [String] {
+    func identifiers(_ value: JSONValue?, name: String) throws(SearchlightError) -> [String] {
         guard let array = value?.arrayValue else { throw .invalidParams("\"\(name)\" must be an array of strings") }
         guard array.count <= limits.maxIdentifiersPerCall else {
             throw .invalidParams("\"\(name)\" has \(array.count) entries; send at most \(limits.maxIdentifiersPerCall) per call")

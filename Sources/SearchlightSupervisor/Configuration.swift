@@ -19,6 +19,12 @@ public struct Configuration: Sendable {
     /// Seconds a client may leave a frame half-sent before its connection is closed.
     public var incompleteFrameTimeout = 60
     public var logLevel: Logger.Level = .info
+    /// Where unit files are read from, first match of a label wins (`--units-dir`, repeatable).
+    public var unitDirectories: [String]
+    /// First retry / relaunch delay after a failure, doubling up to 5 min (`--backoff`).
+    public var backoffBase: TimeInterval = 10
+    /// Attempts before a reindex request is reported as failed instead of retried (`--max-request-attempts`).
+    public var maxRequestAttempts = 8
     /// `synchronous=FULL` on index files (durable on power loss). Tests may relax it.
     public var fullSync = true
 
@@ -26,6 +32,7 @@ public struct Configuration: Sendable {
         self.system = system
         stateDirectory = DefaultPaths.stateDirectory(system: system)
         socketPath = DefaultPaths.socket(system: system)
+        unitDirectories = DefaultPaths.unitDirectories(system: system)
     }
 
     var storeOptions: StoreOptions {

@@ -10,6 +10,9 @@ final class ServiceContext: @unchecked Sendable {
     let config: Configuration
     let registry: IndexRegistry
     let state: SupervisorState
+    let catalog: UnitCatalog
+    let journal: RequestJournal
+    let events: EventMonitor
     let log: Logger
     let startedAt = Date()
     let daemonUID = getuid()
@@ -17,6 +20,7 @@ final class ServiceContext: @unchecked Sendable {
     private let lock = NSLock()
     private var _connections = 0
     private var _requests = 0
+    private weak var _scheduler: RequestScheduler?
 
     init(config: Configuration, log: Logger) throws {
         self.config = config
@@ -25,12 +29,27 @@ final class ServiceContext: @unchecked Sendable {
             attributes: [.posixPermissions: 0o700])
         registry = try IndexRegistry(stateDirectory: config.stateDirectory, options: config.storeOptions, log: log)
         state = try SupervisorState(path: config.stateDirectory + "/supervisor.sqlite")
+        journal = try RequestJournal(path: config.stateDirectory + "/supervisor.sqlite")
+        catalog = UnitCatalog(directories: config.unitDirectories, system: config.system)
+        events = EventMonitor(log: log)
         if let group = config.adminGroup {
             guard let gr = getgrnam(group) else { throw SystemError("getgrnam(\(group)): no such group", errno: ENOENT) }
             adminGID = gr.pointee.gr_gid
         } else {
             adminGID = nil
         }
+    }
+
+    /// Set once by the supervisor before the socket listens.
+    var scheduler: RequestScheduler? {
+        get { lock.withLock { _scheduler } }
+        set { lock.withLock { _scheduler = newValue } }
+    }
+
+    /// The uid a unit's bundle belongs to (DESIGN §6): its `UserName` in system mode, else the daemon's.
+    func unitOwner(_ unit: ExtensionUnit) -> UInt32 {
+        if daemonUID == 0, let name = unit.userName, let ids = ExtensionHost.userIDs(name) { return ids.uid }
+        return daemonUID
     }
 
     var connections: Int { lock.withLock { _connections } }

@@ -13,6 +13,7 @@ public final class Supervisor: @unchecked Sendable {
     private var stopRequested = false
     private let stopped = DispatchSemaphore(value: 0)
     private let maintenanceStopped = DispatchSemaphore(value: 0)
+    private var scheduler: RequestScheduler?
     /// Until the scheduler's idle maintenance exists: purge expired items this often.
     static let purgeInterval: TimeInterval = 3600
 
@@ -25,18 +26,24 @@ public final class Supervisor: @unchecked Sendable {
     public func run() throws {
         signal(SIGPIPE, SIG_IGN)
         let context = try ServiceContext(config: config, log: log)
+        let scheduler = RequestScheduler(context: context, journal: context.journal, catalog: context.catalog)
+        context.scheduler = scheduler
+        lock.withLock { self.scheduler = scheduler }
+        scheduler.reloadUnits()
         try prepareSocketDirectory()
         let listener = try UnixSocket.listen(path: config.socketPath, mode: config.system ? 0o666 : 0o600)
         let server = ClientServer(context: context, listener: listener)
         server.start()
+        scheduler.start()
         startPurging(context.registry)
         log.notice("searchlightd ready", [
             "version": Version.string, "mode": config.system ? "system" : "user", "socket": config.socketPath,
-            "state": config.stateDirectory, "pid": getpid(),
+            "state": config.stateDirectory, "pid": getpid(), "units": context.catalog.units.filter { !$0.disabled }.count,
         ])
         stopped.wait()
         log.notice("searchlightd stopping")
         maintenanceStopped.signal()
+        scheduler.stop()
         server.stop()
         context.registry.closeAll()
         unlink(config.socketPath)
@@ -52,6 +59,11 @@ public final class Supervisor: @unchecked Sendable {
         }
         thread.name = "purge"
         thread.start()
+    }
+
+    /// Re-reads the unit files (SIGHUP).
+    public func reloadUnits() {
+        lock.withLock { scheduler }?.reloadUnits()
     }
 
     /// Asks `run()` to stop gracefully: finish requests in flight, commit, close. Idempotent.

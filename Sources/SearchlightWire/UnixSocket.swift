@@ -23,6 +23,11 @@ public struct PeerCredentials: Sendable, Equatable {
     public var pid: Int32
     public var uid: UInt32
     public var gid: UInt32
+    public init(pid: Int32, uid: UInt32, gid: UInt32) {
+        self.pid = pid
+        self.uid = uid
+        self.gid = gid
+    }
 }
 
 /// An owned `AF_UNIX` stream socket file descriptor. Closing is explicit and idempotent.
@@ -189,6 +194,17 @@ public final class UnixSocket: @unchecked Sendable {
     public func shutdown() {
         let f = fd
         if f >= 0 { Glibc.shutdown(f, Int32(SHUT_RDWR)) }
+    }
+
+    /// Closes this process's descriptor only, without shutting the socket down: for the end
+    /// handed to a child process, which keeps using its inherited copy.
+    public func closeDescriptor() {
+        let f: Int32 = lock.withLock {
+            let f = _fd
+            _fd = -1
+            return f
+        }
+        if f >= 0 { Glibc.close(f) }
     }
 
     public func close() {

@@ -9,7 +9,7 @@ import SearchlightSupervisor
 SignalWaiter.blockHandledSignals()  // before any thread exists
 
 let usage = """
-    usage: searchlightd [--system] [--state-dir DIR] [--socket PATH]
+    usage: searchlightd [--system] [--state-dir DIR] [--socket PATH] [--units-dir DIR]...
                         [--admin-group GROUP] [--default-expiration SECONDS] [--log-level LEVEL] [limits…]
 
     Searchlight's index supervisor. User mode by default (system mode with --system, or when systemd
@@ -19,6 +19,9 @@ let usage = """
             --max-query-bytes N (65536)  --max-query-depth N (64)  --max-client-state N (250)
             --max-items-per-index N (1000000)  --max-connections N (512)
             --incomplete-frame-timeout SECONDS (60): close a client that leaves a frame half-sent
+    extensions: --units-dir DIR (repeatable; replaces the default unit directories, first match wins)
+            --backoff SECONDS (10): first retry/relaunch delay after a failure, doubling to 5 min
+            --max-request-attempts N (8): then a reindex request is reported as failed
     other:  --no-full-sync  commit with synchronous=NORMAL (durable on crash, not on power loss)
             --version, --help
     """
@@ -42,6 +45,7 @@ func parseArguments(_ args: [String]) -> Configuration {
     }
     var config = Configuration(system: args.contains("--system") || startedBySystemdAsRoot)
     var i = 0
+    var unitDirectories: [String] = []
     func value(_ flag: String) -> String {
         i += 1
         guard i < args.count else { fail("\(flag) needs a value") }
@@ -70,6 +74,12 @@ func parseArguments(_ args: [String]) -> Configuration {
         case "--max-connections": config.maxConnections = positive(flag)
         case "--incomplete-frame-timeout": config.incompleteFrameTimeout = positive(flag)
         case "--no-full-sync": config.fullSync = false
+        case "--units-dir": unitDirectories.append(value(flag))
+        case "--backoff":
+            let v = value(flag)
+            guard let seconds = Double(v), seconds >= 0, seconds <= 3600 else { fail("--backoff must be seconds between 0 and 3600, got \"\(v)\"") }
+            config.backoffBase = seconds
+        case "--max-request-attempts": config.maxRequestAttempts = positive(flag)
         case "--log-level":
             switch value(flag) {
             case "debug": config.logLevel = .debug
@@ -83,14 +93,21 @@ func parseArguments(_ args: [String]) -> Configuration {
         }
         i += 1
     }
+    if !unitDirectories.isEmpty {
+        let cwd = FileManager.default.currentDirectoryPath
+        config.unitDirectories = unitDirectories.map { $0.hasPrefix("/") ? $0 : cwd + "/" + $0 }
+    }
     return config
 }
 
 let config = parseArguments(Array(CommandLine.arguments.dropFirst()))
 let supervisor = Supervisor(config: config)
 SignalWaiter.start { sig in
-    // SIGHUP is reserved for reloading unit files (extension support); until then it does nothing.
-    if sig != SIGHUP { supervisor.stop() }
+    if sig == SIGHUP {
+        supervisor.reloadUnits()
+    } else {
+        supervisor.stop()
+    }
 }
 do {
     try supervisor.run()

@@ -1,0 +1,140 @@
+import Foundation
+import Synchronization
+import SearchlightWire
+
+/// The extension side of a session: the extension handshake, and the methods answered later
+/// because they wait on an extension (item data, `admin.reindex` with `wait`).
+extension ClientSession {
+    /// The unit an `initialize` in the extension role speaks for. A launched extension is its
+    /// host's unit (authenticated by the inherited socket); a hand-started one names its label
+    /// and must run as the unit's user (or root).
+    func extensionUnit(_ params: JSONValue) throws(SearchlightError) -> ExtensionUnit {
+        let claimed = params["label"]?.stringValue
+        if spawned, let host = extensionHost {
+            if let claimed, claimed != host.label {
+                throw .invalidParams("this connection belongs to \(host.label), not \(claimed.prefix(255))")
+            }
+            return host.unit
+        }
+        guard let label = claimed, !label.isEmpty else {
+            throw .invalidParams("an extension attaching by hand must send its unit's \"label\"")
+        }
+        guard let unit = context.catalog.unit(label: String(label.prefix(255))), !unit.disabled,
+              let host = context.scheduler?.host(label: unit.label) else {
+            throw SearchlightError(.unknownExtension,
+                "no enabled unit has the label \(label.prefix(255)); install its unit file (Docs/Units.md) and run `searchlight units`")
+        }
+        let owner = context.unitOwner(unit)
+        guard peer.uid == owner || peer.uid == 0 else {
+            throw SearchlightError(.permissionDenied, "\(unit.label) runs as uid \(owner); uid \(peer.uid) may not attach as it")
+        }
+        extensionHost = host
+        return unit
+    }
+
+    /// After the `initialize` answer is on the wire: only then may requests flow to the extension.
+    func extensionHandshakeAnswered() {
+        guard case .extensionHost? = role, let host = extensionHost else { return }
+        if spawned { host.handshakeCompleted(self) } else { host.attach(self) }
+    }
+
+    /// The methods whose answer waits on an extension, as a closure to run in a task; nil for the rest.
+    func deferredMethod(_ method: String, _ params: JSONValue) -> (@Sendable () async throws -> JSONValue)? {
+        switch method {
+        case Method.indexFetchData, Method.indexFetchFileURL:
+            return { [self] in try await self.fetchFromExtension(method, params) }
+        case Method.adminReindex where role == .admin:
+            return { [self] in try await self.reindex(params) }
+        default:
+            return nil
+        }
+    }
+
+    private func fetchFromExtension(_ method: String, _ params: JSONValue) async throws -> JSONValue {
+        let bundle = try targetBundle(params)
+        try authorize(bundle, write: false)
+        guard let identifier = params["identifier"]?.stringValue, !identifier.isEmpty, identifier.utf8.count <= limits.maxIdentifierBytes else {
+            throw SearchlightError.invalidParams("\"identifier\" must be a non-empty string of at most \(limits.maxIdentifierBytes) bytes")
+        }
+        guard let type = params["typeIdentifier"]?.stringValue, !type.isEmpty, type.utf8.count <= 255 else {
+            throw SearchlightError.invalidParams("\"typeIdentifier\" must be a UTI string such as \"public.plain-text\"")
+        }
+        guard let scheduler = context.scheduler, let host = scheduler.host(bundle: bundle) else {
+            throw SearchlightError(.unknownExtension, "no index extension serves \(bundle); install a unit for it to provide item data")
+        }
+        var forward: [String: JSONValue] = ["identifier": .string(identifier), "typeIdentifier": .string(type)]
+        let extensionMethod: String
+        if method == Method.indexFetchData {
+            extensionMethod = Method.extensionDataForItem
+        } else {
+            extensionMethod = Method.extensionFileURLForItem
+            forward["inPlace"] = .bool(params["inPlace"]?.boolValue ?? false)
+        }
+        let answer = try await scheduler.call(host, extensionMethod, .object(forward))
+        if method == Method.indexFetchData {
+            guard let data = answer["data"]?.stringValue, Data(base64Encoded: data) != nil else {
+                throw SearchlightError(.extensionFailed, "\(host.label) answered \(extensionMethod) without base64 \"data\"")
+            }
+            return ["data": .string(data)]
+        }
+        guard let url = answer["url"]?.stringValue, URL(string: url) != nil else {
+            throw SearchlightError(.extensionFailed, "\(host.label) answered \(extensionMethod) without a \"url\"")
+        }
+        return ["url": .string(url)]
+    }
+
+    /// `admin.reindex {target, all | identifiers, index?, reason?, background?, wait, timeout?}`.
+    private func reindex(_ params: JSONValue) async throws -> JSONValue {
+        guard let scheduler = context.scheduler else { throw SearchlightError(.indexUnavailable, "the daemon is starting; retry") }
+        guard let target = params["target"]?.stringValue, !target.isEmpty else {
+            throw SearchlightError.invalidParams("\"target\" must name an extension's label or its bundle")
+        }
+        guard let unit = context.catalog.unit(label: target).flatMap({ $0.disabled ? nil : $0 }) ?? context.catalog.unit(forBundle: target) else {
+            throw SearchlightError(.unknownExtension, "no enabled extension unit has the label or bundle \(target.prefix(255)); see `searchlight units`")
+        }
+        let index = try Names.index(params["index"])
+        guard unit.indexExtension.indexNames.contains(index) else {
+            throw SearchlightError.invalidParams("\(unit.label) serves the indexes \(unit.indexExtension.indexNames.map { "\"\($0)\"" }.joined(separator: ", ")), not \"\(index)\"")
+        }
+        let all = params["all"]?.boolValue ?? false
+        let ids: [String]
+        if all {
+            ids = []
+        } else if let list = params["identifiers"] {
+            ids = try identifiers(list, name: "identifiers")
+            guard !ids.isEmpty else { throw SearchlightError.invalidParams("\"identifiers\" is empty; name at least one, or send \"all\": true") }
+        } else {
+            throw SearchlightError.invalidParams("send \"all\": true or \"identifiers\": [..]")
+        }
+        let background = params["background"]?.boolValue ?? false
+        let reason = params["reason"]?.stringValue.map { String($0.prefix(32)) } ?? (background ? "background" : "manual")
+        let queued = try scheduler.enqueue(bundle: unit.bundleIdentifier, index: index, kind: all ? .all : .identifiers,
+            identifiers: ids, reason: reason, background: background)
+        var answer: [String: JSONValue] = ["requestId": .number(Double(queued.id)), "state": "pending",
+            "label": .string(unit.label), "bundle": .string(unit.bundleIdentifier)]
+        if queued.coalesced { answer["coalescedInto"] = .number(Double(queued.id)) }
+        guard params["wait"]?.boolValue ?? false else { return .object(answer) }
+        let timeout = params["timeout"]?.doubleValue
+        let connection = self.connection
+        let once = Mutex(false)
+        let claim: @Sendable () -> Bool = { once.withLock { done in defer { done = true }; return !done } }
+        return try await withCheckedThrowingContinuation { continuation in
+            scheduler.addWaiter(queued.id, RequestScheduler.Waiter(
+                progress: { completed, total in
+                    var p: [String: JSONValue] = ["requestId": .number(Double(queued.id)), "completed": .number(Double(completed))]
+                    if let total { p["total"] = .number(Double(total)) }
+                    try? connection.notify(Method.progress, .object(p))
+                },
+                done: { result in if claim() { continuation.resume(with: result.mapError { $0 as any Error }) } }))
+            if let timeout, timeout > 0 {
+                Task {
+                    try? await Task.sleep(for: .seconds(timeout))
+                    if claim() {
+                        continuation.resume(throwing: SearchlightError(.requestTimedOut,
+                            "no acknowledgement within \(timeout) s; request \(queued.id) stays journaled (`searchlight requests`)"))
+                    }
+                }
+            }
+        }
+    }
+}

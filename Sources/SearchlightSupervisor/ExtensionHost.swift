@@ -1,0 +1,415 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightWire
+
+/// One extension unit's process and its connection (DESIGN §5, §6): launched on demand with the
+/// socketpair on fd 3, one live connection at a time (spawned, or attached by hand for debugging),
+/// `ThrottleInterval` between launches, crash-loop backoff, idle exit after `TimeOut`, and
+/// SIGTERM then SIGKILL after `ExitTimeOut` for one that hangs.
+final class ExtensionHost: @unchecked Sendable {
+    /// The live connection to the extension.
+    struct Link: @unchecked Sendable {
+        let connection: RPCConnection
+        let session: ClientSession
+        /// nil when the extension was started by hand and attached through the daemon socket.
+        let child: ChildProcess?
+        let since: Date
+        var pid: Int32 { child?.pid ?? session.peer.pid }
+    }
+
+    enum State {
+        case idle
+        case launching(ChildProcess, RPCConnection)
+        case running(Link)
+        case stopping(ChildProcess)
+    }
+
+    /// Thrown by `link()` when no launch may happen before `retryAt`.
+    struct NotAvailable: Error {
+        var retryAt: Date
+        var reason: String
+    }
+
+    private(set) var unit: ExtensionUnit
+    let context: ServiceContext
+    /// Called whenever the host becomes available or a request should be reconsidered.
+    let wake: @Sendable () -> Void
+    private let lock = NSLock()
+    private var state: State = .idle
+    private var waiters: [CheckedContinuation<Link, any Error>] = []
+    private var lastLaunch: Date?
+    private var backoffUntil: Date?
+    private var crashStreak = 0
+    private var lastActivity = Date()
+    private var inFlight = 0
+    /// Children we asked to stop: their exit is not a crash.
+    private var stopRequested: Set<Int32> = []
+    private(set) var launches = 0
+    private(set) var crashes = 0
+    private(set) var lastExit: String?
+
+    /// A crash streak is forgiven after this long without trouble.
+    static let healthyReset: TimeInterval = 600
+    static let maximumBackoff: TimeInterval = 300
+
+    init(unit: ExtensionUnit, context: ServiceContext, wake: @escaping @Sendable () -> Void) {
+        self.unit = unit
+        self.context = context
+        self.wake = wake
+    }
+
+    var label: String { unit.label }
+    var log: Logger { context.log }
+
+    func update(_ unit: ExtensionUnit) { lock.withLock { self.unit = unit } }
+
+    // MARK: - Availability
+
+    /// When a request could be sent: nil means now; otherwise the earliest time (distantFuture
+    /// while the extension is stopping; its exit wakes the scheduler).
+    func availableAt(_ now: Date) -> Date? {
+        lock.withLock {
+            switch state {
+            case .running, .launching: return nil
+            case .stopping: return .distantFuture
+            case .idle:
+                let throttle = lastLaunch.map { $0.addingTimeInterval(unit.throttleInterval) } ?? .distantPast
+                let earliest = max(throttle, backoffUntil ?? .distantPast)
+                return earliest > now ? earliest : nil
+            }
+        }
+    }
+
+    /// When the running extension should be asked to exit for being idle, if it is running.
+    func idleDeadline() -> Date? {
+        lock.withLock {
+            guard case .running(let link) = state, link.child != nil, inFlight == 0 else { return nil }
+            return lastActivity.addingTimeInterval(unit.timeOut)
+        }
+    }
+
+    /// A donation, progress report or answer from the extension: the inactivity timer restarts.
+    func noteActivity() { lock.withLock { lastActivity = Date() } }
+
+    var lastActivityDate: Date { lock.withLock { lastActivity } }
+
+    func beginRequest() { lock.withLock { inFlight += 1; lastActivity = Date() } }
+    func endRequest() { lock.withLock { inFlight -= 1; lastActivity = Date() } }
+
+    // MARK: - Launch and handshake
+
+    /// The live connection, launching the extension and waiting for its handshake if needed.
+    func link() async throws -> Link {
+        enum Next { case ready(Link), wait, launch, unavailable(NotAvailable) }
+        let now = Date()
+        let next: Next = lock.withLock {
+            switch state {
+            case .running(let link): return .ready(link)
+            case .launching: return .wait
+            case .stopping: return .unavailable(NotAvailable(retryAt: now.addingTimeInterval(1), reason: "the extension is stopping"))
+            case .idle:
+                let throttle = lastLaunch.map { $0.addingTimeInterval(unit.throttleInterval) } ?? .distantPast
+                let earliest = max(throttle, backoffUntil ?? .distantPast)
+                if earliest > now {
+                    let why = (backoffUntil ?? .distantPast) > now ? "it is backing off after \(crashStreak) failed launch(es)" : "ThrottleInterval \(unit.throttleInterval) s"
+                    return .unavailable(NotAvailable(retryAt: earliest, reason: why))
+                }
+                return .launch
+            }
+        }
+        switch next {
+        case .ready(let link): return link
+        case .unavailable(let e): throw e
+        case .launch: try launch()
+        case .wait: break
+        }
+        return try await withCheckedThrowingContinuation { continuation in
+            enum Outcome { case ready(Link), queued, gone }
+            let outcome: Outcome = lock.withLock {
+                switch state {
+                case .running(let link): return .ready(link)
+                case .launching:
+                    waiters.append(continuation)
+                    return .queued
+                default: return .gone
+                }
+            }
+            switch outcome {
+            case .ready(let link): continuation.resume(returning: link)
+            case .queued: break
+            case .gone: continuation.resume(throwing: SearchlightError(.extensionFailed, "\(label) exited before its handshake"))
+            }
+        }
+    }
+
+    private func launch() throws {
+        let unit = self.unit
+        let (mine, theirs) = try UnixSocket.pair()
+        let outputs = try ExtensionOutput(unit: unit, log: log)
+        let child: ChildProcess
+        do {
+            child = try ProcessSpawner.spawn(spawnConfiguration(unit), extensionSocket: theirs.fd,
+                stdout: outputs.stdout, stderr: outputs.stderr)
+        } catch {
+            theirs.closeDescriptor()
+            mine.close()
+            outputs.closeChildEnds()
+            lock.withLock {
+                lastLaunch = Date()
+                noteCrashLocked(Date())
+                lastExit = "could not start: \(error)"
+            }
+            log.error("extension could not start", ["label": label, "error": "\(error)"])
+            context.events.emit("extension.failed", ["label": .string(label), "message": .string("\(error)")])
+            throw SearchlightError(.extensionFailed, "\(label) could not start: \(error)")
+        }
+        theirs.closeDescriptor()
+        outputs.closeChildEnds()
+        let limits = context.config.limits
+        let connection = RPCConnection(socket: mine, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth)
+        let peer = PeerCredentials(pid: child.pid, uid: unitUID, gid: 0)
+        let session = ClientSession(context: context, connection: connection, peer: peer, spawnedFor: self)
+        lock.withLock {
+            state = .launching(child, connection)
+            lastLaunch = Date()
+            lastActivity = Date()
+            launches += 1
+        }
+        log.info("extension launched", ["label": label, "pid": child.pid])
+        context.events.emit("extension.launched", ["label": .string(label), "pid": .number(Double(child.pid))])
+        connection.start(name: "ext-\(child.pid)", onMessage: { _, message in session.handle(message) }) { [weak self] _, reason in
+            self?.connectionClosed(connection, reason: reason)
+        }
+        Task { [weak self] in
+            let termination = await child.waitForExit()
+            self?.childExited(child, termination)
+        }
+        // An extension that never completes its handshake is treated like one that hangs.
+        let handshakeTimeout = unit.indexExtension.acknowledgementTimeout
+        Task { [weak self] in
+            try? await Task.sleep(for: .seconds(handshakeTimeout))
+            guard let self else { return }
+            let stuck = lock.withLock { if case .launching(let c, _) = state, c.pid == child.pid { return true } else { return false } }
+            if stuck {
+                log.warning("extension did not complete its handshake", ["label": label, "pid": child.pid, "timeout_s": handshakeTimeout])
+                terminate(hung: true)
+            }
+        }
+    }
+
+    /// The uid the extension's indexes belong to: its unit's user in system mode, else ours.
+    var unitUID: UInt32 {
+        if getuid() == 0, let name = unit.userName, let ids = ExtensionHost.userIDs(name) { return ids.uid }
+        return getuid()
+    }
+
+    /// The spawned extension said `initialize`: requests may flow.
+    func handshakeCompleted(_ session: ClientSession) {
+        let ready: (Link, [CheckedContinuation<Link, any Error>])? = lock.withLock {
+            guard case .launching(let child, let connection) = state, connection === session.connection else { return nil }
+            let link = Link(connection: connection, session: session, child: child, since: Date())
+            state = .running(link)
+            lastActivity = Date()
+            defer { waiters.removeAll() }
+            return (link, waiters)
+        }
+        guard let (link, waiting) = ready else { return }
+        log.debug("extension ready", ["label": label, "pid": link.pid])
+        for w in waiting { w.resume(returning: link) }
+        wake()
+    }
+
+    /// A hand-started extension attached under this unit's label: requests go to it from now on.
+    func attach(_ session: ClientSession) {
+        let replaced: ChildProcess? = lock.withLock {
+            var old: ChildProcess?
+            switch state {
+            case .running(let link): old = link.child; if link.child == nil { link.connection.close() }
+            case .launching(let child, _): old = child
+            default: break
+            }
+            state = .running(Link(connection: session.connection, session: session, child: nil, since: Date()))
+            lastActivity = Date()
+            backoffUntil = nil
+            crashStreak = 0
+            if let old { stopRequested.insert(old.pid) }
+            return old
+        }
+        if let replaced { stop(replaced, graceful: true) }
+        log.notice("extension attached", ["label": label, "pid": session.peer.pid, "uid": session.peer.uid])
+        context.events.emit("extension.attached", ["label": .string(label), "pid": .number(Double(session.peer.pid))])
+        let waiting = lock.withLock { defer { waiters.removeAll() }; return waiters }
+        if case .running(let link) = lock.withLock({ state }) { for w in waiting { w.resume(returning: link) } }
+        wake()
+    }
+
+    // MARK: - Exit
+
+    private func connectionClosed(_ connection: RPCConnection, reason: RPCConnection.CloseReason) {
+        let child: ChildProcess? = lock.withLock {
+            switch state {
+            case .running(let link) where link.connection === connection:
+                if link.child == nil { state = .idle }
+                return link.child
+            case .launching(let c, let conn) where conn === connection:
+                return c
+            default:
+                return nil
+            }
+        }
+        if let child {
+            // The extension closed its socket (or sent a frame over the limit) but lives on.
+            log.warning("extension connection closed; stopping the extension", ["label": label, "pid": child.pid, "reason": reason])
+            stop(child, graceful: false)
+        } else if lock.withLock({ if case .idle = state { true } else { false } }) {
+            log.notice("extension detached", ["label": label, "reason": reason])
+            context.events.emit("extension.detached", ["label": .string(label)])
+            failWaiters("\(label) closed its connection")
+            wake()
+        }
+    }
+
+    private func childExited(_ child: ChildProcess, _ termination: Termination) {
+        let now = Date()
+        let crashed: Bool = lock.withLock {
+            let asked = stopRequested.remove(child.pid) != nil
+            var ours = false
+            switch state {
+            case .launching(let c, _) where c.pid == child.pid: ours = true
+            case .running(let link) where link.child?.pid == child.pid: ours = true
+            case .stopping(let c) where c.pid == child.pid: ours = true
+            default: break
+            }
+            if ours { state = .idle }
+            lastExit = termination.description
+            let crashed = !asked || termination != .exited(0)
+            if crashed && !asked {
+                noteCrashLocked(now)
+            } else if !crashed {
+                if let since = lastLaunch, now.timeIntervalSince(since) >= Self.healthyReset { crashStreak = 0 }
+            }
+            return crashed && !asked
+        }
+        if crashed {
+            log.warning("extension exited unexpectedly", ["label": label, "pid": child.pid, "status": termination])
+        } else {
+            log.info("extension exited", ["label": label, "pid": child.pid, "status": termination])
+        }
+        context.events.emit("extension.exited", [
+            "label": .string(label), "pid": .number(Double(child.pid)), "status": .string(termination.description), "crashed": .bool(crashed),
+        ])
+        failWaiters("\(label) exited (\(termination)) before its handshake")
+        lock.withLock {
+            if case .running(let link) = state, link.child?.pid == child.pid { link.connection.close() }
+        }
+        wake()
+    }
+
+    /// Called with the lock held: one more failure in a row lengthens the wait before the next launch.
+    private func noteCrashLocked(_ now: Date) {
+        if let since = lastLaunch, now.timeIntervalSince(since) >= Self.healthyReset { crashStreak = 0 }
+        crashStreak += 1
+        crashes += 1
+        let delay = Backoff.delay(attempt: crashStreak, base: context.config.backoffBase, cap: Self.maximumBackoff)
+        backoffUntil = now.addingTimeInterval(max(delay, unit.throttleInterval))
+    }
+
+    private func failWaiters(_ message: String) {
+        let waiting = lock.withLock { defer { waiters.removeAll() }; return waiters }
+        for w in waiting { w.resume(throwing: SearchlightError(.extensionFailed, message)) }
+    }
+
+    /// Stops the extension: `hung` sends SIGTERM at once; otherwise it is asked with
+    /// `extension.shutdown`. Either way SIGKILL follows after `ExitTimeOut`.
+    func terminate(hung: Bool) {
+        let target: ChildProcess? = lock.withLock {
+            switch state {
+            case .running(let link):
+                if link.child == nil { link.connection.close(); state = .idle; return nil }
+                return link.child
+            case .launching(let c, _): return c
+            case .stopping(let c): return c
+            case .idle: return nil
+            }
+        }
+        if let target { stop(target, graceful: !hung) }
+    }
+
+    private func stop(_ child: ChildProcess, graceful: Bool) {
+        let connection: RPCConnection? = lock.withLock {
+            stopRequested.insert(child.pid)
+            var conn: RPCConnection?
+            switch state {
+            case .running(let link) where link.child?.pid == child.pid: conn = link.connection; state = .stopping(child)
+            case .launching(let c, let cn) where c.pid == child.pid: conn = cn; state = .stopping(child)
+            default: break
+            }
+            return conn
+        }
+        if graceful, let connection {
+            try? connection.notify(Method.extensionShutdown)
+        } else {
+            child.signal(SIGTERM)
+        }
+        let exitTimeOut = unit.exitTimeOut
+        Task {
+            try? await Task.sleep(for: .seconds(exitTimeOut))
+            if !child.hasExited {
+                log.warning("extension did not exit in time; killing it", ["label": label, "pid": child.pid, "after_s": exitTimeOut])
+                child.signal(SIGKILL)
+            }
+        }
+    }
+
+    /// The daemon is stopping: ask every extension to exit, kill what is left after `deadline`.
+    func shutdown(deadline: TimeInterval) async {
+        let child: ChildProcess? = lock.withLock {
+            if case .running(let link) = state { return link.child }
+            if case .launching(let c, _) = state { return c }
+            if case .stopping(let c) = state { return c }
+            return nil
+        }
+        terminate(hung: false)
+        guard let child else { return }
+        let until = Date().addingTimeInterval(min(deadline, unit.exitTimeOut))
+        while !child.hasExited, Date() < until { try? await Task.sleep(for: .milliseconds(50)) }
+        if !child.hasExited { child.signal(SIGKILL) }
+    }
+
+    // MARK: - Reporting
+
+    var stateName: String {
+        lock.withLock {
+            switch state {
+            case .idle: (backoffUntil ?? .distantPast) > Date() ? "backoff" : "idle"
+            case .launching: "launching"
+            case .running(let link): link.child == nil ? "attached" : "running"
+            case .stopping: "stopping"
+            }
+        }
+    }
+
+    var statusJSON: JSONValue {
+        let u = unit
+        var o: [String: JSONValue] = [
+            "label": .string(u.label), "bundleIdentifier": .string(u.bundleIdentifier), "path": .string(u.path),
+            "executable": .string(u.executable), "disabled": .bool(u.disabled), "state": .string(stateName),
+            "indexNames": .array(u.indexExtension.indexNames.map(JSONValue.string)),
+            "indexVersion": .number(Double(u.indexExtension.indexVersion)),
+        ]
+        lock.withLock {
+            o["launches"] = .number(Double(launches))
+            o["crashes"] = .number(Double(crashes))
+            if let lastExit { o["lastExit"] = .string(lastExit) }
+            if let backoffUntil, backoffUntil > Date() { o["nextLaunch"] = .string(ISO8601.format(backoffUntil)) }
+            switch state {
+            case .running(let link): o["pid"] = .number(Double(link.pid))
+            case .launching(let c, _), .stopping(let c): o["pid"] = .number(Double(c.pid))
+            case .idle: break
+            }
+        }
+        return .object(o)
+    }
+}

@@ -1,0 +1,132 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightWire
+
+/// Retry and relaunch delays: `base` doubling per attempt up to `cap`, with ±10 % jitter so that
+/// many failing requests do not retry in lockstep (DESIGN §6: 10 s doubling to 5 min).
+enum Backoff {
+    static func delay(attempt: Int, base: TimeInterval, cap: TimeInterval) -> TimeInterval {
+        let exponent = Double(max(0, min(attempt - 1, 30)))
+        let raw = min(cap, base * pow(2, exponent))
+        return raw * Double.random(in: 0.9...1.1)
+    }
+}
+
+extension ExtensionHost {
+    /// Environment variables that belong to the daemon's own relationship with systemd.
+    static let strippedEnvironment: Set<String> = ["NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES",
+                                                   "WATCHDOG_USEC", "WATCHDOG_PID", "SEARCHLIGHT_SOCKET"]
+
+    /// How to start the unit's program (DESIGN §5): its argv and environment, the priority of its
+    /// `ProcessType`, its resource limits, and its user when the daemon is root.
+    func spawnConfiguration(_ unit: ExtensionUnit) throws -> SpawnConfiguration {
+        var env = ProcessInfo.processInfo.environment.filter { !Self.strippedEnvironment.contains($0.key) }
+        for (k, v) in unit.environment { env[k] = v }
+        env[ExtensionEnvironment.fd] = String(ExtensionEnvironment.descriptor)
+        env[ExtensionEnvironment.label] = unit.label
+        env[ExtensionEnvironment.bundleIdentifier] = unit.bundleIdentifier
+        var config = SpawnConfiguration(executable: unit.executable, arguments: unit.arguments, environment: env)
+        config.workingDirectory = unit.workingDirectory
+        config.umask = unit.umask
+        config.nice = unit.nice
+        config.lowPriorityIO = unit.lowPriorityIO
+        for (name, value) in unit.softLimits { if let r = ResourceLimit(rawValue: name) { config.softLimits[r] = value } }
+        for (name, value) in unit.hardLimits { if let r = ResourceLimit(rawValue: name) { config.hardLimits[r] = value } }
+        if getuid() == 0, unit.userName != nil || unit.groupName != nil {
+            var uid = getuid(), gid = getgid()
+            var groups: [gid_t] = []
+            if let name = unit.userName {
+                guard let ids = Self.userIDs(name) else {
+                    throw SearchlightError(.extensionFailed, "UserName \(name) of \(unit.label) does not exist; create the user or fix the unit")
+                }
+                (uid, gid, groups) = (ids.uid, ids.gid, ids.groups)
+            }
+            if let group = unit.groupName {
+                guard let g = Self.groupID(group) else {
+                    throw SearchlightError(.extensionFailed, "GroupName \(group) of \(unit.label) does not exist; create the group or fix the unit")
+                }
+                gid = g
+                if !groups.contains(g) { groups.append(g) }
+            }
+            config.user = (uid: uid, gid: gid, groups: groups)
+            env["HOME"] = Self.home(uid) ?? env["HOME"]
+            env["USER"] = unit.userName ?? env["USER"]
+            config.environment = env
+        }
+        return config
+    }
+
+    /// uid, primary gid and supplementary groups of a user name (getpwnam_r: thread-safe).
+    static func userIDs(_ name: String) -> (uid: uid_t, gid: gid_t, groups: [gid_t])? {
+        var pw = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard getpwnam_r(name, &pw, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
+        var count: Int32 = 256
+        var groups = [gid_t](repeating: 0, count: 256)
+        if getgrouplist(name, pw.pw_gid, &groups, &count) == -1 { count = 0 }
+        return (pw.pw_uid, pw.pw_gid, Array(groups.prefix(Int(count))))
+    }
+
+    static func groupID(_ name: String) -> gid_t? {
+        var gr = group()
+        var result: UnsafeMutablePointer<group>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard getgrnam_r(name, &gr, &buffer, buffer.count, &result) == 0, result != nil else { return nil }
+        return gr.gr_gid
+    }
+
+    static func home(_ uid: uid_t) -> String? {
+        var pw = passwd()
+        var result: UnsafeMutablePointer<passwd>?
+        var buffer = [CChar](repeating: 0, count: 4096)
+        guard getpwuid_r(uid, &pw, &buffer, buffer.count, &result) == 0, result != nil, let dir = pw.pw_dir else { return nil }
+        return String(cString: dir)
+    }
+}
+
+/// Where an extension's stdout and stderr go: the unit's `StandardOutPath` / `StandardErrorPath`
+/// (appended to), else the daemon's log, one line per event tagged with the label.
+struct ExtensionOutput {
+    let stdout: Int32
+    let stderr: Int32
+    private let readers: [LineReader]
+    private let files: [Int32]
+
+    init(unit: ExtensionUnit, log: Logger) throws {
+        var readers: [LineReader] = []
+        var files: [Int32] = []
+        func target(_ path: String?, stream: String) throws -> Int32 {
+            if let path {
+                let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o640)
+                guard fd >= 0 else { throw SystemError("open(\(path)) for \(unit.label)'s \(stream)") }
+                files.append(fd)
+                return fd
+            }
+            let label = unit.label
+            let reader = try ProcessSpawner.lineReader(name: "\(stream)-\(label)") { line in
+                log.info("extension output", ["label": label, "stream": stream, "line": line])
+            }
+            readers.append(reader)
+            return reader.writeFD
+        }
+        do {
+            stdout = try target(unit.standardOutPath, stream: "stdout")
+            stderr = try target(unit.standardErrorPath, stream: "stderr")
+        } catch {
+            for r in readers { r.closeWriteEnd() }
+            for f in files { close(f) }
+            throw error
+        }
+        self.readers = readers
+        self.files = files
+    }
+
+    /// After the spawn: the child holds its copies; ours must go, or the readers never see EOF.
+    func closeChildEnds() {
+        for r in readers { r.closeWriteEnd() }
+        for f in files { close(f) }
+    }
+}

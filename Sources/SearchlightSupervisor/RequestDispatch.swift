@@ -1,0 +1,206 @@
+import Foundation
+import SearchlightWire
+
+/// How one attempt at a request ended.
+enum AttemptFailure: Error {
+    /// The extension answered with an error: a negative acknowledgement.
+    case negative(SearchlightError)
+    /// The extension died or closed its connection while the request was outstanding.
+    case lost(String)
+    /// No acknowledgement, progress or donation for `AcknowledgementTimeout`, or the request ran
+    /// past `MaximumRequestDuration`.
+    case timedOut(String)
+    /// The extension could not be started (or may not be yet).
+    case unavailable(String, retryAt: Date?)
+
+    var message: String {
+        switch self {
+        case .negative(let e): "negative acknowledgement: \(e.message)"
+        case .lost(let m), .timedOut(let m): m
+        case .unavailable(let m, _): m
+        }
+    }
+
+    /// A crash or hang, as opposed to an answer: the identifier set is halved to find the culprit.
+    var isCrashOrHang: Bool {
+        switch self {
+        case .lost, .timedOut: true
+        default: false
+        }
+    }
+}
+
+extension RequestScheduler {
+    /// Sends one journaled request (in chunks, for identifiers) and records its outcome.
+    func perform(_ request: ReindexRequest, on host: ExtensionHost) async {
+        let id = request.id
+        do {
+            try journal.markRunning(id)
+        } catch {
+            log.error("cannot update the request journal", ["id": id, "error": "\(error)"])
+            return
+        }
+        let started = Date()
+        host.beginRequest()
+        defer { host.endRequest() }
+        var remaining = request.identifiers
+        let chunkSize = request.chunk ?? host.unit.indexExtension.maximumIdentifiersPerRequest
+        var sentChunk: [String] = []
+        do {
+            let link: ExtensionHost.Link
+            do {
+                link = try await host.link()
+            } catch let e as ExtensionHost.NotAvailable {
+                throw AttemptFailure.unavailable("\(host.label) cannot start yet: \(e.reason)", retryAt: e.retryAt)
+            } catch {
+                throw AttemptFailure.unavailable("\(error)", retryAt: nil)
+            }
+            events.emit("request.sent", ["requestId": .number(Double(id)), "label": .string(host.label), "pid": .number(Double(link.pid)),
+                "kind": .string(request.kind.rawValue)])
+            log.info("reindex request sent", ["id": id, "label": host.label, "kind": request.kind.rawValue, "reason": request.reason])
+            var params: [String: JSONValue] = ["requestId": .string(String(id)), "reason": .string(request.reason), "index": .string(request.index)]
+            switch request.kind {
+            case .all:
+                _ = try await send(Method.extensionReindexAll, .object(params), link: link, host: host, started: started)
+            case .identifiers:
+                while !remaining.isEmpty {
+                    sentChunk = Array(remaining.prefix(chunkSize))
+                    params["identifiers"] = .array(sentChunk.map(JSONValue.string))
+                    _ = try await send(Method.extensionReindexIdentifiers, .object(params), link: link, host: host, started: started)
+                    remaining.removeFirst(sentChunk.count)
+                    sentChunk = []
+                    try journal.setRemaining(id, identifiers: remaining)
+                }
+            }
+            try journal.acknowledged(id)
+            let elapsed = Date().timeIntervalSince(started)
+            log.info("reindex request acknowledged", ["id": id, "label": host.label, "elapsed_s": String(format: "%.3f", elapsed)])
+            events.emit("request.acknowledged", ["requestId": .number(Double(id)), "label": .string(host.label),
+                "elapsed": .number(elapsed)])
+            finish(id, .success(["requestId": .number(Double(id)), "state": "acknowledged", "label": .string(host.label),
+                "bundle": .string(request.bundle), "elapsed": .number((elapsed * 1000).rounded() / 1000)]), final: true)
+        } catch let failure as AttemptFailure {
+            recordFailure(request, failure, sentChunk: sentChunk, remaining: remaining, host: host)
+        } catch {
+            recordFailure(request, .unavailable("request journal: \(error)", retryAt: nil), sentChunk: [], remaining: remaining, host: host)
+        }
+    }
+
+    /// An interactive call (item data for a client): launches the extension if needed, never
+    /// throttled, and answered under the unit's acknowledgement timeout.
+    func call(_ host: ExtensionHost, _ method: String, _ params: JSONValue) async throws -> JSONValue {
+        let link: ExtensionHost.Link
+        do {
+            link = try await host.link()
+        } catch let e as ExtensionHost.NotAvailable {
+            throw SearchlightError(.extensionFailed, "\(host.label) cannot start now (\(e.reason)); retry after \(ISO8601.format(e.retryAt))")
+        }
+        host.beginRequest()
+        defer { host.endRequest() }
+        do {
+            return try await send(method, params, link: link, host: host, started: Date())
+        } catch let failure as AttemptFailure {
+            if case .negative(let error) = failure { throw error }
+            throw SearchlightError(.extensionFailed, failure.message)
+        }
+    }
+
+    /// Sends one request and waits for the answer under the unit's inactivity and duration limits.
+    private func send(_ method: String, _ params: JSONValue, link: ExtensionHost.Link, host: ExtensionHost, started: Date) async throws -> JSONValue {
+        let settings = host.unit.indexExtension
+        host.noteActivity()
+        do {
+            return try await withThrowingTaskGroup(of: JSONValue?.self) { group in
+                group.addTask { try await link.connection.call(method, params) }
+                group.addTask {
+                    // Sleeps until the inactivity deadline, re-reads it (activity pushes it back).
+                    while true {
+                        let inactive = host.lastActivityDate.addingTimeInterval(settings.acknowledgementTimeout)
+                        let overall = started.addingTimeInterval(settings.maximumRequestDuration)
+                        let deadline = min(inactive, overall)
+                        if Date() >= deadline {
+                            throw AttemptFailure.timedOut(deadline == overall
+                                ? "\(host.label) did not finish within MaximumRequestDuration (\(Int(settings.maximumRequestDuration)) s)"
+                                : "\(host.label) sent no acknowledgement, progress or donation for \(Int(settings.acknowledgementTimeout)) s")
+                        }
+                        try await Task.sleep(for: .seconds(max(0.05, deadline.timeIntervalSinceNow)))
+                    }
+                }
+                defer { group.cancelAll() }
+                guard let first = try await group.next(), let answer = first else {
+                    throw AttemptFailure.timedOut("\(host.label) timed out")
+                }
+                host.noteActivity()
+                return answer
+            }
+        } catch let failure as AttemptFailure {
+            if case .timedOut(let message) = failure {
+                log.warning("extension timed out; stopping it", ["label": host.label, "pid": link.pid, "reason": message])
+                host.terminate(hung: true)
+            }
+            throw failure
+        } catch let error as SearchlightError {
+            if link.connection.isClosed { throw AttemptFailure.lost("\(host.label) exited or closed its connection before acknowledging") }
+            throw AttemptFailure.negative(error)
+        } catch {
+            throw AttemptFailure.lost("\(host.label): \(error)")
+        }
+    }
+
+    /// Journals a failed attempt: narrowed down (identifiers after a crash or hang), retried after
+    /// the backoff, or given up after the configured number of attempts.
+    private func recordFailure(_ request: ReindexRequest, _ failure: AttemptFailure, sentChunk: [String], remaining: [String], host: ExtensionHost) {
+        let id = request.id
+        let now = Date()
+        let message = failure.message
+        do {
+            if request.kind == .identifiers, failure.isCrashOrHang, !sentChunk.isEmpty {
+                if sentChunk.count == 1 {
+                    // Isolated: this identifier alone crashes or hangs the extension.
+                    let rest = Array(remaining.dropFirst())
+                    try journal.poison(id, bundle: request.bundle, index: request.index, identifier: sentChunk[0], remaining: rest, error: message)
+                    log.error("identifier isolated as poison", ["id": id, "label": host.label, "identifier": sentChunk[0], "error": message])
+                    events.emit("request.poisoned", ["requestId": .number(Double(id)), "label": .string(host.label),
+                        "identifier": .string(sentChunk[0]), "message": .string(message)])
+                    if rest.isEmpty { try journal.acknowledged(id) }
+                    finish(id, .failure(SearchlightError(.extensionFailed,
+                        "\(host.label) fails on identifier \(sentChunk[0]) (\(message)); it is reported in `searchlight requests` and no longer sent")), final: rest.isEmpty)
+                    return
+                }
+                // Halve the chunk that was outstanding and try again: not counted as an attempt,
+                // since each halving brings the culprit closer.
+                let half = max(1, sentChunk.count / 2)
+                try journal.attemptFailed(id, error: message, retryAt: now, chunk: half, countAttempt: false)
+                try journal.setRemaining(id, identifiers: remaining)
+                log.warning("reindex request failed; narrowing it down", ["id": id, "label": host.label, "chunk": half, "error": message])
+                events.emit("request.retry", ["requestId": .number(Double(id)), "label": .string(host.label), "chunk": .number(Double(half)),
+                    "message": .string(message)])
+                finish(id, .failure(SearchlightError(.extensionFailed,
+                    "\(message); the request stays journaled and is retried with \(half) identifier(s) at a time")), final: false)
+                return
+            }
+            if request.kind == .identifiers { try journal.setRemaining(id, identifiers: remaining) }
+            let attempts = request.attempts + 1
+            if attempts >= context.config.maxRequestAttempts {
+                try journal.attemptFailed(id, error: message, retryAt: nil)
+                log.error("reindex request failed for good", ["id": id, "label": host.label, "attempts": attempts, "error": message])
+                events.emit("request.failed", ["requestId": .number(Double(id)), "label": .string(host.label),
+                    "attempts": .number(Double(attempts)), "message": .string(message)])
+                finish(id, .failure(SearchlightError(.extensionFailed,
+                    "\(message); gave up after \(attempts) attempts (see `searchlight requests`; ask again with `searchlight reindex`)")), final: true)
+                return
+            }
+            var retryAt = now.addingTimeInterval(Backoff.delay(attempt: attempts, base: context.config.backoffBase, cap: ExtensionHost.maximumBackoff))
+            if case .unavailable(_, let at?) = failure { retryAt = max(retryAt, at) }
+            try journal.attemptFailed(id, error: message, retryAt: retryAt)
+            log.warning("reindex request failed; will retry", ["id": id, "label": host.label, "attempt": attempts,
+                "retry_at": ISO8601.format(retryAt), "error": message])
+            events.emit("request.retry", ["requestId": .number(Double(id)), "label": .string(host.label), "attempts": .number(Double(attempts)),
+                "retryAt": .string(ISO8601.format(retryAt)), "message": .string(message)])
+            finish(id, .failure(SearchlightError(.extensionFailed,
+                "\(message); the request stays journaled and is retried at \(ISO8601.format(retryAt)) (`searchlight requests`)")), final: false)
+        } catch {
+            log.error("cannot update the request journal", ["id": id, "error": "\(error)"])
+        }
+    }
+}

@@ -1,0 +1,226 @@
+import Foundation
+import SearchlightStore
+import SearchlightWire
+
+/// One reindex request for an extension, as journaled.
+struct ReindexRequest: Sendable, Equatable {
+    enum Kind: String, Sendable { case all, identifiers }
+    enum State: String, Sendable { case pending, running, failed }
+
+    var id: Int64
+    var bundle: String
+    var index: String
+    var kind: Kind
+    /// For `identifiers`: the ones not yet acknowledged.
+    var identifiers: [String]
+    /// Why it was asked: manual, initial, migration, corruption, idle, …
+    var reason: String
+    /// Background work is throttled under load; manual requests are not.
+    var background: Bool
+    var state: State
+    var attempts: Int
+    var notBefore: Date
+    var lastError: String?
+    /// Identifiers per request while a crash is being narrowed down (halving); nil = the unit's maximum.
+    var chunk: Int?
+    var created: Date
+}
+
+/// An identifier that crashed or hung its extension on its own, reported instead of retried.
+struct PoisonedIdentifier: Sendable, Equatable {
+    var bundle: String
+    var index: String
+    var identifier: String
+    var error: String
+    var at: Date
+}
+
+/// The durable request journal in `supervisor.sqlite` (DESIGN §6): a request is written before it
+/// is sent and removed only on acknowledgement, so a daemon restart resumes it. Requests coalesce:
+/// a reindex-all absorbs the pending identifier requests of its index, and identifier requests merge.
+final class RequestJournal: @unchecked Sendable {
+    private let db: Database
+    private let lock = NSLock()
+
+    init(path: String) throws {
+        db = try Database(path: path)
+        _ = try db.scalar("PRAGMA journal_mode=WAL")
+        try db.execute("""
+            PRAGMA synchronous=FULL;
+            CREATE TABLE IF NOT EXISTS requests(
+                id INTEGER PRIMARY KEY AUTOINCREMENT,
+                bundle TEXT NOT NULL, idx TEXT NOT NULL, kind TEXT NOT NULL,
+                identifiers TEXT NOT NULL DEFAULT '[]',
+                reason TEXT NOT NULL, background INTEGER NOT NULL,
+                state TEXT NOT NULL DEFAULT 'pending',
+                attempts INTEGER NOT NULL DEFAULT 0, not_before REAL NOT NULL DEFAULT 0,
+                last_error TEXT, chunk INTEGER, created REAL NOT NULL
+            );
+            CREATE TABLE IF NOT EXISTS poisoned(
+                bundle TEXT NOT NULL, idx TEXT NOT NULL, identifier TEXT NOT NULL,
+                error TEXT NOT NULL, at REAL NOT NULL,
+                PRIMARY KEY(bundle, idx, identifier)
+            );
+            CREATE TABLE IF NOT EXISTS extension_indexes(
+                bundle TEXT NOT NULL, idx TEXT NOT NULL, index_version INTEGER NOT NULL, since REAL NOT NULL,
+                PRIMARY KEY(bundle, idx)
+            );
+            """)
+        // A request that was running when the daemon stopped (or was killed) is sent again.
+        try db.run("UPDATE requests SET state = 'pending', not_before = 0 WHERE state = 'running'")
+    }
+
+    private static let columns = "id, bundle, idx, kind, identifiers, reason, background, state, attempts, not_before, last_error, chunk, created"
+
+    private static func request(_ row: Row) -> ReindexRequest {
+        let ids: [String]
+        if let text = row.string(4), let parsed = try? JSONValue.parse(Array(text.utf8)) {
+            ids = parsed.arrayValue?.compactMap(\.stringValue) ?? []
+        } else {
+            ids = []
+        }
+        return ReindexRequest(
+            id: row.int(0) ?? 0, bundle: row.string(1) ?? "", index: row.string(2) ?? "",
+            kind: ReindexRequest.Kind(rawValue: row.string(3) ?? "") ?? .all, identifiers: ids,
+            reason: row.string(5) ?? "", background: row.int(6) != 0,
+            state: ReindexRequest.State(rawValue: row.string(7) ?? "") ?? .pending,
+            attempts: Int(row.int(8) ?? 0), notBefore: Date(timeIntervalSince1970: row.double(9) ?? 0),
+            lastError: row.string(10), chunk: row.int(11).map { Int($0) },
+            created: Date(timeIntervalSince1970: row.double(12) ?? 0))
+    }
+
+    private static func encode(_ ids: [String]) -> SQLValue {
+        .text(JSONValue.array(ids.map(JSONValue.string)).jsonString)
+    }
+
+    /// The outcome of `enqueue`: the request that now carries the work, and the requests it absorbed.
+    struct Enqueued: Sendable {
+        var id: Int64
+        var coalesced: Bool
+        var absorbed: [Int64]
+    }
+
+    /// Journals a request durably, coalescing it with what is already pending for the same index.
+    func enqueue(bundle: String, index: String, kind: ReindexRequest.Kind, identifiers: [String],
+                 reason: String, background: Bool, now: Date = Date()) throws -> Enqueued {
+        try lock.withLock {
+            try db.transaction {
+                let pending = try db.rows("SELECT \(Self.columns) FROM requests WHERE bundle = ? AND idx = ? AND state = 'pending' ORDER BY id",
+                    [.text(bundle), .text(index)]).map(Self.request)
+                if let all = pending.first(where: { $0.kind == .all }) {
+                    // Already covered; a foreground request promotes it (it is no longer throttled).
+                    if !background, all.background {
+                        try db.run("UPDATE requests SET background = 0, reason = ? WHERE id = ?", [.text(reason), .integer(all.id)])
+                    }
+                    return Enqueued(id: all.id, coalesced: true, absorbed: [])
+                }
+                if kind == .identifiers, let same = pending.first(where: { $0.kind == .identifiers && $0.background == background }) {
+                    var seen = Set(same.identifiers)
+                    let merged = same.identifiers + identifiers.filter { seen.insert($0).inserted }
+                    try db.run("UPDATE requests SET identifiers = ? WHERE id = ?", [Self.encode(merged), .integer(same.id)])
+                    return Enqueued(id: same.id, coalesced: true, absorbed: [])
+                }
+                try db.run("""
+                    INSERT INTO requests(bundle, idx, kind, identifiers, reason, background, created)
+                    VALUES (?, ?, ?, ?, ?, ?, ?)
+                    """, [.text(bundle), .text(index), .text(kind.rawValue), Self.encode(kind == .all ? [] : identifiers),
+                          .text(reason), .integer(background ? 1 : 0), .double(now.timeIntervalSince1970)])
+                let id = db.lastInsertRowID
+                var absorbed: [Int64] = []
+                if kind == .all {
+                    // The new reindex-all covers the pending identifier requests and any failed one.
+                    absorbed = pending.map(\.id)
+                    try db.run("DELETE FROM requests WHERE bundle = ? AND idx = ? AND id != ? AND state IN ('pending', 'failed')",
+                        [.text(bundle), .text(index), .integer(id)])
+                }
+                return Enqueued(id: id, coalesced: false, absorbed: absorbed)
+            }
+        }
+    }
+
+    func all() -> [ReindexRequest] {
+        lock.withLock { ((try? db.rows("SELECT \(Self.columns) FROM requests ORDER BY id")) ?? []).map(Self.request) }
+    }
+
+    func request(_ id: Int64) -> ReindexRequest? {
+        lock.withLock { (try? db.rows("SELECT \(Self.columns) FROM requests WHERE id = ?", [.integer(id)]))?.first.map(Self.request) }
+    }
+
+    /// The pending requests of a bundle, foreground first, then oldest first.
+    func pending(bundle: String) -> [ReindexRequest] {
+        lock.withLock {
+            ((try? db.rows("SELECT \(Self.columns) FROM requests WHERE bundle = ? AND state = 'pending' ORDER BY background, id",
+                [.text(bundle)])) ?? []).map(Self.request)
+        }
+    }
+
+    func markRunning(_ id: Int64) throws {
+        try lock.withLock { _ = try db.run("UPDATE requests SET state = 'running' WHERE id = ?", [.integer(id)]) }
+    }
+
+    /// Acknowledged: the request is done and leaves the journal.
+    func acknowledged(_ id: Int64) throws {
+        try lock.withLock { _ = try db.run("DELETE FROM requests WHERE id = ?", [.integer(id)]) }
+    }
+
+    /// Some identifiers were acknowledged: keep only the rest.
+    func setRemaining(_ id: Int64, identifiers: [String]) throws {
+        try lock.withLock { _ = try db.run("UPDATE requests SET identifiers = ? WHERE id = ?", [Self.encode(identifiers), .integer(id)]) }
+    }
+
+    /// A failed attempt: retried after `retryAt`, or given up (state failed) when `retryAt` is nil.
+    func attemptFailed(_ id: Int64, error: String, retryAt: Date?, chunk: Int? = nil, countAttempt: Bool = true) throws {
+        try lock.withLock {
+            _ = try db.run("""
+                UPDATE requests SET state = ?, attempts = attempts + ?, not_before = ?, last_error = ?, chunk = ? WHERE id = ?
+                """, [.text(retryAt == nil ? "failed" : "pending"), .integer(countAttempt ? 1 : 0),
+                      .double(retryAt?.timeIntervalSince1970 ?? 0), .text(error), chunk.map { .integer(Int64($0)) } ?? .null, .integer(id)])
+        }
+    }
+
+    /// Stops sending `identifier` (it crashed or hung the extension on its own) and reports it.
+    func poison(_ id: Int64, bundle: String, index: String, identifier: String, remaining: [String], error: String, now: Date = Date()) throws {
+        try lock.withLock {
+            try db.transaction {
+                try db.run("INSERT OR REPLACE INTO poisoned(bundle, idx, identifier, error, at) VALUES (?, ?, ?, ?, ?)",
+                    [.text(bundle), .text(index), .text(identifier), .text(error), .double(now.timeIntervalSince1970)])
+                try db.run("UPDATE requests SET identifiers = ?, state = 'pending', not_before = 0, chunk = NULL WHERE id = ?",
+                    [Self.encode(remaining), .integer(id)])
+            }
+        }
+    }
+
+    func poisoned() -> [PoisonedIdentifier] {
+        lock.withLock {
+            ((try? db.rows("SELECT bundle, idx, identifier, error, at FROM poisoned ORDER BY at")) ?? []).map {
+                PoisonedIdentifier(bundle: $0.string(0) ?? "", index: $0.string(1) ?? "", identifier: $0.string(2) ?? "",
+                    error: $0.string(3) ?? "", at: Date(timeIntervalSince1970: $0.double(4) ?? 0))
+            }
+        }
+    }
+
+    /// The earliest time a pending request becomes due, if any.
+    func nextDue() -> Date? {
+        lock.withLock {
+            (try? db.rows("SELECT min(not_before) FROM requests WHERE state = 'pending'"))?.first?.double(0)
+                .map { Date(timeIntervalSince1970: $0) }
+        }
+    }
+
+    // MARK: - Indexes an extension has been asked to fill
+
+    /// The index version recorded when the extension first filled this index, nil if never.
+    func recordedVersion(bundle: String, index: String) -> Int? {
+        lock.withLock {
+            (try? db.rows("SELECT index_version FROM extension_indexes WHERE bundle = ? AND idx = ?", [.text(bundle), .text(index)]))?
+                .first?.int(0).map { Int($0) }
+        }
+    }
+
+    func recordVersion(bundle: String, index: String, version: Int, now: Date = Date()) throws {
+        try lock.withLock {
+            _ = try db.run("INSERT OR REPLACE INTO extension_indexes(bundle, idx, index_version, since) VALUES (?, ?, ?, ?)",
+                [.text(bundle), .text(index), .integer(Int64(version)), .double(now.timeIntervalSince1970)])
+        }
+    }
+}

@@ -1,0 +1,223 @@
+import Foundation
+import SearchlightWire
+
+/// Sends journaled reindex requests to extensions and acts on their acknowledgements (DESIGN §6).
+///
+/// One request at a time per extension. A scheduling thread sleeps until something is due (a new
+/// request, a retry time, a launch allowed again, an idle extension to stop) and is woken by
+/// every event that can change that; it never polls. Each request runs as a task that waits for
+/// the acknowledgement under the unit's inactivity timeout.
+final class RequestScheduler: @unchecked Sendable {
+    /// Someone waiting for a request's outcome (`admin.reindex` with `wait`).
+    struct Waiter: Sendable {
+        let progress: @Sendable (_ completed: Int, _ total: Int?) -> Void
+        let done: @Sendable (Result<JSONValue, SearchlightError>) -> Void
+    }
+
+    let context: ServiceContext
+    let journal: RequestJournal
+    let catalog: UnitCatalog
+    private let lock = NSLock()
+    private let signal = NSCondition()
+    private var woken = false
+    private var stopped = false
+    private var hosts: [String: ExtensionHost] = [:]
+    /// Bundles with a request in flight.
+    private var busy: Set<String> = []
+    private var waiters: [Int64: [Waiter]] = [:]
+    private var progress: [Int64: (completed: Int, total: Int?, reported: Date)] = [:]
+    private let finished = DispatchSemaphore(value: 0)
+
+    init(context: ServiceContext, journal: RequestJournal, catalog: UnitCatalog) {
+        self.context = context
+        self.journal = journal
+        self.catalog = catalog
+    }
+
+    var log: Logger { context.log }
+    var events: EventMonitor { context.events }
+
+    // MARK: - Units
+
+    /// Re-reads the unit directories; adds, updates and retires hosts; queues initial reindexes.
+    @discardableResult
+    func reloadUnits() -> UnitCatalog.Report {
+        let report = catalog.reload()
+        for problem in report.problems { log.warning("unit refused", ["problem": problem.description]) }
+        let enabled = catalog.units.filter { !$0.disabled }
+        var retired: [ExtensionHost] = []
+        lock.withLock {
+            let labels = Set(enabled.map(\.label))
+            for (label, host) in hosts where !labels.contains(label) {
+                retired.append(host)
+                hosts[label] = nil
+            }
+            for unit in enabled {
+                if let host = hosts[unit.label] {
+                    host.update(unit)
+                } else {
+                    hosts[unit.label] = ExtensionHost(unit: unit, context: context, wake: { [weak self] in self?.wake() })
+                }
+            }
+        }
+        for host in retired { host.terminate(hung: false) }
+        if report.changed {
+            log.info("units loaded", ["units": enabled.count, "problems": report.problems.count])
+            events.emit("units.reloaded", ["units": .number(Double(enabled.count)), "problems": .number(Double(report.problems.count))])
+        }
+        for unit in enabled { queueInitialReindex(unit) }
+        wake()
+        return report
+    }
+
+    /// A new bundle with an extension gets an initial reindex-all of each of its indexes.
+    private func queueInitialReindex(_ unit: ExtensionUnit) {
+        for index in unit.indexExtension.indexNames where journal.recordedVersion(bundle: unit.bundleIdentifier, index: index) == nil {
+            do {
+                try journal.recordVersion(bundle: unit.bundleIdentifier, index: index, version: unit.indexExtension.indexVersion)
+                _ = try enqueue(bundle: unit.bundleIdentifier, index: index, kind: .all, identifiers: [], reason: "initial", background: true)
+            } catch {
+                log.error("cannot journal the initial reindex", ["label": unit.label, "error": "\(error)"])
+            }
+        }
+    }
+
+    func host(label: String) -> ExtensionHost? { lock.withLock { hosts[label] } }
+
+    func host(bundle: String) -> ExtensionHost? {
+        guard let unit = catalog.unit(forBundle: bundle) else { return nil }
+        return host(label: unit.label)
+    }
+
+    var allHosts: [ExtensionHost] { lock.withLock { hosts.values.sorted { $0.label < $1.label } } }
+
+    // MARK: - Requests
+
+    /// Journals a request (durably, before anything is sent) and wakes the dispatcher.
+    func enqueue(bundle: String, index: String, kind: ReindexRequest.Kind, identifiers: [String],
+                 reason: String, background: Bool) throws -> RequestJournal.Enqueued {
+        let result = try journal.enqueue(bundle: bundle, index: index, kind: kind, identifiers: identifiers,
+            reason: reason, background: background)
+        lock.withLock {
+            for old in result.absorbed {
+                if let moved = waiters.removeValue(forKey: old) { waiters[result.id, default: []] += moved }
+            }
+        }
+        log.info("reindex request queued", ["id": result.id, "bundle": bundle, "index": index, "kind": kind.rawValue,
+            "identifiers": identifiers.count, "reason": reason, "coalesced": result.coalesced])
+        events.emit("request.queued", ["requestId": .number(Double(result.id)), "bundle": .string(bundle), "index": .string(index),
+            "kind": .string(kind.rawValue), "identifierCount": .number(Double(identifiers.count)), "reason": .string(reason),
+            "coalesced": .bool(result.coalesced)])
+        wake()
+        return result
+    }
+
+    func addWaiter(_ id: Int64, _ waiter: Waiter) { lock.withLock { waiters[id, default: []].append(waiter) } }
+
+    func removeWaiters(_ id: Int64) { _ = lock.withLock { waiters.removeValue(forKey: id) } }
+
+    func progress(of id: Int64) -> (completed: Int, total: Int?)? {
+        lock.withLock { progress[id].map { ($0.completed, $0.total) } }
+    }
+
+    /// `$/progress` from an extension: forwarded to waiters, and to monitors at most once a second.
+    func reportProgress(requestID: Int64, completed: Int, total: Int?) {
+        let (targets, announce): ([Waiter], Bool) = lock.withLock {
+            let last = progress[requestID]?.reported ?? .distantPast
+            let announce = Date().timeIntervalSince(last) >= 1
+            progress[requestID] = (completed, total, announce ? Date() : last)
+            return (waiters[requestID] ?? [], announce)
+        }
+        for w in targets { w.progress(completed, total) }
+        if announce {
+            var e: [String: JSONValue] = ["requestId": .number(Double(requestID)), "completed": .number(Double(completed))]
+            if let total { e["total"] = .number(Double(total)) }
+            events.emit("request.progress", e)
+        }
+    }
+
+    func finish(_ id: Int64, _ result: Result<JSONValue, SearchlightError>, final: Bool) {
+        let targets: [Waiter] = lock.withLock {
+            if final { progress[id] = nil }
+            return waiters.removeValue(forKey: id) ?? []
+        }
+        for w in targets { w.done(result) }
+    }
+
+    // MARK: - The dispatch loop
+
+    func start() {
+        let thread = Thread { [self] in
+            while lock.withLock({ !stopped }) {
+                let next = pump(Date())
+                signal.lock()
+                if !woken { _ = signal.wait(until: next) }
+                woken = false
+                signal.unlock()
+            }
+            finished.signal()
+        }
+        thread.name = "scheduler"
+        thread.start()
+    }
+
+    func wake() {
+        signal.lock()
+        woken = true
+        signal.signal()
+        signal.unlock()
+    }
+
+    /// Stops dispatching and asks every extension to exit (SIGKILL after `deadline`).
+    func stop(deadline: TimeInterval = 5) {
+        lock.withLock { stopped = true }
+        wake()
+        finished.wait()
+        let all = allHosts
+        let done = DispatchSemaphore(value: 0)
+        Task {
+            await withTaskGroup(of: Void.self) { group in
+                for host in all { group.addTask { await host.shutdown(deadline: deadline) } }
+            }
+            done.signal()
+        }
+        _ = done.wait(timeout: .now() + deadline + 1)
+    }
+
+    /// Starts every request that is due on an available extension; returns when to look again.
+    private func pump(_ now: Date) -> Date {
+        var next = now.addingTimeInterval(3600)
+        for host in allHosts {
+            let bundle = host.unit.bundleIdentifier
+            if let idle = host.idleDeadline() {
+                if idle <= now {
+                    log.info("extension idle; asking it to exit", ["label": host.label, "timeout_s": host.unit.timeOut])
+                    host.terminate(hung: false)
+                } else {
+                    next = min(next, idle)
+                }
+            }
+            if lock.withLock({ busy.contains(bundle) }) { continue }
+            if context.state.bundle(bundle)?.indexingEnabled == false { continue }
+            let served = Set(host.unit.indexExtension.indexNames)
+            let pending = journal.pending(bundle: bundle).filter { served.contains($0.index) }
+            guard let first = pending.min(by: { ($0.notBefore, $0.background ? 1 : 0, $0.id) < ($1.notBefore, $1.background ? 1 : 0, $1.id) }) else { continue }
+            let due = pending.first { $0.notBefore <= now }
+            guard let request = due else {
+                next = min(next, first.notBefore)
+                continue
+            }
+            if let at = host.availableAt(now) {
+                if at != .distantFuture { next = min(next, at) }
+                continue
+            }
+            lock.withLock { _ = busy.insert(bundle) }
+            Task {
+                await self.perform(request, on: host)
+                self.lock.withLock { _ = self.busy.remove(bundle) }
+                self.wake()
+            }
+        }
+        return next
+    }
+}

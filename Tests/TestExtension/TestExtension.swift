@@ -1,0 +1,101 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightKit
+
+/// A misbehaving-on-command index extension for the integration tests: a fake peer in the style
+/// of sourcekit-lsp's tests. The directory in `TEST_EXTENSION_CONTROL` steers it:
+/// - `mode` (read at launch and at every request): `ok`, `crash`, `hang`, `garbage`, `noack`,
+///   `nack`, `flood`, `exit-at-launch`, `slow` (progress every 100 ms for `TEST_EXTENSION_SLOW_MS`),
+///   or `poison:ID` (crash whenever a reindex-identifiers request contains ID);
+/// - `received.jsonl` gets one line per request received, so tests can see what was asked.
+/// `TEST_EXTENSION_ITEMS` (default 100) is how many items a reindex-all donates.
+@main
+struct TestExtension: IndexExtension {
+    static let control = ProcessInfo.processInfo.environment["TEST_EXTENSION_CONTROL"] ?? FileManager.default.currentDirectoryPath
+    static let itemCount = Int(ProcessInfo.processInfo.environment["TEST_EXTENSION_ITEMS"] ?? "") ?? 100
+
+    init() {
+        if Self.mode == "exit-at-launch" { exit(3) }
+    }
+
+    static var mode: String {
+        let text = (try? String(contentsOfFile: control + "/mode", encoding: .utf8)) ?? "ok"
+        return text.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    static func record(_ kind: String, _ detail: JSONValue) {
+        let line = JSONValue.object(["kind": .string(kind), "detail": detail, "pid": .number(Double(getpid()))]).jsonString + "\n"
+        let fd = open(control + "/received.jsonl", O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        guard fd >= 0 else { return }
+        _ = line.withCString { write(fd, $0, strlen($0)) }
+        close(fd)
+    }
+
+    static func item(_ id: String) -> SearchableItem {
+        var attributes = AttributeSet(contentType: "public.plain-text")
+        attributes.title = "Test item \(id)"
+        attributes.textContent = "a test item numbered \(id) for the extension tests"
+        return SearchableItem(uniqueIdentifier: id, domainIdentifier: "test", attributeSet: attributes)
+    }
+
+    /// Dies by SIGSEGV. The default disposition first: the Swift runtime's backtracer handles
+    /// SIGSEGV and, for a signal sent with kill(), would let the process carry on.
+    static func crash() {
+        signal(SIGSEGV, SIG_DFL)
+        kill(getpid(), SIGSEGV)
+    }
+
+    /// Misbehaves as the mode says; returns normally only for the modes that go on to acknowledge.
+    func misbehave(_ mode: String) async throws {
+        switch mode {
+        case "crash":
+            Self.crash()
+        case "hang", "noack":
+            while true { try await Task.sleep(for: .seconds(3600)) }
+        case "garbage":
+            let junk = "this is not JSON {{{\n\u{1}\u{2}]]\n{\"jsonrpc\":\"2.0\",\"id\":\"nobody\",\"result\":7}\n"
+            _ = junk.withCString { write(ExtensionEnvironment.descriptor, $0, strlen($0)) }
+            while true { try await Task.sleep(for: .seconds(3600)) }
+        case "nack":
+            throw SearchlightError(.extensionFailed, "told to fail by the test")
+        default:
+            break
+        }
+    }
+
+    func reindexAllSearchableItems(in index: SearchableIndex) async throws {
+        let mode = Self.mode
+        Self.record("all", ["index": .string(index.name), "mode": .string(mode)])
+        try await misbehave(mode)
+        let count = mode == "flood" ? max(Self.itemCount, 20_000) : Self.itemCount
+        if mode == "slow" {
+            let ms = Int(ProcessInfo.processInfo.environment["TEST_EXTENSION_SLOW_MS"] ?? "") ?? 1000
+            for step in 0..<(ms / 100) {
+                await index.reportProgress(completed: step, total: ms / 100)
+                try await Task.sleep(for: .milliseconds(100))
+            }
+        }
+        try await index.deleteAllSearchableItems()
+        var done = 0
+        while done < count {
+            let chunk = (done..<min(count, done + 1000)).map { Self.item("item-\($0)") }
+            try await index.indexSearchableItems(chunk)
+            done += chunk.count
+            await index.reportProgress(completed: done, total: count)
+        }
+    }
+
+    func reindexSearchableItems(withIdentifiers identifiers: [String], in index: SearchableIndex) async throws {
+        let mode = Self.mode
+        Self.record("identifiers", ["index": .string(index.name), "identifiers": .array(identifiers.map(JSONValue.string))])
+        if mode.hasPrefix("poison:"), identifiers.contains(String(mode.dropFirst(7))) { Self.crash() }
+        try await misbehave(mode)
+        try await index.indexSearchableItems(identifiers.map(Self.item))
+    }
+
+    func data(forItem identifier: String, typeIdentifier: String) async throws -> Data {
+        Data("data of \(identifier) as \(typeIdentifier)".utf8)
+    }
+}
