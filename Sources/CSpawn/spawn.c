@@ -14,7 +14,6 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
-#include <string.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -28,6 +27,7 @@
 // The child moves every descriptor it is given to this number or above before placing them at
 // 0..3, so that a source which is itself 0..3 is never overwritten before it is copied.
 #define SL_HIGH_FD 10
+#define SL_KERNEL_NSIG 64  // signals the kernel knows; glibc's sigset_t is larger
 #define SL_IOPRIO_WHO_PROCESS 1
 #define SL_IOPRIO_CLASS_SHIFT 13
 #define SL_IOPRIO_BE_LEVEL 4  // the kernel's default best-effort level (for nice 0)
@@ -40,7 +40,7 @@ struct sl_spawn_args {
     int umask_value, nice_value, io_class;
     const struct sl_rlimit *limits;
     int nlimits;
-    int uid, gid;
+    long long uid, gid;  // -1: keep (long long, so that every uid_t value fits)
     const gid_t *groups;
     int ngroups;
     int fds[4];  // stdin, stdout, stderr, extension socket (-1: none)
@@ -97,13 +97,13 @@ static int sl_arrange_fds(const struct sl_spawn_args *a, int *report_fd) {
 __attribute__((noreturn)) static void sl_child(const struct sl_spawn_args *a, int report_fd) {
     // Dispositions first, while the parent's fully blocked mask still holds, so that no handler
     // inherited from the daemon can run here; then open the mask (the daemon blocks SIGTERM,
-    // SIGINT and SIGHUP for sigwait, and an extension must not inherit that).
-    struct sigaction dfl;
-    memset(&dfl, 0, sizeof dfl);
-    dfl.sa_handler = SIG_DFL;
-    sigemptyset(&dfl.sa_mask);
-    for (int sig = 1; sig < NSIG; sig++) {
-        if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);  // EINVAL for libc's own
+    // SIGINT and SIGHUP for sigwait, and an extension must not inherit that). The raw system call,
+    // because glibc's sigaction refuses its own signals 32 and 33, and an ignored one would stay
+    // ignored across exec. An all-zero kernel sigaction is SIG_DFL with no flags and an empty mask
+    // whatever the architecture's field order.
+    unsigned long dfl[4] = {0, 0, 0, 0};
+    for (int sig = 1; sig <= SL_KERNEL_NSIG; sig++) {
+        if (sig != SIGKILL && sig != SIGSTOP) syscall(SYS_rt_sigaction, sig, dfl, NULL, SL_KERNEL_NSIG / 8);
     }
     sigset_t none;
     sigemptyset(&none);
@@ -161,7 +161,7 @@ static int sl_failed(struct sl_spawn_failure *out, int step, int error, int deta
 int sl_spawn(const char *path, char *const argv[], char *const envp[],
              const char *cwd, int umask_value, int nice_value, int io_class,
              const struct sl_rlimit *limits, int nlimits,
-             int uid, int gid, const gid_t *groups, int ngroups,
+             long long uid, long long gid, const gid_t *groups, int ngroups,
              int stdin_fd, int stdout_fd, int stderr_fd, int ext_fd,
              pid_t *pid_out, struct sl_spawn_failure *failure_out) {
     struct sl_spawn_args args = {
@@ -207,4 +207,8 @@ int sl_spawn(const char *path, char *const argv[], char *const envp[],
     }
     *pid_out = pid;
     return 0;
+}
+
+int sl_pipe_cloexec(int fds[2]) {
+    return pipe2(fds, O_CLOEXEC);
 }

@@ -49,8 +49,11 @@ struct sl_spawn_failure {
 int sl_spawn(const char *path, char *const argv[], char *const envp[],
              const char *cwd, int umask_value, int nice_value, int io_class,
              const struct sl_rlimit *limits, int nlimits,
-             int uid, int gid, const gid_t *groups, int ngroups,
+             long long uid, long long gid, const gid_t *groups, int ngroups,
              int stdin_fd, int stdout_fd, int stderr_fd, int ext_fd,
              pid_t *pid_out, struct sl_spawn_failure *failure_out);
+
+// pipe2(fds, O_CLOEXEC), which Swift's Glibc module does not import (it is a GNU extension).
+int sl_pipe_cloexec(int fds[2]);
 
 #endif
