@@ -3,7 +3,12 @@ SWIFT ?= swift
 BUILD := .build/debug
 RELEASE := .build/release
 
-.PHONY: all build release run test bench deps clean
+# The sample extensions: each its own package, built against the SDK the way a plugin author
+# builds one (`swift build --package-path Extensions/NAME`, its own .build inside the folder).
+EXTENSIONS := Journal Notes Packages
+UNITS := launchd-like-units/extensions
+
+.PHONY: all build release extensions run test bench deps clean
 
 all: build
 
@@ -27,13 +32,21 @@ release: deps
 	$(SWIFT) build -c release
 	@ln -sf searchlight $(RELEASE)/mdutil
 
-# The daemon in the foreground, user mode. From a second terminal: .build/debug/searchlight status
-run: build
-	@echo "make run: searchlightd in the foreground, user mode (it logs its socket); Ctrl-C stops it"
-	exec $(BUILD)/searchlightd $(if $(SEARCHLIGHT_SOCKET),--socket $(SEARCHLIGHT_SOCKET),)
+extensions: build
+	@for e in $(EXTENSIONS); do \
+		echo "make: building Extensions/$$e (its own package)"; \
+		$(SWIFT) build --package-path Extensions/$$e || exit 1; \
+	done
 
-# Builds the executables first: integration tests run the real searchlightd and searchlight.
-test: build
+# The daemon in the foreground, user mode, with the sample extensions' units; the first start
+# indexes the samples. From a second terminal: .build/debug/searchlight search "json parser"
+run: build extensions
+	@echo "make run: searchlightd in the foreground, user mode, units from $(UNITS) (it logs its socket); Ctrl-C stops it"
+	exec $(BUILD)/searchlightd --units-dir $(UNITS) $(if $(SEARCHLIGHT_SOCKET),--socket $(SEARCHLIGHT_SOCKET),)
+
+# Builds the executables and the sample extensions first: integration tests run the real
+# searchlightd, searchlight and extension processes.
+test: build extensions
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 
@@ -41,4 +54,4 @@ bench: release
 	$(RELEASE)/searchlight-bench $(BENCH_ARGS)
 
 clean:
-	rm -rf .build
+	rm -rf .build $(EXTENSIONS:%=Extensions/%/.build)

@@ -56,20 +56,19 @@ enum DeleteCommands {
         spec: CommandSpec(
             name: "erase", abstract: "erase every index of an app (mdutil -E)", usage: "BUNDLE [--reindex]",
             positionals: [.required("BUNDLE", "the app whose indexes to erase")],
-            options: [.flag("reindex", "then ask the app's index extension to rebuild (needs extension support)")]
+            options: [.flag("reindex", "then ask the app's index extension to rebuild everything (refused, erasing nothing, when no extension serves the app)")]
         ),
         run: { args, context in
             let bundle = args.positionals[0]
-            if args.flag("reindex") {
-                // Refused before erasing: erasing and then failing to rebuild would leave the app empty.
-                throw CLIFailure("--reindex needs index-extension support, which searchlightd does not have yet; nothing was erased. Run `searchlight erase \(bundle)` and import the items again")
-            }
-            let answer = try await context.admin(Method.adminErase, ["bundle": .string(bundle)])
+            // The daemon refuses --reindex before erasing when no extension could rebuild the app.
+            let answer = try await context.admin(Method.adminErase, ["bundle": .string(bundle), "reindex": .bool(args.flag("reindex"))])
             if context.json {
                 Console.out(answer)
             } else {
                 let n = answer["erased"]?.intValue ?? 0
-                Console.out("erased \(bundle) (\(n) index\(n == 1 ? "" : "es"))")
+                var line = "erased \(bundle) (\(n) index\(n == 1 ? "" : "es"))"
+                if let label = answer["label"]?.stringValue { line += "; \(label) asked to rebuild it (`searchlight requests` shows progress)" }
+                Console.out(line)
             }
         }
     )

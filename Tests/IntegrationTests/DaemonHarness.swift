@@ -57,7 +57,9 @@ final class DaemonProcess: @unchecked Sendable {
     func start() throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Products.path("searchlightd"))
-        p.arguments = ["--socket", socket, "--state-dir", stateDir, "--log-level", "debug"] + extraArguments
+        // Never the runner's own unit directories: an empty one unless the test names its own.
+        let units = extraArguments.contains("--units-dir") ? [] : ["--units-dir", dir.path + "/no-units"]
+        p.arguments = ["--socket", socket, "--state-dir", stateDir, "--log-level", "debug"] + units + extraArguments
         let pipe = Pipe()
         p.standardError = pipe
         p.standardOutput = FileHandle.nullDevice
