@@ -15,7 +15,7 @@ public final class UnitCatalog: Sendable {
     public struct Report: Sendable, Equatable {
         /// Every unit now in the catalog, disabled ones included, sorted by label.
         public var loaded: [ExtensionUnit]
-        /// Refused files, overridden duplicates and unreadable directories, sorted by file.
+        /// Refused files and unreadable directories, sorted by file.
         public var problems: [UnitProblem]
         /// Whether `loaded` differs from the units before this reload.
         public var changed: Bool
@@ -69,11 +69,9 @@ public final class UnitCatalog: Sendable {
         for directory in directories {
             for name in listUnitFiles(in: directory, problems: &problems) {
                 let path = directory + "/" + name
-                if let winner = firstFile[name] {
-                    problems.append(UnitProblem(file: path, message: "is overridden by \(winner) (the first directory wins)",
-                                                fix: "remove one of the two files if the override is not intended"))
-                    continue
-                }
+                // An override (/etc over /usr/lib) is the normal way to change a packaged unit,
+                // not a problem: the later file is skipped silently, as systemd does.
+                if firstFile[name] != nil { continue }
                 firstFile[name] = path
                 switch UnitParser.parse(contentsOf: path, system: system) {
                 case .success(let unit): candidates.append(unit)
