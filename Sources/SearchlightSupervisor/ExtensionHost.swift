@@ -23,7 +23,7 @@ final class ExtensionHost: @unchecked Sendable {
         case idle
         case launching(ChildProcess, RPCConnection)
         case running(Link)
-        case stopping(ChildProcess)
+        case stopping(ChildProcess, RPCConnection)
     }
 
     /// Thrown by `link()` when no launch may happen before `retryAt`.
@@ -237,7 +237,7 @@ final class ExtensionHost: @unchecked Sendable {
             if let old { stopRequested.insert(old.pid) }
             return old
         }
-        if let replaced { stop(replaced, graceful: true) }
+        if let replaced { stop(replaced, graceful: true, expected: true) }
         log.notice("extension attached", ["label": label, "pid": session.peer.pid, "uid": session.peer.uid])
         context.events.emit("extension.attached", ["label": .string(label), "pid": .number(Double(session.peer.pid))])
         let waiting = lock.withLock { defer { waiters.removeAll() }; return waiters }
@@ -262,7 +262,7 @@ final class ExtensionHost: @unchecked Sendable {
         if let child {
             // The extension closed its socket (or sent a frame over the limit) but lives on.
             log.warning("extension connection closed; stopping the extension", ["label": label, "pid": child.pid, "reason": reason])
-            stop(child, graceful: false)
+            stop(child, graceful: false, expected: false)
         } else if lock.withLock({ if case .idle = state { true } else { false } }) {
             log.notice("extension detached", ["label": label, "reason": reason])
             context.events.emit("extension.detached", ["label": .string(label)])
@@ -273,16 +273,22 @@ final class ExtensionHost: @unchecked Sendable {
 
     private func childExited(_ child: ChildProcess, _ termination: Termination) {
         let now = Date()
+        var deadConnection: RPCConnection?
         let crashed: Bool = lock.withLock {
             let asked = stopRequested.remove(child.pid) != nil
             var ours = false
             switch state {
             case .launching(let c, _) where c.pid == child.pid: ours = true
             case .running(let link) where link.child?.pid == child.pid: ours = true
-            case .stopping(let c) where c.pid == child.pid: ours = true
+            case .stopping(let c, _) where c.pid == child.pid: ours = true
             default: break
             }
-            if ours { state = .idle }
+            if ours {
+                if case .running(let link) = state { deadConnection = link.connection }
+                if case .launching(_, let connection) = state { deadConnection = connection }
+                if case .stopping(_, let connection) = state { deadConnection = connection }
+                state = .idle
+            }
             lastExit = termination.description
             let crashed = !asked || termination != .exited(0)
             if crashed && !asked {
@@ -301,9 +307,8 @@ final class ExtensionHost: @unchecked Sendable {
             "label": .string(label), "pid": .number(Double(child.pid)), "status": .string(termination.description), "crashed": .bool(crashed),
         ])
         failWaiters("\(label) exited (\(termination)) before its handshake")
-        lock.withLock {
-            if case .running(let link) = state, link.child?.pid == child.pid { link.connection.close() }
-        }
+        // Outstanding calls fail now, even if something the extension started still holds fd 3.
+        deadConnection?.close()
         wake()
     }
 
@@ -330,20 +335,22 @@ final class ExtensionHost: @unchecked Sendable {
                 if link.child == nil { link.connection.close(); state = .idle; return nil }
                 return link.child
             case .launching(let c, _): return c
-            case .stopping(let c): return c
+            case .stopping(let c, _): return c
             case .idle: return nil
             }
         }
-        if let target { stop(target, graceful: !hung) }
+        // A hung extension's end counts as a failure (crash backoff); an asked-for exit does not.
+        if let target { stop(target, graceful: !hung, expected: !hung) }
     }
 
-    private func stop(_ child: ChildProcess, graceful: Bool) {
+    /// `expected`: its exit is ours to ask for (idle, shutdown, replaced), not a failure.
+    private func stop(_ child: ChildProcess, graceful: Bool, expected: Bool) {
         let connection: RPCConnection? = lock.withLock {
-            stopRequested.insert(child.pid)
+            if expected { stopRequested.insert(child.pid) }
             var conn: RPCConnection?
             switch state {
-            case .running(let link) where link.child?.pid == child.pid: conn = link.connection; state = .stopping(child)
-            case .launching(let c, let cn) where c.pid == child.pid: conn = cn; state = .stopping(child)
+            case .running(let link) where link.child?.pid == child.pid: conn = link.connection; state = .stopping(child, link.connection)
+            case .launching(let c, let cn) where c.pid == child.pid: conn = cn; state = .stopping(child, cn)
             default: break
             }
             return conn
@@ -368,14 +375,19 @@ final class ExtensionHost: @unchecked Sendable {
         let child: ChildProcess? = lock.withLock {
             if case .running(let link) = state { return link.child }
             if case .launching(let c, _) = state { return c }
-            if case .stopping(let c) = state { return c }
+            if case .stopping(let c, _) = state { return c }
             return nil
         }
         terminate(hung: false)
         guard let child else { return }
-        let until = Date().addingTimeInterval(min(deadline, unit.exitTimeOut))
-        while !child.hasExited, Date() < until { try? await Task.sleep(for: .milliseconds(50)) }
-        if !child.hasExited { child.signal(SIGKILL) }
+        // Whichever comes first: the child's exit, or the deadline (then SIGKILL).
+        let exited = DispatchSemaphore(value: 0)
+        child.onExit { _ in exited.signal() }
+        let wait = min(deadline, unit.exitTimeOut)
+        let inTime = await withCheckedContinuation { continuation in
+            DispatchQueue.global().async { continuation.resume(returning: exited.wait(timeout: .now() + wait) == .success) }
+        }
+        if !inTime { child.signal(SIGKILL) }
     }
 
     // MARK: - Reporting
@@ -406,7 +418,7 @@ final class ExtensionHost: @unchecked Sendable {
             if let backoffUntil, backoffUntil > Date() { o["nextLaunch"] = .string(ISO8601.format(backoffUntil)) }
             switch state {
             case .running(let link): o["pid"] = .number(Double(link.pid))
-            case .launching(let c, _), .stopping(let c): o["pid"] = .number(Double(c.pid))
+            case .launching(let c, _), .stopping(let c, _): o["pid"] = .number(Double(c.pid))
             case .idle: break
             }
         }
