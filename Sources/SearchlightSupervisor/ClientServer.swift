@@ -71,7 +71,7 @@ final class ClientServer: @unchecked Sendable {
             default:
                 log.debug("client connection closed", ["pid": peer.pid, "reason": reason])
             }
-            session.closed()
+            session.closed(reason)
             lock.withLock { sessions[key] = nil }
             context.connectionClosed()
             drained.lock()

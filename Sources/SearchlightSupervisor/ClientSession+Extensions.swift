@@ -38,6 +38,13 @@ extension ClientSession {
         if spawned { host.handshakeCompleted(self) } else { host.attach(self) }
     }
 
+    /// The connection of an extension attached by hand closed. Spawned extensions' connections
+    /// are watched by their host itself.
+    func extensionConnectionClosed(_ reason: RPCConnection.CloseReason) {
+        guard !spawned, case .extensionHost? = role, let host = extensionHost else { return }
+        host.attachedConnectionClosed(connection, reason: reason)
+    }
+
     /// The methods whose answer waits on an extension, as a closure to run in a task; nil for the rest.
     func deferredMethod(_ method: String, _ params: JSONValue) -> (@Sendable () async throws -> JSONValue)? {
         switch method {

@@ -39,9 +39,11 @@ final class ClientSession: @unchecked Sendable {
         spawned = host != nil
     }
 
-    /// The connection closed: an admin monitor stops receiving events.
-    func closed() {
+    /// The connection closed: an admin monitor stops receiving events, and an extension attached
+    /// by hand stops being sent requests.
+    func closed(_ reason: RPCConnection.CloseReason) {
         context.events.unsubscribe(connection)
+        extensionConnectionClosed(reason)
     }
 
     var log: Logger { context.log }

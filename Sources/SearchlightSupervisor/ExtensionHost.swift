@@ -247,6 +247,12 @@ final class ExtensionHost: @unchecked Sendable {
 
     // MARK: - Exit
 
+    /// The connection of a hand-started extension closed (the client server reads it, not the
+    /// host): requests stop going to it, and the next one launches the unit's program again.
+    func attachedConnectionClosed(_ connection: RPCConnection, reason: RPCConnection.CloseReason) {
+        connectionClosed(connection, reason: reason)
+    }
+
     private func connectionClosed(_ connection: RPCConnection, reason: RPCConnection.CloseReason) {
         let child: ChildProcess? = lock.withLock {
             switch state {
