@@ -223,21 +223,23 @@ final class ExtensionHost: @unchecked Sendable {
 
     /// A hand-started extension attached under this unit's label: requests go to it from now on.
     func attach(_ session: ClientSession) {
-        let replaced: ChildProcess? = lock.withLock {
-            var old: ChildProcess?
+        // The spawned copy it replaces, with its connection: `stop` can no longer find that in `state`.
+        let replaced: (ChildProcess, RPCConnection)? = lock.withLock {
+            var old: (ChildProcess, RPCConnection)?
             switch state {
-            case .running(let link): old = link.child; if link.child == nil { link.connection.close() }
-            case .launching(let child, _): old = child
+            case .running(let link):
+                if let child = link.child { old = (child, link.connection) } else { link.connection.close() }
+            case .launching(let child, let connection): old = (child, connection)
             default: break
             }
             state = .running(Link(connection: session.connection, session: session, child: nil, since: Date()))
             lastActivity = Date()
             backoffUntil = nil
             crashStreak = 0
-            if let old { stopRequested.insert(old.pid) }
+            if let old { stopRequested.insert(old.0.pid) }
             return old
         }
-        if let replaced { stop(replaced, graceful: true, expected: true) }
+        if let (child, connection) = replaced { stop(child, graceful: true, expected: true, connection: connection) }
         log.notice("extension attached", ["label": label, "pid": session.peer.pid, "uid": session.peer.uid])
         context.events.emit("extension.attached", ["label": .string(label), "pid": .number(Double(session.peer.pid))])
         let waiting = lock.withLock { defer { waiters.removeAll() }; return waiters }
@@ -350,10 +352,11 @@ final class ExtensionHost: @unchecked Sendable {
     }
 
     /// `expected`: its exit is ours to ask for (idle, shutdown, replaced), not a failure.
-    private func stop(_ child: ChildProcess, graceful: Bool, expected: Bool) {
+    /// `connection`: the child's, when it is no longer in `state` (replaced by an attached extension).
+    private func stop(_ child: ChildProcess, graceful: Bool, expected: Bool, connection known: RPCConnection? = nil) {
         let connection: RPCConnection? = lock.withLock {
             if expected { stopRequested.insert(child.pid) }
-            var conn: RPCConnection?
+            var conn = known
             switch state {
             case .running(let link) where link.child?.pid == child.pid: conn = link.connection; state = .stopping(child, link.connection)
             case .launching(let c, let cn) where c.pid == child.pid: conn = cn; state = .stopping(child, cn)
