@@ -50,8 +50,11 @@ test: build extensions
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 
+# The reindex scenario runs the Packages sample extension, so it is built in release too; the
+# shared corpus when ../shared is there (else the bench generates one). BENCH_ARGS: see --help.
 bench: release
-	$(RELEASE)/searchlight-bench $(BENCH_ARGS)
+	$(SWIFT) build -c release --package-path Extensions/Packages
+	$(RELEASE)/searchlight-bench $(if $(wildcard ../shared/corpus/debian-packages.jsonl.gz),--corpus ../shared/corpus/debian-packages.jsonl.gz,) $(BENCH_ARGS)
 
 clean:
 	rm -rf .build $(EXTENSIONS:%=Extensions/%/.build)

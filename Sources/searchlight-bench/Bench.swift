@@ -1,0 +1,26 @@
+import Foundation
+import SearchlightKit
+
+// searchlight-bench: speed as a measured property (the performance issue). Every scenario runs
+// its baseline in the same process and run, so a ratio survives a noisy machine. Prints a
+// Markdown table (medians with min and max), writes bench-results.json and bench-chart.svg.
+
+@main
+struct Bench {
+    static func main() async throws {
+        signal(SIGPIPE, SIG_IGN)
+        let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
+        let corpus = try options.corpus.map(Corpus.load(path:)) ?? Corpus.synthetic(count: options.synthetic)
+        progress("corpus: \(corpus.name), \(corpus.entries.count) items; \(options.runs) runs per figure; "
+            + "reindex sizes \(options.sizes.map(sizeLabel).joined(separator: ", ")); \(ProcessInfo.processInfo.activeProcessorCount) cores")
+        let run = try BenchRun(options: options, corpus: corpus)
+        defer { run.daemon.stop() }
+        if options.scenarios.contains(.donation) { try await run.donation() }
+        if options.scenarios.contains(.query) { try await run.corpusQueries() }
+        if options.scenarios.contains(.reindex) { try await run.reindexAll() }
+        if options.scenarios.contains(.daemon) { try await run.daemonCost() }
+        print("\n" + Report.table(run.rows))
+        try Report.write(run.rows, corpus: corpus, options: options)
+        print("\nwrote \(options.output) and \(options.chart)")
+    }
+}

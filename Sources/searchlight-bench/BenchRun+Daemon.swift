@@ -1,0 +1,108 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightKit
+
+/// The scenarios that need the daemon's own processes: reindex-all through the Packages
+/// extension, and the daemon's own cost (start, idle, memory).
+extension BenchRun {
+    // MARK: - 2. Reindex-all
+
+    /// Reindex-all at every size, ascending; the index of the largest stays for the daemon-cost
+    /// figures. Queries run on each size's index too (charted; the largest also in the table).
+    func reindexAll() async throws {
+        guard let reindex else { return }
+        var rates: [Int: Figure] = [:]
+        for size in options.sizes {
+            try reindex.writeStatusFile(count: size)
+            var values: [Double] = []
+            for run in 0..<(size > 100_000 ? options.largeRuns : options.runs) {
+                let seconds = try await reindex.reindexAll(socket: daemon.socket)
+                let indexed = try reindex.indexedCount(path: daemon.indexPath(bundle: ReindexBench.label))
+                guard indexed == size else {
+                    fatal("reindex-all of \(size) packages left \(indexed) items; the daemon's last lines:\n"
+                        + daemon.lastLines(20).joined(separator: "\n"))
+                }
+                values.append(Double(size) / seconds)
+                progress(String(format: "reindex-all %@ run %d: %.2f s, %@ items/s", sizeLabel(size), run + 1, seconds,
+                    Report.number(values.last!, unit: itemsPerSecond)))
+            }
+            let f = Figure(values)
+            rates[size] = f
+            rows.append(Row(scenario: "reindex-all through the Packages extension, \(sizeLabel(size)) packages", figure: f,
+                unit: itemsPerSecond, higherIsBetter: true, size: size, series: "reindex-all (extension process)",
+                target: "≥ 15 000 items/s", met: f.median >= 15_000))
+            if options.scenarios.contains(.query) {
+                try await queries(bundle: ReindexBench.label, size: size, inTable: size == options.sizes.last && size > 200_000)
+            }
+        }
+        if let first = options.sizes.first, let last = options.sizes.last, last > first,
+            let small = rates[first]?.median, let large = rates[last]?.median
+        {
+            // Linear cost means a constant rate: the ratio of the largest size's rate to the smallest's.
+            rows.append(Row(scenario: "reindex-all linearity: items/s at \(sizeLabel(last)) ÷ at \(sizeLabel(first))",
+                figure: Figure([large / small]), unit: "ratio", higherIsBetter: true, target: "≈ 1 (linear cost)", met: large / small >= 0.7))
+        }
+    }
+
+    // MARK: - 4. Daemon cost
+
+    /// Start-to-ready (empty state, and with the indexes of this run), resident memory with the
+    /// largest index open, idle CPU and wakeups, and the throttle reaction (not built yet).
+    func daemonCost() async throws {
+        // Ready with an empty state directory: fresh daemons, one per run.
+        for _ in 1..<max(2, options.runs) {
+            let fresh = "\(dir)-fresh"
+            try? FileManager.default.removeItem(atPath: fresh)
+            let d = try Daemon(dir: fresh)
+            readyEmpty.append(d.readySeconds)
+            d.stop()
+        }
+        rows.append(Row(scenario: "daemon start to ready, empty state", figure: Figure(readyEmpty.map { $0 * 1000 }), unit: "ms",
+            higherIsBetter: false, target: "< 200 ms", met: Figure(readyEmpty).median < 0.2))
+
+        // Memory right after the work, then a restart on the same state (timed), queries, memory again.
+        let largest = reindex != nil ? options.sizes.last! : corpus.entries.count
+        let bundle = reindex != nil ? ReindexBench.label : queryBundle
+        if let sample = ProcessSample(pid: daemon.pid) {
+            rows.append(Row(scenario: "resident memory after the run's work (\(sizeLabel(largest)) items indexed last)",
+                figure: Figure([Double(sample.residentBytes) / 1_048_576]), unit: "MiB", higherIsBetter: false))
+        }
+        var readyFull: [Double] = []
+        for _ in 0..<options.runs {
+            daemon.stop(remove: false)
+            daemon = try Daemon(dir: dir)
+            readyFull.append(daemon.readySeconds * 1000)
+        }
+        rows.append(Row(scenario: "daemon start to ready, state of this run (\(sizeLabel(largest))-item index and others)",
+            figure: Figure(readyFull), unit: "ms", higherIsBetter: false, target: "< 200 ms", met: Figure(readyFull).median < 200))
+        if let bundle {
+            // Open the index and touch it the way users would, then read the resident set.
+            let bench = QueryBench(corpus: corpus, queries: 50)
+            _ = try await bench.run(socket: daemon.socket, bundle: bundle, path: daemon.indexPath(bundle: bundle), runs: 1)
+        }
+        if let sample = ProcessSample(pid: daemon.pid) {
+            rows.append(Row(scenario: "resident memory, restarted, \(sizeLabel(largest))-item index open and queried",
+                figure: Figure([Double(sample.residentBytes) / 1_048_576]), unit: "MiB", higherIsBetter: false,
+                target: "< 64 MiB", met: Double(sample.residentBytes) < 64 * 1_048_576))
+        }
+
+        // Idle: nothing asked of the daemon for a measured window, after a short settling pause.
+        try await Task.sleep(for: .seconds(2))
+        guard let before = ProcessSample(pid: daemon.pid) else { return }
+        let start = now()
+        try await Task.sleep(for: .seconds(options.idleSeconds))
+        guard let after = ProcessSample(pid: daemon.pid) else { return }
+        let minutes = (now() - start) / 60
+        let cpu = (after.cpuSeconds - before.cpuSeconds) / minutes
+        progress(String(format: "idle: %.3f CPU-s/min, %.0f wakeups/min over %.0f s", cpu,
+            Double(after.contextSwitches - before.contextSwitches) / minutes, options.idleSeconds))
+        rows.append(Row(scenario: "idle daemon CPU (over \(Int(options.idleSeconds)) s, scaled)", figure: Figure([cpu]), unit: "CPU-s/min",
+            higherIsBetter: false, target: "< 0.1", met: cpu < 0.1))
+        rows.append(Row(scenario: "idle daemon wakeups (context switches, all threads)",
+            figure: Figure([Double(after.contextSwitches - before.contextSwitches) / minutes]), unit: "wakeups/min", higherIsBetter: false))
+        rows.append(Row(scenario: "throttle reaction: pressure over the pause mark to background dispatch stopped",
+            figure: Figure([]), unit: "s", higherIsBetter: false, target: "≤ 2 s; n/a (needs the scheduler issue)"))
+    }
+}

@@ -1,0 +1,141 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+
+/// A release-build `searchlightd` (next to this executable) on a socket in a temp directory,
+/// timed from spawn to its "searchlightd ready" log line.
+final class Daemon: @unchecked Sendable {
+    let dir: String
+    let socket: String
+    let stateDir: String
+    let unitsDir: String
+    private let process = Process()
+    /// Seconds from `run()` to the ready line.
+    private(set) var readySeconds = 0.0
+    private let lines = LogTail()
+
+    static var executableDirectory: String {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        return (exe as NSString).deletingLastPathComponent
+    }
+
+    /// Starts a daemon on `dir` (a fresh temp directory when nil; an existing one keeps its state).
+    init(dir existing: String? = nil) throws {
+        dir = existing ?? "/tmp/slbench-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        socket = dir + "/d.sock"
+        stateDir = dir + "/state"
+        unitsDir = dir + "/units"
+        try FileManager.default.createDirectory(atPath: unitsDir, withIntermediateDirectories: true)
+        process.executableURL = URL(fileURLWithPath: Self.executableDirectory + "/searchlightd")
+        process.arguments = ["--socket", socket, "--state-dir", stateDir, "--units-dir", unitsDir, "--log-level", "notice"]
+        var environment = ProcessInfo.processInfo.environment
+        environment["JOURNAL_STREAM"] = nil
+        process.environment = environment
+        let pipe = Pipe()
+        process.standardError = pipe
+        let start = now()
+        try process.run()
+        let reader = pipe.fileHandleForReading
+        let tail = lines
+        let thread = Thread {
+            // Drains the daemon's log for its whole life, so it never blocks on a full pipe.
+            var pending = Data()
+            while true {
+                let chunk = reader.availableData
+                if chunk.isEmpty { tail.closed(); return }
+                pending.append(chunk)
+                while let nl = pending.firstIndex(of: 0x0A) {
+                    tail.add(String(decoding: pending[pending.startIndex..<nl], as: UTF8.self), at: now())
+                    pending.removeSubrange(pending.startIndex...nl)
+                }
+            }
+        }
+        thread.start()
+        guard let ready = tail.waitFor("searchlightd ready", timeout: 60) else {
+            fatal("searchlightd did not get ready; its last lines:\n\(tail.last(20).joined(separator: "\n"))")
+        }
+        readySeconds = ready - start
+    }
+
+    var pid: Int32 { process.processIdentifier }
+
+    /// Stops the daemon (SIGTERM, graceful) and waits for it; `remove` deletes its directory.
+    func stop(remove: Bool = true) {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGTERM)
+            process.waitUntilExit()
+        }
+        if remove { try? FileManager.default.removeItem(atPath: dir) }
+    }
+
+    /// The path of an index file in this daemon's state.
+    func indexPath(bundle: String) -> String { "\(stateDir)/indexes/\(bundle)/_default.sqlite" }
+
+    /// The daemon's recent log lines (for a failure message).
+    func lastLines(_ n: Int) -> [String] { lines.last(n) }
+}
+
+/// The last lines a daemon logged, and a wait for one of them.
+final class LogTail: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var lines: [(String, Double)] = []
+    private var isClosed = false
+
+    func add(_ line: String, at time: Double) {
+        condition.withLock {
+            lines.append((line, time))
+            if lines.count > 200 { lines.removeFirst(100) }
+            condition.broadcast()
+        }
+    }
+
+    func closed() { condition.withLock { isClosed = true; condition.broadcast() } }
+
+    /// The time the first line containing `text` arrived, waiting up to `timeout` seconds.
+    func waitFor(_ text: String, timeout: Double) -> Double? {
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        return condition.withLock {
+            while true {
+                if let hit = lines.first(where: { $0.0.contains(text) }) { return hit.1 }
+                if isClosed || !condition.wait(until: deadline) { return nil }
+            }
+        }
+    }
+
+    func last(_ n: Int) -> [String] { condition.withLock { lines.suffix(n).map(\.0) } }
+}
+
+/// What /proc says about a process: CPU time, context switches (wakeups) and resident memory.
+struct ProcessSample {
+    /// utime + stime, seconds.
+    var cpuSeconds: Double
+    /// voluntary + nonvoluntary context switches summed over every thread.
+    var contextSwitches: Int
+    /// VmRSS, bytes.
+    var residentBytes: Int
+
+    init?(pid: Int32) {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let close = stat.lastIndex(of: ")")
+        else { return nil }
+        // After "pid (comm) ": state is field 3; utime and stime are fields 14 and 15.
+        let fields = stat[stat.index(close, offsetBy: 2)...].split(separator: " ")
+        guard fields.count > 13, let utime = Double(fields[11]), let stime = Double(fields[12]) else { return nil }
+        cpuSeconds = (utime + stime) / Double(sysconf(Int32(_SC_CLK_TCK)))
+        contextSwitches = 0
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        for task in tasks {
+            guard let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8) else { continue }
+            for line in status.split(separator: "\n") where line.hasPrefix("voluntary_ctxt_switches") || line.hasPrefix("nonvoluntary_ctxt_switches") {
+                contextSwitches += Int(line.split(separator: "\t").last.map { $0.trimmingCharacters(in: .whitespaces) } ?? "") ?? 0
+            }
+        }
+        residentBytes = 0
+        if let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+            let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
+        {
+            residentBytes = (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
+        }
+    }
+}

@@ -1,0 +1,118 @@
+import Foundation
+
+/// The bench's command line. Scale is chosen here: the corpus (shared file or synthetic), the
+/// reindex sizes, the number of runs per figure, which scenarios run.
+struct Options {
+    enum Scenario: String, CaseIterable {
+        case donation, query, reindex, daemon
+    }
+
+    /// A corpus file (`--corpus`, or `SEARCHLIGHT_CORPUS`); nil: a synthetic corpus.
+    var corpus: String? = ProcessInfo.processInfo.environment["SEARCHLIGHT_CORPUS"]
+    /// Items in the synthetic corpus (the donation and 64k-query scenarios).
+    var synthetic = 64_000
+    /// Reindex-all sizes; the largest is also the large query size and the RSS figure.
+    var sizes = [10_000, 100_000, 1_000_000]
+    var runs = 3
+    /// Reindex runs per size above 100k (each is a million-item rebuild).
+    var largeRuns = 1
+    var queries = 300
+    var clients = [1, 4, 16]
+    var batch = 500
+    var scenarios = Set(Scenario.allCases)
+    /// Seconds of the idle window in which the daemon's CPU and wakeups are counted.
+    var idleSeconds = 30.0
+    var output = "bench-results.json"
+    var chart = "bench-chart.svg"
+    /// The Packages sample extension built in release (`swift build -c release --package-path Extensions/Packages`).
+    var packagesExtension = "Extensions/Packages/.build/release/packages-extension"
+
+    static let usage = """
+        usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
+                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon]
+                                 [--idle-seconds S] [--quick] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
+
+          --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)
+                        or wire items; without it a synthetic corpus with Zipf word frequencies
+          --synthetic   size of the synthetic corpus (default 64k)
+          --sizes       reindex-all sizes through the Packages extension; the largest is the large query size
+          --quick       1 run, sizes 10k,100k, 100 queries, 5 s idle window: for iterating
+        """
+
+    static func parse(_ arguments: [String]) -> Options {
+        var o = Options()
+        var args = arguments[...]
+        func value(_ flag: String) -> String {
+            guard let v = args.popFirst() else { fatal("\(flag) needs a value") }
+            return v
+        }
+        func count(_ flag: String) -> Int {
+            let text = value(flag)
+            guard let n = parseCount(text), n > 0 else { fatal("\(flag) takes a positive count like 500, 64k or 1m, not \"\(text)\"") }
+            return n
+        }
+        func counts(_ flag: String) -> [Int] {
+            let text = value(flag)
+            let list = text.split(separator: ",").compactMap { parseCount(String($0)) }.filter { $0 > 0 }
+            guard !list.isEmpty else { fatal("\(flag) takes a comma-separated list like 10k,100k,1m, not \"\(text)\"") }
+            return list
+        }
+        while let a = args.popFirst() {
+            switch a {
+            case "--corpus": o.corpus = value(a)
+            case "--synthetic", "--generate": o.synthetic = count(a); o.corpus = nil
+            case "--sizes": o.sizes = counts(a).sorted()
+            case "--runs": o.runs = count(a)
+            case "--large-runs": o.largeRuns = count(a)
+            case "--queries": o.queries = max(20, count(a))
+            case "--clients": o.clients = counts(a)
+            case "--batch": o.batch = count(a)
+            case "--idle-seconds": o.idleSeconds = Double(count(a))
+            case "--extension": o.packagesExtension = value(a)
+            case "--output": o.output = value(a)
+            case "--chart": o.chart = value(a)
+            case "--quick":
+                o.runs = 1
+                o.sizes = [10_000, 100_000]
+                o.queries = 100
+                o.idleSeconds = 5
+            case "--scenarios":
+                let text = value(a)
+                var chosen = Set<Scenario>()
+                for name in text.split(separator: ",") {
+                    guard let s = Scenario(rawValue: String(name)) else {
+                        fatal("--scenarios takes a list of \(Scenario.allCases.map(\.rawValue).joined(separator: ", ")), not \"\(name)\"")
+                    }
+                    chosen.insert(s)
+                }
+                o.scenarios = chosen
+            case "--help", "-h":
+                print(usage)
+                exit(0)
+            default: fatal("unknown option \(a)\n\(usage)")
+            }
+        }
+        return o
+    }
+
+    /// `500`, `64k`, `1m` (k = 1 000, m = 1 000 000).
+    static func parseCount(_ text: String) -> Int? {
+        let lower = text.lowercased()
+        if lower.hasSuffix("k") { return Int(lower.dropLast()).map { $0 * 1000 } }
+        if lower.hasSuffix("m") { return Int(lower.dropLast()).map { $0 * 1_000_000 } }
+        return Int(lower)
+    }
+}
+
+func fatal(_ message: String) -> Never {
+    FileHandle.standardError.write(Data("searchlight-bench: \(message)\n".utf8))
+    exit(2)
+}
+
+/// `10k`, `1m`, `63666`: the short form used in scenario names.
+func sizeLabel(_ n: Int) -> String {
+    if n >= 1_000_000, n % 1_000_000 == 0 { return "\(n / 1_000_000)M" }
+    if n >= 1000, n % 1000 == 0 { return "\(n / 1000)k" }
+    if n >= 10_000 { return "\(Int((Double(n) / 1000).rounded()))k" }
+    return "\(n)"
+}
