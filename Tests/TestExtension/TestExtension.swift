@@ -41,10 +41,13 @@ struct TestExtension: IndexExtension {
     }
 
     /// Dies by SIGSEGV. The default disposition first: the Swift runtime's backtracer handles
-    /// SIGSEGV and, for a signal sent with kill(), would let the process carry on.
-    static func crash() {
+    /// SIGSEGV and, for a signal sent with kill(), would let the process carry on. raise() delivers
+    /// to this thread before returning; kill() may pick another thread and return first, letting
+    /// the handler go on to donate and acknowledge in the moment before the process dies.
+    static func crash() -> Never {
         signal(SIGSEGV, SIG_DFL)
-        kill(getpid(), SIGSEGV)
+        raise(SIGSEGV)
+        while true { pause() }
     }
 
     /// Misbehaves as the mode says; returns normally only for the modes that go on to acknowledge.
