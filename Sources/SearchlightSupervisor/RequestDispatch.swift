@@ -180,6 +180,13 @@ extension RequestScheduler {
                 return
             }
             if request.kind == .identifiers { try journal.setRemaining(id, identifiers: remaining) }
+            if case .unavailable(_, let at?) = failure {
+                // The extension was stopping or backing off: the dispatcher saw it available just
+                // before. Nothing was sent, so this is no attempt, and whoever waits keeps waiting.
+                try journal.attemptFailed(id, error: message, retryAt: at, chunk: request.chunk, countAttempt: false)
+                log.info("reindex request deferred", ["id": id, "label": host.label, "retry_at": ISO8601.format(at), "reason": message])
+                return
+            }
             let attempts = request.attempts + 1
             if attempts >= context.config.maxRequestAttempts {
                 try journal.attemptFailed(id, error: message, retryAt: nil)
@@ -190,9 +197,10 @@ extension RequestScheduler {
                     "\(message); gave up after \(attempts) attempts (see `searchlight requests`; ask again with `searchlight reindex`)")), final: true)
                 return
             }
-            var retryAt = now.addingTimeInterval(Backoff.delay(attempt: attempts, base: context.config.backoffBase, cap: ExtensionHost.maximumBackoff))
-            if case .unavailable(_, let at?) = failure { retryAt = max(retryAt, at) }
-            try journal.attemptFailed(id, error: message, retryAt: retryAt)
+            let retryAt = now.addingTimeInterval(Backoff.delay(attempt: attempts, base: context.config.backoffBase, cap: ExtensionHost.maximumBackoff))
+            // The chunk size of a narrowing in progress is kept: a failure of another kind on the
+            // way must not send the whole set again.
+            try journal.attemptFailed(id, error: message, retryAt: retryAt, chunk: request.chunk)
             log.warning("reindex request failed; will retry", ["id": id, "label": host.label, "attempt": attempts,
                 "retry_at": ISO8601.format(retryAt), "error": message])
             events.emit("request.retry", ["requestId": .number(Double(id)), "label": .string(host.label), "attempts": .number(Double(attempts)),
