@@ -252,31 +252,31 @@ final class ExtensionHost: @unchecked Sendable {
     /// The connection of a hand-started extension closed (the client server reads it, not the
     /// host): requests stop going to it, and the next one launches the unit's program again.
     func attachedConnectionClosed(_ connection: RPCConnection, reason: RPCConnection.CloseReason) {
-        connectionClosed(connection, reason: reason)
+        let detached: Bool = lock.withLock {
+            guard case .running(let link) = state, link.child == nil, link.connection === connection else { return false }
+            state = .idle
+            return true
+        }
+        guard detached else { return }
+        log.notice("extension detached", ["label": label, "reason": reason])
+        context.events.emit("extension.detached", ["label": .string(label)])
+        failWaiters("\(label) closed its connection")
+        wake()
     }
 
+    /// The connection of a launched extension closed. After its exit that is expected (the exit
+    /// was handled); before it, the extension closed its socket but lives on.
     private func connectionClosed(_ connection: RPCConnection, reason: RPCConnection.CloseReason) {
         let child: ChildProcess? = lock.withLock {
             switch state {
-            case .running(let link) where link.connection === connection:
-                if link.child == nil { state = .idle }
-                return link.child
-            case .launching(let c, let conn) where conn === connection:
-                return c
-            default:
-                return nil
+            case .running(let link) where link.connection === connection: return link.child
+            case .launching(let c, let conn) where conn === connection: return c
+            default: return nil
             }
         }
-        if let child {
-            // The extension closed its socket (or sent a frame over the limit) but lives on.
-            log.warning("extension connection closed; stopping the extension", ["label": label, "pid": child.pid, "reason": reason])
-            stop(child, graceful: false, expected: false)
-        } else if lock.withLock({ if case .idle = state { true } else { false } }) {
-            log.notice("extension detached", ["label": label, "reason": reason])
-            context.events.emit("extension.detached", ["label": .string(label)])
-            failWaiters("\(label) closed its connection")
-            wake()
-        }
+        guard let child else { return }
+        log.warning("extension connection closed; stopping the extension", ["label": label, "pid": child.pid, "reason": reason])
+        stop(child, graceful: false, expected: false)
     }
 
     private func childExited(_ child: ChildProcess, _ termination: Termination) {
