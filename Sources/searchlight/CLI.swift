@@ -82,15 +82,22 @@ struct CommandContext: Sendable {
     let socket: String
     let json: Bool
 
-    func adminConnection() -> SearchlightConnection { SearchlightConnection(role: .admin, socketPath: socket) }
+    /// An admin connection; `onNotification` receives what the daemon sends besides answers
+    /// (`$/progress` while a reindex is awaited, `admin.event` after `admin.monitor`).
+    func adminConnection(onNotification: SearchlightConnection.NotificationHandler? = nil) -> SearchlightConnection {
+        SearchlightConnection(role: .admin, socketPath: socket, onNotification: onNotification)
+    }
 
     func index(_ bundle: String, name: String = "") -> SearchableIndex {
         SearchableIndex(name: name, bundleIdentifier: bundle, socketPath: socket)
     }
 
     /// Calls an admin method and returns its answer.
-    func admin(_ method: String, _ params: [String: JSONValue] = [:]) async throws -> JSONValue {
-        let connection = adminConnection()
+    func admin(
+        _ method: String, _ params: [String: JSONValue] = [:],
+        onNotification: SearchlightConnection.NotificationHandler? = nil
+    ) async throws -> JSONValue {
+        let connection = adminConnection(onNotification: onNotification)
         do {
             let answer = try await connection.call(method, .object(params))
             await connection.close()

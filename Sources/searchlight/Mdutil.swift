@@ -16,23 +16,42 @@ enum Mdutil {
         else { return arguments }
         let flag = arguments[at]
         let before = Array(arguments[..<at]), rest = Array(arguments[(at + 1)...])
+        // Global options may also follow the operands (`mdutil -cr LABEL --json`).
+        let operands = withoutGlobals(rest).count
         switch flag {
         case "-s":
             return before + ["status"] + rest
         case "-E":
-            guard rest.count == 1 else { throw UsageError("-E takes one BUNDLE") }
+            guard operands == 1 else { throw UsageError("-E takes one BUNDLE") }
             return before + ["erase"] + rest
         case "-i":
-            guard rest.count == 2 else { throw UsageError("-i takes on|off and a BUNDLE") }
+            guard operands == 2 else { throw UsageError("-i takes on|off and a BUNDLE") }
             return before + ["indexing"] + rest
         case "-cr", "-rc":
-            guard rest.count == 1 else { throw UsageError("-cr takes one LABEL or BUNDLE") }
+            // Waits for the acknowledgement, with progress, as `searchlight reindex LABEL --all` does.
+            guard operands == 1 else { throw UsageError("-cr takes one LABEL or BUNDLE") }
             return before + ["reindex"] + rest + ["--all"]
         case "-h", "--help":
             return arguments
         default:
             throw UsageError("unknown option '\(flag)'")
         }
+    }
+
+    /// `arguments` without the global options and the PATH after `--socket`.
+    private static func withoutGlobals(_ arguments: [String]) -> [String] {
+        var out: [String] = []
+        var skipValue = false
+        for arg in arguments {
+            if skipValue {
+                skipValue = false
+            } else if arg == "--socket" {
+                skipValue = true
+            } else if !isGlobal(arg) {
+                out.append(arg)
+            }
+        }
+        return out
     }
 
     private static func isGlobal(_ arg: String) -> Bool {

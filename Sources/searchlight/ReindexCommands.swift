@@ -1,8 +1,8 @@
 import Foundation
 import SearchlightKit
 
-/// The commands that drive index extensions: `reindex`, `simulate`, `units`, `requests`,
-/// `monitor`. They forward to the admin methods of DESIGN §4; the daemon decides what it supports.
+/// The commands that drive index extensions: `reindex` and `simulate` here; `units`,
+/// `requests` and `monitor` in their own files. They forward to the admin methods of DESIGN §4.
 enum ReindexCommands {
     static let reindex = Command(
         spec: CommandSpec(
@@ -15,41 +15,19 @@ enum ReindexCommands {
                 .value("identifiers-from", "FILE", "read the identifiers from FILE, one per line (- is stdin)"),
                 .value("index", "NAME", "a named index (default: the default index)"),
                 .flag("no-wait", "return once the request is journaled, without waiting for the acknowledgement"),
-                .value("timeout", "S", "give up waiting after S seconds (exit status 4); the request stays queued"),
+                .value("timeout", "S", "give up waiting after S seconds (exit status 4); the request stays journaled"),
                 .flag("background", "treat it as background work: throttled under load like the automatic triggers"),
-            ]
+            ],
+            discussion: """
+                The request is journaled by searchlightd before it is sent, so it survives a restart of
+                the daemon or of the extension. Without --no-wait the command waits for the extension's
+                acknowledgement and shows its progress. A negative acknowledgement, a crash or a hang of
+                the extension exits with status 1 (the request stays journaled and is retried later);
+                --timeout elapsing exits with status 4. Interrupting the wait leaves the request queued.
+                """
         ),
-        run: { args, context in
-            var params: [String: JSONValue] = [
-                "target": .string(args.positionals[0]), "wait": .bool(!args.flag("no-wait")),
-                "reason": args.flag("background") ? "background" : "manual",
-            ]
-            let choices = [args.flag("all"), !args.values("identifiers").isEmpty, args.value("identifiers-from") != nil].filter { $0 }.count
-            guard choices == 1 else {
-                throw UsageError(choices == 0 ? "say what to rebuild: --all, --identifiers or --identifiers-from" : "give only one of --all, --identifiers and --identifiers-from")
-            }
-            var identifiers = args.values("identifiers")
-            if let file = args.value("identifiers-from") { identifiers += try readIdentifiers(file) }
-            if args.flag("all") { params["all"] = true } else { params["identifiers"] = .array(identifiers.map(JSONValue.string)) }
-            if let index = args.value("index") { params["index"] = .string(index) }
-            let timeout = try args.seconds("timeout")
-            if let timeout { params["timeout"] = .number(timeout) }
-            let request = params
-            let answer = try await withDeadline(timeout, "the reindex request") { try await context.admin(Method.adminReindex, request) }
-            printAnswer(answer, context, done: "reindex request for \(args.positionals[0]) \(args.flag("no-wait") ? "queued" : "acknowledged")")
-        }
+        run: { args, context in try await ReindexRun(args).run(context) }
     )
-
-    static func readIdentifiers(_ path: String) throws -> [String] {
-        let reader = try LineReader(path: path)
-        var out: [String] = []
-        while let line = try reader.next() {
-            let id = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespaces)
-            if !id.isEmpty { out.append(id) }
-        }
-        guard !out.isEmpty else { throw CLIFailure("\(reader.name) has no identifiers; put one per line") }
-        return out
-    }
 
     static let simulate = Command(
         spec: CommandSpec(
@@ -68,44 +46,140 @@ enum ReindexCommands {
             var params: [String: JSONValue] = ["event": .string(event)]
             if args.positionals.count > 1 { params["bundle"] = .string(args.positionals[1]) }
             let answer = try await context.admin(Method.adminSimulate, params)
-            printAnswer(answer, context, done: "simulated \(event)")
-        }
-    )
-
-    static let units = Command(
-        spec: CommandSpec(
-            name: "units", abstract: "list the extension units, or check unit files", usage: "[--verify FILE...] [--json]",
-            options: [.upToNextOption("verify", "FILE", "check these unit files and report every error")]
-        ),
-        run: { args, context in
-            var params: [String: JSONValue] = [:]
-            let files = args.values("verify")
-            if !files.isEmpty {
-                // The daemon resolves paths from its own directory: send them absolute.
-                let cwd = FileManager.default.currentDirectoryPath
-                params["verify"] = .array(files.map { .string($0.hasPrefix("/") ? $0 : cwd + "/" + $0) })
+            if context.json || answer.objectValue?.isEmpty == false {
+                Console.out(answer)
+            } else {
+                Console.out("simulated \(event)")
             }
-            printAnswer(try await context.admin(Method.adminUnits, params), context, done: "units")
         }
     )
+}
 
-    static let requests = Command(
-        spec: CommandSpec(name: "requests", abstract: "list the journaled reindex requests", usage: "[--json]"),
-        run: { _, context in printAnswer(try await context.admin(Method.adminRequests), context, done: "requests") }
-    )
+/// One `searchlight reindex` invocation: checks the arguments, sends `admin.reindex` (in parts of
+/// at most `Limits.maxIdentifiersPerCall` identifiers), shows progress and reports the answer.
+struct ReindexRun {
+    enum Selection {
+        case all
+        case identifiers([String])
+    }
 
-    static let monitor = Command(
-        spec: CommandSpec(name: "monitor", abstract: "follow the daemon's events", usage: "",
-            discussion: "Calls admin.monitor and prints its answer; the events that follow are not shown yet."),
-        run: { _, context in printAnswer(try await context.admin(Method.adminMonitor), context, done: "monitor") }
-    )
+    /// Extra time the CLI waits past `--timeout` for the daemon's own requestTimedOut answer, which
+    /// says more than a client-side deadline can.
+    static let answerGrace: Double = 5
 
-    /// Until these methods have their own renderings, their answers are shown as JSON.
-    static func printAnswer(_ answer: JSONValue, _ context: CommandContext, done: String) {
-        if context.json || answer.objectValue?.isEmpty == false || answer.arrayValue != nil {
+    let args: ParsedArguments
+    var target: String { args.positionals[0] }
+    var wait: Bool { !args.flag("no-wait") }
+
+    init(_ args: ParsedArguments) { self.args = args }
+
+    func run(_ context: CommandContext) async throws {
+        let selection = try self.selection()
+        let timeout = try args.seconds("timeout")
+        if !wait, timeout != nil {
+            throw UsageError("--timeout limits the wait for the acknowledgement; it does nothing with --no-wait")
+        }
+        let deadline = timeout.map { ContinuousClock.now + .seconds($0) }
+        let parts = Self.parts(of: selection)
+        for (number, part) in parts.enumerated() {
+            var params = baseParams()
+            switch part {
+            case .all: params["all"] = true
+            case .identifiers(let ids): params["identifiers"] = .array(ids.map(JSONValue.string))
+            }
+            // What is left of --timeout, to the millisecond (the first part gets all of it).
+            let remaining = deadline.map { deadline in
+                let left = ContinuousClock.now.duration(to: deadline)
+                let seconds = Double(left.components.seconds) + Double(left.components.attoseconds) / 1e18
+                return max((seconds * 1000).rounded() / 1000, 0.001)
+            }
+            if let remaining { params["timeout"] = .number(remaining) }
+            let suffix = parts.count > 1 ? " (part \(number + 1) of \(parts.count))" : ""
+            let answer = try await send(params, context, timeout: remaining, suffix: suffix)
+            report(answer, context, suffix: suffix)
+        }
+    }
+
+    func selection() throws -> Selection {
+        let given = [args.flag("all"), !args.values("identifiers").isEmpty, args.value("identifiers-from") != nil]
+        switch given.filter({ $0 }).count {
+        case 0: throw UsageError("say what to rebuild: --all, --identifiers or --identifiers-from")
+        case 1: break
+        default: throw UsageError("give only one of --all, --identifiers and --identifiers-from")
+        }
+        if args.flag("all") { return .all }
+        if let file = args.value("identifiers-from") { return .identifiers(try Self.readIdentifiers(file)) }
+        return .identifiers(args.values("identifiers"))
+    }
+
+    func baseParams() -> [String: JSONValue] {
+        let background = args.flag("background")
+        var params: [String: JSONValue] = [
+            "target": .string(target), "wait": .bool(wait),
+            "reason": background ? "background" : "manual", "background": .bool(background),
+        ]
+        if let index = args.value("index") { params["index"] = .string(index) }
+        return params
+    }
+
+    /// A long identifier list goes in several requests: one call may carry at most
+    /// `maxIdentifiersPerCall` identifiers (DESIGN §4 limits).
+    static func parts(of selection: Selection) -> [Selection] {
+        guard case .identifiers(let ids) = selection else { return [selection] }
+        let size = Limits().maxIdentifiersPerCall
+        return stride(from: 0, to: ids.count, by: size).map { .identifiers(Array(ids[$0..<min($0 + size, ids.count)])) }
+    }
+
+    /// Sends one request; while waiting, shows the `$/progress` the daemon relays.
+    func send(_ params: [String: JSONValue], _ context: CommandContext, timeout: Double?, suffix: String) async throws -> JSONValue {
+        guard wait else { return try await context.admin(Method.adminReindex, params) }
+        let progress = ReindexProgress(label: "reindex \(target)\(suffix)")
+        defer { progress.finish() }
+        let call: @Sendable () async throws -> JSONValue = {
+            try await context.admin(Method.adminReindex, params) { method, params in
+                guard method == Method.progress, let completed = params["completed"]?.intValue else { return }
+                progress.update(completed: completed, total: params["total"]?.intValue)
+            }
+        }
+        let outcome: JSONValue?
+        do {
+            outcome = try await Interrupt.race { try await withDeadline(timeout.map { $0 + Self.answerGrace }, "reindex", call) }
+        } catch is DeadlineExceeded {
+            throw DeadlineExceeded(message: "no acknowledgement of the reindex of \(target) within \(Format.duration(timeout ?? 0)), and no answer from searchlightd; the request stays journaled (see `searchlight requests`)")
+        }
+        guard let answer = outcome else {
+            progress.finish()
+            Console.error("stopped waiting; the reindex request for \(target) stays journaled and will still be sent (see `searchlight requests`)")
+            throw ExitStatus(code: 130)
+        }
+        return answer
+    }
+
+    func report(_ answer: JSONValue, _ context: CommandContext, suffix: String) {
+        if context.json {
             Console.out(answer)
-        } else {
-            Console.out(done)
+            return
         }
+        let label = answer["label"]?.stringValue ?? target
+        let request = answer["requestId"].map { Format.value($0) } ?? "?"
+        if wait {
+            let elapsed = answer["elapsed"]?.doubleValue.map { String(format: "%.2f s", $0) } ?? "?"
+            Console.out("reindex of \(label)\(suffix) acknowledged in \(elapsed)")
+        } else if let into = answer["coalescedInto"], !into.isNull {
+            Console.out("reindex of \(label)\(suffix) queued: merged into pending request \(Format.value(into))")
+        } else {
+            Console.out("reindex of \(label)\(suffix) queued as request \(request)")
+        }
+    }
+
+    static func readIdentifiers(_ path: String) throws -> [String] {
+        let reader = try LineReader(path: path)
+        var out: [String] = []
+        while let line = try reader.next() {
+            let id = String(decoding: line, as: UTF8.self).trimmingCharacters(in: .whitespaces)
+            if !id.isEmpty { out.append(id) }
+        }
+        guard !out.isEmpty else { throw CLIFailure("\(reader.name) has no identifiers; put one per line") }
+        return out
     }
 }

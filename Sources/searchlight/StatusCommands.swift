@@ -19,9 +19,10 @@ enum StatusCommands {
                 return
             }
             printStatus(answer)
+            let extensions = printExtensions(answer, bundle: bundle)
             let bundles = answer["bundles"]?.arrayValue ?? []
-            if let bundle, bundles.isEmpty {
-                throw CLIFailure("searchlightd has no index for \(bundle); check the name, or import items first")
+            if let bundle, bundles.isEmpty, extensions == 0 {
+                throw CLIFailure("searchlightd has no index and no extension for \(bundle); check the name, or import items first")
             }
         }
     )
@@ -54,6 +55,29 @@ enum StatusCommands {
             }
         }
         table.print()
+    }
+
+    /// The extension rows and the request counts that `admin.status` carries when the daemon
+    /// hosts extensions (absent from older daemons: then nothing is printed). Returns how many
+    /// extension rows were shown.
+    @discardableResult
+    static func printExtensions(_ answer: JSONValue, bundle: String?) -> Int {
+        var extensions = answer["extensions"]?.arrayValue ?? []
+        if let bundle { extensions = extensions.filter { $0["bundleIdentifier"]?.stringValue == bundle } }
+        if answer["extensions"] != nil {
+            Console.out("")
+            if extensions.isEmpty {
+                Console.out(bundle.map { "no index extension for \($0)" } ?? "no index extensions")
+            } else {
+                UnitsCommand.table(extensions).print()
+            }
+        }
+        if let requests = answer["requests"], requests.objectValue != nil {
+            let count = { (key: String) in requests[key]?.intValue ?? 0 }
+            Console.out("")
+            Console.out("reindex requests: \(count("pending")) pending, \(count("running")) running, \(count("failed")) failed, \(count("poisoned")) poisoned identifiers")
+        }
+        return extensions.count
     }
 
     static let check = Command(
