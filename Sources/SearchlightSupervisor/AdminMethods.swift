@@ -79,7 +79,7 @@ struct AdminMethods {
             "requests": .number(Double(context.requests)),
             "bundles": .array(bundles),
             "extensions": .array((context.scheduler?.allHosts ?? []).map(\.statusJSON)),
-            "requests": requestCounts(),
+            "reindexRequests": requestCounts(),
         ]
     }
 

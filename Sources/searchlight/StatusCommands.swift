@@ -72,7 +72,7 @@ enum StatusCommands {
                 UnitsCommand.table(extensions).print()
             }
         }
-        if let requests = answer["requests"], requests.objectValue != nil {
+        if let requests = answer["reindexRequests"], requests.objectValue != nil {
             let count = { (key: String) in requests[key]?.intValue ?? 0 }
             Console.out("")
             Console.out("reindex requests: \(count("pending")) pending, \(count("running")) running, \(count("failed")) failed, \(count("poisoned")) poisoned identifiers")
