@@ -1,0 +1,76 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightKit
+import Testing
+
+/// The sample extensions of `Extensions/`, each built as its own package (`make extensions`, which
+/// `make test` runs first), launched by the real daemon from the real units of
+/// `launchd-like-units/extensions`, as `make run` does.
+@Suite("sample extensions", .serialized)
+struct SampleExtensionTests {
+    static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
+    static let units = root + "/launchd-like-units/extensions"
+    static let samples = ["journal": "Journal", "notes": "Notes", "packages": "Packages"]
+
+    /// The daemon with the sample units, after all three initial reindexes are acknowledged.
+    func daemonWithSamples() throws -> DaemonProcess {
+        for (name, folder) in Self.samples {
+            let program = "\(Self.root)/Extensions/\(folder)/.build/debug/\(name)-extension"
+            guard FileManager.default.isExecutableFile(atPath: program) else {
+                throw HarnessError("\(program) is not built; run `make extensions` (make test does) before the tests")
+            }
+        }
+        let daemon = try DaemonProcess(arguments: ["--units-dir", Self.units])
+        for name in Self.samples.keys {
+            try daemon.waitForLog("reindex request acknowledged id=\(["journal": 1, "notes": 2, "packages": 3][name]!) label=org.searchlight.sample.\(name)", timeout: 120)
+        }
+        return daemon
+    }
+
+    func count(_ bundle: String, _ daemon: DaemonProcess) throws -> Int {
+        let r = try runCLI(["status", bundle, "--json"], socket: daemon.socket)
+        #expect(r.status == 0, "\(r.stderr)")
+        let bundles = try JSONValue.parse(r.stdout)["bundles"]?.arrayValue ?? []
+        return bundles.first { $0["bundle"]?.stringValue == bundle }?["indexes"]?.arrayValue?.first?["items"]?.intValue ?? -1
+    }
+
+    @Test("a first start indexes every sample, and a search across apps finds the journal and the notes")
+    func firstStartIndexesSamples() throws {
+        let daemon = try daemonWithSamples()
+        let journal = try JSONValue.parse(Array(try Data(contentsOf: URL(fileURLWithPath: Self.root + "/Extensions/Journal/Sample/journal.json"))))
+        #expect(try count("org.searchlight.sample.journal", daemon) == journal.arrayValue?.count)
+
+        let r = try runCLI(["search", "json parser", "--json"], socket: daemon.socket)
+        #expect(r.status == 0, "\(r.stderr)")
+        let bundles = Set((try JSONValue.parse(r.stdout)["items"]?.arrayValue ?? []).compactMap { $0["bundle"]?.stringValue })
+        #expect(bundles.isSuperset(of: ["org.searchlight.sample.journal", "org.searchlight.sample.notes"]), "\(r.stdout.prefix(2000))")
+    }
+
+    @Test("the Packages sample indexes every installed package of dpkg's status file")
+    func packagesMatchDpkg() throws {
+        let status = (try? String(contentsOfFile: "/var/lib/dpkg/status", encoding: .utf8)) ?? ""
+        let installed = status.components(separatedBy: "\n").filter { $0.hasPrefix("Status:") && $0.hasSuffix(" installed") }.count
+        let daemon = try daemonWithSamples()
+        #expect(try count("org.searchlight.sample.packages", daemon) == installed)
+    }
+
+    @Test("mdutil -cr rebuilds a sample and waits for its acknowledgement")
+    func mdutilReindex() throws {
+        let daemon = try daemonWithSamples()
+        let r = try runCLI(["-cr", "org.searchlight.sample.notes"], socket: daemon.socket, executable: "mdutil")
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(r.stdout.contains("acknowledged"), "\(r.stdout)")
+    }
+
+    @Test("an app fetches a journal entry's text from the extension (index.fetchData)")
+    func fetchData() throws {
+        let daemon = try daemonWithSamples()
+        let client = try RawClient(path: daemon.socket)
+        try client.initialize(bundle: "org.searchlight.sample.journal")
+        let answer = try client.call(2, Method.indexFetchData, ["identifier": "2024-01-09-parser-crash", "typeIdentifier": "public.plain-text"])
+        let data = answer?["result"]?["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }
+        #expect(data.map { String(decoding: $0, as: UTF8.self) }?.contains("JSON parser") == true, "\(String(describing: answer))")
+    }
+}
