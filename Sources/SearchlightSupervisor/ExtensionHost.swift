@@ -216,7 +216,8 @@ final class ExtensionHost: @unchecked Sendable {
             return (link, waiters)
         }
         guard let (link, waiting) = ready else { return }
-        log.debug("extension ready", ["label": label, "pid": link.pid])
+        let startup = lock.withLock { lastLaunch.map { Date().timeIntervalSince($0) } } ?? 0
+        log.info("extension ready", ["label": label, "pid": link.pid, "startup_ms": String(format: "%.1f", startup * 1000)])
         for w in waiting { w.resume(returning: link) }
         wake()
     }
