@@ -183,7 +183,22 @@ public final class Statement {
     }
 
     public func bind(_ values: [SQLValue]) throws(DatabaseError) {
-        for (i, v) in values.enumerated() { try bind(v, at: Int32(i + 1)) }
+        try bind(values, from: 1)
+    }
+
+    /// Binds `values` to the parameters from `index` on.
+    public func bind(_ values: some Collection<SQLValue>, from index: Int32) throws(DatabaseError) {
+        var i = index
+        for v in values {
+            try bind(v, at: i)
+            i += 1
+        }
+    }
+
+    /// Steps a statement that returns no rows to its end, then resets it.
+    public func run() throws(DatabaseError) {
+        while try step() {}
+        reset()
     }
 
     public func bind(_ value: SQLValue, at index: Int32) throws(DatabaseError) {
@@ -192,7 +207,9 @@ public final class Statement {
         case .null: rc = sqlite3_bind_null(handle, index)
         case .integer(let n): rc = sqlite3_bind_int64(handle, index, n)
         case .double(let d): rc = sqlite3_bind_double(handle, index, d)
-        case .text(let s): rc = sqlite3_bind_text(handle, index, s, -1, csqlite_transient())
+        case .text(let s):
+            // With its length, so SQLite copies the bytes without scanning them for the NUL first.
+            rc = sqlite3_bind_text(handle, index, s, Int32(s.utf8.count), csqlite_transient())
         case .blob(let b):
             rc = b.withUnsafeBytes { sqlite3_bind_blob(handle, index, $0.baseAddress, Int32($0.count), csqlite_transient()) }
         }

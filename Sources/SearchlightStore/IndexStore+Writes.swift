@@ -3,8 +3,41 @@ import SearchlightWire
 
 /// The writer-thread half of `IndexStore`: each function runs inside the group's transaction.
 extension IndexStore {
+    /// A mutation with its items made ready for the writer (see `StoredRow`).
+    enum PreparedMutation {
+        case items([PreparedItem])
+        case deleteIdentifiers([String])
+        case deleteDomains([String])
+        case deleteAll
+    }
+
+    enum PreparedItem {
+        /// A new item, or one that replaces the stored item of the same identifier.
+        case replace(uid: String, row: StoredRow)
+        /// `isUpdate`: merged into the stored item by the writer, which alone can read it.
+        case update(SearchableItem)
+    }
+
+    /// Builds the storage form of every donated item on the caller's thread. `now` is the
+    /// donation time (the default expiration counts from it).
+    func prepare(_ mutations: [Mutation]) -> [PreparedMutation] {
+        let defaultExpires = options.clock().timeIntervalSince1970 + options.defaultExpiration
+        return mutations.map { mutation in
+            switch mutation {
+            case .items(let items):
+                .items(items.map { item in
+                    item.isUpdate ? .update(item)
+                        : .replace(uid: item.uniqueIdentifier, row: StoredRow(ItemRecord(item: item, defaultExpires: defaultExpires)))
+                })
+            case .deleteIdentifiers(let ids): .deleteIdentifiers(ids)
+            case .deleteDomains(let domains): .deleteDomains(domains)
+            case .deleteAll: .deleteAll
+            }
+        }
+    }
+
     func applyInTransaction(
-        _ mutations: [Mutation], expectation: ClientStateExpectation, newClientState: [UInt8]?
+        _ mutations: [PreparedMutation], expectation: ClientStateExpectation, newClientState: [UInt8]?
     ) throws -> ApplyResult {
         if case .equals(let expected) = expectation {
             let current = try storedClientState(writer)
@@ -14,10 +47,9 @@ extension IndexStore {
             }
         }
         var result = ApplyResult()
-        let now = options.clock().timeIntervalSince1970
         for mutation in mutations {
             switch mutation {
-            case .items(let items): try donate(items, now: now, into: &result)
+            case .items(let items): try donate(items, into: &result)
             case .deleteIdentifiers(let ids):
                 for id in ids {
                     result.deleted += try deleteCascading(where: "uid = ?", [.text(id)])
@@ -47,70 +79,110 @@ extension IndexStore {
     /// The full-text columns of `items`, in FTS order (the last one is `aux`).
     static let ftsColumnList = Schema.ftsColumns.joined(separator: ", ")
 
-    private func donate(_ items: [SearchableItem], now: Double, into result: inout ApplyResult) throws {
-        let defaultExpires = now + options.defaultExpiration
+    /// The writer's hot statements, prepared once: the statement cache would hash their SQL text
+    /// on every use, which showed in profiles of donations.
+    final class WriterStatements {
+        /// Inserts a new item; does nothing when the identifier exists (then `changes` is 0).
+        let insertItem: Statement
+        let updateItem: Statement
+        let insertFullText: Statement
+        let deleteFullText: Statement
+        /// The stored row of an identifier: its rowid and full-text values (to remove its FTS entries).
+        let existingRow: Statement
+
+        init(_ db: Database) throws {
+            let columns = ftsColumnList
+            insertItem = try Statement(database: db, sql: """
+                INSERT INTO items(uid, domain, expires, related, title, displayName, alternateNames, contentDescription,
+                textContent, keywords, authorNames, aux, attrs, ranking_hint, last_used, checksum)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(uid) DO NOTHING
+                """)
+            updateItem = try Statement(database: db, sql: """
+                UPDATE items SET domain=?, expires=?, related=?, title=?, displayName=?, alternateNames=?,
+                contentDescription=?, textContent=?, keywords=?, authorNames=?, aux=?, attrs=?, ranking_hint=?,
+                last_used=?, checksum=? WHERE rowid=?
+                """)
+            insertFullText = try Statement(database: db, sql: "INSERT INTO fts(rowid, \(columns)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")
+            deleteFullText = try Statement(database: db, sql: "INSERT INTO fts(fts, rowid, \(columns)) VALUES ('delete', ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+            existingRow = try Statement(database: db, sql: "SELECT items.rowid, \(columns) FROM items WHERE uid = ?")
+        }
+    }
+
+    static let existingRecord = "SELECT items.rowid, \(ftsColumnList), \(ItemRecord.selectColumns) FROM items WHERE uid = ?"
+
+    private func donate(_ items: [PreparedItem], into result: inout ApplyResult) throws {
+        let statements = try writerStatements()
         for item in items {
-            // The old full-text values are needed to remove the old FTS entries; an update also
-            // merges into the rest of the stored row.
-            let existing = try writer.rows(
-                "SELECT items.rowid, \(Self.ftsColumnList)\(item.isUpdate ? ", " + ItemRecord.selectColumns : "") FROM items WHERE uid = ?",
-                [.text(item.uniqueIdentifier)]
-            ).first
-            let record: ItemRecord
-            if item.isUpdate {
-                guard let existing else {
+            switch item {
+            case .replace(let uid, let row):
+                // Insert first: a new identifier (the common case) then costs one statement. Only
+                // when it exists is the stored row read, for the old full-text values to remove.
+                if itemCount < options.limits.maxItemsPerIndex {
+                    let insert = statements.insertItem
+                    insert.reset()
+                    try insert.bind(.text(uid), at: 1)
+                    try insert.bind(row.columns, from: 2)
+                    try insert.run()
+                    if writer.changes == 1 {
+                        try ftsInsert(rowid: writer.lastInsertRowID, row, statements)
+                        itemCount += 1
+                        result.indexed += 1
+                        continue
+                    }
+                }
+                let lookup = statements.existingRow
+                lookup.reset()
+                try lookup.bind(.text(uid), at: 1)
+                guard try lookup.step() else {
+                    lookup.reset()
+                    throw SearchlightError(.quotaExceeded,
+                        "the index holds \(itemCount) items, its limit; delete items or expired content before donating more")
+                }
+                let existing = lookup.row()
+                lookup.reset()
+                try replace(rowid: existing.int(0) ?? 0, oldText: existing.values[1...Schema.ftsColumns.count], with: row, statements)
+            case .update(let update):
+                guard let existing = try writer.rows(Self.existingRecord, [.text(update.uniqueIdentifier)]).first,
+                    let rowid = existing.int(0)
+                else {
                     result.updatesDropped += 1  // an update of an item that does not exist is dropped
                     continue
                 }
                 var merged = ItemRecord(row: existing, offset: 1 + Schema.ftsColumns.count)
-                if item.domainIdentifier != nil { merged.domain = item.domainIdentifier }
-                if let e = item.expirationDate { merged.expires = e.timeIntervalSince1970 }
-                merged.apply(wireAttributes: item.attributeSet.values)
-                record = merged
-            } else {
-                record = ItemRecord(item: item, defaultExpires: defaultExpires)
-            }
-            if let existing, let rowid = existing.int(0) {
-                try ftsDelete(rowid: rowid, oldText: Array(existing.values[1...Schema.ftsColumns.count]))
-                try writer.run("""
-                    UPDATE items SET domain=?, expires=?, related=?, title=?, displayName=?, alternateNames=?,
-                    contentDescription=?, textContent=?, keywords=?, authorNames=?, aux=?, attrs=?, ranking_hint=?,
-                    last_used=?, checksum=? WHERE rowid=?
-                    """, values(of: record) + [.integer(rowid)])
-                try ftsInsert(rowid: rowid, record)
-            } else {
-                guard itemCount < options.limits.maxItemsPerIndex else {
-                    throw SearchlightError(.quotaExceeded,
-                        "the index holds \(itemCount) items, its limit; delete items or expired content before donating more")
-                }
-                try writer.run("""
-                    INSERT INTO items(uid, domain, expires, related, title, displayName, alternateNames, contentDescription,
-                    textContent, keywords, authorNames, aux, attrs, ranking_hint, last_used, checksum)
-                    VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    """, [.text(record.uid)] + values(of: record))
-                try ftsInsert(rowid: writer.lastInsertRowID, record)
-                itemCount += 1
+                if update.domainIdentifier != nil { merged.domain = update.domainIdentifier }
+                if let e = update.expirationDate { merged.expires = e.timeIntervalSince1970 }
+                merged.apply(wireAttributes: update.attributeSet.values)
+                try replace(rowid: rowid, oldText: existing.values[1...Schema.ftsColumns.count], with: StoredRow(merged), statements)
             }
             result.indexed += 1
         }
     }
 
-    private func ftsInsert(rowid: Int64, _ r: ItemRecord) throws {
-        let text = r.text.map { $0.map(SQLValue.text) ?? .null } + [r.aux.map(SQLValue.text) ?? .null]
-        try writer.run("INSERT INTO fts(rowid, \(Self.ftsColumnList)) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", [.integer(rowid)] + text)
+    private func replace(rowid: Int64, oldText: ArraySlice<SQLValue>, with row: StoredRow, _ statements: WriterStatements) throws {
+        try ftsDelete(rowid: rowid, oldText: oldText)
+        let update = statements.updateItem
+        update.reset()
+        try update.bind(row.columns, from: 1)
+        try update.bind(.integer(rowid), at: Int32(row.columns.count + 1))
+        try update.run()
+        try ftsInsert(rowid: rowid, row, statements)
+    }
+
+    private func ftsInsert(rowid: Int64, _ row: StoredRow, _ statements: WriterStatements) throws {
+        let s = statements.insertFullText
+        s.reset()
+        try s.bind(.integer(rowid), at: 1)
+        try s.bind(row.fullText, from: 2)
+        try s.run()
     }
 
     /// Removes a row's entries from the external-content FTS index; it needs the values indexed.
-    private func ftsDelete(rowid: Int64, oldText: [SQLValue]) throws {
-        try writer.run("INSERT INTO fts(fts, rowid, \(Self.ftsColumnList)) VALUES ('delete', ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [.integer(rowid)] + oldText)
-    }
-
-    private func values(of r: ItemRecord) -> [SQLValue] {
-        func text(_ s: String?) -> SQLValue { s.map(SQLValue.text) ?? .null }
-        func real(_ d: Double?) -> SQLValue { d.map(SQLValue.double) ?? .null }
-        return [text(r.domain), .double(r.expires), text(r.related)] + r.text.map(text)
-            + [text(r.aux), .text(r.attrsJSON), real(r.rankingHint), real(r.lastUsed), .integer(r.checksum)]
+    private func ftsDelete(rowid: Int64, oldText: some Collection<SQLValue>) throws {
+        let s = try writerStatements().deleteFullText
+        s.reset()
+        try s.bind(.integer(rowid), at: 1)
+        try s.bind(oldText, from: 2)
+        try s.run()
     }
 
     /// Deletes rows (`condition` over `items`), their full-text entries, then every item related to
@@ -121,7 +193,7 @@ extension IndexStore {
         func remove(_ rows: [Row]) throws {
             for row in rows {
                 guard let rowid = row.int(0), let uid = row.string(1) else { continue }
-                try ftsDelete(rowid: rowid, oldText: Array(row.values[2...]))
+                try ftsDelete(rowid: rowid, oldText: row.values[2...])
                 doomed.append(uid)
             }
         }

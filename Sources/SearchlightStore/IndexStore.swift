@@ -26,6 +26,16 @@ public final class IndexStore: @unchecked Sendable {
     private var writerThread: Thread?
     private let writerDone = DispatchSemaphore(value: 0)
 
+    /// The writer thread's prepared statements, made on first use.
+    private var preparedWriterStatements: WriterStatements?
+
+    func writerStatements() throws -> WriterStatements {
+        if let s = preparedWriterStatements { return s }
+        let s = try WriterStatements(writer)
+        preparedWriterStatements = s
+        return s
+    }
+
     /// Owned by the writer thread (read under `stateLock` for status).
     var itemCount = 0
     let stateLock = NSLock()
@@ -154,12 +164,14 @@ public final class IndexStore: @unchecked Sendable {
         queue.unlock()
     }
 
-    /// Applies mutations atomically, checking and then setting the client state. Returns after commit.
+    /// Applies mutations atomically, checking and then setting the client state. Returns after
+    /// commit. The items' storage form is built here, on the caller's thread, not by the writer.
     public func apply(
         _ mutations: [Mutation], expecting expectation: ClientStateExpectation = .any, newClientState: [UInt8]? = nil
     ) async throws(SearchlightError) -> ApplyResult {
+        let prepared = prepare(mutations)
         let result: Result<ApplyResult, SearchlightError> = await withCheckedContinuation { continuation in
-            enqueue({ store in try store.applyInTransaction(mutations, expectation: expectation, newClientState: newClientState) }) {
+            enqueue({ store in try store.applyInTransaction(prepared, expectation: expectation, newClientState: newClientState) }) {
                 continuation.resume(returning: $0)
             }
         }
@@ -170,8 +182,9 @@ public final class IndexStore: @unchecked Sendable {
     public func applySync(
         _ mutations: [Mutation], expecting expectation: ClientStateExpectation = .any, newClientState: [UInt8]? = nil
     ) throws(SearchlightError) -> ApplyResult {
+        let prepared = prepare(mutations)
         let box = ResultBox()
-        enqueue({ store in try store.applyInTransaction(mutations, expectation: expectation, newClientState: newClientState) }) {
+        enqueue({ store in try store.applyInTransaction(prepared, expectation: expectation, newClientState: newClientState) }) {
             box.set($0)
         }
         return try box.wait().get()

@@ -145,12 +145,17 @@ struct ItemRecord {
     var attrsJSON: String { JSONValue.object(attrs).jsonString }
 
     /// FNV-1a 64 over the stored content; the idle scrub recomputes it to find damaged rows.
-    var checksum: Int64 {
+    /// Each field is its UTF-8 bytes (NUL for a missing one) then 0xFF. Part of the file format:
+    /// the order and the `String(expires)` form must not change within format 1.
+    func checksum(attrsJSON: String) -> Int64 {
         var h: UInt64 = 0xcbf2_9ce4_8422_2325
         func mix(_ s: String?) {
-            for b in (s ?? "\u{0}").utf8 {
-                h ^= UInt64(b)
-                h = h &* 0x100_0000_01b3
+            var copy = s ?? "\u{0}"
+            copy.withUTF8 { bytes in
+                for b in bytes {
+                    h ^= UInt64(b)
+                    h = h &* 0x100_0000_01b3
+                }
             }
             h ^= 0xFF
             h = h &* 0x100_0000_01b3
@@ -162,6 +167,8 @@ struct ItemRecord {
         mix(attrsJSON)
         return Int64(bitPattern: h)
     }
+
+    var checksum: Int64 { checksum(attrsJSON: attrsJSON) }
 
     /// Columns selected to rebuild a record, in this order.
     static let selectColumns =
@@ -179,5 +186,32 @@ struct ItemRecord {
         rankingHint = attrs["rankingHint"]?.doubleValue
         lastUsed = attrs["lastUsedDate"]?.doubleValue
         aux = nil
+    }
+}
+
+/// A record with everything the writer binds already computed: the storage-form JSON, the
+/// checksum and the column values. Made on the caller's thread (a connection's, in the daemon),
+/// so the single writer thread only binds and steps, and calls from several connections prepare
+/// in parallel.
+struct StoredRow {
+    let record: ItemRecord
+    /// `items` columns from `domain` to `checksum`, in the order of `IndexStore.itemColumns`.
+    let columns: [SQLValue]
+    /// The full-text columns, `aux` last (the FTS5 row, and what a later delete must repeat).
+    let fullText: [SQLValue]
+
+    init(_ record: ItemRecord) {
+        self.record = record
+        func text(_ s: String?) -> SQLValue { s.map(SQLValue.text) ?? .null }
+        func real(_ d: Double?) -> SQLValue { d.map(SQLValue.double) ?? .null }
+        let attrs = record.attrsJSON
+        var fullText = record.text.map(text)
+        fullText.append(text(record.aux))
+        var columns: [SQLValue] = [text(record.domain), .double(record.expires), text(record.related)]
+        columns.reserveCapacity(15)
+        columns += fullText
+        columns += [.text(attrs), real(record.rankingHint), real(record.lastUsed), .integer(record.checksum(attrsJSON: attrs))]
+        self.columns = columns
+        self.fullText = fullText
     }
 }

@@ -80,45 +80,66 @@ public struct ItemValidator: Sendable {
         return !d.split(separator: ".", omittingEmptySubsequences: false).contains(where: \.isEmpty)
     }
 
+    /// The attributes to keep: the input itself when every attribute is known and set (the
+    /// common case, which then costs no copy), else a copy without unknown and null ones.
     private func validate(
         attributes: [String: JSONValue], isUpdate: Bool, fail: (String) -> SearchlightError
     ) throws(SearchlightError) -> [String: JSONValue] {
+        var unchanged = true
+        for (name, value) in attributes {
+            if value.isNull {
+                if !isUpdate { unchanged = false }  // on a new item, null is just absent
+                continue
+            }
+            if name == "custom" {
+                guard case .object(let custom) = value else { throw fail("attributeSet.custom must be an object") }
+                if try validate(custom: custom, isUpdate: isUpdate, fail: fail) != nil { unchanged = false }
+                continue
+            }
+            guard let kind = AttributeCatalog.kinds[name] else {
+                unchanged = false  // unknown attributes are ignored: fields are additive (DESIGN §4)
+                continue
+            }
+            try check(value, kind: kind, name: name, fail: fail)
+        }
+        if unchanged { return attributes }
         var out: [String: JSONValue] = [:]
         for (name, value) in attributes {
             if value.isNull {
                 // Null removes the attribute from an update; on a new item it is just absent.
                 if isUpdate { out[name] = .null }
-                continue
+            } else if name == "custom", case .object(let custom) = value {
+                out["custom"] = try validate(custom: custom, isUpdate: isUpdate, fail: fail).map(JSONValue.object) ?? value
+            } else if AttributeCatalog.kinds[name] != nil {
+                out[name] = value
             }
-            if name == "custom" {
-                guard case .object(let custom) = value else { throw fail("attributeSet.custom must be an object") }
-                guard custom.count <= limits.maxCustomAttributes else {
-                    throw fail("attributeSet.custom has \(custom.count) attributes; the limit is \(limits.maxCustomAttributes)")
-                }
-                var validated: [String: JSONValue] = [:]
-                for (key, v) in custom {
-                    guard AttributeCatalog.isValidCustomName(key) else {
-                        throw fail("custom attribute name \"\(key.prefix(40))\" must match [A-Za-z0-9_]+ (at most 128 bytes)")
-                    }
-                    if v.isNull {
-                        if isUpdate { validated[key] = .null }
-                        continue
-                    }
-                    guard CustomAttributeValue(json: v) != nil else {
-                        throw fail("custom attribute \"\(key)\" must be a string, number, boolean, {\"$date\": ISO 8601} or an array of them")
-                    }
-                    validated[key] = v
-                }
-                out["custom"] = .object(validated)
-                continue
-            }
-            guard let kind = AttributeCatalog.kinds[name] else {
-                continue  // unknown attributes are ignored: fields are additive (DESIGN §4)
-            }
-            try check(value, kind: kind, name: name, fail: fail)
-            out[name] = value
         }
         return out
+    }
+
+    /// Checks custom attributes; returns a copy without the null ones on a new item, or nil when
+    /// the input can be kept as it is.
+    private func validate(
+        custom: [String: JSONValue], isUpdate: Bool, fail: (String) -> SearchlightError
+    ) throws(SearchlightError) -> [String: JSONValue]? {
+        guard custom.count <= limits.maxCustomAttributes else {
+            throw fail("attributeSet.custom has \(custom.count) attributes; the limit is \(limits.maxCustomAttributes)")
+        }
+        var hasNull = false
+        for (key, v) in custom {
+            guard AttributeCatalog.isValidCustomName(key) else {
+                throw fail("custom attribute name \"\(key.prefix(40))\" must match [A-Za-z0-9_]+ (at most 128 bytes)")
+            }
+            if v.isNull {
+                hasNull = true
+                continue
+            }
+            guard CustomAttributeValue(json: v) != nil else {
+                throw fail("custom attribute \"\(key)\" must be a string, number, boolean, {\"$date\": ISO 8601} or an array of them")
+            }
+        }
+        guard hasNull, !isUpdate else { return nil }
+        return custom.filter { !$0.value.isNull }
     }
 
     private func check(_ value: JSONValue, kind: AttributeKind, name: String, fail: (String) -> SearchlightError) throws(SearchlightError) {

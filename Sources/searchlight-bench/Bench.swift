@@ -15,6 +15,7 @@ struct Bench {
             + "reindex sizes \(options.sizes.map(sizeLabel).joined(separator: ", ")); \(ProcessInfo.processInfo.activeProcessorCount) cores")
         let run = try BenchRun(options: options, corpus: corpus)
         defer { run.daemon.stop() }
+        if options.scenarios.contains(.store) { try run.storeOnly() }
         if options.scenarios.contains(.donation) { try await run.donation() }
         if options.scenarios.contains(.query) { try await run.corpusQueries() }
         if options.scenarios.contains(.reindex) { try await run.reindexAll() }

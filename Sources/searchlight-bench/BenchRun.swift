@@ -46,35 +46,70 @@ final class BenchRun {
     func donation() async throws {
         let items = corpus.entries.map(\.searchableItem)
         let size = items.count
-        var raw: [Double] = [], store: [Double] = []
-        var through: [Int: [Double]] = [:]
+        var raw: [Double] = []
+        var values: [Int: [Double]] = [:], ratios: [Int: [Double]] = [:]  // key 0: the store in-process
         for run in 0..<options.runs {
-            raw.append(try Baselines.rawInsert(items, batch: options.batch))
-            store.append(try Baselines.storeInsert(items, batch: options.batch))
-            for clients in options.clients {
-                let bundle = "bench.donate\(clients).r\(run)"
-                through[clients, default: []].append(try await donate(items, socket: daemon.socket, bundle: bundle,
-                    clients: clients, batch: options.batch))
-                if clients == 4 || queryBundle == nil { queryBundle = bundle }
+            // Each measurement is bracketed by raw FTS5 inserts (raw, store, raw, 1 client, raw, 4
+            // clients, raw, …) and compared with the mean of the two around it: the ratios then
+            // hold while other work on the machine comes and goes.
+            var previous = try Baselines.rawInsert(items, batch: options.batch)
+            raw.append(previous)
+            var line: [String] = []
+            for clients in [0] + options.clients {
+                let value: Double
+                if clients == 0 {
+                    value = try Baselines.storeInsert(items, batch: options.batch)
+                } else {
+                    let bundle = "bench.donate\(clients).r\(run)"
+                    value = try await donate(items, socket: daemon.socket, bundle: bundle, clients: clients, batch: options.batch)
+                    if clients == 4 || queryBundle == nil { queryBundle = bundle }
+                }
+                let next = try Baselines.rawInsert(items, batch: options.batch)
+                raw.append(next)
+                values[clients, default: []].append(value)
+                ratios[clients, default: []].append(value / ((previous + next) / 2))
+                line.append(String(format: "%@ %@ (%.2f×)", clients == 0 ? "store" : "\(clients) clients",
+                    Report.number(value, unit: itemsPerSecond), ratios[clients]!.last!))
+                previous = next
             }
-            progress("donation run \(run + 1): raw \(Report.number(raw.last!, unit: itemsPerSecond)), store \(Report.number(store.last!, unit: itemsPerSecond)), "
-                + options.clients.map { "\($0) clients \(Report.number(through[$0]!.last!, unit: itemsPerSecond))" }.joined(separator: ", ") + " items/s")
+            progress("donation run \(run + 1): " + line.joined(separator: ", ") + " items/s")
         }
         let rawFigure = Figure(raw)
         rows.append(Row(scenario: "raw FTS5 insert, batches of \(options.batch) (baseline)", figure: rawFigure, unit: itemsPerSecond,
             higherIsBetter: true, size: size, series: "raw FTS5 insert (in-process)"))
-        rows.append(Row(scenario: "IndexStore in-process (no socket)", figure: Figure(store), unit: itemsPerSecond,
-            baseline: rawFigure, higherIsBetter: true, size: size, series: "IndexStore in-process"))
+        rows.append(Row(scenario: "IndexStore in-process (no socket)", figure: Figure(values[0]!), unit: itemsPerSecond,
+            baseline: rawFigure, higherIsBetter: true, size: size, series: "IndexStore in-process", pairedRatios: ratios[0]))
         for clients in options.clients {
-            let f = Figure(through[clients]!)
-            var row = Row(scenario: "donation through the socket, \(clients) client\(clients > 1 ? "s" : "")", figure: f,
-                unit: itemsPerSecond, baseline: rawFigure, higherIsBetter: true, size: size, series: "donation, \(clients) client\(clients > 1 ? "s" : "")")
+            let name = "\(clients) client\(clients > 1 ? "s" : "")"
+            var row = Row(scenario: "donation through the socket, \(name)", figure: Figure(values[clients]!),
+                unit: itemsPerSecond, baseline: rawFigure, higherIsBetter: true, size: size, series: "donation, \(name)",
+                pairedRatios: ratios[clients])
             if clients == 4 {
                 row.target = "≥ 0.80× raw"
                 row.met = (row.ratio ?? 0) >= 0.8
             }
             rows.append(row)
         }
+    }
+
+    /// The store against raw FTS5, in this process only (`--scenarios store`), bracketed the same way.
+    func storeOnly() throws {
+        let items = corpus.entries.map(\.searchableItem)
+        var raw: [Double] = [], store: [Double] = [], ratios: [Double] = []
+        var previous = try Baselines.rawInsert(items, batch: options.batch)
+        raw.append(previous)
+        for run in 0..<options.runs {
+            store.append(try Baselines.storeInsert(items, batch: options.batch))
+            let next = try Baselines.rawInsert(items, batch: options.batch)
+            raw.append(next)
+            ratios.append(store.last! / ((previous + next) / 2))
+            previous = next
+            progress(String(format: "store run %d: store %@ items/s, %.2f× raw", run + 1,
+                Report.number(store.last!, unit: itemsPerSecond), ratios.last!))
+        }
+        rows.append(Row(scenario: "raw FTS5 insert, batches of \(options.batch) (baseline)", figure: Figure(raw), unit: itemsPerSecond, higherIsBetter: true))
+        rows.append(Row(scenario: "IndexStore in-process (no socket)", figure: Figure(store), unit: itemsPerSecond,
+            baseline: Figure(raw), higherIsBetter: true, pairedRatios: ratios))
     }
 
     // MARK: - 3. Queries

@@ -41,9 +41,14 @@ struct Row {
     /// False for figures that are only charted (and kept in the JSON).
     var inTable = true
 
+    /// Ratios measured pairwise (each value against the baseline measured right around it); when
+    /// set, `ratio` is their median, which a machine whose load changes during the run disturbs least.
+    var pairedRatios: [Double]?
+
     /// Figure relative to the baseline, > 1 meaning better than the baseline is impossible for
     /// most rows: for throughput figure / baseline, for latency baseline / figure.
     var ratio: Double? {
+        if let pairedRatios, !pairedRatios.isEmpty { return Figure(pairedRatios).median }
         guard let baseline, baseline.median > 0, figure.median > 0 else { return nil }
         return higherIsBetter ? figure.median / baseline.median : baseline.median / figure.median
     }

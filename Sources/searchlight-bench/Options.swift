@@ -5,6 +5,9 @@ import Foundation
 struct Options {
     enum Scenario: String, CaseIterable {
         case donation, query, reindex, daemon
+        /// Only the in-process halves of the donation scenario (raw FTS5 and IndexStore), side
+        /// by side: the loop to run under a profiler while working on the store. Not in the default set.
+        case store
     }
 
     /// A corpus file (`--corpus`, or `SEARCHLIGHT_CORPUS`); nil: a synthetic corpus.
@@ -19,7 +22,7 @@ struct Options {
     var queries = 300
     var clients = [1, 4, 16]
     var batch = 500
-    var scenarios = Set(Scenario.allCases)
+    var scenarios: Set<Scenario> = [.donation, .query, .reindex, .daemon]
     /// Seconds of the idle window in which the daemon's CPU and wakeups are counted.
     var idleSeconds = 30.0
     var output = "bench-results.json"
@@ -29,7 +32,7 @@ struct Options {
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
-                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon]
+                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,store]
                                  [--idle-seconds S] [--quick] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)

@@ -150,19 +150,21 @@ public enum TextAnalysis {
     ///   word is a term query.
     /// Nil when there is neither.
     public static func auxiliaryDocument(_ texts: [String]) -> String? {
-        var out = String.UnicodeScalarView()
-        var pieces = String.UnicodeScalarView()
+        // Built as UTF-8 bytes: appending scalars to a String costs more than finding the pieces.
+        var out: [UInt8] = []
+        var pieces: [UInt8] = []
         var run: [Unicode.Scalar] = []
         var token: [Unicode.Scalar] = []
+        let bar: [UInt8] = [0x20, 0x7C, 0x20]  // " | "
         func flushRun() {
             guard !run.isEmpty else { return }
-            if !out.isEmpty { out.append(contentsOf: " | ".unicodeScalars) }
+            if !out.isEmpty { out += bar }
             for k in 0..<(run.count - 1) {
-                out.append(run[k])
-                out.append(run[k + 1])
-                out.append(" ")
+                append(run[k], to: &out)
+                append(run[k + 1], to: &out)
+                out.append(0x20)
             }
-            out.append(run[run.count - 1])
+            append(run[run.count - 1], to: &out)
             run.removeAll(keepingCapacity: true)
         }
         func flushToken() {
@@ -171,14 +173,14 @@ public enum TextAnalysis {
             let ranges = subTokens(token[...])
             guard ranges.count > 1 else { return }
             for range in ranges where !isCJK(token[range.lowerBound]) {  // CJK is in the bigrams
-                if !pieces.isEmpty { pieces.append(" ") }
-                pieces.append(contentsOf: token[range])
+                if !pieces.isEmpty { pieces.append(0x20) }
+                for s in token[range] { append(s, to: &pieces) }
             }
         }
         for var text in texts {
             // Most text is ASCII: no CJK, and its pieces are found on the bytes.
             if text.withUTF8({ bytes in
-                guard !bytes.contains(where: { $0 >= 0x80 }) else { return false }
+                guard isASCII(bytes) else { return false }
                 appendASCIIPieces(bytes, to: &pieces)
                 return true
             }) { continue }
@@ -190,42 +192,72 @@ public enum TextAnalysis {
             flushToken()
         }
         if !pieces.isEmpty {
-            if !out.isEmpty { out.append(contentsOf: " | ".unicodeScalars) }
-            out.append(contentsOf: pieces)
+            if !out.isEmpty { out += bar }
+            out += pieces
         }
-        return out.isEmpty ? nil : String(out)
+        return out.isEmpty ? nil : String(decoding: out, as: UTF8.self)
+    }
+
+    /// Whether every byte is below 0x80, eight at a time.
+    static func isASCII(_ b: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let base = b.baseAddress else { return true }
+        let raw = UnsafeRawPointer(base)
+        var i = 0
+        while i + 8 <= b.count {
+            if raw.loadUnaligned(fromByteOffset: i, as: UInt64.self) & 0x8080_8080_8080_8080 != 0 { return false }
+            i += 8
+        }
+        while i < b.count {
+            if b[i] >= 0x80 { return false }
+            i += 1
+        }
+        return true
+    }
+
+    private static func append(_ s: Unicode.Scalar, to bytes: inout [UInt8]) {
+        UTF8.encode(s) { bytes.append($0) }
+    }
+
+    /// Byte classes for `appendASCIIPieces`: 0 separator, 1 lower, 2 digit, 3 upper.
+    private static let asciiKinds: [UInt8] = (0..<256).map { c in
+        if c >= 0x61 && c <= 0x7A { return 1 }
+        if c >= 0x30 && c <= 0x39 { return 2 }
+        return c >= 0x41 && c <= 0x5A ? 3 : 0
     }
 
     /// `subTokens` on ASCII bytes: appends the pieces of every word that splits, space-separated.
-    private static func appendASCIIPieces(_ b: UnsafeBufferPointer<UInt8>, to pieces: inout String.UnicodeScalarView) {
-        func kind(_ c: UInt8) -> Int {  // 0 separator, 1 lower, 2 digit, 3 upper
-            if c >= 0x61 && c <= 0x7A { return 1 }
-            if c >= 0x30 && c <= 0x39 { return 2 }
-            return c >= 0x41 && c <= 0x5A ? 3 : 0
-        }
-        func append(_ range: Range<Int>) {
-            if !pieces.isEmpty { pieces.append(" ") }
-            for k in range { pieces.append(Unicode.Scalar(b[k])) }
-        }
-        var i = 0
-        while i < b.count {
-            guard kind(b[i]) != 0 else {
-                i += 1
-                continue
+    /// One pass over the bytes with a class table: it runs on every donated item.
+    private static func appendASCIIPieces(_ b: UnsafeBufferPointer<UInt8>, to pieces: inout [UInt8]) {
+        asciiKinds.withUnsafeBufferPointer { kinds in
+            func append(_ range: Range<Int>) {
+                if !pieces.isEmpty { pieces.append(0x20) }
+                pieces.append(contentsOf: UnsafeBufferPointer(rebasing: b[range]))
             }
-            let start = i
-            var end = i + 1
-            while end < b.count, kind(b[end]) != 0 { end += 1 }
-            var piece = start
-            for j in (start + 1)..<max(end, start + 1) {
-                let p = kind(b[j - 1]), c = kind(b[j])
-                if (p == 2) != (c == 2) || (p == 1 && c == 3) || (p == 3 && c == 3 && j + 1 < end && kind(b[j + 1]) == 1) {
-                    append(piece..<j)
-                    piece = j
+            let n = b.count
+            var i = 0
+            while i < n {
+                var p = kinds[Int(b[i])]
+                guard p != 0 else {
+                    i += 1
+                    continue
                 }
+                let start = i
+                var piece = start
+                var j = i + 1
+                while j < n {
+                    let c = kinds[Int(b[j])]
+                    if c == 0 { break }
+                    // A digit edge, lower→upper, or the last capital of a run before a lower case letter.
+                    if (p == 2) != (c == 2) || (p == 1 && c == 3) || (p == 3 && c == 3 && j + 1 < n && kinds[Int(b[j + 1])] == 1) {
+                        append(piece..<j)
+                        piece = j
+                    }
+                    p = c
+                    j += 1
+                }
+                if piece > start { append(piece..<j) }
+                i = j
             }
-            if piece > start { append(piece..<end) }
-            i = end
         }
     }
 
