@@ -213,25 +213,20 @@ public final class IndexStore: @unchecked Sendable {
         }
     }
 
+    /// Commits a group in one transaction. The calls run first without savepoints: FTS5 flushes
+    /// its pending terms to a new segment at every savepoint, so a savepoint per call would cut
+    /// the group's full-text data into one small segment per call (more segments, more merging).
+    /// When a call fails, the transaction is rolled back and the group runs again with a
+    /// savepoint per call, so the failing call applies nothing and the others commit.
     private func commit(_ group: [PendingWrite]) {
         let countBefore = itemCount
-        var results: [Result<ApplyResult, SearchlightError>] = []
-        results.reserveCapacity(group.count)
+        var results: [Result<ApplyResult, SearchlightError>]
         do {
-            try writer.execute("BEGIN IMMEDIATE")
-            for write in group {
-                try writer.execute("SAVEPOINT call")
-                let saved = itemCount
-                do {
-                    results.append(.success(try write.work(self)))
-                    try writer.execute("RELEASE call")
-                } catch let e as SearchlightError {
-                    try writer.execute("ROLLBACK TO call; RELEASE call")
-                    itemCount = saved
-                    results.append(.failure(e))
-                }
+            if let together = try commitTogether(group) {
+                results = together
+            } else {
+                results = try commitWithSavepoints(group)
             }
-            try writer.execute("COMMIT")
         } catch {
             // A storage failure (disk full, I/O error, corruption) fails the whole group: nothing
             // in it was committed, so nothing is acknowledged.
@@ -245,6 +240,46 @@ public final class IndexStore: @unchecked Sendable {
             committedCalls += group.count
         }
         for (write, result) in zip(group, results) { write.complete(result) }
+    }
+
+    /// Every call in one transaction with no savepoints; nil (rolled back) when a call of a larger
+    /// group fails. A group of one fails alone, so its failure is its result.
+    private func commitTogether(_ group: [PendingWrite]) throws -> [Result<ApplyResult, SearchlightError>]? {
+        let countBefore = itemCount
+        var results: [Result<ApplyResult, SearchlightError>] = []
+        results.reserveCapacity(group.count)
+        try writer.execute("BEGIN IMMEDIATE")
+        for write in group {
+            do {
+                results.append(.success(try write.work(self)))
+            } catch let e as SearchlightError {
+                try writer.execute("ROLLBACK")
+                itemCount = countBefore
+                return group.count == 1 ? [.failure(e)] : nil
+            }
+        }
+        try writer.execute("COMMIT")
+        return results
+    }
+
+    private func commitWithSavepoints(_ group: [PendingWrite]) throws -> [Result<ApplyResult, SearchlightError>] {
+        var results: [Result<ApplyResult, SearchlightError>] = []
+        results.reserveCapacity(group.count)
+        try writer.execute("BEGIN IMMEDIATE")
+        for write in group {
+            try writer.execute("SAVEPOINT call")
+            let saved = itemCount
+            do {
+                results.append(.success(try write.work(self)))
+                try writer.execute("RELEASE call")
+            } catch let e as SearchlightError {
+                try writer.execute("ROLLBACK TO call; RELEASE call")
+                itemCount = saved
+                results.append(.failure(e))
+            }
+        }
+        try writer.execute("COMMIT")
+        return results
     }
 
     // MARK: - Reading

@@ -62,8 +62,8 @@ public struct ItemValidator: Sendable {
             item.attributeSet = AttributeSet(validatedValues: try validate(attributes: attributes, isUpdate: item.isUpdate, fail: { fail($0, id: id) }))
         default: throw fail("\"attributeSet\" must be an object", id: id)
         }
-        let size = value.serializedByteCount
-        if size > limits.maxItemBytes {
+        // The exact encoded size only when the cheap bound does not already settle it.
+        if value.serializedByteCountBound > limits.maxItemBytes, case let size = value.serializedByteCount, size > limits.maxItemBytes {
             throw fail("encoded size \(size) bytes exceeds the \(limits.maxItemBytes)-byte item limit; move large content out of textContent", id: id)
         }
         return item

@@ -118,6 +118,19 @@ extension JSONValue {
         }
     }
 
+    /// At least `serializedByteCount`, found without reading any string's bytes (each could need
+    /// a six-byte escape, a number at most 32 bytes): a size limit far above it needs no exact count.
+    var serializedByteCountBound: Int {
+        switch self {
+        case .null, .bool: return 5
+        case .number: return 32
+        case .string(let s): return 2 + 6 * s.utf8.count
+        case .array(let a): return 2 + a.count + a.reduce(0) { $0 + $1.serializedByteCountBound }
+        case .object(let o):
+            return 2 + o.count + o.reduce(0) { $0 + 3 + 6 * $1.key.utf8.count + $1.value.serializedByteCountBound }
+        }
+    }
+
     static func escapedByteCount(_ s: String) -> Int {
         var copy = s
         return copy.withUTF8 { bytes in
