@@ -99,6 +99,10 @@ extension ClientSession {
         guard let unit = context.catalog.unit(label: target).flatMap({ $0.disabled ? nil : $0 }) ?? context.catalog.unit(forBundle: target) else {
             throw SearchlightError(.unknownExtension, "no enabled extension unit has the label or bundle \(target.prefix(255)); see `searchlight units`")
         }
+        if context.state.bundle(unit.bundleIdentifier)?.indexingEnabled == false {
+            throw SearchlightError(.indexingUnsupported,
+                "indexing is off for \(unit.bundleIdentifier), so \(unit.label) could not donate; turn it on with `searchlight indexing on \(unit.bundleIdentifier)`")
+        }
         let index = try Names.index(params["index"])
         guard unit.indexExtension.indexNames.contains(index) else {
             throw SearchlightError.invalidParams("\(unit.label) serves the indexes \(unit.indexExtension.indexNames.map { "\"\($0)\"" }.joined(separator: ", ")), not \"\(index)\"")
