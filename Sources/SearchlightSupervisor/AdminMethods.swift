@@ -198,6 +198,7 @@ struct AdminMethods {
             throw SearchlightError(.indexUnavailable, "cannot record the indexing setting: \(error)")
         }
         context.log.notice("indexing changed", ["bundle": bundle, "enabled": enabled])
+        if enabled { context.scheduler?.wake() }  // requests held back while it was off may go now
         return ["bundle": .string(bundle), "enabled": .bool(enabled)]
     }
 }
