@@ -14,7 +14,10 @@ struct Bench {
         progress("corpus: \(corpus.name), \(corpus.entries.count) items; \(options.runs) runs per figure; "
             + "reindex sizes \(options.sizes.map(sizeLabel).joined(separator: ", ")); \(ProcessInfo.processInfo.activeProcessorCount) cores")
         let run = try BenchRun(options: options, corpus: corpus)
-        defer { run.daemon.stop() }
+        defer {
+            run.daemon.stop(remove: !options.keep)
+            if options.keep { print("kept \(run.dir)") }
+        }
         if options.scenarios.contains(.store) { try run.storeOnly() }
         if options.scenarios.contains(.donation) { try await run.donation() }
         if options.scenarios.contains(.query) { try await run.corpusQueries() }

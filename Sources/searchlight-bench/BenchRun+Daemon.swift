@@ -96,8 +96,8 @@ extension BenchRun {
         guard let after = ProcessSample(pid: daemon.pid) else { return }
         let minutes = (now() - start) / 60
         let cpu = (after.cpuSeconds - before.cpuSeconds) / minutes
-        progress(String(format: "idle: %.3f CPU-s/min, %.0f wakeups/min over %.0f s", cpu,
-            Double(after.contextSwitches - before.contextSwitches) / minutes, options.idleSeconds))
+        progress(String(format: "idle: %.3f CPU-s/min, %.0f wakeups/min over %.0f s (%d context switches since start, %d threads)", cpu,
+            Double(after.contextSwitches - before.contextSwitches) / minutes, options.idleSeconds, after.contextSwitches, after.threads))
         rows.append(Row(scenario: "idle daemon CPU (over \(Int(options.idleSeconds)) s, scaled)", figure: Figure([cpu]), unit: "CPU-s/min",
             higherIsBetter: false, target: "< 0.1", met: cpu < 0.1))
         rows.append(Row(scenario: "idle daemon wakeups (context switches, all threads)",

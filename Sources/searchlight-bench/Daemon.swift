@@ -114,6 +114,7 @@ struct ProcessSample {
     var contextSwitches: Int
     /// VmRSS, bytes.
     var residentBytes: Int
+    var threads = 0
 
     init?(pid: Int32) {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
@@ -125,6 +126,7 @@ struct ProcessSample {
         cpuSeconds = (utime + stime) / Double(sysconf(Int32(_SC_CLK_TCK)))
         contextSwitches = 0
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        threads = tasks.count
         for task in tasks {
             guard let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8) else { continue }
             for line in status.split(separator: "\n") where line.hasPrefix("voluntary_ctxt_switches") || line.hasPrefix("nonvoluntary_ctxt_switches") {

@@ -29,17 +29,20 @@ struct Options {
     var chart = "bench-chart.svg"
     /// The Packages sample extension built in release (`swift build -c release --package-path Extensions/Packages`).
     var packagesExtension = "Extensions/Packages/.build/release/packages-extension"
+    /// Leave the daemon's directory (indexes, status file, unit) in place, to look at afterwards.
+    var keep = false
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
                                  [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,store]
-                                 [--idle-seconds S] [--quick] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
+                                 [--idle-seconds S] [--quick] [--keep] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)
                         or wire items; without it a synthetic corpus with Zipf word frequencies
           --synthetic   size of the synthetic corpus (default 64k)
           --sizes       reindex-all sizes through the Packages extension; the largest is the large query size
           --quick       1 run, sizes 10k,100k, 100 queries, 5 s idle window: for iterating
+          --keep        leave the daemon's state directory (its indexes) in /tmp and print its path
         """
 
     static func parse(_ arguments: [String]) -> Options {
@@ -72,6 +75,7 @@ struct Options {
             case "--batch": o.batch = count(a)
             case "--idle-seconds": o.idleSeconds = Double(count(a))
             case "--extension": o.packagesExtension = value(a)
+            case "--keep": o.keep = true
             case "--output": o.output = value(a)
             case "--chart": o.chart = value(a)
             case "--quick":
