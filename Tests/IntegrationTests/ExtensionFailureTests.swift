@@ -1,0 +1,283 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightKit
+import Testing
+
+/// Index extensions that misbehave on command (DESIGN §6): each failure must leave the daemon
+/// healthy, the other extensions served, every index intact, and the request acknowledged later or
+/// reported as failed — never lost, never looping. The fake reads its mode at every request, so a
+/// test lets one request misbehave and then switches the mode back to ok for the retry.
+@Suite("Index extensions that misbehave")
+struct ExtensionFailureTests {
+    /// Starts a daemon with `unit`, waits for its initial reindex, then sets `mode`.
+    func benchAfterInitialReindex(_ unit: TestUnit, mode: String, arguments: [String] = []) async throws -> ExtensionBench {
+        let bench = try await ExtensionBench.start([unit], arguments: arguments)
+        try await bench.waitForAcknowledgement(unit.label)
+        try bench.control(unit.label).setMode(mode)
+        return bench
+    }
+
+    /// Once the fake has received a request in `mode` (and so misbehaves on it), the next one is ok.
+    func healAfterMisbehaving(_ bench: ExtensionBench, _ label: String, mode: String) async throws {
+        let control = bench.control(label)
+        try await bench.until("a request in mode \(mode)") { control.received.contains { $0.mode == mode } }
+        try control.setMode("ok")
+    }
+
+    /// The daemon answers, and every index passes `admin.check`.
+    func expectHealthy(_ bench: ExtensionBench) async throws {
+        let status = try await bench.admin(Method.adminStatus)
+        #expect(status["pid"]?.intValue == Int(bench.daemon.process?.processIdentifier ?? -1))
+        let check = try await bench.admin(Method.adminCheck)
+        #expect(check["ok"]?.boolValue == true, "\(check)")
+    }
+
+    func itemCount(_ bench: ExtensionBench, bundle: String) async throws -> Int? {
+        let status = try await bench.admin(Method.adminStatus, ["bundle": .string(bundle)])
+        return status["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first?["items"]?.intValue
+    }
+
+    @Test("a negative acknowledgement fails the CLI, is retried with growing backoff, then reported as failed and no longer sent")
+    func negativeAcknowledgement() async throws {
+        let unit = TestUnit("org.example.test.nack", bundle: "org.example.nack")
+        let bench = try await benchAfterInitialReindex(unit, mode: "nack", arguments: ["--max-request-attempts", "3"])
+        let mark = bench.mark
+
+        let r = try await bench.cli(["reindex", unit.label, "--all", "--timeout", "60"])
+        #expect(r.status == 1)
+        #expect(r.stderr.contains("negative acknowledgement: told to fail by the test"), "\(r.stderr)")
+        let failed = try await bench.waitForLog("reindex request failed for good", "label=\(unit.label)", after: mark)[0]
+        #expect(ExtensionBench.field("attempts", in: failed) == "3")
+
+        // Each retry waits longer than the one before (0.2 s, then 0.4 s, with jitter).
+        let retries = bench.lines(["reindex request failed; will retry", "label=\(unit.label)"], after: mark)
+        let delays = retries.compactMap { line in
+            ExtensionBench.field("retry_at", in: line).flatMap(ISO8601.parse).flatMap { at in
+                ExtensionBench.time(of: line).map { at.timeIntervalSince($0) }
+            }
+        }
+        #expect(delays.count == 2, "\(retries)")
+        #expect(delays.count == 2 && delays[0] >= 0.1 && delays[1] > delays[0], "\(delays)")
+
+        let request = try #require(try await bench.requests(bundle: unit.bundle).first)
+        #expect(request["state"]?.stringValue == "failed")
+        #expect(request["attempts"]?.intValue == 3)
+        #expect(request["lastError"]?.stringValue?.contains("told to fail by the test") == true)
+        #expect(try await bench.admin(Method.adminStatus)["reindexRequests"]?["failed"]?.intValue == 1)
+
+        // Never looping: past the time a fourth attempt would have come (0.8 s), nothing more was
+        // sent. The one wait here that is not for an event: an absence can only be watched a while.
+        let sent = bench.control(unit.label).received.filter { $0.mode == "nack" }.count
+        #expect(sent == 3)
+        try await Task.sleep(for: .seconds(1.5))
+        #expect(bench.control(unit.label).received.filter { $0.mode == "nack" }.count == sent)
+        #expect(try await bench.requests(bundle: unit.bundle).first?["attempts"]?.intValue == 3)
+    }
+
+    @Test("an extension that crashes during reindex-all is relaunched after a backoff and the request is acknowledged")
+    func crashDuringReindexAll() async throws {
+        let unit = TestUnit("org.example.test.crash", bundle: "org.example.crash")
+        let bench = try await benchAfterInitialReindex(unit, mode: "crash")
+        let mark = bench.mark
+
+        async let run = bench.cli(["reindex", unit.label, "--all", "--timeout", "60"])
+        try await healAfterMisbehaving(bench, unit.label, mode: "crash")
+        let r = try await run
+        #expect(r.status == 1)
+        #expect(r.stderr.contains("exited or closed its connection before acknowledging"), "\(r.stderr)")
+        let exit = try await bench.waitForLog("extension exited unexpectedly", "label=\(unit.label)", after: mark)[0]
+        #expect(exit.contains("SIGSEGV"), "\(exit)")
+        #expect(bench.lines(["extension detached"], after: mark).isEmpty, "a launched extension's crash is no detach")
+        try await bench.waitForAcknowledgement(unit.label, after: mark)
+
+        // The relaunch waited out the backoff (0.2 s ± 10 %) after the crash.
+        let relaunch = try #require(bench.lines(["extension launched", "label=\(unit.label)"], after: mark).first)
+        let gap = try #require(ExtensionBench.time(of: relaunch)).timeIntervalSince(try #require(ExtensionBench.time(of: exit)))
+        #expect(gap >= 0.15, "relaunched \(gap) s after the crash")
+        let status = try #require(try await bench.extensionStatus(unit.label))
+        #expect(status["crashes"]?.intValue == 1)
+        #expect(status["launches"]?.intValue == 2)
+        #expect(try await bench.requests(bundle: unit.bundle).isEmpty)
+        #expect(try await itemCount(bench, bundle: unit.bundle) == 100, "the crash before donating left the index as it was")
+        try await expectHealthy(bench)
+    }
+
+    @Test("an extension that hangs or never acknowledges is stopped after AcknowledgementTimeout and the request retried",
+          arguments: ["hang", "noack"])
+    func noAcknowledgement(mode: String) async throws {
+        var unit = TestUnit("org.example.test.\(mode)", bundle: "org.example.\(mode)")
+        unit.acknowledgementTimeout = 2
+        let bench = try await benchAfterInitialReindex(unit, mode: mode)
+        let label = unit.label
+        let mark = bench.mark
+
+        async let run = bench.cli(["reindex", label, "--all", "--timeout", "60"])
+        try await healAfterMisbehaving(bench, label, mode: mode)
+        let r = try await run
+        #expect(r.status == 1)
+        #expect(r.stderr.contains("sent no acknowledgement, progress or donation for 2 s"), "\(r.stderr)")
+        try await bench.waitForLog("extension timed out; stopping it", "label=\(unit.label)", after: mark)
+        let exit = try await bench.waitForLog("extension exited", "label=\(unit.label)", after: mark)[0]
+        #expect(exit.contains("SIGTERM") || exit.contains("SIGKILL"), "\(exit)")
+        try await bench.waitForAcknowledgement(unit.label, after: mark)
+        #expect(bench.control(unit.label).received.suffix(2).map(\.mode) == [mode, "ok"])
+        try await expectHealthy(bench)
+    }
+
+    @Test("an extension that answers garbage is stopped on the acknowledgement timeout, and the daemon stays healthy")
+    func garbage() async throws {
+        var unit = TestUnit("org.example.test.garbage", bundle: "org.example.garbage")
+        unit.acknowledgementTimeout = 2
+        let bench = try await benchAfterInitialReindex(unit, mode: "garbage")
+        let label = unit.label
+        let mark = bench.mark
+
+        async let run = bench.cli(["reindex", label, "--all", "--timeout", "60"])
+        try await healAfterMisbehaving(bench, label, mode: "garbage")
+        let r = try await run
+        #expect(r.status == 1)
+        #expect(r.stderr.contains("sent no acknowledgement, progress or donation for 2 s"), "\(r.stderr)")
+        try await bench.waitForLog("extension timed out; stopping it", "label=\(label)", after: mark)
+        // Bad frames are answered, not a reason to drop the connection: it lasted until the timeout.
+        #expect(bench.lines(["extension connection closed", "label=\(label)"], after: mark).isEmpty)
+        try await bench.waitForAcknowledgement(label, after: mark)
+        try await expectHealthy(bench)
+    }
+
+    @Test("garbage from an extension does not start an endless exchange of error answers",
+          .disabled("""
+              RPCConnection answers an undecodable frame with an error whose id is null, and a null-id \
+              error is itself undecodable (RPCMessage.decode: a message needs \"method\" or \"id\"), so the \
+              daemon and the SDK trade error answers as fast as they can until the acknowledgement \
+              timeout kills the extension (about 0.4 s of daemon CPU per second). Fix in SearchlightWire: \
+              never answer a frame that has \"result\" or \"error\" and no \"method\".
+              """))
+    func garbageIsNotEchoed() async throws {
+        var unit = TestUnit("org.example.test.echo", bundle: "org.example.echo")
+        unit.acknowledgementTimeout = 2
+        let bench = try await benchAfterInitialReindex(unit, mode: "garbage")
+        let label = unit.label
+        let mark = bench.mark
+        let before = try cpuSeconds(bench)
+
+        async let run = bench.cli(["reindex", label, "--all", "--timeout", "60"])
+        try await healAfterMisbehaving(bench, label, mode: "garbage")
+        _ = try await run
+        try await bench.waitForAcknowledgement(label, after: mark)
+        // Measured: 0.7 s with the exchange going on for the 2 s timeout, 0.02 s without it.
+        let used = try cpuSeconds(bench) - before
+        #expect(used < 0.3, "the daemon used \(used) s of CPU while the extension sent garbage for 2 s")
+    }
+
+    @Test("a flood of 20 000 donations is accepted whole while another extension is served")
+    func flood() async throws {
+        let flooder = TestUnit("org.example.test.flood", bundle: "org.example.flood")
+        let other = TestUnit("org.example.test.other", bundle: "org.example.other")
+        let bench = try await ExtensionBench.start([flooder, other])
+        try await bench.waitForAcknowledgement(flooder.label)
+        try await bench.waitForAcknowledgement(other.label)
+        try bench.control(flooder.label).setMode("flood")
+        let mark = bench.mark
+
+        async let flooding = bench.cli(["reindex", flooder.label, "--all", "--timeout", "120"])
+        try await bench.until("the flood to begin") { bench.control(flooder.label).received.contains { $0.mode == "flood" } }
+        let served = try await bench.cli(["reindex", other.label, "--identifiers", "x", "y", "--timeout", "60"])
+        #expect(served.status == 0, "\(served.stderr)")
+        let floodDoneFirst = !bench.lines(["reindex request acknowledged", "label=\(flooder.label) "], after: mark).isEmpty
+        let r = try await flooding
+        #expect(r.status == 0, "\(r.stderr)")
+        #expect(!floodDoneFirst, "the other extension was served while the flood went on")
+
+        #expect(try await itemCount(bench, bundle: flooder.bundle) == 20_000)
+        let found = try await SearchQuery(queryString: #"uniqueIdentifier == "item-19999""#, index: bench.daemon.index(flooder.bundle)).allItems()
+        #expect(found.count == 1)
+        #expect(try await itemCount(bench, bundle: other.bundle) == 102)
+        try await expectHealthy(bench)
+    }
+
+    @Test("an extension that exits at launch is relaunched with growing backoff, its request kept pending with the error")
+    func exitAtLaunch() async throws {
+        let unit = TestUnit("org.example.test.exit", bundle: "org.example.exit", mode: "exit-at-launch")
+        let bench = try await ExtensionBench.start([unit])
+
+        let exits = try await bench.waitForLog("extension exited unexpectedly", "label=\(unit.label)", count: 5)
+        #expect(exits.allSatisfy { ExtensionBench.field("status", in: $0) == "exit status 3" }, "\(exits)")
+        let times = exits.prefix(5).compactMap(ExtensionBench.time(of:))
+        let gaps = zip(times.dropFirst(), times).map { $0.timeIntervalSince($1) }
+        // 0.2, 0.4, 0.8, 1.6 s plus launch time: the fourth gap is far longer than the first.
+        #expect(gaps.count == 4 && gaps[3] > 2 * gaps[0], "\(gaps)")
+
+        try await bench.until("the request to be pending again") {
+            try await bench.requests(bundle: unit.bundle).first?["state"]?.stringValue == "pending"
+        }
+        let request = try #require(try await bench.requests(bundle: unit.bundle).first)
+        #expect(request["lastError"]?.stringValue?.contains(unit.label) == true, "\(request)")
+        #expect((request["attempts"]?.intValue ?? 0) < 8)
+        let status = try #require(try await bench.extensionStatus(unit.label))
+        #expect((status["launches"]?.intValue ?? 99) <= 6, "\(status)")
+        #expect(status["lastExit"]?.stringValue == "exit status 3")
+        try await expectHealthy(bench)
+    }
+
+    @Test("an identifier that crashes the extension is isolated by halving; the others are acknowledged and it is not sent again")
+    func poisonIdentifier() async throws {
+        let unit = TestUnit("org.example.test.poison", bundle: "org.example.poison")
+        let bench = try await benchAfterInitialReindex(unit, mode: "poison:id-5")
+        let mark = bench.mark
+        let ids = (0..<8).map { "id-\($0)" }
+
+        let r = try await bench.cli(["reindex", unit.label, "--identifiers"] + ids + ["--timeout", "60"])
+        #expect(r.status == 1)
+        try await bench.waitForLog("identifier isolated as poison", "label=\(unit.label)", "identifier=id-5", after: mark)
+        try await bench.waitForAcknowledgement(unit.label, after: mark)
+
+        let batches = bench.control(unit.label).received.filter { $0.kind == "identifiers" }.map(\.identifiers)
+        #expect(batches == [ids, ["id-0", "id-1", "id-2", "id-3"], ["id-4", "id-5", "id-6", "id-7"], ["id-4", "id-5"],
+                            ["id-4"], ["id-5"], ["id-6", "id-7"]], "\(batches)")
+        let journal = try await bench.admin(Method.adminRequests)
+        #expect(journal["requests"]?.arrayValue?.isEmpty == true)
+        let poisoned = try #require(journal["poisoned"]?.arrayValue)
+        #expect(poisoned.map { $0["identifier"]?.stringValue } == ["id-5"])
+        #expect(poisoned.first?["bundle"]?.stringValue == unit.bundle)
+        let donated = try await SearchQuery(queryString: #"uniqueIdentifier == "id-*""#, index: bench.daemon.index(unit.bundle)).allItems()
+        #expect(Set(donated.map(\.uniqueIdentifier)) == Set(ids).subtracting(["id-5"]))
+        try await expectHealthy(bench)
+    }
+
+    @Test("a daemon killed with SIGKILL in the middle of a reindex-all resumes the request after restart")
+    func resumeAfterSIGKILL() async throws {
+        var unit = TestUnit("org.example.test.resume", bundle: "org.example.resume", mode: "slow")
+        unit.environment["TEST_EXTENSION_SLOW_MS"] = "60000"
+        let bench = try await ExtensionBench.start([unit])
+        let sent = try await bench.waitForLog("reindex request sent", "label=\(unit.label)")[0]
+        let id = try #require(ExtensionBench.field("id", in: sent))
+        try await bench.until("progress from the extension") {
+            try await bench.requests(bundle: unit.bundle).first?["progress"] != nil
+        }
+
+        bench.daemon.stop(signal: SIGKILL)
+        try bench.control(unit.label).setMode("ok")
+        let mark = bench.mark
+        try await blocking { try bench.daemon.start() }
+        try await bench.waitForLog("reindex request sent id=\(id) label=\(unit.label)", after: mark)
+        #expect(try await bench.waitForAcknowledgement(unit.label, after: mark) == id)
+
+        let received = bench.control(unit.label).received
+        #expect(received.map(\.kind) == ["all", "all"])
+        #expect(received.map(\.mode) == ["slow", "ok"])
+        #expect(Set(received.map(\.pid)).count == 2)
+        #expect(try await itemCount(bench, bundle: unit.bundle) == 100)
+    }
+
+    /// The daemon's user + system CPU time so far (/proc/PID/stat, in clock ticks).
+    func cpuSeconds(_ bench: ExtensionBench) throws -> Double {
+        let pid = try #require(bench.daemon.process?.processIdentifier)
+        let stat = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+        // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+        let fields = stat[stat.index(after: try #require(stat.lastIndex(of: ")")))...].split(separator: " ")
+        let ticks = (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)
+        return ticks / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+}

@@ -1,0 +1,245 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightKit
+
+/// One `searchlight-test-extension` unit: what its unit file says, and the control directory that
+/// steers the fake (`mode`) and records what it was asked (`received.jsonl`).
+struct TestUnit: Sendable {
+    var label: String
+    var bundle: String
+    /// The fake's mode at launch: ok, crash, hang, garbage, noack, nack, flood, exit-at-launch, slow, poison:ID.
+    var mode = "ok"
+    /// `IndexExtension.AcknowledgementTimeout`; nil keeps the default (60 s).
+    var acknowledgementTimeout: Double?
+    /// `TimeOut` (idle exit); nil keeps the default (60 s).
+    var timeOut: Double?
+    var exitTimeOut: Double = 2
+    /// Extra `EnvironmentVariables` (`TEST_EXTENSION_CONTROL` is always set).
+    var environment: [String: String] = [:]
+
+    init(_ label: String, bundle: String, mode: String = "ok") {
+        self.label = label
+        self.bundle = bundle
+        self.mode = mode
+    }
+
+    static var program: String { Products.path("searchlight-test-extension") }
+
+    /// The unit file: launchd-style XML plist, launching the fake with no throttle between launches.
+    func plist(control: String) -> String {
+        var env = environment
+        env["TEST_EXTENSION_CONTROL"] = control
+        let variables = env.sorted { $0.key < $1.key }
+            .map { "        <key>\(xml($0.key))</key><string>\(xml($0.value))</string>" }.joined(separator: "\n")
+        var indexExtension = ""
+        if let acknowledgementTimeout {
+            indexExtension = "    <key>IndexExtension</key><dict><key>AcknowledgementTimeout</key><real>\(acknowledgementTimeout)</real></dict>\n"
+        }
+        return """
+            <?xml version="1.0" encoding="UTF-8"?>
+            <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">
+            <plist version="1.0">
+            <dict>
+                <key>Label</key><string>\(xml(label))</string>
+                <key>BundleIdentifier</key><string>\(xml(bundle))</string>
+                <key>Program</key><string>\(xml(Self.program))</string>
+                <key>ProcessType</key><string>Standard</string>
+                <key>ThrottleInterval</key><integer>0</integer>
+                <key>ExitTimeOut</key><real>\(exitTimeOut)</real>
+            \(timeOut.map { "    <key>TimeOut</key><real>\($0)</real>\n" } ?? "")\(indexExtension)    <key>EnvironmentVariables</key>
+                <dict>
+            \(variables)
+                </dict>
+            </dict>
+            </plist>
+
+            """
+    }
+
+    private func xml(_ s: String) -> String {
+        s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;").replacingOccurrences(of: ">", with: "&gt;")
+    }
+}
+
+/// The fake extension's control directory.
+struct ExtensionControl: Sendable {
+    let path: String
+
+    /// One request the fake received.
+    struct Received: Sendable {
+        var kind: String
+        var identifiers: [String]
+        var mode: String?
+        var pid: Int32
+    }
+
+    /// Read by the fake at launch and at every request.
+    func setMode(_ mode: String) throws {
+        try Data(mode.utf8).write(to: URL(fileURLWithPath: path + "/mode"))
+    }
+
+    var received: [Received] {
+        guard let text = try? String(contentsOfFile: path + "/received.jsonl", encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            guard let v = try? JSONValue.parse(String(line)) else { return nil }
+            return Received(kind: v["kind"]?.stringValue ?? "", identifiers: (v["detail"]?["identifiers"]?.arrayValue ?? []).compactMap(\.stringValue),
+                mode: v["detail"]?["mode"]?.stringValue, pid: Int32(v["pid"]?.intValue ?? 0))
+        }
+    }
+}
+
+/// A real daemon whose unit directory holds test-extension units; every wait has a deadline.
+final class ExtensionBench: @unchecked Sendable {
+    let dir: TempDir
+    let daemon: DaemonProcess
+    var unitsDir: String { dir.path + "/units" }
+    var socket: String { daemon.socket }
+
+    /// Writes the units, then starts the daemon with a short backoff (off the cooperative pool:
+    /// starting waits for the daemon's "ready" line).
+    static func start(_ units: [TestUnit], arguments: [String] = []) async throws -> ExtensionBench {
+        let dir = TempDir("sle")
+        try FileManager.default.createDirectory(atPath: dir.path + "/units", withIntermediateDirectories: true)
+        for unit in units { try write(unit, in: dir) }
+        let daemon = try await blocking {
+            try DaemonProcess(arguments: ["--units-dir", dir.path + "/units", "--backoff", "0.2"] + arguments, dir: dir)
+        }
+        return ExtensionBench(dir: dir, daemon: daemon)
+    }
+
+    private init(dir: TempDir, daemon: DaemonProcess) {
+        self.dir = dir
+        self.daemon = daemon
+    }
+
+    deinit {
+        // Signalled now; its graceful stop (extensions asked to exit) is waited for off the pool.
+        if let pid = daemon.process?.processIdentifier { kill(pid, SIGTERM) }
+        let daemon = self.daemon
+        Thread.detachNewThread { daemon.stop(signal: SIGTERM) }
+    }
+
+    @discardableResult
+    static func write(_ unit: TestUnit, in dir: TempDir) throws -> ExtensionControl {
+        let control = ExtensionControl(path: dir.path + "/ctl-" + unit.label)
+        try FileManager.default.createDirectory(atPath: control.path, withIntermediateDirectories: true)
+        try control.setMode(unit.mode)
+        try Data(unit.plist(control: control.path).utf8).write(to: URL(fileURLWithPath: dir.path + "/units/" + unit.label + ".plist"))
+        return control
+    }
+
+    /// Adds (or rewrites) a unit file; the daemon sees it on SIGHUP or `admin.units`.
+    @discardableResult
+    func write(_ unit: TestUnit) throws -> ExtensionControl { try Self.write(unit, in: dir) }
+
+    func control(_ label: String) -> ExtensionControl { ExtensionControl(path: dir.path + "/ctl-" + label) }
+
+    // MARK: - Talking to the daemon
+
+    func admin(_ method: String, _ params: JSONValue = [:]) async throws -> JSONValue {
+        let connection = SearchlightConnection(role: .admin, socketPath: socket)
+        let answer: Result<JSONValue, any Error>
+        do { answer = .success(try await connection.call(method, params)) } catch { answer = .failure(error) }
+        await connection.close()
+        return try answer.get()
+    }
+
+    /// `admin.status`' entry for one extension.
+    func extensionStatus(_ label: String) async throws -> JSONValue? {
+        try await admin(Method.adminStatus)["extensions"]?.arrayValue?.first { $0["label"]?.stringValue == label }
+    }
+
+    /// `admin.requests`' journaled requests of one bundle.
+    func requests(bundle: String) async throws -> [JSONValue] {
+        (try await admin(Method.adminRequests)["requests"]?.arrayValue ?? []).filter { $0["bundle"]?.stringValue == bundle }
+    }
+
+    /// Runs the CLI against this daemon. Its output goes to files, and the wait is on a thread of
+    /// its own: on Linux, Swift's tasks and Dispatch's global queues share one pool as wide as the
+    /// machine, so a blocked pool thread can stall every test for the second Dispatch waits before
+    /// adding a thread.
+    func cli(_ arguments: [String]) async throws -> CLIResult {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Products.path("searchlight"))
+        p.arguments = ["--socket", socket] + arguments
+        p.environment = ProcessInfo.processInfo.environment.filter { $0.key != "SEARCHLIGHT_SOCKET" }
+        let base = dir.path + "/cli-" + UUID().uuidString.prefix(8)
+        for file in [".out", ".err"] { _ = FileManager.default.createFile(atPath: base + file, contents: nil) }
+        p.standardOutput = FileHandle(forWritingAtPath: base + ".out")
+        p.standardError = FileHandle(forWritingAtPath: base + ".err")
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        return try await blocking {
+            p.waitUntilExit()
+            func text(_ file: String) -> String { (try? String(contentsOfFile: base + file, encoding: .utf8)) ?? "" }
+            return CLIResult(status: p.terminationStatus, stdout: text(".out"), stderr: text(".err"))
+        }
+    }
+
+    // MARK: - Waiting
+
+    /// Where the log is now: later waits look only at lines after it.
+    var mark: Int { daemon.log.count }
+
+    /// The log lines after `after` that contain every one of `parts`.
+    func lines(_ parts: String..., after: Int = 0) -> [String] { lines(parts, after: after) }
+
+    func lines(_ parts: [String], after: Int) -> [String] {
+        daemon.log.dropFirst(after).filter { line in parts.allSatisfy { line.contains($0) } }
+    }
+
+    /// Waits until `count` log lines after `after` contain every one of `parts`; returns them.
+    @discardableResult
+    func waitForLog(_ parts: String..., count: Int = 1, after: Int = 0, timeout: TimeInterval = 30) async throws -> [String] {
+        var found: [String] = []
+        try await until("\(count) log line(s) with \(parts)", timeout: timeout) {
+            found = lines(parts, after: after)
+            return found.count >= count
+        }
+        return found
+    }
+
+    /// Polls `condition` every 25 ms until it holds; fails with the log's tail after `timeout`.
+    func until(_ what: String, timeout: TimeInterval = 30, _ condition: () async throws -> Bool) async throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while try await !condition() {
+            if Date() >= deadline {
+                throw HarnessError("timed out after \(timeout)s waiting for \(what); log:\n" + daemon.log.suffix(40).joined(separator: "\n"))
+            }
+            try await Task.sleep(for: .milliseconds(25))
+        }
+    }
+
+    /// Waits for the acknowledgement of the first request sent to `label` after `after`; returns its id.
+    @discardableResult
+    func waitForAcknowledgement(_ label: String, after: Int = 0, timeout: TimeInterval = 30) async throws -> String {
+        let line = try await waitForLog("reindex request acknowledged", "label=\(label) ", after: after, timeout: timeout)[0]
+        return Self.field("id", in: line) ?? ""
+    }
+
+    /// The value of `key=value` in a log line.
+    static func field(_ key: String, in line: String) -> String? {
+        guard let range = line.range(of: " \(key)=") else { return nil }
+        let rest = line[range.upperBound...]
+        if rest.hasPrefix("\"") { return String(rest.dropFirst().prefix { $0 != "\"" }) }
+        return String(rest.prefix { $0 != " " })
+    }
+
+    /// The time stamp that starts a log line (ISO 8601 with milliseconds).
+    static func time(of line: String) -> Date? {
+        line.split(separator: " ").first.flatMap { ISO8601.parse(String($0)) }
+    }
+}
+
+/// Runs blocking work (waiting for a process, a log line) on a thread of its own, never on the
+/// pool that runs the tests' tasks (see `ExtensionBench.cli`).
+func blocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
+    }
+}
+
+/// Whether a process exists (not yet reaped counts as existing).
+func processExists(_ pid: Int32) -> Bool { kill(pid, 0) == 0 || errno == EPERM }
