@@ -113,7 +113,9 @@ public final class RPCConnection: @unchecked Sendable {
         do {
             message = try RPCMessage.decode(frame, maxDepth: maxDepth)
         } catch {
-            // Bad input gets an error answer and the connection stays usable (DESIGN §4).
+            // Bad input gets an error answer and the connection stays usable (DESIGN §4); a bad
+            // response gets none (JSON-RPC: never answer a response).
+            if error.isResponse { return }
             try? send(.response(id: error.id ?? .number(0), result: .failure(error.error)), nullID: error.id == nil)
             return
         }

@@ -52,6 +52,15 @@ public enum RPCMessage: Sendable, Equatable {
 public struct RPCDecodeError: Error, Sendable {
     public var id: RPCID?
     public var error: SearchlightError
+    /// The frame was a (malformed) response: it must not be answered, or two peers that each
+    /// cannot read the other's error answers would trade them forever.
+    public var isResponse = false
+
+    public init(id: RPCID?, error: SearchlightError, isResponse: Bool = false) {
+        self.id = id
+        self.error = error
+        self.isResponse = isResponse
+    }
 }
 
 extension RPCMessage {
@@ -94,12 +103,13 @@ extension RPCMessage {
             if let id { return .request(id: id, method: method, params: params) }
             return .notification(method: method, params: params)
         }
+        let looksLikeResponse = object["result"] != nil || object["error"] != nil
         guard let id else {
-            throw RPCDecodeError(id: nil, error: .init(.invalidRequest, "a message needs \"method\" or \"id\""))
+            throw RPCDecodeError(id: nil, error: .init(.invalidRequest, "a message needs \"method\" or \"id\""), isResponse: looksLikeResponse)
         }
         if let error = object["error"] {
             guard let code = error["code"]?.intValue, let message = error["message"]?.stringValue else {
-                throw RPCDecodeError(id: id, error: .init(.invalidRequest, "\"error\" needs an integer code and a message"))
+                throw RPCDecodeError(id: id, error: .init(.invalidRequest, "\"error\" needs an integer code and a message"), isResponse: true)
             }
             return .response(id: id, result: .failure(SearchlightError(rawCode: code, message: message, data: error["data"])))
         }

@@ -94,6 +94,23 @@ struct RPCMessageTests {
         #expect(error == .response(id: .string("x"), result: .failure(SearchlightError(.invalidItem, "bad"))))
     }
 
+    @Test("a malformed response is marked as one, so that it is never answered")
+    func malformedResponse() {
+        func isResponse(_ s: String) -> Bool {
+            do {
+                _ = try RPCMessage.decode(Array(s.utf8))
+                return false
+            } catch {
+                return error.isResponse
+            }
+        }
+        #expect(isResponse(#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"bad"}}"#))
+        #expect(isResponse(#"{"jsonrpc":"2.0","id":3,"error":"not an object"}"#))
+        #expect(isResponse(#"{"jsonrpc":"2.0","result":7}"#))
+        #expect(!isResponse(#"{"jsonrpc":"2.0","params":{}}"#))
+        #expect(!isResponse("not json"))
+    }
+
     @Test("wrong shapes get JSON-RPC errors that keep the id when it is readable")
     func wrongShapes() {
         func code(_ s: String) -> (Int, RPCID?) {
