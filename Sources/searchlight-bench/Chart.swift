@@ -74,8 +74,14 @@ struct Chart {
         }
         out += "<text x=\"\(fmt(x0 + Self.panelWidth / 2))\" y=\"\(fmt(Self.top + Self.panelHeight + 34))\" text-anchor=\"middle\">items in the index (log scale)</text>\n"
         // Series, then the legend under the panel.
+        // p50 and p99 of one query share a colour (p99 dashed).
+        var bases: [String] = []
+        for s in all {
+            let base = Self.baseName(s.name)
+            if !bases.contains(base) { bases.append(base) }
+        }
         for (i, s) in all.enumerated() {
-            let color = Self.palette[i % Self.palette.count]
+            let color = Self.palette[(bases.firstIndex(of: Self.baseName(s.name)) ?? i) % Self.palette.count]
             let dash = s.name.hasSuffix("p50") ? "" : (s.name.hasSuffix("p99") ? " stroke-dasharray=\"5,3\"" : "")
             if s.points.count > 1 {
                 let path = s.points.map { "\(fmt(x($0.size))),\(fmt(y($0.median)))" }.joined(separator: " ")
@@ -92,6 +98,10 @@ struct Chart {
             out += "<text x=\"\(fmt(lx + 28))\" y=\"\(fmt(ly))\">\(escape(s.name))</text>\n"
         }
         return out
+    }
+
+    static func baseName(_ series: String) -> String {
+        series.hasSuffix(" p50") || series.hasSuffix(" p99") ? String(series.dropLast(4)) : series
     }
 
     /// 1, 2 or 5 times a power of ten, at least `v`.

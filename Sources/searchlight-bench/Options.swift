@@ -18,7 +18,7 @@ struct Options {
     var sizes = [10_000, 100_000, 1_000_000]
     var runs = 3
     /// Reindex runs per size above 100k (each is a million-item rebuild).
-    var largeRuns = 1
+    var largeRuns = 3
     var queries = 300
     var clients = [1, 4, 16]
     var batch = 500
@@ -80,6 +80,7 @@ struct Options {
             case "--chart": o.chart = value(a)
             case "--quick":
                 o.runs = 1
+                o.largeRuns = 1
                 o.sizes = [10_000, 100_000]
                 o.queries = 100
                 o.idleSeconds = 5
