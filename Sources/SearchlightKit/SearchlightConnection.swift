@@ -81,8 +81,20 @@ public actor SearchlightConnection {
         rpc = nil
     }
 
+    /// The connection being opened, so that concurrent first calls share it (the actor is
+    /// re-entered while the handshake is awaited).
+    private var connecting: Task<RPCConnection, any Error>?
+
     private func connected() async throws -> RPCConnection {
         if let rpc, !rpc.isClosed || !reconnects { return rpc }
+        if let connecting { return try await connecting.value }
+        let task = Task { try await self.openConnection() }
+        connecting = task
+        defer { connecting = nil }
+        return try await task.value
+    }
+
+    private func openConnection() async throws -> RPCConnection {
         let connection: RPCConnection
         if let fd = inheritedDescriptor {
             inheritedDescriptor = nil

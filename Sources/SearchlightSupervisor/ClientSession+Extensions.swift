@@ -119,24 +119,41 @@ extension ClientSession {
         }
         let background = params["background"]?.boolValue ?? false
         let reason = params["reason"]?.stringValue.map { String($0.prefix(32)) } ?? (background ? "background" : "manual")
-        let queued = try scheduler.enqueue(bundle: unit.bundleIdentifier, index: index, kind: all ? .all : .identifiers,
-            identifiers: ids, reason: reason, background: background)
-        var answer: [String: JSONValue] = ["requestId": .number(Double(queued.id)), "state": "pending",
-            "label": .string(unit.label), "bundle": .string(unit.bundleIdentifier)]
-        if queued.coalesced { answer["coalescedInto"] = .number(Double(queued.id)) }
-        guard params["wait"]?.boolValue ?? false else { return .object(answer) }
+        let kind: ReindexRequest.Kind = all ? .all : .identifiers
+        guard params["wait"]?.boolValue ?? false else {
+            let queued = try scheduler.enqueue(bundle: unit.bundleIdentifier, index: index, kind: kind,
+                identifiers: ids, reason: reason, background: background)
+            var answer: [String: JSONValue] = ["requestId": .number(Double(queued.id)), "state": "pending",
+                "label": .string(unit.label), "bundle": .string(unit.bundleIdentifier)]
+            if queued.coalesced { answer["coalescedInto"] = .number(Double(queued.id)) }
+            return .object(answer)
+        }
         let timeout = params["timeout"]?.doubleValue
         let connection = self.connection
         let once = Mutex(false)
         let claim: @Sendable () -> Bool = { once.withLock { done in defer { done = true }; return !done } }
+        let requestID = Mutex<Int64?>(nil)
         return try await withCheckedThrowingContinuation { continuation in
-            scheduler.addWaiter(queued.id, RequestScheduler.Waiter(
+            // The waiter is registered in the same step as the request, before the scheduler is
+            // woken: a quick acknowledgement cannot slip past it.
+            let waiter = RequestScheduler.Waiter(
+                owner: ObjectIdentifier(connection),
                 progress: { completed, total in
-                    var p: [String: JSONValue] = ["requestId": .number(Double(queued.id)), "completed": .number(Double(completed))]
+                    var p: [String: JSONValue] = ["completed": .number(Double(completed))]
+                    if let id = requestID.withLock({ $0 }) { p["requestId"] = .number(Double(id)) }
                     if let total { p["total"] = .number(Double(total)) }
                     try? connection.notify(Method.progress, .object(p))
                 },
-                done: { result in if claim() { continuation.resume(with: result.mapError { $0 as any Error }) } }))
+                done: { result in if claim() { continuation.resume(with: result.mapError { $0 as any Error }) } })
+            let queued: RequestJournal.Enqueued
+            do {
+                queued = try scheduler.enqueue(bundle: unit.bundleIdentifier, index: index, kind: kind,
+                    identifiers: ids, reason: reason, background: background, waiter: waiter)
+            } catch {
+                if claim() { continuation.resume(throwing: error) }
+                return
+            }
+            requestID.withLock { $0 = queued.id }
             if let timeout, timeout > 0 {
                 Task {
                     try? await Task.sleep(for: .seconds(timeout))

@@ -23,8 +23,10 @@ final class ClientSession: @unchecked Sendable {
     let connection: RPCConnection
     let peer: PeerCredentials
     private(set) var role: Role?
-    /// Open batches by index name: the calls between beginBatch and endBatch.
+    /// Open batches by index name: the calls between beginBatch and endBatch. Locked because the
+    /// scheduler discards an extension's batches when a request ends (`discardBatches`).
     private var batches: [String: [Mutation]] = [:]
+    private let batchLock = NSLock()
     /// For an extension's connection: its host (set for a spawned one at once, for an attached
     /// one by its handshake). Its donations and progress reset the inactivity timer.
     weak var extensionHost: ExtensionHost?
@@ -39,10 +41,22 @@ final class ClientSession: @unchecked Sendable {
         spawned = host != nil
     }
 
+    /// Drops every open batch (nothing of them is applied); returns how many there were. Called
+    /// when a supervisor request to this extension ends, so that a handler that threw inside a
+    /// batch cannot leave it open for the retry, whose donations would then never commit.
+    @discardableResult
+    func discardBatches() -> Int {
+        batchLock.withLock {
+            defer { batches.removeAll() }
+            return batches.count
+        }
+    }
+
     /// The connection closed: an admin monitor stops receiving events, and an extension attached
     /// by hand stops being sent requests.
     func closed(_ reason: RPCConnection.CloseReason) {
         context.events.unsubscribe(connection)
+        context.scheduler?.removeWaiters(owner: ObjectIdentifier(connection))
         extensionConnectionClosed(reason)
     }
 
@@ -81,7 +95,9 @@ final class ClientSession: @unchecked Sendable {
         case .notification(let method, let params):
             if method == Method.progress, let host = extensionHost {
                 host.noteActivity()
-                if let id = params["requestId"]?.stringValue.flatMap({ Int64($0) }), let done = params["completed"]?.intValue, done >= 0 {
+                // Only for the request this extension is working on: anything else is ignored.
+                if let id = params["requestId"]?.stringValue.flatMap({ Int64($0) }), host.isCurrentRequest(id),
+                   let done = params["completed"]?.intValue, done >= 0 {
                     context.scheduler?.reportProgress(requestID: id, completed: done, total: params["total"]?.intValue)
                 }
                 return
@@ -264,9 +280,13 @@ final class ClientSession: @unchecked Sendable {
         if case .items = mutation, context.state.bundle(bundle)?.indexingEnabled == false {
             throw SearchlightError(.indexingUnsupported, "indexing is off for \(bundle); turn it on with `searchlight indexing on \(bundle)`")
         }
-        if batches[index] != nil {
-            try authorize(bundle, write: true)
+        let batched: Bool = batchLock.withLock {
+            guard batches[index] != nil else { return false }
             batches[index]!.append(mutation)
+            return true
+        }
+        if batched {
+            try authorize(bundle, write: true)
             return ["batched": true]
         }
         guard let store = try store(params, write: true).store else { throw SearchlightError(.indexUnavailable, "index could not be opened") }
@@ -278,10 +298,14 @@ final class ClientSession: @unchecked Sendable {
         let bundle = try targetBundle(params)
         let index = try Names.index(params["index"])
         try authorize(bundle, write: true)
-        guard batches[index] == nil else {
+        let opened: Bool = batchLock.withLock {
+            guard batches[index] == nil else { return false }
+            batches[index] = []
+            return true
+        }
+        guard opened else {
             throw SearchlightError(.invalidRequest, "a batch is already open for this index; end it with index.endBatch first")
         }
-        batches[index] = []
         return [:]
     }
 
@@ -302,11 +326,10 @@ final class ClientSession: @unchecked Sendable {
 
     private func endBatch(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
         let index = try Names.index(params["index"])
-        guard let mutations = batches[index] else {
+        // The batch ends here whatever happens: a failed batch applies nothing and must be redone.
+        guard let mutations = batchLock.withLock({ batches.removeValue(forKey: index) }) else {
             throw SearchlightError(.invalidRequest, "no batch is open for this index; call index.beginBatch first")
         }
-        // The batch ends here whatever happens: a failed batch applies nothing and must be redone.
-        batches[index] = nil
         guard let newState = try clientState(params["newClientState"], name: "newClientState") else {
             throw SearchlightError(.invalidClientState, "\"newClientState\" is required (base64, at most \(limits.maxClientStateBytes) bytes)")
         }

@@ -8,10 +8,19 @@ import SearchlightWire
 /// Each subscriber has its own serial queue, so a monitor client that stops reading delays only
 /// itself (until the send timeout closes it), never the code that emits.
 final class EventMonitor: @unchecked Sendable {
-    private struct Subscriber {
+    private final class Subscriber: @unchecked Sendable {
         let connection: RPCConnection
         let queue: DispatchQueue
+        /// Events queued and not yet written (guarded by the monitor's lock).
+        var backlog = 0
+        init(connection: RPCConnection, queue: DispatchQueue) {
+            self.connection = connection
+            self.queue = queue
+        }
     }
+
+    /// A monitor that falls this far behind is cut off rather than let the daemon's memory grow.
+    static let maximumBacklog = 1000
 
     private let lock = NSLock()
     private var subscribers: [ObjectIdentifier: Subscriber] = [:]
@@ -24,6 +33,11 @@ final class EventMonitor: @unchecked Sendable {
         lock.withLock {
             subscribers[id] = Subscriber(connection: connection, queue: DispatchQueue(label: "monitor-\(subscribers.count)"))
         }
+    }
+
+    private func drop(_ target: Subscriber) {
+        unsubscribe(target.connection)
+        target.connection.close()
     }
 
     func unsubscribe(_ connection: RPCConnection) {
@@ -41,11 +55,22 @@ final class EventMonitor: @unchecked Sendable {
         params["time"] = .string(ISO8601.format(Date()))
         let message = JSONValue.object(params)
         for target in targets {
+            let behind: Bool = lock.withLock {
+                target.backlog += 1
+                return target.backlog > Self.maximumBacklog
+            }
+            if behind {
+                log.warning("monitor client does not keep up; disconnecting it", ["backlog": Self.maximumBacklog])
+                drop(target)
+                continue
+            }
             target.queue.async { [weak self] in
                 do {
                     try target.connection.notify(Method.adminEvent, message)
+                    self?.lock.withLock { target.backlog -= 1 }
                 } catch {
-                    self?.unsubscribe(target.connection)
+                    // A half-written event may be on the wire: the stream cannot be trusted.
+                    self?.drop(target)
                 }
             }
         }

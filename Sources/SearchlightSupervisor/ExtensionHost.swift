@@ -21,6 +21,8 @@ final class ExtensionHost: @unchecked Sendable {
 
     enum State {
         case idle
+        /// Decided to launch, fork/exec under way: other callers wait for the handshake.
+        case spawning
         case launching(ChildProcess, RPCConnection)
         case running(Link)
         case stopping(ChildProcess, RPCConnection)
@@ -32,7 +34,10 @@ final class ExtensionHost: @unchecked Sendable {
         var reason: String
     }
 
-    private(set) var unit: ExtensionUnit
+    /// The unit as last loaded; replaced on reload (read it through `unit`, or `_unit` under the lock).
+    private var _unit: ExtensionUnit
+    var unit: ExtensionUnit { lock.withLock { _unit } }
+    let label: String
     let context: ServiceContext
     /// Called whenever the host becomes available or a request should be reconsidered.
     let wake: @Sendable () -> Void
@@ -55,15 +60,15 @@ final class ExtensionHost: @unchecked Sendable {
     static let maximumBackoff: TimeInterval = 300
 
     init(unit: ExtensionUnit, context: ServiceContext, wake: @escaping @Sendable () -> Void) {
-        self.unit = unit
+        _unit = unit
+        label = unit.label
         self.context = context
         self.wake = wake
     }
 
-    var label: String { unit.label }
     var log: Logger { context.log }
 
-    func update(_ unit: ExtensionUnit) { lock.withLock { self.unit = unit } }
+    func update(_ unit: ExtensionUnit) { lock.withLock { if _unit != unit { _unit = unit } } }
 
     // MARK: - Availability
 
@@ -72,10 +77,10 @@ final class ExtensionHost: @unchecked Sendable {
     func availableAt(_ now: Date) -> Date? {
         lock.withLock {
             switch state {
-            case .running, .launching: return nil
+            case .running, .launching, .spawning: return nil
             case .stopping: return .distantFuture
             case .idle:
-                let throttle = lastLaunch.map { $0.addingTimeInterval(unit.throttleInterval) } ?? .distantPast
+                let throttle = lastLaunch.map { $0.addingTimeInterval(_unit.throttleInterval) } ?? .distantPast
                 let earliest = max(throttle, backoffUntil ?? .distantPast)
                 return earliest > now ? earliest : nil
             }
@@ -86,7 +91,7 @@ final class ExtensionHost: @unchecked Sendable {
     func idleDeadline() -> Date? {
         lock.withLock {
             guard case .running(let link) = state, link.child != nil, inFlight == 0 else { return nil }
-            return lastActivity.addingTimeInterval(unit.timeOut)
+            return lastActivity.addingTimeInterval(_unit.timeOut)
         }
     }
 
@@ -95,8 +100,28 @@ final class ExtensionHost: @unchecked Sendable {
 
     var lastActivityDate: Date { lock.withLock { lastActivity } }
 
-    func beginRequest() { lock.withLock { inFlight += 1; lastActivity = Date() } }
-    func endRequest() { lock.withLock { inFlight -= 1; lastActivity = Date() } }
+    /// The journaled request being sent to the extension, if any: the only one it may report
+    /// progress on.
+    private var currentRequest: Int64?
+
+    func beginRequest(_ request: Int64?) {
+        lock.withLock {
+            inFlight += 1
+            lastActivity = Date()
+            if let request { currentRequest = request }
+        }
+    }
+
+    func isCurrentRequest(_ id: Int64) -> Bool { lock.withLock { currentRequest == id } }
+    func endRequest(_ request: Int64?) {
+        let idle = lock.withLock {
+            inFlight -= 1
+            lastActivity = Date()
+            if let request, currentRequest == request { currentRequest = nil }
+            return inFlight == 0
+        }
+        if idle { wake() }  // its idle deadline starts now
+    }
 
     // MARK: - Launch and handshake
 
@@ -107,15 +132,18 @@ final class ExtensionHost: @unchecked Sendable {
         let next: Next = lock.withLock {
             switch state {
             case .running(let link): return .ready(link)
-            case .launching: return .wait
+            case .launching, .spawning: return .wait
             case .stopping: return .unavailable(NotAvailable(retryAt: now.addingTimeInterval(1), reason: "the extension is stopping"))
             case .idle:
-                let throttle = lastLaunch.map { $0.addingTimeInterval(unit.throttleInterval) } ?? .distantPast
+                let throttle = lastLaunch.map { $0.addingTimeInterval(_unit.throttleInterval) } ?? .distantPast
                 let earliest = max(throttle, backoffUntil ?? .distantPast)
                 if earliest > now {
-                    let why = (backoffUntil ?? .distantPast) > now ? "it is backing off after \(crashStreak) failed launch(es)" : "ThrottleInterval \(unit.throttleInterval) s"
+                    let why = (backoffUntil ?? .distantPast) > now ? "it is backing off after \(crashStreak) failed launch(es)" : "ThrottleInterval \(_unit.throttleInterval) s"
                     return .unavailable(NotAvailable(retryAt: earliest, reason: why))
                 }
+                // Decided under the lock: a concurrent caller waits for this launch, never starts a second.
+                state = .spawning
+                lastLaunch = now
                 return .launch
             }
         }
@@ -130,7 +158,7 @@ final class ExtensionHost: @unchecked Sendable {
             let outcome: Outcome = lock.withLock {
                 switch state {
                 case .running(let link): return .ready(link)
-                case .launching:
+                case .launching, .spawning:
                     waiters.append(continuation)
                     return .queued
                 default: return .gone
@@ -144,38 +172,56 @@ final class ExtensionHost: @unchecked Sendable {
         }
     }
 
+    /// Starts the unit's program; called in state `.spawning` (set by `link()` under the lock).
     private func launch() throws {
         let unit = self.unit
-        let (mine, theirs) = try UnixSocket.pair()
-        let outputs = try ExtensionOutput(unit: unit, log: log)
         let child: ChildProcess
+        let connection: RPCConnection
         do {
-            child = try ProcessSpawner.spawn(spawnConfiguration(unit), extensionSocket: theirs.fd,
-                stdout: outputs.stdout, stderr: outputs.stderr)
-        } catch {
+            let (mine, theirs) = try UnixSocket.pair()
+            let outputs: ExtensionOutput
+            do {
+                outputs = try ExtensionOutput(unit: unit, log: log)
+            } catch {
+                mine.close()
+                theirs.closeDescriptor()
+                throw error
+            }
+            do {
+                child = try ProcessSpawner.spawn(spawnConfiguration(unit), extensionSocket: theirs.fd,
+                    stdout: outputs.stdout, stderr: outputs.stderr)
+            } catch {
+                theirs.closeDescriptor()
+                mine.close()
+                outputs.closeChildEnds()
+                throw error
+            }
             theirs.closeDescriptor()
-            mine.close()
             outputs.closeChildEnds()
+            // An extension that stops reading must not block a write (and the timeouts) forever.
+            mine.setSendTimeout(seconds: 10)
+            let limits = context.config.limits
+            connection = RPCConnection(socket: mine, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth)
+        } catch {
             lock.withLock {
-                lastLaunch = Date()
+                if case .spawning = state { state = .idle }
                 noteCrashLocked(Date())
                 lastExit = "could not start: \(error)"
             }
+            failWaiters("\(label) could not start: \(error)")
             log.error("extension could not start", ["label": label, "error": "\(error)"])
             context.events.emit("extension.failed", ["label": .string(label), "message": .string("\(error)")])
             throw SearchlightError(.extensionFailed, "\(label) could not start: \(error)")
         }
-        theirs.closeDescriptor()
-        outputs.closeChildEnds()
-        let limits = context.config.limits
-        let connection = RPCConnection(socket: mine, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth)
         let peer = PeerCredentials(pid: child.pid, uid: unitUID, gid: 0)
         let session = ClientSession(context: context, connection: connection, peer: peer, spawnedFor: self)
-        lock.withLock {
-            state = .launching(child, connection)
-            lastLaunch = Date()
-            lastActivity = Date()
+        // A hand-started copy may have attached meanwhile: then this one is not wanted.
+        let superseded: Bool = lock.withLock {
             launches += 1
+            guard case .spawning = state else { return true }
+            state = .launching(child, connection)
+            lastActivity = Date()
+            return false
         }
         log.info("extension launched", ["label": label, "pid": child.pid])
         context.events.emit("extension.launched", ["label": .string(label), "pid": .number(Double(child.pid))])
@@ -185,6 +231,11 @@ final class ExtensionHost: @unchecked Sendable {
         Task { [weak self] in
             let termination = await child.waitForExit()
             self?.childExited(child, termination)
+        }
+        if superseded {
+            lock.withLock { _ = stopRequested.insert(child.pid) }
+            child.signal(SIGTERM)
+            return
         }
         // An extension that never completes its handshake is treated like one that hangs.
         let handshakeTimeout = unit.indexExtension.acknowledgementTimeout
@@ -316,8 +367,10 @@ final class ExtensionHost: @unchecked Sendable {
             "label": .string(label), "pid": .number(Double(child.pid)), "status": .string(termination.description), "crashed": .bool(crashed),
         ])
         failWaiters("\(label) exited (\(termination)) before its handshake")
-        // Outstanding calls fail now, even if something the extension started still holds fd 3.
+        // Outstanding calls fail now, even if something the extension started still holds fd 3;
+        // and what it started dies with it (its process group: a pgid in use is never reused).
         deadConnection?.close()
+        kill(-child.pid, SIGKILL)
         wake()
     }
 
@@ -327,7 +380,7 @@ final class ExtensionHost: @unchecked Sendable {
         crashStreak += 1
         crashes += 1
         let delay = Backoff.delay(attempt: crashStreak, base: context.config.backoffBase, cap: Self.maximumBackoff)
-        backoffUntil = now.addingTimeInterval(max(delay, unit.throttleInterval))
+        backoffUntil = now.addingTimeInterval(max(delay, _unit.throttleInterval))
     }
 
     private func failWaiters(_ message: String) {
@@ -345,7 +398,7 @@ final class ExtensionHost: @unchecked Sendable {
                 return link.child
             case .launching(let c, _): return c
             case .stopping(let c, _): return c
-            case .idle: return nil
+            case .idle, .spawning: return nil
             }
         }
         // A hung extension's end counts as a failure (crash backoff); an asked-for exit does not.
@@ -406,7 +459,7 @@ final class ExtensionHost: @unchecked Sendable {
         lock.withLock {
             switch state {
             case .idle: (backoffUntil ?? .distantPast) > Date() ? "backoff" : "idle"
-            case .launching: "launching"
+            case .launching, .spawning: "launching"
             case .running(let link): link.child == nil ? "attached" : "running"
             case .stopping: "stopping"
             }
@@ -429,7 +482,7 @@ final class ExtensionHost: @unchecked Sendable {
             switch state {
             case .running(let link): o["pid"] = .number(Double(link.pid))
             case .launching(let c, _), .stopping(let c, _): o["pid"] = .number(Double(c.pid))
-            case .idle: break
+            case .idle, .spawning: break
             }
         }
         return .object(o)

@@ -32,17 +32,28 @@ enum AttemptFailure: Error {
 
 extension RequestScheduler {
     /// Sends one journaled request (in chunks, for identifiers) and records its outcome.
-    func perform(_ request: ReindexRequest, on host: ExtensionHost) async {
-        let id = request.id
+    func perform(_ snapshot: ReindexRequest, on host: ExtensionHost) async {
+        let id = snapshot.id
+        let request: ReindexRequest
         do {
-            try journal.markRunning(id)
+            // The row as it is now: identifiers may have been merged in since the snapshot, or
+            // the request absorbed by a reindex-all.
+            guard let claimed = try journal.claim(id) else { return }
+            request = claimed
         } catch {
             log.error("cannot update the request journal", ["id": id, "error": "\(error)"])
             return
         }
         let started = Date()
-        host.beginRequest()
-        defer { host.endRequest() }
+        host.beginRequest(id)
+        var usedLink: ExtensionHost.Link?
+        defer {
+            // A batch the handler left open must not swallow the next request's donations.
+            if let n = usedLink?.session.discardBatches(), n > 0 {
+                log.warning("extension left a batch open; discarded it", ["id": id, "label": host.label, "batches": n])
+            }
+            host.endRequest(id)
+        }
         var remaining = request.identifiers
         let chunkSize = request.chunk ?? host.unit.indexExtension.maximumIdentifiersPerRequest
         var sentChunk: [String] = []
@@ -55,6 +66,7 @@ extension RequestScheduler {
             } catch {
                 throw AttemptFailure.unavailable("\(error)", retryAt: nil)
             }
+            usedLink = link
             events.emit("request.sent", ["requestId": .number(Double(id)), "label": .string(host.label), "pid": .number(Double(link.pid)),
                 "kind": .string(request.kind.rawValue)])
             log.info("reindex request sent", ["id": id, "label": host.label, "kind": request.kind.rawValue, "reason": request.reason])
@@ -70,6 +82,7 @@ extension RequestScheduler {
                     remaining.removeFirst(sentChunk.count)
                     sentChunk = []
                     try journal.setRemaining(id, identifiers: remaining)
+                    if request.chunk != nil { try journal.noteNarrowingProgress(id) }
                 }
             }
             try journal.acknowledged(id)
@@ -95,8 +108,8 @@ extension RequestScheduler {
         } catch let e as ExtensionHost.NotAvailable {
             throw SearchlightError(.extensionFailed, "\(host.label) cannot start now (\(e.reason)); retry after \(ISO8601.format(e.retryAt))")
         }
-        host.beginRequest()
-        defer { host.endRequest() }
+        host.beginRequest(nil)
+        defer { host.endRequest(nil) }
         do {
             return try await send(method, params, link: link, host: host, started: Date())
         } catch let failure as AttemptFailure {
@@ -119,6 +132,9 @@ extension RequestScheduler {
                         let overall = started.addingTimeInterval(settings.maximumRequestDuration)
                         let deadline = min(inactive, overall)
                         if Date() >= deadline {
+                            // Stop it here, not after the group: a call blocked writing to an
+                            // extension that stopped reading only returns once it is gone.
+                            host.terminate(hung: true)
                             throw AttemptFailure.timedOut(deadline == overall
                                 ? "\(host.label) did not finish within MaximumRequestDuration (\(Int(settings.maximumRequestDuration)) s)"
                                 : "\(host.label) sent no acknowledgement, progress or donation for \(Int(settings.acknowledgementTimeout)) s")
@@ -136,7 +152,6 @@ extension RequestScheduler {
         } catch let failure as AttemptFailure {
             if case .timedOut(let message) = failure {
                 log.warning("extension timed out; stopping it", ["label": host.label, "pid": link.pid, "reason": message])
-                host.terminate(hung: true)
             }
             throw failure
         } catch let error as SearchlightError {
@@ -154,7 +169,19 @@ extension RequestScheduler {
         let now = Date()
         let message = failure.message
         do {
-            if request.kind == .identifiers, failure.isCrashOrHang, !sentChunk.isEmpty {
+            var stoppedByUs = isStopping
+            if case .negative(let e) = failure, e.code == .cancelled { stoppedByUs = true }
+            if stoppedByUs {
+                // The daemon is stopping (or asked the extension to): no fault of the request's.
+                if request.kind == .identifiers { try journal.setRemaining(id, identifiers: remaining) }
+                try journal.attemptFailed(id, error: message, retryAt: now, chunk: request.chunk, countAttempt: false)
+                log.info("reindex request interrupted; it stays journaled", ["id": id, "label": host.label])
+                return
+            }
+            // Narrowing to a culprit needs evidence that the extension works for the others: a
+            // request that fails whole is retried and, in the end, reported failed instead.
+            let narrowingAcked = journal.request(id)?.narrowingAcknowledged ?? false
+            if request.kind == .identifiers, failure.isCrashOrHang, !sentChunk.isEmpty, sentChunk.count > 1 || narrowingAcked {
                 if sentChunk.count == 1 {
                     // Isolated: this identifier alone crashes or hangs the extension.
                     let rest = Array(remaining.dropFirst())
@@ -179,7 +206,15 @@ extension RequestScheduler {
                     "\(message); the request stays journaled and is retried with \(half) identifier(s) at a time")), final: false)
                 return
             }
-            if request.kind == .identifiers { try journal.setRemaining(id, identifiers: remaining) }
+            if request.kind == .identifiers {
+                var rest = remaining
+                if failure.isCrashOrHang, sentChunk.count == 1, rest.first == sentChunk[0], rest.count > 1 {
+                    // A lone identifier failed with no evidence yet that others work: try it last,
+                    // so that the others can show whether it is the culprit.
+                    rest.append(rest.removeFirst())
+                }
+                try journal.setRemaining(id, identifiers: rest)
+            }
             if case .unavailable(_, let at?) = failure {
                 // The extension was stopping or backing off: the dispatcher saw it available just
                 // before. Nothing was sent, so this is no attempt, and whoever waits keeps waiting.

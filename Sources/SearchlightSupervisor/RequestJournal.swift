@@ -23,6 +23,9 @@ struct ReindexRequest: Sendable, Equatable {
     var lastError: String?
     /// Identifiers per request while a crash is being narrowed down (halving); nil = the unit's maximum.
     var chunk: Int?
+    /// While narrowing (`chunk` set): whether some chunk was acknowledged since, i.e. the
+    /// extension works for other identifiers, so a lone failing identifier is the culprit.
+    var narrowingAcknowledged = false
     var created: Date
 }
 
@@ -54,7 +57,8 @@ final class RequestJournal: @unchecked Sendable {
                 reason TEXT NOT NULL, background INTEGER NOT NULL,
                 state TEXT NOT NULL DEFAULT 'pending',
                 attempts INTEGER NOT NULL DEFAULT 0, not_before REAL NOT NULL DEFAULT 0,
-                last_error TEXT, chunk INTEGER, created REAL NOT NULL
+                last_error TEXT, chunk INTEGER, created REAL NOT NULL,
+                narrowing_acked INTEGER NOT NULL DEFAULT 0
             );
             CREATE TABLE IF NOT EXISTS poisoned(
                 bundle TEXT NOT NULL, idx TEXT NOT NULL, identifier TEXT NOT NULL,
@@ -70,7 +74,7 @@ final class RequestJournal: @unchecked Sendable {
         try db.run("UPDATE requests SET state = 'pending', not_before = 0 WHERE state = 'running'")
     }
 
-    private static let columns = "id, bundle, idx, kind, identifiers, reason, background, state, attempts, not_before, last_error, chunk, created"
+    private static let columns = "id, bundle, idx, kind, identifiers, reason, background, state, attempts, not_before, last_error, chunk, created, narrowing_acked"
 
     private static func request(_ row: Row) -> ReindexRequest {
         let ids: [String]
@@ -85,7 +89,7 @@ final class RequestJournal: @unchecked Sendable {
             reason: row.string(5) ?? "", background: row.int(6) != 0,
             state: ReindexRequest.State(rawValue: row.string(7) ?? "") ?? .pending,
             attempts: Int(row.int(8) ?? 0), notBefore: Date(timeIntervalSince1970: row.double(9) ?? 0),
-            lastError: row.string(10), chunk: row.int(11).map { Int($0) },
+            lastError: row.string(10), chunk: row.int(11).map { Int($0) }, narrowingAcknowledged: row.int(13) == 1,
             created: Date(timeIntervalSince1970: row.double(12) ?? 0))
     }
 
@@ -154,8 +158,20 @@ final class RequestJournal: @unchecked Sendable {
         }
     }
 
-    func markRunning(_ id: Int64) throws {
-        try lock.withLock { _ = try db.run("UPDATE requests SET state = 'running' WHERE id = ?", [.integer(id)]) }
+    /// Marks a pending request running and returns it as it is now (identifiers merged into it
+    /// since the dispatcher looked included); nil if it is no longer pending (absorbed, failed).
+    func claim(_ id: Int64) throws -> ReindexRequest? {
+        try lock.withLock {
+            try db.transaction {
+                guard try db.run("UPDATE requests SET state = 'running' WHERE id = ? AND state = 'pending'", [.integer(id)]) == 1 else { return nil }
+                return try db.rows("SELECT \(Self.columns) FROM requests WHERE id = ?", [.integer(id)]).first.map(Self.request)
+            }
+        }
+    }
+
+    /// A chunk was acknowledged while the request is being narrowed down.
+    func noteNarrowingProgress(_ id: Int64) throws {
+        try lock.withLock { _ = try db.run("UPDATE requests SET narrowing_acked = 1 WHERE id = ? AND chunk IS NOT NULL", [.integer(id)]) }
     }
 
     /// Acknowledged: the request is done and leaves the journal.
@@ -184,7 +200,7 @@ final class RequestJournal: @unchecked Sendable {
             try db.transaction {
                 try db.run("INSERT OR REPLACE INTO poisoned(bundle, idx, identifier, error, at) VALUES (?, ?, ?, ?, ?)",
                     [.text(bundle), .text(index), .text(identifier), .text(error), .double(now.timeIntervalSince1970)])
-                try db.run("UPDATE requests SET identifiers = ?, state = 'pending', not_before = 0, chunk = NULL WHERE id = ?",
+                try db.run("UPDATE requests SET identifiers = ?, state = 'pending', not_before = 0, chunk = NULL, narrowing_acked = 0 WHERE id = ?",
                     [Self.encode(remaining), .integer(id)])
             }
         }

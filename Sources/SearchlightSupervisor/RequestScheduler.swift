@@ -10,6 +10,8 @@ import SearchlightWire
 final class RequestScheduler: @unchecked Sendable {
     /// Someone waiting for a request's outcome (`admin.reindex` with `wait`).
     struct Waiter: Sendable {
+        /// The connection waiting: its waiters go when it closes.
+        let owner: ObjectIdentifier?
         let progress: @Sendable (_ completed: Int, _ total: Int?) -> Void
         let done: @Sendable (Result<JSONValue, SearchlightError>) -> Void
     }
@@ -95,13 +97,14 @@ final class RequestScheduler: @unchecked Sendable {
 
     /// Journals a request (durably, before anything is sent) and wakes the dispatcher.
     func enqueue(bundle: String, index: String, kind: ReindexRequest.Kind, identifiers: [String],
-                 reason: String, background: Bool) throws -> RequestJournal.Enqueued {
+                 reason: String, background: Bool, waiter: Waiter? = nil) throws -> RequestJournal.Enqueued {
         let result = try journal.enqueue(bundle: bundle, index: index, kind: kind, identifiers: identifiers,
             reason: reason, background: background)
         lock.withLock {
             for old in result.absorbed {
                 if let moved = waiters.removeValue(forKey: old) { waiters[result.id, default: []] += moved }
             }
+            if let waiter { waiters[result.id, default: []].append(waiter) }
         }
         log.info("reindex request queued", ["id": result.id, "bundle": bundle, "index": index, "kind": kind.rawValue,
             "identifiers": identifiers.count, "reason": reason, "coalesced": result.coalesced])
@@ -112,9 +115,15 @@ final class RequestScheduler: @unchecked Sendable {
         return result
     }
 
-    func addWaiter(_ id: Int64, _ waiter: Waiter) { lock.withLock { waiters[id, default: []].append(waiter) } }
-
-    func removeWaiters(_ id: Int64) { _ = lock.withLock { waiters.removeValue(forKey: id) } }
+    /// A connection closed: nobody is left to tell about its requests' outcomes.
+    func removeWaiters(owner: ObjectIdentifier) {
+        lock.withLock {
+            for (id, list) in waiters {
+                let kept = list.filter { $0.owner != owner }
+                waiters[id] = kept.isEmpty ? nil : kept
+            }
+        }
+    }
 
     func progress(of id: Int64) -> (completed: Int, total: Int?)? {
         lock.withLock { progress[id].map { ($0.completed, $0.total) } }
@@ -160,6 +169,9 @@ final class RequestScheduler: @unchecked Sendable {
         thread.name = "scheduler"
         thread.start()
     }
+
+    /// True once `stop()` began: failures from then on are interruptions, not attempts.
+    var isStopping: Bool { lock.withLock { stopped } }
 
     func wake() {
         signal.lock()

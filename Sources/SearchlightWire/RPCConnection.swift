@@ -196,6 +196,8 @@ public final class RPCConnection: @unchecked Sendable {
                     if let c = lock.withLock({ pending.removeValue(forKey: id) }) {
                         c.resume(throwing: SearchlightError(.remoteConnection, "could not send \(method): \(error)"))
                     }
+                    // Part of the frame may be on the wire: the stream is no longer in a known state.
+                    close()
                 }
             }
         } onCancel: {

@@ -56,7 +56,7 @@ struct RequestJournalTests {
         let (journal, dir) = try makeJournal()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let running = try journal.enqueue(bundle: "a.b", index: "", kind: .all, identifiers: [], reason: "manual", background: false)
-        try journal.markRunning(running.id)
+        _ = try journal.claim(running.id)
         let next = try journal.enqueue(bundle: "a.b", index: "", kind: .all, identifiers: [], reason: "manual", background: false)
         #expect(next.id != running.id && !next.coalesced)
         #expect(journal.request(running.id)?.state == .running)
@@ -67,7 +67,7 @@ struct RequestJournalTests {
         let (journal, dir) = try makeJournal()
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let r = try journal.enqueue(bundle: "a.b", index: "", kind: .identifiers, identifiers: ["x"], reason: "manual", background: false)
-        try journal.markRunning(r.id)
+        _ = try journal.claim(r.id)
         let reopened = try RequestJournal(path: dir + "/supervisor.sqlite")
         let again = try #require(reopened.request(r.id))
         #expect(again.state == .pending && again.identifiers == ["x"])
