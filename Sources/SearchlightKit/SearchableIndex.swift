@@ -90,6 +90,26 @@ public final class SearchableIndex: Sendable {
         return r["clientState"]?.stringValue.flatMap { Data(base64Encoded: $0) }
     }
 
+    /// The item's data in the representation `contentType` (a UTI), provided by the bundle's index
+    /// extension (CSSearchableIndex.fetchData); `unknownExtension` when none serves the bundle.
+    public func fetchData(forItemIdentifier identifier: String, contentType: String) async throws -> Data {
+        let r = try await call(Method.indexFetchData, ["identifier": .string(identifier), "typeIdentifier": .string(contentType)])
+        guard let data = r["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) else {
+            throw SearchlightError(.extensionFailed, "the extension answered without data")
+        }
+        return data
+    }
+
+    /// A file holding the item in the representation `contentType`, from the bundle's index
+    /// extension; `inPlace` asks for the original file rather than a copy.
+    public func fetchFileURL(forItemIdentifier identifier: String, contentType: String, inPlace: Bool = false) async throws -> URL {
+        let r = try await call(Method.indexFetchFileURL, ["identifier": .string(identifier), "typeIdentifier": .string(contentType), "inPlace": .bool(inPlace)])
+        guard let url = r["url"]?.stringValue.flatMap(URL.init(string:)) else {
+            throw SearchlightError(.extensionFailed, "the extension answered without a URL")
+        }
+        return url
+    }
+
     /// Drops the connection to the daemon; the next call reconnects. (An extension's index shares
     /// the extension's connection, which stays open.)
     public func close() async {

@@ -7,7 +7,7 @@ import SearchlightKit
 /// A misbehaving-on-command index extension for the integration tests: a fake peer in the style
 /// of sourcekit-lsp's tests. The directory in `TEST_EXTENSION_CONTROL` steers it:
 /// - `mode` (read at launch and at every request): `ok`, `crash`, `hang`, `garbage`, `noack`,
-///   `nack`, `flood`, `exit-at-launch`, `slow` (progress every 100 ms for `TEST_EXTENSION_SLOW_MS`),
+///   `nack`, `batch-nack` (fails inside an open batch), `flood`, `exit-at-launch`, `slow` (progress every 100 ms for `TEST_EXTENSION_SLOW_MS`),
 ///   or `poison:ID` (crash whenever a reindex-identifiers request contains ID);
 /// - `received.jsonl` gets one line per request received, so tests can see what was asked.
 /// `TEST_EXTENSION_ITEMS` (default 100) is how many items a reindex-all donates.
@@ -51,7 +51,7 @@ struct TestExtension: IndexExtension {
     }
 
     /// Misbehaves as the mode says; returns normally only for the modes that go on to acknowledge.
-    func misbehave(_ mode: String) async throws {
+    func misbehave(_ mode: String, _ index: SearchableIndex) async throws {
         switch mode {
         case "crash":
             Self.crash()
@@ -63,6 +63,11 @@ struct TestExtension: IndexExtension {
             while true { try await Task.sleep(for: .seconds(3600)) }
         case "nack":
             throw SearchlightError(.extensionFailed, "told to fail by the test")
+        case "batch-nack":
+            // Opens a batch, donates into it, and fails without ending it.
+            try await index.beginBatch()
+            try await index.indexSearchableItems([Self.item("in-abandoned-batch")])
+            throw SearchlightError(.extensionFailed, "told to fail inside a batch by the test")
         default:
             break
         }
@@ -71,7 +76,7 @@ struct TestExtension: IndexExtension {
     func reindexAllSearchableItems(in index: SearchableIndex) async throws {
         let mode = Self.mode
         Self.record("all", ["index": .string(index.name), "mode": .string(mode)])
-        try await misbehave(mode)
+        try await misbehave(mode, index)
         let count = mode == "flood" ? max(Self.itemCount, 20_000) : Self.itemCount
         if mode == "slow" {
             let ms = Int(ProcessInfo.processInfo.environment["TEST_EXTENSION_SLOW_MS"] ?? "") ?? 1000
@@ -94,7 +99,7 @@ struct TestExtension: IndexExtension {
         let mode = Self.mode
         Self.record("identifiers", ["index": .string(index.name), "identifiers": .array(identifiers.map(JSONValue.string))])
         if mode.hasPrefix("poison:"), identifiers.contains(String(mode.dropFirst(7))) { Self.crash() }
-        try await misbehave(mode)
+        try await misbehave(mode, index)
         try await index.indexSearchableItems(identifiers.map(Self.item))
     }
 
