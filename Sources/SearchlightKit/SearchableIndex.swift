@@ -5,7 +5,9 @@ import Foundation
 public typealias SearchableIndexError = SearchlightError
 
 /// An app's index in `searchlightd` (CSSearchableIndex). Every call returns once its effect is
-/// committed to disk. Each instance has its own connection, so batches are per instance.
+/// committed to disk. Each instance an app creates has its own connection, so batches are per
+/// instance. (The indexes an extension is handed share its one connection; a batch left open when
+/// its handler returns or throws is discarded by the daemon, nothing of it applied.)
 public final class SearchableIndex: Sendable {
     /// The index name ("" is the bundle's default index).
     public let name: String

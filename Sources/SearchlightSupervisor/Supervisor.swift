@@ -66,7 +66,8 @@ public final class Supervisor: @unchecked Sendable {
         lock.withLock { scheduler }?.reloadUnits()
     }
 
-    /// Asks `run()` to stop gracefully: finish requests in flight, commit, close. Idempotent.
+    /// Asks `run()` to stop gracefully: client calls in flight finish and commit; extensions are
+    /// asked to exit (their requests stay journaled, resumed at the next start); then close. Idempotent.
     public func stop() {
         let first = lock.withLock {
             defer { stopRequested = true }
