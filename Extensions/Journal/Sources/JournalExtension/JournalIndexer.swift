@@ -20,22 +20,18 @@ struct JournalIndexer: IndexExtension {
     func reindexAllSearchableItems(in index: SearchableIndex) async throws {
         let journal = try JournalFile.read(journalURL)
         journal.warnAboutSkippedEntries()
+        // If anything below throws, the daemon discards the open batch: nothing of it is applied.
         try await index.beginBatch()
-        do {
-            try await index.deleteAllSearchableItems()
-            var done = 0
-            for start in stride(from: 0, to: journal.entries.count, by: Self.chunkSize) {
-                try Task.checkCancellation()
-                let chunk = journal.entries[start..<min(start + Self.chunkSize, journal.entries.count)]
-                try await index.indexSearchableItems(chunk.map(\.searchableItem))
-                done += chunk.count
-                await index.reportProgress(completed: done, total: journal.entries.count)
-            }
-            try await index.endBatch(newClientState: journal.fingerprint)
-        } catch {
-            await Self.abandonBatch(in: index)
-            throw error
+        try await index.deleteAllSearchableItems()
+        var done = 0
+        for start in stride(from: 0, to: journal.entries.count, by: Self.chunkSize) {
+            try Task.checkCancellation()
+            let chunk = journal.entries[start..<min(start + Self.chunkSize, journal.entries.count)]
+            try await index.indexSearchableItems(chunk.map(\.searchableItem))
+            done += chunk.count
+            await index.reportProgress(completed: done, total: journal.entries.count)
         }
+        try await index.endBatch(newClientState: journal.fingerprint)
     }
 
     func reindexSearchableItems(withIdentifiers identifiers: [String], in index: SearchableIndex) async throws {
@@ -57,13 +53,5 @@ struct JournalIndexer: IndexExtension {
                 "journal entries come as \(JournalEntry.dataTypes.joined(separator: " or ")), not \(typeIdentifier.prefix(80))")
         }
         return data
-    }
-
-    /// The SDK has no call to drop an open batch, and the batch lives as long as the connection,
-    /// which the extension shares between requests. Ending it with a client-state expectation
-    /// that cannot hold ends it and applies nothing (DESIGN §4), so the next request starts clean.
-    static func abandonBatch(in index: SearchableIndex) async {
-        try? await index.endBatch(expectedClientState: .some(Data("journal/abandoned".utf8)),
-            newClientState: Data("journal/abandoned".utf8))
     }
 }
