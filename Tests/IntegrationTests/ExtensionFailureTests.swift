@@ -96,9 +96,12 @@ struct ExtensionFailureTests {
         let relaunch = try #require(bench.lines(["extension launched", "label=\(unit.label)"], after: mark).first)
         let gap = try #require(ExtensionBench.time(of: relaunch)).timeIntervalSince(try #require(ExtensionBench.time(of: exit)))
         #expect(gap >= 0.15, "relaunched \(gap) s after the crash")
+        // At least one crash; more if this test's task was slow to switch the mode back (a loaded
+        // machine), each followed by a relaunch.
         let status = try #require(try await bench.extensionStatus(unit.label))
-        #expect(status["crashes"]?.intValue == 1)
-        #expect(status["launches"]?.intValue == 2)
+        let crashes = status["crashes"]?.intValue ?? 0
+        #expect(crashes >= 1)
+        #expect(status["launches"]?.intValue == crashes + 1)
         #expect(try await bench.requests(bundle: unit.bundle).isEmpty)
         #expect(try await itemCount(bench, bundle: unit.bundle) == 100, "the crash before donating left the index as it was")
         try await expectHealthy(bench)
@@ -178,13 +181,15 @@ struct ExtensionFailureTests {
         let mark = bench.mark
 
         async let flooding = bench.cli(["reindex", flooder.label, "--all", "--timeout", "120"])
-        try await bench.until("the flood to begin") { bench.control(flooder.label).received.contains { $0.mode == "flood" } }
+        // The fake holds halfway through its 20 000 donations until released: the other extension
+        // is served while the flood is certainly under way.
+        try await bench.until("the flood to be halfway") { bench.control(flooder.label).received.contains { $0.kind == "flood-holding" } }
         let served = try await bench.cli(["reindex", other.label, "--identifiers", "x", "y", "--timeout", "60"])
         #expect(served.status == 0, "\(served.stderr)")
-        let floodDoneFirst = !bench.lines(["reindex request acknowledged", "label=\(flooder.label) "], after: mark).isEmpty
+        #expect(bench.lines(["reindex request acknowledged", "label=\(flooder.label) "], after: mark).isEmpty)
+        try Data().write(to: URL(fileURLWithPath: bench.control(flooder.label).path + "/release"))
         let r = try await flooding
         #expect(r.status == 0, "\(r.stderr)")
-        #expect(!floodDoneFirst, "the other extension was served while the flood went on")
 
         #expect(try await itemCount(bench, bundle: flooder.bundle) == 20_000)
         let found = try await SearchQuery(queryString: #"uniqueIdentifier == "item-19999""#, index: bench.daemon.index(flooder.bundle)).allItems()

@@ -7,7 +7,8 @@ import SearchlightKit
 /// A misbehaving-on-command index extension for the integration tests: a fake peer in the style
 /// of sourcekit-lsp's tests. The directory in `TEST_EXTENSION_CONTROL` steers it:
 /// - `mode` (read at launch and at every request): `ok`, `crash`, `hang`, `garbage`, `noack`,
-///   `nack`, `batch-nack` (fails inside an open batch), `flood`, `exit-at-launch`, `slow` (progress every 100 ms for `TEST_EXTENSION_SLOW_MS`),
+///   `nack`, `batch-nack` (fails inside an open batch), `flood` (20 000 items; halfway it waits
+///   for a file `release` in the control directory), `exit-at-launch`, `slow` (progress every 100 ms for `TEST_EXTENSION_SLOW_MS`),
 ///   or `poison:ID` (crash whenever a reindex-identifiers request contains ID);
 /// - `received.jsonl` gets one line per request received, so tests can see what was asked.
 /// `TEST_EXTENSION_ITEMS` (default 100) is how many items a reindex-all donates.
@@ -88,6 +89,15 @@ struct TestExtension: IndexExtension {
         try await index.deleteAllSearchableItems()
         var done = 0
         while done < count {
+            if mode == "flood", done == count / 2 {
+                // Halfway, hold until the test says `release`: the test's other requests are
+                // then served while this one is certainly still going.
+                Self.record("flood-holding", [:])
+                while !FileManager.default.fileExists(atPath: Self.control + "/release") {
+                    await index.reportProgress(completed: done, total: count)
+                    try await Task.sleep(for: .milliseconds(20))
+                }
+            }
             let chunk = (done..<min(count, done + 1000)).map { Self.item("item-\($0)") }
             try await index.indexSearchableItems(chunk)
             done += chunk.count
