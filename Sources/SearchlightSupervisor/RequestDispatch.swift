@@ -237,7 +237,7 @@ extension RequestScheduler {
             // way must not send the whole set again.
             try journal.attemptFailed(id, error: message, retryAt: retryAt, chunk: request.chunk)
             log.warning("reindex request failed; will retry", ["id": id, "label": host.label, "attempt": attempts,
-                "retry_at": ISO8601.format(retryAt), "error": message])
+                "retry_at": ISO8601.format(retryAt), "delay_s": String(format: "%.3f", retryAt.timeIntervalSince(now)), "error": message])
             events.emit("request.retry", ["requestId": .number(Double(id)), "label": .string(host.label), "attempts": .number(Double(attempts)),
                 "retryAt": .string(ISO8601.format(retryAt)), "message": .string(message)])
             finish(id, .failure(SearchlightError(.extensionFailed,
