@@ -1,5 +1,11 @@
 import Foundation
+import Synchronization
 import SearchlightWire
+
+/// What the watchdog of one call found, shared with the code that classifies the call's failure.
+final class TimeoutNote: Sendable {
+    let message = Mutex<String?>(nil)
+}
 
 /// How one attempt at a request ended.
 enum AttemptFailure: Error {
@@ -122,6 +128,9 @@ extension RequestScheduler {
     private func send(_ method: String, _ params: JSONValue, link: ExtensionHost.Link, host: ExtensionHost, started: Date) async throws -> JSONValue {
         let settings = host.unit.indexExtension
         host.noteActivity()
+        // Set by the watchdog before it stops the extension: the call then fails as "connection
+        // lost", but the cause is the timeout.
+        let timedOut = TimeoutNote()
         do {
             return try await withThrowingTaskGroup(of: JSONValue?.self) { group in
                 group.addTask { try await link.connection.call(method, params) }
@@ -132,12 +141,14 @@ extension RequestScheduler {
                         let overall = started.addingTimeInterval(settings.maximumRequestDuration)
                         let deadline = min(inactive, overall)
                         if Date() >= deadline {
+                            let message = deadline == overall
+                                ? "\(host.label) did not finish within MaximumRequestDuration (\(Int(settings.maximumRequestDuration)) s)"
+                                : "\(host.label) sent no acknowledgement, progress or donation for \(Int(settings.acknowledgementTimeout)) s"
+                            timedOut.message.withLock { $0 = message }
                             // Stop it here, not after the group: a call blocked writing to an
                             // extension that stopped reading only returns once it is gone.
                             host.terminate(hung: true)
-                            throw AttemptFailure.timedOut(deadline == overall
-                                ? "\(host.label) did not finish within MaximumRequestDuration (\(Int(settings.maximumRequestDuration)) s)"
-                                : "\(host.label) sent no acknowledgement, progress or donation for \(Int(settings.acknowledgementTimeout)) s")
+                            throw AttemptFailure.timedOut(message)
                         }
                         try await Task.sleep(for: .seconds(max(0.05, deadline.timeIntervalSinceNow)))
                     }
@@ -149,16 +160,21 @@ extension RequestScheduler {
                 host.noteActivity()
                 return answer
             }
-        } catch let failure as AttemptFailure {
-            if case .timedOut(let message) = failure {
+        } catch {
+            let failure: AttemptFailure
+            if let message = timedOut.message.withLock({ $0 }) {
+                failure = .timedOut(message)
                 log.warning("extension timed out; stopping it", ["label": host.label, "pid": link.pid, "reason": message])
+            } else if let f = error as? AttemptFailure {
+                failure = f
+            } else if let e = error as? SearchlightError, !link.connection.isClosed {
+                failure = .negative(e)
+            } else if error is SearchlightError {
+                failure = .lost("\(host.label) exited or closed its connection before acknowledging")
+            } else {
+                failure = .lost("\(host.label): \(error)")
             }
             throw failure
-        } catch let error as SearchlightError {
-            if link.connection.isClosed { throw AttemptFailure.lost("\(host.label) exited or closed its connection before acknowledging") }
-            throw AttemptFailure.negative(error)
-        } catch {
-            throw AttemptFailure.lost("\(host.label): \(error)")
         }
     }
 
