@@ -127,52 +127,10 @@ public final class Database {
         }
     }
 
-    /// Copies WAL frames into the database file (`sqlite3_wal_checkpoint_v2` on "main"). The
-    /// file is synced as this connection's `synchronous` setting says (not at all when OFF).
-    /// A checkpoint the busy timeout cut short answers `busy` after doing what it could.
-    @discardableResult
-    public func checkpoint(_ mode: CheckpointMode) throws(DatabaseError) -> CheckpointResult {
-        var walFrames: Int32 = -1
-        var checkpointed: Int32 = -1
-        let rc = sqlite3_wal_checkpoint_v2(handle, "main", mode.sqliteMode, &walFrames, &checkpointed)
-        guard rc == SQLITE_OK || rc & 0xFF == SQLITE_BUSY else { throw error(rc, sql: "checkpoint(\(mode))") }
-        return CheckpointResult(walFrames: Int(walFrames), checkpointedFrames: Int(checkpointed), busy: rc != SQLITE_OK)
-    }
-
     /// Registers the scalar functions the query compiler emits (sl_match, …).
     public func registerFunctions() {
         SQLFunctions.register(on: handle)
     }
-}
-
-/// How far a checkpoint goes (SQLite's `SQLITE_CHECKPOINT_*` modes).
-public enum CheckpointMode: Sendable {
-    /// As many frames as possible without waiting for the writer or any reader.
-    case passive
-    /// Waits (busy timeout) for the writer lock and for readers of older snapshots, then copies every frame.
-    case full
-    /// Like `full`, then waits until no reader uses the WAL, so the next write starts it over from its beginning.
-    case restart
-    /// Like `restart`, and truncates the WAL file to zero bytes.
-    case truncate
-
-    var sqliteMode: Int32 {
-        switch self {
-        case .passive: SQLITE_CHECKPOINT_PASSIVE
-        case .full: SQLITE_CHECKPOINT_FULL
-        case .restart: SQLITE_CHECKPOINT_RESTART
-        case .truncate: SQLITE_CHECKPOINT_TRUNCATE
-        }
-    }
-}
-
-/// What a checkpoint did: frames in the WAL and how many of them the database file now holds
-/// (both -1 when the database is not in WAL mode).
-public struct CheckpointResult: Sendable, Equatable {
-    public var walFrames: Int
-    public var checkpointedFrames: Int
-    /// The busy timeout ran out waiting for the writer or for readers; the checkpoint is partial.
-    public var busy: Bool
 }
 
 /// A row read from a statement.

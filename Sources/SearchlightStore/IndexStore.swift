@@ -7,10 +7,9 @@ import SearchlightWire
 /// One index: a SQLite database in WAL mode holding one bundle's items for one index name.
 ///
 /// Writes go through a single writer thread that commits every pending call together (group
-/// commit): a whole group costs one fsync, and a failing call applies nothing while the others
-/// commit. A call is answered only after its commit. Checkpoints run on a thread of their own
-/// (`WALCheckpointer`), never in a commit. Reads use a small pool of separate connections and
-/// never wait for the writer.
+/// commit): each call runs in its own savepoint, so one failing call applies nothing while the
+/// others commit, and a whole group costs one fsync. A call is answered only after its commit.
+/// Reads use a small pool of separate connections and never wait for the writer.
 public final class IndexStore: @unchecked Sendable {
     public let path: String
     public let options: StoreOptions
@@ -21,8 +20,6 @@ public final class IndexStore: @unchecked Sendable {
     }
 
     let writer: Database
-    /// Copies the WAL into the database file off the writer's thread.
-    let checkpointer: WALCheckpointer
     private let queue = NSCondition()
     private var pending: [PendingWrite] = []
     private var stopping = false
@@ -67,9 +64,6 @@ public final class IndexStore: @unchecked Sendable {
             try Self.configure(writer, fullSync: options.fullSync)
             try Self.prepareSchema(writer, path: path)
             itemCount = try writer.intScalar("SELECT count(*) FROM items")
-            checkpointer = try WALCheckpointer(
-                path: path, fullSync: options.fullSync, checkpointFrames: options.checkpointFrames, walFrameLimit: options.walFrameLimit)
-            try checkpointer.attach(to: writer)
         } catch let e as DatabaseError {
             throw Self.map(e, path: path)
         } catch let e as SearchlightError {
@@ -77,7 +71,6 @@ public final class IndexStore: @unchecked Sendable {
         } catch {
             throw SearchlightError(.indexUnavailable, "cannot open index \(path): \(error)")
         }
-        checkpointer.start()
         let thread = Thread { [unowned self] in self.writerLoop() }
         thread.name = "index-writer"
         writerThread = thread
@@ -142,9 +135,7 @@ public final class IndexStore: @unchecked Sendable {
     }
 
     /// The corruption seen at run time, if any (the supervisor's recovery acts on it).
-    public var detectedDamage: DatabaseError? {
-        stateLock.withLock { damage } ?? checkpointer.failure.flatMap { $0.isCorruption ? $0 : nil }
-    }
+    public var detectedDamage: DatabaseError? { stateLock.withLock { damage } }
 
     public var count: Int { stateLock.withLock { itemCount } }
 
@@ -208,8 +199,6 @@ public final class IndexStore: @unchecked Sendable {
 
     private func writerLoop() {
         while true {
-            // Outside any transaction: a RESTART checkpoint the WAL's length called for runs now.
-            checkpointer.waitForRestart()
             queue.lock()
             while pending.isEmpty && !stopping { queue.wait() }
             if pending.isEmpty && stopping {
@@ -336,19 +325,14 @@ public final class IndexStore: @unchecked Sendable {
 
     // MARK: - Lifecycle
 
-    /// Finishes queued writes, then stops the writer and checkpoints the whole WAL into the
-    /// database file (leaving it empty). Idempotent.
+    /// Finishes queued writes, then stops the writer. Idempotent.
     public func close() {
         queue.lock()
         let wasStopping = stopping
         stopping = true
         queue.signal()
         queue.unlock()
-        if !wasStopping, writerThread != nil {
-            writerDone.wait()
-            checkpointer.detach(from: writer)
-            checkpointer.close()
-        }
+        if !wasStopping, writerThread != nil { writerDone.wait() }
         readers.lock()
         idleReaders.removeAll()
         readers.unlock()

@@ -12,13 +12,6 @@ public struct StoreOptions: Sendable {
     public var maxReaders = 4
     /// `synchronous=FULL`: a commit is durable on power loss, not only on process crash.
     public var fullSync = true
-    /// WAL frames (pages) written since the last checkpoint that start the next one, on the
-    /// index's checkpointer thread: 1000 is about 4 MiB, SQLite's own default.
-    public var checkpointFrames = 1000
-    /// WAL frames (16 384: about 64 MiB) at which the writer pauses between groups for a RESTART
-    /// checkpoint, so the log starts over even when the writer never idles or a reader holds an
-    /// old snapshot.
-    public var walFrameLimit = 16_384
 
     public init() {}
 }
