@@ -128,7 +128,7 @@ public final class IndexStore: @unchecked Sendable {
         switch error {
         case let e as SearchlightError: return e
         case let e as DatabaseError:
-            if e.isCorruption { stateLock.withLock { damage = e } }
+            if e.isCorruption { markDamaged(e) }
             return Self.map(e, path: path)
         default: return SearchlightError(.internalError, "\(error)")
         }
@@ -136,6 +136,20 @@ public final class IndexStore: @unchecked Sendable {
 
     /// The corruption seen at run time, if any (the supervisor's recovery acts on it).
     public var detectedDamage: DatabaseError? { stateLock.withLock { damage } }
+
+    /// Told once, on the first damage found at run time (a failing call or the idle scrub), so the
+    /// supervisor can start recovery at once instead of at the next status. Set before the store is shared.
+    public var onDamage: (@Sendable (DatabaseError) -> Void)?
+
+    /// Records that the file is damaged (SQLITE_CORRUPT/NOTADB at run time, or a failed scrub) and tells
+    /// `onDamage` the first time.
+    public func markDamaged(_ e: DatabaseError) {
+        let first: Bool = stateLock.withLock {
+            defer { if damage == nil { damage = e } }
+            return damage == nil
+        }
+        if first { onDamage?(e) }
+    }
 
     public var count: Int { stateLock.withLock { itemCount } }
 

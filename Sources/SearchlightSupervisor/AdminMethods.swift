@@ -21,9 +21,7 @@ struct AdminMethods {
         case Method.adminMonitor:
             context.events.subscribe(session.connection)
             return ["monitoring": true]
-        case Method.adminSimulate:
-            throw SearchlightError(.methodNotFound,
-                "admin.simulate needs the scheduler's triggers (migration, corruption, idle), which this build of searchlightd does not have yet")
+        case Method.adminSimulate: return try simulate(params)
         default:
             throw SearchlightError(.methodNotFound, "unknown admin method \"\(method.prefix(64))\"; see Docs/Protocol.md")
         }
