@@ -8,7 +8,7 @@ RELEASE := .build/release
 EXTENSIONS := Journal Notes Packages
 UNITS := launchd-like-units/extensions
 
-.PHONY: all build release extensions run test bench deps clean
+.PHONY: all build release extensions run test bench fuzz deps clean
 
 all: build
 
@@ -55,6 +55,45 @@ test: build extensions
 bench: release
 	$(SWIFT) build -c release --package-path Extensions/Packages
 	$(RELEASE)/searchlight-bench $(if $(wildcard ../shared/corpus/debian-packages.jsonl.gz),--corpus ../shared/corpus/debian-packages.jsonl.gz,) $(BENCH_ARGS)
+
+# Long fuzz runs (Docs/Reliability.md, "Hostile input and fuzzing"). With libFuzzer (the
+# toolchain's libclang_rt.fuzzer_no_main): coverage-guided, under AddressSanitizer, corpus in
+# Fuzz/corpus/TARGET (seeded from real inputs), crashing inputs in Fuzz/crashes/. Without it, or
+# with FUZZ_ENGINE=mutation: the deterministic mutation fuzzer of `make test`, for longer.
+# FUZZ_SECONDS per target; FUZZ_ITERATIONS caps the mutation fuzzer; FUZZ_TARGETS picks targets.
+FUZZ_TARGETS ?= wire query unit
+FUZZ_SECONDS ?= 120
+FUZZ_ITERATIONS ?= 100000000
+FUZZ_ENGINE ?= libfuzzer
+FUZZ_BUILD := .build/fuzz
+TOOLCHAIN_USR := $(patsubst %/bin/,%,$(dir $(realpath $(shell command -v $(SWIFT)))))
+LIBFUZZER_ARCHIVE = $(firstword $(wildcard $(TOOLCHAIN_USR)/lib/clang/*/lib/linux/libclang_rt.fuzzer_no_main-$(shell uname -m).a))
+
+fuzz: build
+	@mkdir -p Fuzz/crashes
+	@engine=$(FUZZ_ENGINE); \
+	if [ "$$engine" = libfuzzer ]; then \
+		if [ -z "$(LIBFUZZER_ARCHIVE)" ]; then echo "make fuzz: no libFuzzer in this toolchain; using the mutation fuzzer"; engine=mutation; \
+		elif ! $(SWIFT) build -c release --build-path $(FUZZ_BUILD) --product searchlight-fuzz --sanitize=address \
+			-Xswiftc -sanitize-coverage=edge,inline-8bit-counters,pc-table,trace-cmp -Xswiftc -DFUZZING \
+			-Xlinker --whole-archive -Xlinker $(LIBFUZZER_ARCHIVE) -Xlinker --no-whole-archive -Xlinker -lstdc++; then \
+			echo "make fuzz: the libFuzzer build failed; using the mutation fuzzer"; engine=mutation; \
+		fi; \
+	fi; \
+	for t in $(FUZZ_TARGETS); do \
+		mkdir -p Fuzz/corpus/$$t && $(BUILD)/searchlight-fuzz $$t --write-seeds Fuzz/corpus/$$t || exit 1; \
+		echo "make fuzz: target $$t, $(FUZZ_SECONDS) s, engine $$engine"; \
+		if [ "$$engine" = libfuzzer ]; then \
+			SEARCHLIGHT_FUZZ_TARGET=$$t ASAN_OPTIONS=detect_leaks=0 $(FUZZ_BUILD)/release/searchlight-fuzz -max_total_time=$(FUZZ_SECONDS) \
+				-timeout=10 -rss_limit_mb=4096 -print_final_stats=1 -artifact_prefix=Fuzz/crashes/$$t- Fuzz/corpus/$$t \
+				>$(FUZZ_BUILD)/$$t.log 2>&1; status=$$?; \
+			grep -E '^(stat::|SUMMARY|artifact_prefix|Done)|Fatal error|ERROR|Test unit written' $(FUZZ_BUILD)/$$t.log; \
+			[ $$status = 0 ] || { echo "make fuzz: target $$t failed; full log in $(FUZZ_BUILD)/$$t.log"; exit 1; }; \
+		else \
+			$(BUILD)/searchlight-fuzz $$t --seconds $(FUZZ_SECONDS) --iterations $(FUZZ_ITERATIONS) \
+				--corpus Fuzz/corpus/$$t --crashes Fuzz/crashes || exit 1; \
+		fi; \
+	done
 
 clean:
 	rm -rf .build $(EXTENSIONS:%=Extensions/%/.build)

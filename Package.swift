@@ -30,6 +30,14 @@ let package = Package(
             dependencies: ["SearchlightWire", "SearchlightStore", "CSpawn"],
             swiftSettings: strict
         ),
+        // The fuzz targets and the deterministic mutation fuzzer (`make test` runs them bounded;
+        // `make fuzz` runs them long, under libFuzzer when the toolchain has it).
+        .target(
+            name: "SearchlightFuzz",
+            dependencies: ["SearchlightWire", "SearchlightStore", "SearchlightSupervisor"],
+            swiftSettings: strict
+        ),
+        .executableTarget(name: "searchlight-fuzz", dependencies: ["SearchlightFuzz"], swiftSettings: strict),
         .executableTarget(name: "searchlightd", dependencies: ["SearchlightSupervisor"], swiftSettings: strict),
         .executableTarget(name: "searchlight", dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightSupervisor"], swiftSettings: strict),
         .executableTarget(
@@ -50,6 +58,7 @@ let package = Package(
             dependencies: ["SearchlightSupervisor"],
             swiftSettings: strict
         ),
+        .testTarget(name: "SearchlightFuzzTests", dependencies: ["SearchlightFuzz"], swiftSettings: strict),
         .testTarget(
             name: "IntegrationTests",
             dependencies: ["SearchlightKit", "SearchlightWire"],

@@ -1,0 +1,23 @@
+/// SplitMix64: a tiny, fast, seedable generator, so that a fuzz run is reproduced exactly from
+/// its seed (a failing input in `make test` is the same input on every machine).
+public struct FuzzRandom: RandomNumberGenerator, Sendable {
+    private var state: UInt64
+
+    public init(seed: UInt64) { state = seed }
+
+    public mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    /// A number in `0..<bound` (bound > 0).
+    public mutating func below(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
+
+    /// True with probability `1 / n`.
+    public mutating func oneIn(_ n: Int) -> Bool { below(n) == 0 }
+
+    public mutating func pick<T>(_ choices: [T]) -> T { choices[below(choices.count)] }
+}
