@@ -23,11 +23,13 @@ public struct FuzzRunner: Sendable {
         public var iterations = 0
         public var elapsed = 0.0
         public var slowest = 0.0
+        /// Inputs the target accepted (parsed, valid): how deep the mutants got.
+        public var accepted = 0
         public var violations: [FuzzViolation] = []
         public var executionsPerSecond: Double { elapsed > 0 ? Double(iterations) / elapsed : 0 }
         public var description: String {
             "fuzz target=\(target) iterations=\(iterations) seconds=\(String(format: "%.1f", elapsed)) " +
-                "execs_per_s=\(Int(executionsPerSecond)) slowest_ms=\(Int(slowest * 1000)) violations=\(violations.count)"
+                "execs_per_s=\(Int(executionsPerSecond)) accepted=\(accepted) slowest_ms=\(Int(slowest * 1000)) violations=\(violations.count)"
         }
     }
 
@@ -53,7 +55,7 @@ public struct FuzzRunner: Sendable {
             previous = input
             let t0 = Date()
             do {
-                try target.run(input)
+                if try target.run(input) { report.accepted += 1 }
             } catch {
                 report.violations.append(error)
             }

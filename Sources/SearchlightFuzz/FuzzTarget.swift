@@ -27,7 +27,10 @@ public protocol FuzzTarget: Sendable {
     var seeds: [[UInt8]] { get }
     /// Tokens of the input's language that mutations plant.
     var dictionary: [String] { get }
-    func run(_ input: [UInt8]) throws(FuzzViolation)
+    /// Runs one input; true when the input was accepted (parsed, or a valid unit), so that a run
+    /// can report how much of it got past the first checks.
+    @discardableResult
+    func run(_ input: [UInt8]) throws(FuzzViolation) -> Bool
 }
 
 extension FuzzTarget {

@@ -68,7 +68,8 @@ public final class QueryFuzzTarget: FuzzTarget {
         ].map { Array($0.utf8) }
     }
 
-    public func run(_ input: [UInt8]) throws(FuzzViolation) {
+    @discardableResult
+    public func run(_ input: [UInt8]) throws(FuzzViolation) -> Bool {
         // The query reaches the daemon as a JSON string, so it is always valid Unicode.
         let text = String(decoding: input, as: UTF8.self)
         let filter: SQLFilter
@@ -79,7 +80,7 @@ public final class QueryFuzzTarget: FuzzTarget {
             guard let offset = error.data?["offset"]?.intValue, (0...text.utf8.count).contains(offset) else {
                 throw violation("invalidQuery without an offset inside the query: \(error)", input)
             }
-            return
+            return false
         }
         do {
             _ = try store.search(filter, limit: 5)
@@ -93,5 +94,6 @@ public final class QueryFuzzTarget: FuzzTarget {
         } catch {
             throw violation("a user query failed: \(error)", input)
         }
+        return true
     }
 }

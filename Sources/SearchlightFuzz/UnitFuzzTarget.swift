@@ -73,16 +73,19 @@ public struct UnitFuzzTarget: FuzzTarget {
         return seeds
     }
 
-    public func run(_ input: [UInt8]) throws(FuzzViolation) {
+    @discardableResult
+    public func run(_ input: [UInt8]) throws(FuzzViolation) -> Bool {
         switch UnitParser.parse(data: Data(input), path: Self.path, system: false) {
         case .success(let unit):
             guard unit.label == "org.example.fuzz" else { throw violation("a unit was read with the label \(unit.label)", input) }
+            return true
         case .failure(let problem):
             guard !problem.message.isEmpty, !problem.fix.isEmpty else { throw violation("a problem without a message or fix: \(problem)", input) }
             let shown = problem.description
             guard !shown.unicodeScalars.contains(where: { $0.value < 0x20 || (0x7F...0x9F).contains($0.value) }) else {
                 throw violation("a problem prints control characters: \(shown.debugDescription)", input)
             }
+            return false
         }
     }
 }

@@ -38,13 +38,18 @@ public struct WireFuzzTarget: FuzzTarget {
         ].map { Array(($0 + "\n").utf8) }
     }
 
-    public func run(_ input: [UInt8]) throws(FuzzViolation) {
+    @discardableResult
+    public func run(_ input: [UInt8]) throws(FuzzViolation) -> Bool {
         let whole = frames(of: input, readSizes: [input.count])
         let split = frames(of: input, readSizes: readSizes(for: input))
         guard whole.frames == split.frames, whole.tooLarge == split.tooLarge else {
             throw violation("the frames depend on how the stream was split into reads", input)
         }
-        for frame in whole.frames { try check(frame: frame, input: input) }
+        var accepted = false
+        for frame in whole.frames {
+            if try check(frame: frame, input: input) { accepted = true }
+        }
+        return accepted
     }
 
     struct Framed {
@@ -78,7 +83,8 @@ public struct WireFuzzTarget: FuzzTarget {
         return (0..<8).map { _ in random.pick([1, 2, 3, 7, 64, 1000, 5000]) }
     }
 
-    func check(frame: [UInt8], input: [UInt8]) throws(FuzzViolation) {
+    /// True when the frame is a valid message (and its items, if any, are valid).
+    func check(frame: [UInt8], input: [UInt8]) throws(FuzzViolation) -> Bool {
         if let value = try? JSONValue.parse(frame, maxDepth: limits.maxJSONDepth) {
             let encoded = value.serialized()
             guard !encoded.contains(0x0A) else { throw violation("an encoded JSON value holds a newline", input) }
@@ -93,7 +99,7 @@ public struct WireFuzzTarget: FuzzTarget {
             guard error.error.code == .parseError || error.error.code == .invalidRequest else {
                 throw violation("a bad frame failed with \(error.error), not parseError or invalidRequest", input)
             }
-            return
+            return false
         }
         let reframed = message.frame()
         guard reframed.last == 0x0A, !reframed.dropLast().contains(0x0A) else {
@@ -103,11 +109,12 @@ public struct WireFuzzTarget: FuzzTarget {
             throw violation("a message changed in encode-then-decode", input)
         }
         if case .request(_, _, let params) = message, params["items"] != nil {
-            try checkItems(params["items"], input: input)
+            return try checkItems(params["items"], input: input)
         }
+        return true
     }
 
-    func checkItems(_ value: JSONValue?, input: [UInt8]) throws(FuzzViolation) {
+    func checkItems(_ value: JSONValue?, input: [UInt8]) throws(FuzzViolation) -> Bool {
         let validator = ItemValidator(limits: limits)
         let items: [SearchableItem]
         do {
@@ -116,12 +123,13 @@ public struct WireFuzzTarget: FuzzTarget {
             guard error.code == .invalidItem || error.code == .invalidParams else {
                 throw violation("bad items failed with \(error), not invalidItem or invalidParams", input)
             }
-            return
+            return false
         }
         for (i, item) in items.enumerated() {
             guard let again = try? validator.validate(item: item.json, index: i), again == item else {
                 throw violation("item \(i) changed in encode-then-validate", input)
             }
         }
+        return true
     }
 }

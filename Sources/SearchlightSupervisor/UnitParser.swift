@@ -107,6 +107,9 @@ public enum UnitParser {
     /// refuses the old OpenStep text format, which would read almost any text as a string.
     static func plistRoot(_ data: Data, path: String) throws(UnitProblem) -> Any {
         let fix = "write an XML property list: <plist version=\"1.0\"><dict>…</dict></plist> (see Docs/Units.md)"
+        if BinaryPlistCheck.isBinary(data), let problem = BinaryPlistCheck.problem(in: data) {
+            throw UnitProblem(file: path, message: "is a malformed binary property list: \(problem)", fix: fix)
+        }
         var format = PropertyListSerialization.PropertyListFormat.xml
         let root: Any
         do {

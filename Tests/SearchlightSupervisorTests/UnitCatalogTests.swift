@@ -64,6 +64,12 @@ private func problem(_ file: String, system: Bool = false) -> UnitProblem? {
     return nil
 }
 
+/// The problem with unit contents given in memory, as if read from `<name>.plist`.
+private func problem(data: Data, name: String) -> UnitProblem? {
+    if case .failure(let p) = UnitParser.parse(data: data, path: "/nonexistent/\(name).plist", system: false) { return p }
+    return nil
+}
+
 @Suite("Unit files")
 struct UnitParserTests {
     @Test("a minimal unit gets the defaults of DESIGN §5")
@@ -200,6 +206,22 @@ struct UnitParserTests {
         #expect(FileManager.default.createFile(atPath: f.path + "/org.example.notes.plist", contents: data))
         let unit = try #require(parsed(f.path + "/org.example.notes.plist"))
         #expect(unit.disabled && unit.indexExtension.indexVersion == 2)
+    }
+
+    @Test("binary plist set crash: a binary property list holding a set is refused, not a crash of Foundation")
+    func binaryPlistSetCrash() throws {
+        // Found by `make fuzz` (target unit): swift-corelibs Foundation crashed bridging a set.
+        let crash = try #require(Data(base64Encoded: "YnBsaXN0MDDfEBABAgMEBQYHCAkKCwwNDg8QERITFBUYGSgrLC0uLzAxNFVVbWFza1hEaXNhYmxlZF1Mb3dQcmlvcml0eUlPXxAQQnVuZGxlSWRlbnRpZmllcl8QEkhhcmRSZXNvdXJjZUxpbWl0c18QEFdvcmtpbmdEaXJlY3RvcnleSW5kZXhFeHRlbnNpb25fEBBQcm9ncmFtQXJndW1lbnRzVE5pY2VXVGltZU91dF8QEFRocm90dGxlSW50ZXJ2YWxVTGFiZWxbRXhpdFRpbWVPdXRbUHJvY2Vzc1R5cGVfEBRFbnZpcm9ubWVudFZhcmlhYmxlc18QElNvZnRSZXNvdXJjZUxpbWl0cxA/CAlfEBFvcmcuZXhhbXBsZS5ub3Ric8EWF11OdW1iZXJPZkZpbGVzEQIAVC90bXDWGhscHR4fEyEkJSYnXxAUUmVmcmVzaEV4cGlyaW5nSXRlbXNaSW5kZXhOYW1lc1xJbmRleFZlcnNpb25fEBZNYXhpbXVtUmVxdWVzdER1cmF0aW9uXxAcTWF4aW11Y0lkZW50aWZpZXJzUGVyUmVxdWVzdF8QFkFja25vd2xlZGdlbWVudFRpbWVvdXQJoiIjUFdhcmNoaXZlEAIRDhARA+gQPKIpKlkvYmluL3RydWVZLS12ZXJib3NlEAUQPBAKXxAQb3JnLmV4YW1wbGUuZnV6ekAjBAAAAAAAAFpCYWNrZ3JvdW5k0TIzWUxPR19MRVZFTFVkZWJ1Z9E1Nl1OdW1iZXJPZkZpbGVzEQEAAAgAKwAxADoASABbAHAAgwCSAKUAqgCyAMUAywDXAOMA+gEPAREBEgETAScBKgE4ATsBQAFNAWQBbwF8AZUBuQHNAc4B0QHSAdoB3AHfAeIB5AHnAfEB+wH9Af8CAQIUAh0CKAIrAjUCOwI+AkwAAAAAAAACAQAAAAAAAAA3AAAAAAAAAAAAAAAAAAACTw=="))
+        let p = try #require(problem(data: crash, name: "org.example.fuzz"))
+        #expect(p.message.contains("malformed binary property list: a set or UID object"), "\(p)")
+    }
+
+    @Test("binary plist cycle: a binary property list whose array contains itself is refused")
+    func binaryPlistCycle() throws {
+        var data = Data("bplist00".utf8) + Data([0xA1, 0x00, 0x08]) + Data(count: 6) + Data([1, 1])
+        for field: UInt64 in [1, 0, 10] { data += withUnsafeBytes(of: field.bigEndian) { Data($0) } }
+        let p = try #require(problem(data: data, name: "org.example.fuzz"))
+        #expect(p.message.contains("object 0 contains itself"), "\(p)")
     }
 
     @Test("a unit file over 1 MiB is refused unread")
