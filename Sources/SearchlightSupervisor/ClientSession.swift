@@ -32,6 +32,16 @@ final class ClientSession: @unchecked Sendable {
     weak var extensionHost: ExtensionHost?
     /// True for the socketpair of an extension the supervisor launched: authenticated by it.
     let spawned: Bool
+    /// Deferred calls (answered from a task) outstanding on this connection, at most
+    /// `maxDeferredCalls`: past that the reader thread waits for one to be answered, so a client
+    /// that pipelines them without reading its answers stops being read (its own writes block)
+    /// instead of piling up tasks and memory in the daemon.
+    private let deferredSlots = DispatchSemaphore(value: ClientSession.maxDeferredCalls)
+    static let maxDeferredCalls = 64
+    /// Deferred answers are written here, one at a time, never from the task pool: a client that
+    /// does not read blocks that write (up to the send timeout), and a blocked pool thread would
+    /// stall every task in the daemon (found by the never-reading deferred flood test).
+    private let deferredReplies = DispatchQueue(label: "searchlightd.deferred-replies")
 
     init(context: ServiceContext, connection: RPCConnection, peer: PeerCredentials, spawnedFor host: ExtensionHost? = nil) {
         self.context = context
@@ -69,8 +79,11 @@ final class ClientSession: @unchecked Sendable {
             context.countRequest()
             extensionHost?.noteActivity()
             if role != nil, let deferred = deferredMethod(method, params) {
-                // Answered later from a task (waits on an extension); the connection keeps reading.
+                // Answered later from a task (waits on an extension); the connection keeps reading
+                // while fewer than maxDeferredCalls are outstanding.
                 let connection = self.connection
+                let slots = deferredSlots, replies = deferredReplies
+                slots.wait()
                 Task {
                     let result: Result<JSONValue, SearchlightError>
                     do {
@@ -80,7 +93,10 @@ final class ClientSession: @unchecked Sendable {
                     } catch {
                         result = .failure(SearchlightError(.extensionFailed, "\(error)"))
                     }
-                    connection.reply(to: id, result)
+                    replies.async {
+                        connection.reply(to: id, result)
+                        slots.signal()
+                    }
                 }
                 return
             }

@@ -210,6 +210,39 @@ struct HostileClientTests {
         reader.socket.shutdown()
     }
 
+    @Test("never-reading deferred flood: a client pipelining deferred calls without reading stalls neither other clients' deferred calls nor memory")
+    func neverReadsDeferredFlood() throws {
+        let daemon = try DaemonProcess()
+        let before = try Self.residentKiB(daemon)
+        let flooder = try RawClient(path: daemon.socket)
+        try flooder.initialize(bundle: "com.example.flood")
+        flooder.socket.setSendTimeout(seconds: 2)
+        // index.fetchData is answered from a task (it may wait on an extension); with none
+        // installed the answer is an immediate unknownExtension error, which this client never reads.
+        let request = Self.request(1, "index.fetchData", params: #"{"identifier":"x","typeIdentifier":"public.data"}"#)
+        let batch = Array([[UInt8]](repeating: request, count: 500).joined())
+        var sent = 0
+        let deadline = Date().addingTimeInterval(60)
+        while sent < 400_000, Date() < deadline {
+            do { try flooder.socket.writeAll(batch) } catch { break }
+            sent += 500
+        }
+        #expect(sent < 400_000, "the daemon stops reading from a client with too many answers outstanding")
+        let other = try RawClient(path: daemon.socket)
+        try other.initialize(bundle: "com.example.other")
+        let started = Date()
+        let answer = try other.call(2, "index.fetchData", ["identifier": "x", "typeIdentifier": "public.data"])
+        let waited = Date().timeIntervalSince(started)
+        #expect(answer?["error"]?["code"] == -3002)
+        // Stalled, this waits out the flooder's 30 s send timeout; served, it takes milliseconds.
+        #expect(waited < 10, "another client's deferred call waited \(waited) s")
+        let after = try Self.residentKiB(daemon)
+        print("never-reads-deferred: requests_sent=\(sent) rss_before_kib=\(before) rss_after_kib=\(after) other_waited_s=\(waited)")
+        #expect(after - before < 200 * 1024, "RSS grew from \(before) KiB to \(after) KiB")
+        flooder.socket.shutdown()
+        try Self.expectHealthy(daemon)
+    }
+
     @Test("pipelined garbage gets one error per bad line, in order, and the good requests between are answered")
     func pipelinedGarbage() throws {
         let daemon = try DaemonProcess()
