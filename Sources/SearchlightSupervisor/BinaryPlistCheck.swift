@@ -3,7 +3,10 @@ import Foundation
 /// Checks a binary property list's structure before Foundation decodes it. swift-corelibs
 /// Foundation trusts the file: a set (`0xC_`) used where a dictionary key or value is bridged
 /// crashes the process (found by the `unit` fuzz target, Docs/Reliability.md), and a reference
-/// cycle or an out-of-range offset is not its problem either. A unit file holds only booleans,
+/// cycle or an out-of-range offset is not its problem either, and an object referenced many times
+/// is copied once per reference when bridged to Swift, so 203 bytes of arrays that each hold four
+/// references to the next expand to 4^24 objects (a hang, then memory exhaustion; found by
+/// probing the same target). A unit file holds only booleans,
 /// integers, reals, dates, data, strings, arrays and string-keyed dictionaries, so anything else
 /// is refused here, with the reason.
 enum BinaryPlistCheck {
@@ -33,6 +36,10 @@ enum BinaryPlistCheck {
         var offsetSize = 0, refSize = 0, objectCount = 0, tableOffset = 0
         /// 1 while an object is being walked (seeing it again is a cycle), 2 once it is done.
         var state: [UInt8] = []
+        /// Objects in each walked object's tree once shared references are copied out.
+        var expanded: [Int] = []
+        /// More than a unit of 1 MiB could hold written out: refused.
+        static let maxExpandedObjects = 100_000
 
         init(bytes: [UInt8]) { self.bytes = bytes }
 
@@ -58,7 +65,8 @@ enum BinaryPlistCheck {
                 objectCount <= (trailer - tableOffset) / offsetSize
             else { throw Failure("the offset table does not fit the file") }
             state = [UInt8](repeating: 0, count: objectCount)
-            try walk(top, depth: 0)
+            expanded = [Int](repeating: 0, count: objectCount)
+            _ = try walk(top, depth: 0)
         }
 
         func offset(of object: Int) throws(Failure) -> Int {
@@ -88,9 +96,17 @@ enum BinaryPlistCheck {
             return object
         }
 
-        mutating func walk(_ object: Int, depth: Int) throws(Failure) {
+        /// Checks `object` and what it holds; returns how many objects it expands to.
+        mutating func walk(_ object: Int, depth: Int) throws(Failure) -> Int {
             guard state[object] != 1 else { throw Failure("object \(object) contains itself") }
-            guard state[object] == 0 else { return }
+            guard state[object] == 0 else { return expanded[object] }
+            var size = 1
+            func add(_ n: Int) throws(Failure) {
+                size += n
+                guard size <= Walker.maxExpandedObjects else {
+                    throw Failure("its shared references expand to more than \(Walker.maxExpandedObjects) objects")
+                }
+            }
             guard depth < 512 else { throw Failure("nesting deeper than 512 levels") }
             state[object] = 1
             let at = try offset(of: object)
@@ -118,7 +134,7 @@ enum BinaryPlistCheck {
                 let (n, start) = try count(at: at)
                 guard n <= Int.max / refSize else { throw Failure("an invalid length") }
                 try fits(start, n * refSize)
-                for k in 0..<n { try walk(try reference(start, k), depth: depth + 1) }
+                for k in 0..<n { try add(try walk(try reference(start, k), depth: depth + 1)) }
             case 0xD:
                 let (n, start) = try count(at: at)
                 guard n <= Int.max / (2 * refSize) else { throw Failure("an invalid length") }
@@ -127,13 +143,15 @@ enum BinaryPlistCheck {
                     let key = try reference(start, k)
                     let keyMarker = bytes[try offset(of: key)] >> 4
                     guard keyMarker == 0x5 || keyMarker == 0x6 else { throw Failure("a dictionary key that is not a string") }
-                    try walk(key, depth: depth + 1)
-                    try walk(try reference(start, n + k), depth: depth + 1)
+                    try add(try walk(key, depth: depth + 1))
+                    try add(try walk(try reference(start, n + k), depth: depth + 1))
                 }
             default:
                 throw Failure("a set or UID object (marker 0x\(String(marker, radix: 16))), which a unit cannot hold")
             }
             state[object] = 2
+            expanded[object] = size
+            return size
         }
     }
 }

@@ -216,6 +216,14 @@ struct UnitParserTests {
         #expect(p.message.contains("malformed binary property list: a set or UID object"), "\(p)")
     }
 
+    @Test("binary plist reference bomb: shared references expanding to 4^24 objects are refused at once")
+    func binaryPlistReferenceBomb() throws {
+        // 203 bytes: 24 arrays, each holding four references to the next (Fuzz/regressions/unit).
+        let bomb = try #require(Data(base64Encoded: "YnBsaXN0MDDRAQNVTGFiZWxTUGFkpAQEBASkBQUFBaQGBgYGpAcHBwekCAgICKQJCQkJpAoKCgqkCwsLC6QMDAwMpA0NDQ2kDg4ODqQPDw8PpBAQEBCkEREREaQSEhISpBMTExOkFBQUFKQVFRUVpBYWFhakFxcXF6QYGBgYpBkZGRmkGhoaGqQbGxsbUXgICxEVGh8kKS4zOD1CR0xRVltgZWpvdHl+g4iNAAAAAAAAAQEAAAAAAAAAHAAAAAAAAAAAAAAAAAAAAI8="))
+        let p = try #require(problem(data: bomb, name: "org.example.fuzz"))
+        #expect(p.message.contains("expand to more than 100000 objects"), "\(p)")
+    }
+
     @Test("binary plist cycle: a binary property list whose array contains itself is refused")
     func binaryPlistCycle() throws {
         var data = Data("bplist00".utf8) + Data([0xA1, 0x00, 0x08]) + Data(count: 6) + Data([1, 1])
