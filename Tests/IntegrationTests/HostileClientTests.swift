@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import SearchlightFuzz
 import SearchlightKit
 import Testing
 
@@ -267,5 +268,43 @@ struct HostileClientTests {
         #expect(good == Array(1000..<1100), "every good request answered, in order")
         #expect(answers.filter { $0["error"] != nil }.count == 100 * garbage.count)
         try Self.expectHealthy(daemon)
+    }
+}
+
+/// The wire fuzz target's mutants sent to the real daemon, so that every method's parameter
+/// decoding (not only the parsers the fuzz targets reach in-process) meets hostile input.
+@Suite("Fuzzed frames against the daemon", .serialized)
+struct DaemonFuzzTests {
+    @Test("mutated requests get precise errors, never internalError, and never close the connection")
+    func mutatedFrames() throws {
+        let daemon = try DaemonProcess()
+        let c = try RawClient(path: daemon.socket)
+        try c.initialize(bundle: "com.example.fuzzed")
+        let target = WireFuzzTarget()
+        let mutator = FuzzMutator(dictionary: target.dictionary, maxLength: 16 << 10)
+        // The seeds' frames one by one, without their newlines.
+        let seeds = target.seeds.flatMap { $0.split(separator: 0x0A).map { Array($0).filter { $0 != 0x0D } } }
+        var random = FuzzRandom(seed: 6)
+        var answered = 0
+        var codes: [Int: Int] = [:]
+        for k in 0..<3_000 {
+            // One line per mutant (a newline inside would only split it), then a marker call whose
+            // answer says every answer to the mutant has arrived.
+            var frame = mutator.mutate(random.pick(seeds), others: seeds, random: &random).filter { $0 != 0x0A && $0 != 0x0D }
+            frame.append(0x0A)
+            let marker = 1_000_000 + k
+            try c.socket.writeAll(frame + Array(#"{"jsonrpc":"2.0","id":\#(marker),"method":"index.fetchLastClientState","params":{}}"#.utf8) + [0x0A])
+            while true {
+                let answer = try #require(try c.next(), "the daemon closed the connection after \(String(decoding: frame, as: UTF8.self).prefix(300))")
+                if answer["id"]?.intValue == marker { break }
+                answered += 1
+                if let code = answer["error"]?["code"]?.intValue {
+                    codes[code, default: 0] += 1
+                    #expect(code != -32603, "internalError for \(String(decoding: frame, as: UTF8.self).prefix(300)): \(answer)")
+                }
+            }
+        }
+        print("daemon-fuzz: mutants=3000 answered=\(answered) error_codes=\(codes.sorted { $0.key < $1.key })")
+        try HostileClientTests.expectHealthy(daemon)
     }
 }
