@@ -77,6 +77,7 @@ struct AdminMethods {
             "requests": .number(Double(context.requests)),
             "bundles": .array(bundles),
             "extensions": .array((context.scheduler?.allHosts ?? []).map(\.statusJSON)),
+            "throttle": context.scheduler?.throttle.statusJSON ?? .null,
             "reindexRequests": requestCounts(),
         ]
     }

@@ -27,6 +27,16 @@ public struct Configuration: Sendable {
     public var maxRequestAttempts = 8
     /// `synchronous=FULL` on index files (durable on power loss). Tests may relax it.
     public var fullSync = true
+    /// Where the load monitor reads `pressure/{cpu,io,memory}` and `loadavg` (`--proc-root`).
+    public var procRoot = "/proc"
+    /// Throttle and pause marks and the hysteresis of the background throttle (`--throttle-cpu`, …).
+    public var throttleMarks = ThrottleMarks()
+    /// Seconds between two load samples while background work waits or runs (`--load-interval`).
+    public var loadInterval: TimeInterval = 2
+    /// Seconds every pressure must stay below the throttle marks before the machine counts as idle (`--idle-after`).
+    public var idleAfter: TimeInterval = 60
+    /// Minimum seconds between two idle maintenance runs (`--maintenance-interval`).
+    public var maintenanceInterval: TimeInterval = 21600
 
     public init(system: Bool) {
         self.system = system

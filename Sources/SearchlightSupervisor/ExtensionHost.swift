@@ -95,6 +95,23 @@ final class ExtensionHost: @unchecked Sendable {
         }
     }
 
+    /// Sends a notification (`didThrottle`, …) to the extension if it is running; off the
+    /// caller's thread, since an extension that stops reading would block the write.
+    func notifyIfRunning(_ method: String) {
+        let connection: RPCConnection? = lock.withLock {
+            if case .running(let link) = state { return link.connection }
+            return nil
+        }
+        guard let connection else { return }
+        DispatchQueue.global().async { [log, label] in
+            do {
+                try connection.notify(method)
+            } catch {
+                log.info("cannot notify the extension", ["label": label, "method": method, "error": "\(error)"])
+            }
+        }
+    }
+
     /// A donation, progress report or answer from the extension: the inactivity timer restarts.
     func noteActivity() { lock.withLock { lastActivity = Date() } }
 
@@ -270,6 +287,8 @@ final class ExtensionHost: @unchecked Sendable {
         let startup = lock.withLock { lastLaunch.map { Date().timeIntervalSince($0) } } ?? 0
         log.info("extension ready", ["label": label, "pid": link.pid, "startup_ms": String(format: "%.1f", startup * 1000)])
         for w in waiting { w.resume(returning: link) }
+        // Launched while the machine is busy: it learns at once, as the running ones did.
+        if let scheduler = context.scheduler, scheduler.throttle.state != .normal { notifyIfRunning(Method.extensionDidThrottle) }
         wake()
     }
 

@@ -61,7 +61,11 @@ extension RequestScheduler {
             host.endRequest(id)
         }
         var remaining = request.identifiers
-        let chunkSize = request.chunk ?? host.unit.indexExtension.maximumIdentifiersPerRequest
+        var chunkSize = request.chunk ?? host.unit.indexExtension.maximumIdentifiersPerRequest
+        if request.background, throttle.state != .normal {
+            // Throttled: smaller steps, so the extension's work comes in shorter bursts.
+            chunkSize = min(chunkSize, max(1, host.unit.indexExtension.maximumIdentifiersPerRequest / 4))
+        }
         var sentChunk: [String] = []
         do {
             let link: ExtensionHost.Link

@@ -26,6 +26,9 @@ final class RequestScheduler: @unchecked Sendable {
     private var hosts: [String: ExtensionHost] = [:]
     /// Bundles with a request in flight.
     private var busy: Set<String> = []
+    /// Background requests in flight (throttled: at most one across the daemon).
+    private var backgroundRunning = 0
+    let throttle: ThrottleController
     private var waiters: [Int64: [Waiter]] = [:]
     private var progress: [Int64: (completed: Int, total: Int?, reported: Date)] = [:]
     private let finished = DispatchSemaphore(value: 0)
@@ -34,6 +37,8 @@ final class RequestScheduler: @unchecked Sendable {
         self.context = context
         self.journal = journal
         self.catalog = catalog
+        throttle = ThrottleController(monitor: LoadMonitor(procRoot: context.config.procRoot, log: context.log),
+            marks: context.config.throttleMarks, interval: context.config.loadInterval)
     }
 
     var log: Logger { context.log }
@@ -197,8 +202,11 @@ final class RequestScheduler: @unchecked Sendable {
     }
 
     /// Starts every request that is due on an available extension; returns when to look again.
+    /// The load is sampled here, and only while background work waits or runs: an idle daemon
+    /// reads nothing and sleeps until its next deadline.
     private func pump(_ now: Date) -> Date {
         var next = now.addingTimeInterval(3600)
+        var candidates: [(ExtensionHost, [ReindexRequest])] = []
         for host in allHosts {
             let bundle = host.unit.bundleIdentifier
             if let idle = host.idleDeadline() {
@@ -213,8 +221,24 @@ final class RequestScheduler: @unchecked Sendable {
             if context.state.bundle(bundle)?.indexingEnabled == false { continue }
             let served = Set(host.unit.indexExtension.indexNames)
             let pending = journal.pending(bundle: bundle).filter { served.contains($0.index) }
-            guard let first = pending.min(by: { ($0.notBefore, $0.background ? 1 : 0, $0.id) < ($1.notBefore, $1.background ? 1 : 0, $1.id) }) else { continue }
-            let due = pending.first { $0.notBefore <= now }
+            if !pending.isEmpty { candidates.append((host, pending)) }
+        }
+        let backgroundDue = candidates.contains { $0.1.contains { $0.background && $0.notBefore <= now } }
+        let sampled = throttle.refresh(now: now, needed: backgroundDue || lock.withLock { backgroundRunning > 0 })
+        if let t = sampled.transition { announce(t) }
+        if let at = sampled.nextSample { next = min(next, at) }
+        for (host, pending) in candidates {
+            let bundle = host.unit.bundleIdentifier
+            let backgroundAllowed: Bool = lock.withLock {
+                switch sampled.state {
+                case .normal: true
+                case .throttled: backgroundRunning == 0
+                case .paused: false
+                }
+            }
+            let eligible = pending.filter { backgroundAllowed || !$0.background }
+            guard let first = eligible.min(by: { ($0.notBefore, $0.background ? 1 : 0, $0.id) < ($1.notBefore, $1.background ? 1 : 0, $1.id) }) else { continue }
+            let due = eligible.first { $0.notBefore <= now }
             guard let request = due else {
                 next = min(next, first.notBefore)
                 continue
@@ -223,13 +247,41 @@ final class RequestScheduler: @unchecked Sendable {
                 if at != .distantFuture { next = min(next, at) }
                 continue
             }
-            lock.withLock { _ = busy.insert(bundle) }
+            lock.withLock {
+                _ = busy.insert(bundle)
+                if request.background { backgroundRunning += 1 }
+            }
             Task {
                 await self.perform(request, on: host)
-                self.lock.withLock { _ = self.busy.remove(bundle) }
+                self.lock.withLock {
+                    _ = self.busy.remove(bundle)
+                    if request.background { self.backgroundRunning -= 1 }
+                }
                 self.wake()
             }
         }
         return next
+    }
+
+    /// A throttle state change: one log line with the numbers, a `throttle.changed` event, and
+    /// `didThrottle` / `didFinishThrottle` to the running extensions.
+    private func announce(_ t: Throttle.Transition) {
+        let p = t.pressure
+        log.notice("load throttle changed", ["from": t.from.rawValue, "to": t.to.rawValue,
+            "cpu": p.map { String(format: "%.1f", $0.cpu) } ?? "-", "io": p.map { String(format: "%.1f", $0.io) } ?? "-",
+            "memory": p.map { String(format: "%.1f", $0.memory) } ?? "-", "source": p?.source.rawValue ?? "none", "reason": t.reason])
+        var e: [String: JSONValue] = ["state": .string(t.to.rawValue), "from": .string(t.from.rawValue), "reason": .string(t.reason)]
+        if let p {
+            e["cpu"] = .number(p.cpu)
+            e["io"] = .number(p.io)
+            e["memory"] = .number(p.memory)
+            e["source"] = .string(p.source.rawValue)
+        }
+        events.emit("throttle.changed", e)
+        let method: String
+        if t.from == .normal { method = Method.extensionDidThrottle }
+        else if t.to == .normal { method = Method.extensionDidFinishThrottle }
+        else { return }  // throttled <-> paused: the extensions were told already
+        for host in allHosts { host.notifyIfRunning(method) }
     }
 }

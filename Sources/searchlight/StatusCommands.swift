@@ -27,11 +27,28 @@ enum StatusCommands {
         }
     )
 
+    /// `throttle normal|throttled|paused since … (reason; cpu 3.1 % io 0.4 % memory 0 % from psi)`;
+    /// nil for daemons that do not report it.
+    static func throttleLine(_ t: JSONValue?) -> String? {
+        guard let t, let state = t["state"]?.stringValue else { return nil }
+        var line = "throttle \(state)"
+        if let since = t["since"]?.stringValue { line += " since \(since)" }
+        var detail: [String] = []
+        if let reason = t["reason"]?.stringValue { detail.append(reason) }
+        if let source = t["source"]?.stringValue {
+            let figures = ["cpu", "io", "memory"].map { k in "\(k) \(t[k]?.doubleValue.map { String(format: "%.1f", $0) } ?? "-") %" }
+            detail.append(figures.joined(separator: " ") + " from \(source)")
+        }
+        if !detail.isEmpty { line += " (" + detail.joined(separator: "; ") + ")" }
+        return line
+    }
+
     static func printStatus(_ answer: JSONValue) {
         let uptime = answer["uptimeSeconds"]?.doubleValue.map(Format.duration) ?? "-"
         Console.out("searchlightd \(answer["version"]?.stringValue ?? "?")  mode \(answer["mode"]?.stringValue ?? "?")  pid \(answer["pid"]?.intValue ?? 0)  up \(uptime)")
         Console.out("socket \(answer["socket"]?.stringValue ?? "-")")
         Console.out("state  \(answer["stateDirectory"]?.stringValue ?? "-")")
+        if let line = throttleLine(answer["throttle"]) { Console.out(line) }
         let bundles = answer["bundles"]?.arrayValue ?? []
         guard !bundles.isEmpty else {
             Console.out("no indexes yet")

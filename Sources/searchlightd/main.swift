@@ -22,6 +22,12 @@ let usage = """
     extensions: --units-dir DIR (repeatable; replaces the default unit directories, first match wins)
             --backoff SECONDS (10): first retry/relaunch delay after a failure, doubling to 5 min
             --max-request-attempts N (8): then a reindex request is reported as failed
+    load:   --proc-root DIR (/proc): where pressure/{cpu,io,memory} and loadavg are read
+            --throttle-cpu/--throttle-io/--throttle-memory PERCENT (25/20/10): throttle background work
+            --pause-cpu/--pause-io/--pause-memory PERCENT (60/50/30): start no new background request
+            --resume-after SECONDS (20): below the mark this long before stepping down a state
+            --load-interval SECONDS (2): sampling period while background work waits or runs
+            --idle-after SECONDS (60)  --maintenance-interval SECONDS (21600): idle maintenance
     other:  --no-full-sync  commit with synchronous=NORMAL (durable on crash, not on power loss)
             --version, --help
     """
@@ -56,6 +62,16 @@ func parseArguments(_ args: [String]) -> Configuration {
         guard let n = Int(v), n > 0 else { fail("\(flag) must be a positive integer, got \"\(v)\"") }
         return n
     }
+    func seconds(_ flag: String, max limit: Double) -> Double {
+        let v = value(flag)
+        guard let s = Double(v), s.isFinite, s > 0, s <= limit else { fail("\(flag) must be seconds above 0 and at most \(Int(limit)), got \"\(v)\"") }
+        return s
+    }
+    func percent(_ flag: String) -> Double {
+        let v = value(flag)
+        guard let p = Double(v), p.isFinite, p > 0, p <= 100 else { fail("\(flag) must be a percentage above 0 and at most 100, got \"\(v)\"") }
+        return p
+    }
     while i < args.count {
         let flag = args[i]
         switch flag {
@@ -80,6 +96,17 @@ func parseArguments(_ args: [String]) -> Configuration {
             guard let seconds = Double(v), seconds >= 0, seconds <= 3600 else { fail("--backoff must be seconds between 0 and 3600, got \"\(v)\"") }
             config.backoffBase = seconds
         case "--max-request-attempts": config.maxRequestAttempts = positive(flag)
+        case "--proc-root": config.procRoot = value(flag)
+        case "--throttle-cpu": config.throttleMarks.throttleCPU = percent(flag)
+        case "--throttle-io": config.throttleMarks.throttleIO = percent(flag)
+        case "--throttle-memory": config.throttleMarks.throttleMemory = percent(flag)
+        case "--pause-cpu": config.throttleMarks.pauseCPU = percent(flag)
+        case "--pause-io": config.throttleMarks.pauseIO = percent(flag)
+        case "--pause-memory": config.throttleMarks.pauseMemory = percent(flag)
+        case "--resume-after": config.throttleMarks.resumeAfter = seconds(flag, max: 86400)
+        case "--load-interval": config.loadInterval = seconds(flag, max: 3600)
+        case "--idle-after": config.idleAfter = seconds(flag, max: 7 * 86400)
+        case "--maintenance-interval": config.maintenanceInterval = seconds(flag, max: 30 * 86400)
         case "--log-level":
             switch value(flag) {
             case "debug": config.logLevel = .debug
@@ -92,6 +119,10 @@ func parseArguments(_ args: [String]) -> Configuration {
         default: fail("unknown option \(flag); see searchlightd --help")
         }
         i += 1
+    }
+    let m = config.throttleMarks
+    for (name, low, high) in [("cpu", m.throttleCPU, m.pauseCPU), ("io", m.throttleIO, m.pauseIO), ("memory", m.throttleMemory, m.pauseMemory)] where low > high {
+        fail("--throttle-\(name) (\(low)) must not be above --pause-\(name) (\(high)); lower the first or raise the second")
     }
     if !unitDirectories.isEmpty {
         let cwd = FileManager.default.currentDirectoryPath
