@@ -26,11 +26,12 @@ final class ThrottleController: Sendable {
     var state: Throttle.State { machine.withLock { $0.throttle.state } }
     var snapshot: Throttle { machine.withLock { $0.throttle } }
 
-    /// Samples when work is waiting (`needed`) and the last sample is `interval` old. Without
-    /// work nothing is read: the state stays as it was until work comes back.
-    func refresh(now: Date, needed: Bool) -> Sampled {
-        let due: Bool = machine.withLock { m in
-            needed && (m.lastSample.map { now.timeIntervalSince($0) >= interval } ?? true)
+    /// Samples when work is waiting (`needed`) or the state has yet to step back down to normal,
+    /// and the last sample is `interval` old. Otherwise nothing is read: a quiet daemon sleeps.
+    func refresh(now: Date, needed work: Bool) -> Sampled {
+        let (needed, due): (Bool, Bool) = machine.withLock { m in
+            let needed = work || m.throttle.state != .normal
+            return (needed, needed && (m.lastSample.map { now.timeIntervalSince($0) >= interval } ?? true))
         }
         // Read outside the lock: a slow /proc must not hold up status requests.
         let pressure = due ? monitor.sample() : nil
@@ -40,7 +41,7 @@ final class ThrottleController: Sendable {
                 m.lastSample = now
                 transition = m.throttle.update(pressure, at: now)
             }
-            let next = needed ? (m.lastSample ?? now).addingTimeInterval(interval) : nil
+            let next = needed || m.throttle.state != .normal ? (m.lastSample ?? now).addingTimeInterval(interval) : nil
             return Sampled(state: m.throttle.state, transition: transition, nextSample: next)
         }
     }

@@ -28,7 +28,10 @@ final class Daemon: @unchecked Sendable {
         unitsDir = dir + "/units"
         try FileManager.default.createDirectory(atPath: unitsDir, withIntermediateDirectories: true)
         process.executableURL = URL(fileURLWithPath: Self.executableDirectory + "/searchlightd")
-        process.arguments = ["--socket", socket, "--state-dir", stateDir, "--units-dir", unitsDir, "--log-level", "notice"]
+        // No load throttling: the bench measures indexing, not the machine's other work
+        // (a --proc-root without pressure files reads as unknown load, never throttled).
+        process.arguments = ["--socket", socket, "--state-dir", stateDir, "--units-dir", unitsDir, "--log-level", "notice",
+            "--proc-root", dir + "/no-proc"]
         var environment = ProcessInfo.processInfo.environment
         environment["JOURNAL_STREAM"] = nil
         process.environment = environment

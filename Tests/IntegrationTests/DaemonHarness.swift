@@ -59,7 +59,10 @@ final class DaemonProcess: @unchecked Sendable {
         p.executableURL = URL(fileURLWithPath: Products.path("searchlightd"))
         // Never the runner's own unit directories: an empty one unless the test names its own.
         let units = extraArguments.contains("--units-dir") ? [] : ["--units-dir", dir.path + "/no-units"]
-        p.arguments = ["--socket", socket, "--state-dir", stateDir, "--log-level", "debug"] + units + extraArguments
+        // A quiet machine unless the test fakes its own load: the runner's real pressure (other
+        // builds) must not pause a test's background requests.
+        let proc = extraArguments.contains("--proc-root") ? [] : ["--proc-root", dir.path + "/no-proc"]
+        p.arguments = ["--socket", socket, "--state-dir", stateDir, "--log-level", "debug"] + units + proc + extraArguments
         let pipe = Pipe()
         p.standardError = pipe
         p.standardOutput = FileHandle.nullDevice

@@ -113,6 +113,9 @@ struct TestExtension: IndexExtension {
         try await index.indexSearchableItems(identifiers.map(Self.item))
     }
 
+    func searchableIndexDidThrottle() async { Self.record("didThrottle", [:]) }
+    func searchableIndexDidFinishThrottle() async { Self.record("didFinishThrottle", [:]) }
+
     func data(forItem identifier: String, typeIdentifier: String) async throws -> Data {
         Data("data of \(identifier) as \(typeIdentifier)".utf8)
     }
