@@ -268,6 +268,121 @@ struct ExtensionFailureTests {
         #expect(try await itemCount(bench, bundle: unit.bundle) == 100)
     }
 
+    /// How many times each fault kind of `repeatedFaults` runs, and the fault kinds themselves.
+    static let rounds: [(mode: String, count: Int)] = [
+        ("crash", 15), ("midframe", 15), ("nack", 15), ("garbage", 10), ("hang", 10), ("noack", 10),
+    ]
+
+    @Test("every fault kind, over and over in one daemon, leaves it healthy, every request acknowledged, and another extension served between rounds")
+    func repeatedFaults() async throws {
+        let faulty = {
+            var unit = TestUnit("org.example.test.faulty", bundle: "org.example.faulty")
+            unit.acknowledgementTimeout = 1
+            return unit
+        }()
+        let steady = TestUnit("org.example.test.steady", bundle: "org.example.steady")
+        let bench = try await ExtensionBench.start([faulty, steady])
+        try await bench.waitForAcknowledgement(faulty.label)
+        try await bench.waitForAcknowledgement(steady.label)
+        let control = bench.control(faulty.label)
+        var injected: [String: Int] = [:]
+
+        for (mode, count) in Self.rounds {
+            for round in 0..<count {
+                let seen = control.received.filter { $0.mode == mode }.count
+                try control.setMode(mode)
+                let mark = bench.mark
+                let id = "\(mode)-\(round)"
+                async let run = bench.cli(["reindex", faulty.label, "--identifiers", id, "--timeout", "60"])
+                try await bench.until("a request in mode \(mode), round \(round)") {
+                    control.received.filter { $0.mode == mode }.count > seen
+                }
+                try control.setMode("ok")
+                let r = try await run
+                #expect(r.status == 1, "\(mode) round \(round): \(r.stdout) \(r.stderr)")
+                try await bench.waitForAcknowledgement(faulty.label, after: mark)
+                // Between rounds, the other extension is served.
+                let served = try await bench.cli(["reindex", steady.label, "--identifiers", "between-\(id)", "--timeout", "60"])
+                #expect(served.status == 0, "\(served.stderr)")
+            }
+            injected[mode] = control.received.filter { $0.mode == mode }.count
+            try await expectHealthy(bench)
+        }
+        print("repeatedFaults: faults injected per kind: " + Self.rounds.map { "\($0.mode)=\(injected[$0.mode] ?? 0)" }.joined(separator: " "))
+        for (mode, count) in Self.rounds { #expect((injected[mode] ?? 0) >= count, "\(mode)") }
+        // Every round's identifier arrived, in both indexes; nothing is left in the journal.
+        let faultyIDs = try await SearchQuery(queryString: #"uniqueIdentifier == "*-*""#, index: bench.daemon.index(faulty.bundle)).allItems()
+        let expected = Set(Self.rounds.flatMap { kind in (0..<kind.count).map { "\(kind.mode)-\($0)" } })
+        #expect(expected.isSubset(of: Set(faultyIDs.map(\.uniqueIdentifier))))
+        let steadyIDs = try await SearchQuery(queryString: #"uniqueIdentifier == "between-*""#, index: bench.daemon.index(steady.bundle)).allItems()
+        #expect(steadyIDs.count == expected.count)
+        #expect(try await bench.requests(bundle: faulty.bundle).isEmpty)
+        #expect(try await bench.requests(bundle: steady.bundle).isEmpty)
+    }
+
+    @Test("an extension that closes its socket in the middle of a frame is relaunched and the request acknowledged")
+    func closeMidFrame() async throws {
+        let unit = TestUnit("org.example.test.midframe", bundle: "org.example.midframe")
+        let bench = try await benchAfterInitialReindex(unit, mode: "midframe")
+        let mark = bench.mark
+        async let run = bench.cli(["reindex", unit.label, "--identifiers", "after-half", "--timeout", "60"])
+        try await healAfterMisbehaving(bench, unit.label, mode: "midframe")
+        let r = try await run
+        #expect(r.status == 1)
+        let exit = try await bench.waitForLog("extension exited unexpectedly", "label=\(unit.label)", after: mark)[0]
+        #expect(ExtensionBench.field("status", in: exit) == "exit status 5", "\(exit)")
+        try await bench.waitForAcknowledgement(unit.label, after: mark)
+        let found = try await SearchQuery(queryString: #"uniqueIdentifier == "ha*" || uniqueIdentifier == "after-half""#,
+                                          index: bench.daemon.index(unit.bundle)).allItems()
+        #expect(found.map(\.uniqueIdentifier) == ["after-half"], "the half frame donated nothing")
+        try await expectHealthy(bench)
+    }
+
+    @Test("a fork bomb held by NumberOfProcesses leaves the daemon healthy and the other extension served; all its processes die with it",
+          .enabled(if: getuid() == 0, "needs root: RLIMIT_NPROC does not hold root, so the bomb runs as a test user"))
+    func forkBomb() async throws {
+        let user = "searchlight-test-bomb"
+        let uid = try #require(testUser(user), "could not create the user \(user) with useradd")
+        #expect(processes(ofUser: uid).isEmpty, "the limit counts every process of the user: nothing else may run as \(user)")
+        let bomber = {
+            var unit = TestUnit("org.example.test.bomb", bundle: "org.example.bomb")
+            unit.userName = user
+            unit.processLimit = 48
+            unit.acknowledgementTimeout = 4
+            return unit
+        }()
+        let steady = TestUnit("org.example.test.calm", bundle: "org.example.calm")
+        // System mode: a user-mode daemon keeps its socket's folder (the bench's) to itself.
+        let bench = try await ExtensionBench.start([bomber, steady], arguments: ["--system"], shared: true)
+        try await bench.waitForAcknowledgement(bomber.label)
+        try await bench.waitForAcknowledgement(steady.label)
+        let control = bench.control(bomber.label)
+        try control.setMode("forkbomb")
+        let mark = bench.mark
+
+        async let run = bench.cli(["reindex", bomber.label, "--identifiers", "after-bomb", "--timeout", "60"])
+        // The bomb grows to its limit (threads count too) and no further.
+        try await bench.until("the bomb to fork 30 processes") {
+            return processes(ofUser: uid).count >= 30 }
+        let served = try await bench.cli(["reindex", steady.label, "--identifiers", "during-bomb", "--timeout", "60"])
+        #expect(served.status == 0, "\(served.stderr)")
+        try await expectHealthy(bench)
+        let peak = processes(ofUser: uid).count
+        #expect(peak <= 48)
+        try control.setMode("ok")
+        let r = try await run
+        #expect(r.status == 1)
+        try await bench.waitForLog("extension timed out; stopping it", "label=\(bomber.label)", after: mark)
+        try await bench.waitForAcknowledgement(bomber.label, after: mark)
+        // The relaunched extension is the user's only process: the bomb died with its group.
+        let relaunched = try #require(control.received.last { $0.mode == "ok" }?.pid)
+        try await bench.until("the bomb's processes to be gone") { processes(ofUser: uid).allSatisfy { $0 == relaunched } }
+        print("forkBomb: \(peak) processes of \(user) at the peak (limit 48 tasks), all killed with the extension")
+        try await expectHealthy(bench)
+        // The test leaves no process of the user behind.
+        kill(relaunched, SIGKILL)
+    }
+
     /// The daemon's user + system CPU time so far (/proc/PID/stat, in clock ticks).
     func cpuSeconds(_ bench: ExtensionBench) throws -> Double {
         let pid = try #require(bench.daemon.process?.processIdentifier)

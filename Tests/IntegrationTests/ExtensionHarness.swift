@@ -16,6 +16,10 @@ struct TestUnit: Sendable {
     /// `TimeOut` (idle exit); nil keeps the default (60 s).
     var timeOut: Double?
     var exitTimeOut: Double = 2
+    /// `UserName`: the user the extension runs as (the daemon must be root).
+    var userName: String?
+    /// `HardResourceLimits.NumberOfProcesses` (and the same soft limit).
+    var processLimit: Int?
     /// Extra `EnvironmentVariables` (`TEST_EXTENSION_CONTROL` is always set).
     var environment: [String: String] = [:]
 
@@ -34,8 +38,14 @@ struct TestUnit: Sendable {
         let variables = env.sorted { $0.key < $1.key }
             .map { "        <key>\(xml($0.key))</key><string>\(xml($0.value))</string>" }.joined(separator: "\n")
         var indexExtension = ""
+        if let userName { indexExtension += "    <key>UserName</key><string>\(xml(userName))</string>\n" }
+        if let processLimit {
+            for key in ["SoftResourceLimits", "HardResourceLimits"] {
+                indexExtension += "    <key>\(key)</key><dict><key>NumberOfProcesses</key><integer>\(processLimit)</integer></dict>\n"
+            }
+        }
         if let acknowledgementTimeout {
-            indexExtension = "    <key>IndexExtension</key><dict><key>AcknowledgementTimeout</key><real>\(acknowledgementTimeout)</real></dict>\n"
+            indexExtension += "    <key>IndexExtension</key><dict><key>AcknowledgementTimeout</key><real>\(acknowledgementTimeout)</real></dict>\n"
         }
         return """
             <?xml version="1.0" encoding="UTF-8"?>
@@ -73,11 +83,15 @@ struct ExtensionControl: Sendable {
         var identifiers: [String]
         var mode: String?
         var pid: Int32
+        var uid: UInt32
+        var detail: JSONValue?
     }
 
     /// Read by the fake at launch and at every request.
     func setMode(_ mode: String) throws {
         try Data(mode.utf8).write(to: URL(fileURLWithPath: path + "/mode"))
+        // Readable by an extension running as another user (a unit with UserName).
+        chmod(path + "/mode", 0o644)
     }
 
     var received: [Received] {
@@ -85,7 +99,8 @@ struct ExtensionControl: Sendable {
         return text.split(separator: "\n").compactMap { line in
             guard let v = try? JSONValue.parse(String(line)) else { return nil }
             return Received(kind: v["kind"]?.stringValue ?? "", identifiers: (v["detail"]?["identifiers"]?.arrayValue ?? []).compactMap(\.stringValue),
-                mode: v["detail"]?["mode"]?.stringValue, pid: Int32(v["pid"]?.intValue ?? 0))
+                mode: v["detail"]?["mode"]?.stringValue, pid: Int32(v["pid"]?.intValue ?? 0),
+                uid: UInt32(v["uid"]?.intValue ?? 0), detail: v["detail"])
         }
     }
 }
@@ -99,10 +114,18 @@ final class ExtensionBench: @unchecked Sendable {
 
     /// Writes the units, then starts the daemon with a short backoff (off the cooperative pool:
     /// starting waits for the daemon's "ready" line).
-    static func start(_ units: [TestUnit], arguments: [String] = []) async throws -> ExtensionBench {
+    /// `shared`: the directory traversable and the control directories writable by every user,
+    /// for units with a `UserName`.
+    static func start(_ units: [TestUnit], arguments: [String] = [], shared: Bool = false) async throws -> ExtensionBench {
         let dir = TempDir("sle")
         try FileManager.default.createDirectory(atPath: dir.path + "/units", withIntermediateDirectories: true)
-        for unit in units { try write(unit, in: dir) }
+        for unit in units {
+            let control = try write(unit, in: dir)
+            if shared {
+                chmod(control.path, 0o777)
+            }
+        }
+        if shared { chmod(dir.path, 0o755) }
         let daemon = try await blocking {
             try DaemonProcess(arguments: ["--units-dir", dir.path + "/units", "--backoff", "0.2"] + arguments, dir: dir)
         }
@@ -239,6 +262,32 @@ func blocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async thr
     try await withCheckedThrowingContinuation { continuation in
         Thread.detachNewThread { continuation.resume(with: Result { try work() }) }
     }
+}
+
+/// The pids of the processes (and threads' leaders) whose real uid is `uid`, from /proc.
+func processes(ofUser uid: UInt32) -> [Int32] {
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+    return entries.compactMap(Int32.init).filter { pid in
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Uid:") }) else { return false }
+        return line.split(whereSeparator: { $0 == "\t" || $0 == " " }).dropFirst().first.flatMap { UInt32($0) } == uid
+    }
+}
+
+/// A system user for the isolation tests, created with `useradd` if missing (idempotent); nil
+/// when it cannot be (not root, no useradd).
+func testUser(_ name: String) -> UInt32? {
+    if let pw = getpwnam(name) { return pw.pointee.pw_uid }
+    guard getuid() == 0, FileManager.default.isExecutableFile(atPath: "/usr/sbin/useradd") else { return nil }
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: "/usr/sbin/useradd")
+    p.arguments = ["--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name]
+    p.standardOutput = FileHandle.nullDevice
+    p.standardError = FileHandle.nullDevice
+    guard (try? p.run()) != nil else { return nil }
+    p.waitUntilExit()
+    // Another test process may have created it at the same moment: look again either way.
+    return getpwnam(name).map { $0.pointee.pw_uid }
 }
 
 /// Whether a process exists (not yet reaped counts as existing).

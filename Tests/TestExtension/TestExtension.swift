@@ -9,7 +9,11 @@ import SearchlightKit
 /// - `mode` (read at launch and at every request): `ok`, `crash`, `hang`, `garbage`, `noack`,
 ///   `nack`, `batch-nack` (fails inside an open batch), `flood` (20 000 items; halfway it waits
 ///   for a file `release` in the control directory), `exit-at-launch`, `slow` (progress every 100 ms for `TEST_EXTENSION_SLOW_MS`),
-///   or `poison:ID` (crash whenever a reindex-identifiers request contains ID);
+///   `poison:ID` (crash whenever a reindex-identifiers request contains ID), `forkbomb` (forks
+///   without end, every child forking too, until the unit's `NumberOfProcesses` limit stops it;
+///   then hangs), `midframe` (writes half a JSON-RPC frame on its connection and exits), or
+///   `foreign:BUNDLE` (tries to donate into BUNDLE through an app connection on the daemon socket
+///   next to the control directory, records the outcome as `foreign-write`, then goes on as ok);
 /// - `received.jsonl` gets one line per request received, so tests can see what was asked.
 /// `TEST_EXTENSION_ITEMS` (default 100) is how many items a reindex-all donates.
 @main
@@ -27,7 +31,8 @@ struct TestExtension: IndexExtension {
     }
 
     static func record(_ kind: String, _ detail: JSONValue) {
-        let line = JSONValue.object(["kind": .string(kind), "detail": detail, "pid": .number(Double(getpid()))]).jsonString + "\n"
+        let line = JSONValue.object(["kind": .string(kind), "detail": detail, "pid": .number(Double(getpid())),
+                                     "uid": .number(Double(getuid()))]).jsonString + "\n"
         let fd = open(control + "/received.jsonl", O_WRONLY | O_CREAT | O_APPEND, 0o644)
         guard fd >= 0 else { return }
         _ = line.withCString { write(fd, $0, strlen($0)) }
@@ -62,6 +67,28 @@ struct TestExtension: IndexExtension {
             let junk = "this is not JSON {{{\n\u{1}\u{2}]]\n{\"jsonrpc\":\"2.0\",\"id\":\"nobody\",\"result\":7}\n"
             _ = junk.withCString { write(ExtensionEnvironment.descriptor, $0, strlen($0)) }
             while true { try await Task.sleep(for: .seconds(3600)) }
+        case "forkbomb":
+            // Only fork() and usleep() in the children (async-signal-safe after fork in a threaded
+            // process). Each child forks too; EAGAIN at the NumberOfProcesses limit ends nothing.
+            Self.record("forkbomb", [:])
+            if fork() == 0 {
+                while true { if fork() < 0 { usleep(20_000) } }
+            }
+            while true { try await Task.sleep(for: .seconds(3600)) }
+        case "midframe":
+            let half = #"{"jsonrpc":"2.0","id":"half","method":"index.items","params":{"items":[{"uniqueIdentifier":"ha"#
+            _ = half.withCString { write(ExtensionEnvironment.descriptor, $0, strlen($0)) }
+            _exit(5)
+        case let foreign where foreign.hasPrefix("foreign:"):
+            let bundle = String(foreign.dropFirst(8))
+            let socket = (Self.control as NSString).deletingLastPathComponent + "/d.sock"
+            let other = SearchableIndex(name: "", bundleIdentifier: bundle, socketPath: socket)
+            do {
+                try await other.indexSearchableItems([Self.item("stolen")])
+                Self.record("foreign-write", ["bundle": .string(bundle), "outcome": "written"])
+            } catch {
+                Self.record("foreign-write", ["bundle": .string(bundle), "outcome": .string("\(error)")])
+            }
         case "nack":
             throw SearchlightError(.extensionFailed, "told to fail by the test")
         case "batch-nack":
@@ -107,7 +134,7 @@ struct TestExtension: IndexExtension {
 
     func reindexSearchableItems(withIdentifiers identifiers: [String], in index: SearchableIndex) async throws {
         let mode = Self.mode
-        Self.record("identifiers", ["index": .string(index.name), "identifiers": .array(identifiers.map(JSONValue.string))])
+        Self.record("identifiers", ["index": .string(index.name), "identifiers": .array(identifiers.map(JSONValue.string)), "mode": .string(mode)])
         if mode.hasPrefix("poison:"), identifiers.contains(String(mode.dropFirst(7))) { Self.crash() }
         try await misbehave(mode, index)
         try await index.indexSearchableItems(identifiers.map(Self.item))
