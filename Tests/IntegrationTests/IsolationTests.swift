@@ -89,4 +89,71 @@ struct IsolationTests {
         #expect(stat(daemon.stateDir + "/indexes/com.alice.notes", &st) == 0 && st.st_mode & 0o777 == 0o700)
         #expect(stat(daemon.stateDir + "/supervisor.sqlite", &st) == 0 && st.st_mode & 0o777 == 0o600)
     }
+
+    @Test("a unit with UserName runs as that user, its bundle belongs to that user, and it cannot write another user's bundle")
+    func unitUser() async throws {
+        let userA = "searchlight-test-a", userB = "searchlight-test-b"
+        let a = try #require(testUser(userA), "could not create \(userA) with useradd")
+        let b = try #require(testUser(userB), "could not create \(userB) with useradd")
+        let unit = {
+            var unit = TestUnit("org.example.test.usera", bundle: "org.example.usera")
+            unit.userName = userA
+            return unit
+        }()
+        let bench = try await ExtensionBench.start([unit], arguments: ["--system"], shared: true)
+        try await bench.waitForAcknowledgement(unit.label)
+        let control = bench.control(unit.label)
+
+        // The extension process runs as the unit's user (real, effective, saved and fs uid).
+        let pid = try #require(control.received.first?.pid)
+        let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        let uids = try #require(status.split(separator: "\n").first { $0.hasPrefix("Uid:") })
+        #expect(uids.split(whereSeparator: { $0 == "\t" || $0 == " " }).dropFirst().map { UInt32($0) } == [a, a, a, a], "\(uids)")
+
+        // B owns a bundle of its own; the extension (as A) tries to donate into it.
+        let items = bench.dir.path + "/b.jsonl"
+        try #"{"uniqueIdentifier":"b-1","attributeSet":{"title":"b private"}}"#.write(toFile: items, atomically: false, encoding: .utf8)
+        chmod(items, 0o644)
+        let imported = try cli(as: b, ["import", "org.example.bobs", items], socket: bench.socket)
+        #expect(imported.status == 0, "\(imported.stderr)")
+        try control.setMode("foreign:org.example.bobs")
+        let mark = bench.mark
+        let r = try await bench.cli(["reindex", unit.label, "--identifiers", "own-1", "--timeout", "60"])
+        #expect(r.status == 0, "\(r.stderr)")
+        try await bench.waitForAcknowledgement(unit.label, after: mark)
+        let attempt = try #require(control.received.last { $0.kind == "foreign-write" })
+        #expect(attempt.uid == a)
+        let outcome = attempt.detail?["outcome"]?.stringValue ?? ""
+        #expect(outcome.contains("belongs to uid \(b)"), "\(outcome)")
+        let bobs = try cli(as: b, ["query", "org.example.bobs", #"uniqueIdentifier == "*""#], socket: bench.socket)
+        #expect(bobs.status == 0 && bobs.stdout.contains("b-1") && !bobs.stdout.contains("stolen"), "\(bobs.stdout) \(bobs.stderr)")
+
+        // The unit's bundle belongs to A: A reads it, B may not.
+        let own = try cli(as: a, ["query", unit.bundle, #"uniqueIdentifier == "own-1""#], socket: bench.socket)
+        #expect(own.status == 0 && own.stdout.contains("own-1"), "\(own.stderr)")
+        let denied = try cli(as: b, ["query", unit.bundle, #"uniqueIdentifier == "*""#], socket: bench.socket)
+        #expect(denied.status == 1 && !denied.stdout.contains("own-1"))
+        #expect(denied.stderr.contains("uid \(a)"), "\(denied.stderr)")
+        let write = try cli(as: b, ["import", unit.bundle, items], socket: bench.socket)
+        #expect(write.status == 1, "\(write.stderr)")
+    }
+
+    @Test("in system mode a unit whose program is writable by others is refused with the fix")
+    func writableProgramRefused() async throws {
+        let dir = TempDir()
+        chmod(dir.path, 0o755)
+        let program = dir.path + "/ext"
+        try FileManager.default.copyItem(atPath: TestUnit.program, toPath: program)
+        chmod(program, 0o777)
+        let units = dir.path + "/units"
+        try FileManager.default.createDirectory(atPath: units, withIntermediateDirectories: true)
+        let plist = TestUnit("org.example.test.writable", bundle: "org.example.writable").plist(control: dir.path)
+            .replacingOccurrences(of: TestUnit.program, with: program)
+        try plist.write(toFile: units + "/org.example.test.writable.plist", atomically: false, encoding: .utf8)
+        let daemon = try DaemonProcess(arguments: ["--system", "--units-dir", units], dir: dir)
+        let unitsList = try runCLI(["units"], socket: daemon.socket)
+        let text = unitsList.stdout + unitsList.stderr
+        #expect(text.contains("writable by group or others") && text.contains("chmod go-w \(program)"), "\(text)")
+        #expect(!daemon.log.contains { $0.contains("extension launched") && $0.contains("org.example.test.writable") })
+    }
 }
