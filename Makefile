@@ -8,7 +8,7 @@ RELEASE := .build/release
 EXTENSIONS := Journal Notes Packages
 UNITS := launchd-like-units/extensions
 
-.PHONY: all build release extensions run test bench fuzz deps clean
+.PHONY: all build release extensions run test bench fuzz deps clean sanitize
 
 all: build
 
@@ -49,6 +49,16 @@ run: build extensions
 test: build extensions
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+
+# The unit-test targets under AddressSanitizer, then ThreadSanitizer, each in a scratch path of its
+# own (.build-asan, .build-tsan) so the debug build is untouched. Not part of `make test` (a clean
+# sanitized build takes minutes on 2 cores); Docs/Reliability.md says when it last ran and what it found.
+SANITIZE_TESTS ?= SearchlightStoreTests|SearchlightWireTests|SearchlightSupervisorTests|SearchlightKitTests
+sanitize: deps
+	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
+	$(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan --filter '$(SANITIZE_TESTS)'
+	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
+	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan --filter '$(SANITIZE_TESTS)'
 
 # The reindex scenario runs the Packages sample extension, so it is built in release too; the
 # shared corpus when ../shared is there (else the bench generates one). BENCH_ARGS: see --help.
@@ -96,4 +106,4 @@ fuzz: build
 	done
 
 clean:
-	rm -rf .build $(EXTENSIONS:%=Extensions/%/.build)
+	rm -rf .build .build-asan .build-tsan $(EXTENSIONS:%=Extensions/%/.build)
