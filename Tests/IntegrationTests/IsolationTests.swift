@@ -121,10 +121,12 @@ struct IsolationTests {
         let r = try await bench.cli(["reindex", unit.label, "--identifiers", "own-1", "--timeout", "60"])
         #expect(r.status == 0, "\(r.stderr)")
         try await bench.waitForAcknowledgement(unit.label, after: mark)
-        let attempt = try #require(control.received.last { $0.kind == "foreign-write" })
-        #expect(attempt.uid == a)
-        let outcome = attempt.detail?["outcome"]?.stringValue ?? ""
-        #expect(outcome.contains("belongs to uid \(b)"), "\(outcome)")
+        for kind in ["foreign-write", "foreign-delete", "foreign-client-state"] {
+            let attempt = try #require(control.received.last { $0.kind == kind }, "\(kind)")
+            #expect(attempt.uid == a)
+            let outcome = attempt.detail?["outcome"]?.stringValue ?? ""
+            #expect(outcome.contains("belongs to uid \(b)"), "\(kind): \(outcome)")
+        }
         let bobs = try cli(as: b, ["query", "org.example.bobs", #"uniqueIdentifier == "*""#], socket: bench.socket)
         #expect(bobs.status == 0 && bobs.stdout.contains("b-1") && !bobs.stdout.contains("stolen"), "\(bobs.stdout) \(bobs.stderr)")
 

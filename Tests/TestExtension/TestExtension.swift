@@ -13,7 +13,8 @@ import SearchlightKit
 ///   without end, every child forking too, until the unit's `NumberOfProcesses` limit stops it;
 ///   then hangs), `midframe` (writes half a JSON-RPC frame on its connection and exits), or
 ///   `foreign:BUNDLE` (tries to donate into BUNDLE through an app connection on the daemon socket
-///   next to the control directory, records the outcome as `foreign-write`, then goes on as ok);
+///   next to the control directory, records the outcomes as `foreign-write`, `foreign-delete`
+///   and `foreign-client-state`, then goes on as ok);
 /// - `received.jsonl` gets one line per request received, so tests can see what was asked.
 /// `TEST_EXTENSION_ITEMS` (default 100) is how many items a reindex-all donates.
 @main
@@ -83,12 +84,17 @@ struct TestExtension: IndexExtension {
             let bundle = String(foreign.dropFirst(8))
             let socket = (Self.control as NSString).deletingLastPathComponent + "/d.sock"
             let other = SearchableIndex(name: "", bundleIdentifier: bundle, socketPath: socket)
-            do {
-                try await other.indexSearchableItems([Self.item("stolen")])
-                Self.record("foreign-write", ["bundle": .string(bundle), "outcome": "written"])
-            } catch {
-                Self.record("foreign-write", ["bundle": .string(bundle), "outcome": .string("\(error)")])
+            func attempt(_ kind: String, _ call: () async throws -> Void) async {
+                do {
+                    try await call()
+                    Self.record(kind, ["bundle": .string(bundle), "outcome": "done"])
+                } catch {
+                    Self.record(kind, ["bundle": .string(bundle), "outcome": .string("\(error)")])
+                }
             }
+            await attempt("foreign-write") { try await other.indexSearchableItems([Self.item("stolen")]) }
+            await attempt("foreign-delete") { try await other.deleteAllSearchableItems() }
+            await attempt("foreign-client-state") { _ = try await other.fetchLastClientState() }
         case "nack":
             throw SearchlightError(.extensionFailed, "told to fail by the test")
         case "batch-nack":
