@@ -56,7 +56,7 @@ test: build extensions
 SANITIZE_TESTS ?= SearchlightStoreTests|SearchlightWireTests|SearchlightSupervisorTests|SearchlightKitTests
 sanitize: deps
 	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
-	$(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan --filter '$(SANITIZE_TESTS)'
+	LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/Sanitizers/lsan.supp $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan --filter '$(SANITIZE_TESTS)'
 	$(SWIFT) build --build-tests --sanitize=thread --scratch-path .build-tsan
 	TSAN_OPTIONS=halt_on_error=1 $(SWIFT) test --skip-build --sanitize=thread --scratch-path .build-tsan --filter '$(SANITIZE_TESTS)'
 
