@@ -276,9 +276,9 @@ struct ExtensionFailureTests {
         ("crash", 10), ("midframe", 10), ("nack", 10), ("garbage", 8), ("hang", 8), ("noack", 8),
     ]
 
-    /// One daemon per kind: a launched extension that dies (or is stopped on a timeout) starts a
+    /// A daemon per 5 rounds: a launched extension that dies (or is stopped on a timeout) starts a
     /// crash streak whose relaunch delay doubles until 10 healthy minutes forgive it (Architecture.md),
-    /// so n faults in a row cost `backoff * 2^n`; the restart and a 10 ms base keep 10 rounds to seconds.
+    /// so n faults in a row cost `backoff * 2^n`; the restarts and a 10 ms base keep rounds to seconds.
     @Test("every fault kind, over and over, leaves the daemon healthy, every request acknowledged, and another extension served between rounds")
     func repeatedFaults() async throws {
         let faulty = {
@@ -294,8 +294,10 @@ struct ExtensionFailureTests {
         var injected: [String: Int] = [:]
 
         for (mode, count) in Self.rounds {
-            if mode != Self.rounds[0].mode { try await blocking { try bench.daemon.restart() } }
             for round in 0..<count {
+                // A fresh daemon every 5 rounds: on a loaded machine the mode switches back late
+                // and one round can crash the extension several times, lengthening the streak.
+                if round % 5 == 0, mode != Self.rounds[0].mode || round > 0 { try await blocking { try bench.daemon.restart() } }
                 let seen = control.received.filter { $0.mode == mode }.count
                 try control.setMode(mode)
                 let mark = bench.mark
@@ -307,7 +309,7 @@ struct ExtensionFailureTests {
                 try control.setMode("ok")
                 let r = try await run
                 #expect(r.status == 1, "\(mode) round \(round): \(r.stdout) \(r.stderr)")
-                try await bench.waitForAcknowledgement(faulty.label, after: mark)
+                try await bench.waitForAcknowledgement(faulty.label, after: mark, timeout: 60)
                 // Between rounds, the other extension is served.
                 let served = try await bench.cli(["reindex", steady.label, "--identifiers", "between-\(id)", "--timeout", "60"])
                 #expect(served.status == 0, "\(served.stderr)")
