@@ -46,6 +46,19 @@ struct AdminMethods {
                     guard let store = try context.registry.store(bundle: name, index: index, create: false) else { continue }
                     let s = try store.summary()
                     entry["state"] = store.detectedDamage == nil ? "ready" : "damaged"
+                    if let c = context.registry.condition(bundle: name, index: index) {
+                        entry["state"] = .string(c.phase.rawValue)
+                        entry["reason"] = .string(c.reason)
+                        entry["since"] = .string(ISO8601.format(c.since))
+                        if let id = c.requestID {
+                            entry["requestID"] = .number(Double(id))
+                            if let p = context.scheduler?.progress(of: id) {
+                                var progress: [String: JSONValue] = ["completed": .number(Double(p.completed))]
+                                if let total = p.total { progress["total"] = .number(Double(total)) }
+                                entry["progress"] = .object(progress)
+                            }
+                        }
+                    }
                     entry["items"] = .number(Double(s.itemCount))
                     entry["bytes"] = .number(Double(s.fileBytes))
                     entry["formatVersion"] = .number(Double(s.formatVersion))

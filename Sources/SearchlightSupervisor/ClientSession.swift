@@ -413,6 +413,7 @@ final class ClientSession: @unchecked Sendable {
             let page = try targets[0].store.search(filter, fetch: fetch, limit: max(limit, 1), cursor: cursor)
             var out: [String: JSONValue] = ["items": .array(page.items)]
             if let c = page.cursor { out["cursor"] = .string(c) }
+            if incomplete(targets) { out["incomplete"] = true }
             return .object(out)
         }
         // Admin search across bundles: each item says where it lives; no cursor.
@@ -421,7 +422,14 @@ final class ClientSession: @unchecked Sendable {
             let page = try t.store.search(filter, fetch: fetch, limit: limit - items.count, cursor: nil)
             items += page.items.map { Self.tag($0, bundle: t.bundle, index: t.index) }
         }
-        return ["items": .array(items)]
+        var out: [String: JSONValue] = ["items": .array(items)]
+        if incomplete(targets) { out["incomplete"] = true }
+        return .object(out)
+    }
+
+    /// True when one of the queried indexes is being refilled after a recovery (DESIGN §4).
+    private func incomplete(_ targets: [(bundle: String, index: String, store: IndexStore)]) -> Bool {
+        targets.contains { context.registry.condition(bundle: $0.bundle, index: $0.index)?.incomplete ?? false }
     }
 
     static func tag(_ item: JSONValue, bundle: String, index: String) -> JSONValue {
@@ -460,10 +468,12 @@ final class ClientSession: @unchecked Sendable {
         if targets.count > 1 { scored.sort { $0.0 < $1.0 } }
         let items = scored.prefix(request.maxResultCount).map(\.1)
         let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
-        return [
+        var out: [String: JSONValue] = [
             "items": .array(Array(items)), "rankedItems": .array(ranked),
             "suggestions": .array(suggestions.prefix(request.maxSuggestionCount).map(\.json)),
         ]
+        if incomplete(targets) { out["incomplete"] = true }
+        return .object(out)
     }
 
     private func queryEngaged(_ params: JSONValue) throws(SearchlightError) -> JSONValue {

@@ -15,6 +15,7 @@ final class IndexRegistry: @unchecked Sendable {
     let log: Logger
     private let lock = NSLock()
     private var stores: [Key: IndexStore] = [:]
+    private var conditions: [Key: IndexCondition] = [:]
 
     init(stateDirectory: String, options: StoreOptions, log: Logger) throws {
         root = stateDirectory + "/indexes"
@@ -81,6 +82,16 @@ final class IndexRegistry: @unchecked Sendable {
         return count
     }
 
+    /// What is being done to an index beyond plain service (DESIGN §6 Triggers): nil when it is ready.
+    func condition(bundle: String, index: String) -> IndexCondition? {
+        lock.withLock { conditions[Key(bundle: bundle, index: index)] }
+    }
+
+    /// Records (or, with nil, clears) what is being done to an index; `status` and queries read it.
+    func setCondition(_ condition: IndexCondition?, bundle: String, index: String) {
+        lock.withLock { conditions[Key(bundle: bundle, index: index)] = condition }
+    }
+
     func closeAll() {
         lock.lock()
         let all = stores
@@ -88,4 +99,29 @@ final class IndexRegistry: @unchecked Sendable {
         lock.unlock()
         for s in all.values { s.close() }
     }
+}
+
+/// An index that is being rebuilt: by migration (queries answer from the old file, complete) or by
+/// recovery (queries answer from a fresh file that is still being filled: `incomplete: true`).
+struct IndexCondition: Sendable {
+    enum Phase: String, Sendable {
+        case migrating, recovering
+    }
+
+    var phase: Phase
+    /// Why, in words for status and logs ("store format 1 -> 2", "quick_check: …").
+    var reason: String
+    var since: Date
+    /// The journaled reindex-all filling the new file, when an extension does it (for progress).
+    var requestID: Int64?
+
+    init(_ phase: Phase, reason: String, since: Date = Date(), requestID: Int64? = nil) {
+        self.phase = phase
+        self.reason = reason
+        self.since = since
+        self.requestID = requestID
+    }
+
+    /// Results from an index in this condition may be missing items.
+    var incomplete: Bool { phase == .recovering }
 }
