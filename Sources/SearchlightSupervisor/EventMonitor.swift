@@ -46,9 +46,14 @@ final class EventMonitor: @unchecked Sendable {
 
     var subscriberCount: Int { lock.withLock { subscribers.count } }
 
+    /// Told of every event, subscribers or not (the systemd STATUS= line follows them).
+    private var observer: (@Sendable (String) -> Void)?
+    func observe(_ observer: @escaping @Sendable (String) -> Void) { lock.withLock { self.observer = observer } }
+
     /// Sends one event to every subscriber. `fields` become the event's keys beside `event` and `time`.
     func emit(_ event: String, _ fields: [String: JSONValue] = [:]) {
-        let targets = lock.withLock { Array(subscribers.values) }
+        let (targets, observer) = lock.withLock { (Array(subscribers.values), self.observer) }
+        observer?(event)
         guard !targets.isEmpty else { return }
         var params = fields
         params["event"] = .string(event)

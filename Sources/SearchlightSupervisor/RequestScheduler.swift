@@ -22,6 +22,7 @@ final class RequestScheduler: @unchecked Sendable {
     private let lock = NSLock()
     private let signal = NSCondition()
     private var woken = false
+    private var _turns: UInt64 = 0
     private var stopped = false
     private var hosts: [String: ExtensionHost] = [:]
     /// Bundles with a request in flight.
@@ -163,6 +164,7 @@ final class RequestScheduler: @unchecked Sendable {
     func start() {
         let thread = Thread { [self] in
             while lock.withLock({ !stopped }) {
+                lock.withLock { _turns &+= 1 }
                 let next = pump(Date())
                 signal.lock()
                 if !woken { _ = signal.wait(until: next) }
@@ -174,6 +176,9 @@ final class RequestScheduler: @unchecked Sendable {
         thread.name = "scheduler"
         thread.start()
     }
+
+    /// How many times the dispatch loop went round (the systemd watchdog's health probe).
+    var turns: UInt64 { lock.withLock { _turns } }
 
     /// True once `stop()` began: failures from then on are interruptions, not attempts.
     var isStopping: Bool { lock.withLock { stopped } }

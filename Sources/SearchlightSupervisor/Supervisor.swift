@@ -14,6 +14,9 @@ public final class Supervisor: @unchecked Sendable {
     private let stopped = DispatchSemaphore(value: 0)
     private let maintenanceStopped = DispatchSemaphore(value: 0)
     private var scheduler: RequestScheduler?
+    private var systemd: SystemdAgent?
+    /// `$NOTIFY_SOCKET` and the watchdog, read (and removed from the environment) at init.
+    let notifier = SystemdNotifier.fromEnvironment()
     /// Until the scheduler's idle maintenance exists: purge expired items this often.
     static let purgeInterval: TimeInterval = 3600
 
@@ -30,23 +33,40 @@ public final class Supervisor: @unchecked Sendable {
         context.scheduler = scheduler
         lock.withLock { self.scheduler = scheduler }
         scheduler.reloadUnits()
-        try prepareSocketDirectory()
-        let listener = try UnixSocket.listen(path: config.socketPath, mode: config.system ? 0o666 : 0o600)
+        // Socket activation: systemd owns the socket file (and removes it); else we bind and own it.
+        let activated = try SocketActivation.adopt(log: log)
+        let listener: UnixSocket
+        if let activated {
+            listener = activated
+        } else {
+            try prepareSocketDirectory()
+            listener = try UnixSocket.listen(path: config.socketPath, mode: config.system ? 0o666 : 0o600)
+        }
+        let socketPath = activated.flatMap { SocketActivation.localPath($0.fd) } ?? config.socketPath
         let server = ClientServer(context: context, listener: listener)
         server.start()
         scheduler.start()
         startPurging(context.registry)
+        let agent = SystemdAgent(notifier: notifier, context: context, health: WatchdogHealth(probes: [
+            .init(name: "scheduler", turns: { scheduler.turns }, poke: { scheduler.wake() }),
+        ]))
+        lock.withLock { systemd = agent }
+        let status = agent.ready()
+        context.events.observe { _ in agent.statusChanged() }
         log.notice("searchlightd ready", [
-            "version": Version.string, "mode": config.system ? "system" : "user", "socket": config.socketPath,
-            "state": config.stateDirectory, "pid": getpid(), "units": context.catalog.units.filter { !$0.disabled }.count,
+            "version": Version.string, "mode": config.system ? "system" : "user", "socket": socketPath,
+            "activated": activated != nil, "state": config.stateDirectory, "pid": getpid(),
+            "units": context.catalog.units.filter { !$0.disabled }.count, "notify": notifier.isEnabled,
+            "watchdog_s": notifier.watchdogInterval.map { "\($0 * 2)" } ?? "off", "status": status,
         ])
         stopped.wait()
         log.notice("searchlightd stopping")
+        agent.stopping()
         maintenanceStopped.signal()
         scheduler.stop()
         server.stop()
         context.registry.closeAll()
-        unlink(config.socketPath)
+        if activated == nil { unlink(config.socketPath) }
         log.notice("searchlightd stopped")
     }
 
