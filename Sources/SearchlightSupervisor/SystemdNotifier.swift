@@ -121,6 +121,10 @@ enum StatusLine {
             let failed = all.filter { $0.state == .failed }.count
             return "\(pending) reindex requests pending, \(failed) failed"
         },
+        { context in
+            guard let throttle = context.scheduler?.throttle.snapshot else { return nil }
+            return throttle.state == .normal ? "load normal" : "background \(throttle.state.rawValue): \(throttle.reason)"
+        },
     ]
 
     static func make(_ context: ServiceContext) -> String {
@@ -139,6 +143,8 @@ final class SystemdAgent: @unchecked Sendable {
     private let condition = NSCondition()
     private var dirty = false
     private var stopped = false
+    /// The status/watchdog thread was started (only under systemd).
+    private var running = false
     private let finished = DispatchSemaphore(value: 0)
 
     init(notifier: SystemdNotifier, context: ServiceContext, health: WatchdogHealth, minimumStatusInterval: TimeInterval = 2) {
@@ -154,6 +160,9 @@ final class SystemdAgent: @unchecked Sendable {
     func ready() -> String {
         let status = StatusLine.make(context)
         notifier.send("READY=1\nSTATUS=\(status)\nMAINPID=\(getpid())")
+        // Not under systemd: no thread, and statusChanged() only sets a flag nobody reads.
+        guard notifier.isEnabled else { return status }
+        condition.withLock { running = true }
         let thread = Thread { [self] in loop(lastStatus: status) }
         thread.name = "systemd"
         thread.start()
@@ -173,7 +182,7 @@ final class SystemdAgent: @unchecked Sendable {
     func stopping() {
         notifier.send("STOPPING=1\nSTATUS=stopping")
         condition.lock()
-        let wasRunning = !stopped
+        let wasRunning = running && !stopped
         stopped = true
         condition.signal()
         condition.unlock()

@@ -152,6 +152,7 @@ struct SystemdTests {
         #expect(connects(dir.path + "/d.sock"), "READY=1 before the socket listened:\n\(daemon.log)")
         let ready = first.last ?? ""
         #expect(ready.contains("STATUS=0 indexes in 0 bundles"))
+        #expect(ready.contains("load normal"), "the throttle's state is missing from the status line: \(ready)")
         #expect(ready.contains("MAINPID=\(daemon.pid)"))
         #expect(!first.dropLast().contains { $0.contains("WATCHDOG=1") }, "a watchdog ping came before READY=1: \(first)")
         print("systemd: READY=1 \(Int(readyAfter * 1000)) ms after exec")
