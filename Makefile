@@ -8,7 +8,22 @@ RELEASE := .build/release
 EXTENSIONS := Journal Notes Packages
 UNITS := launchd-like-units/extensions
 
-.PHONY: all build release extensions run test bench fuzz deps clean sanitize
+.PHONY: all build release extensions run test bench fuzz deps clean sanitize install install-files uninstall
+
+# `make install`: a release build, then the binaries, the systemd units (system and user mode, their
+# ExecStart pointing at BINDIR) and the system extension unit folder. DESTDIR-friendly (packaging):
+#   make install PREFIX=/usr/local            # then: systemctl daemon-reload; systemctl enable --now searchlightd.socket
+#   make install PREFIX=/usr DESTDIR=/tmp/pkg
+# The daemon's unit folders are fixed paths (DESIGN §2): /etc/searchlight/extensions.d is created
+# here (SYSCONFDIR); /usr/lib/searchlight/extensions.d is for distribution packages.
+PREFIX ?= /usr/local
+DESTDIR ?=
+BINDIR ?= $(PREFIX)/bin
+SYSCONFDIR ?= /etc
+SYSTEMD_SYSTEM_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
+SYSTEMD_USER_UNIT_DIR ?= $(PREFIX)/lib/systemd/user
+# Where the installed binaries come from; `make install-files PRODUCTS=.build/debug` skips the build.
+PRODUCTS ?= $(RELEASE)
 
 all: build
 
@@ -37,6 +52,29 @@ extensions: build
 		echo "make: building Extensions/$$e (its own package)"; \
 		$(SWIFT) build --package-path Extensions/$$e || exit 1; \
 	done
+
+install: release install-files
+
+install-files:
+	@test -x $(PRODUCTS)/searchlightd -a -x $(PRODUCTS)/searchlight || { echo "make install: no searchlightd/searchlight in $(PRODUCTS); run make release (or make install)" >&2; exit 1; }
+	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMD_SYSTEM_UNIT_DIR) $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR) \
+		$(DESTDIR)$(SYSCONFDIR)/searchlight/extensions.d
+	install -m 0755 $(PRODUCTS)/searchlightd $(PRODUCTS)/searchlight $(DESTDIR)$(BINDIR)/
+	ln -sf searchlight $(DESTDIR)$(BINDIR)/mdutil
+	for f in searchlightd.service searchlightd.socket; do \
+		sed 's#/usr/local/bin/searchlightd#$(BINDIR)/searchlightd#' launchd-like-units/$$f >$(DESTDIR)$(SYSTEMD_SYSTEM_UNIT_DIR)/$$f && \
+		chmod 0644 $(DESTDIR)$(SYSTEMD_SYSTEM_UNIT_DIR)/$$f && \
+		sed 's#/usr/local/bin/searchlightd#$(BINDIR)/searchlightd#' launchd-like-units/user/$$f >$(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/$$f && \
+		chmod 0644 $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/$$f || exit 1; \
+	done
+	@echo "make install: installed under $(DESTDIR)$(PREFIX). System mode: systemctl daemon-reload && systemctl enable --now searchlightd.socket;" \
+		"user mode: systemctl --user daemon-reload && systemctl --user enable --now searchlightd.socket (Docs/Operations.md)"
+
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/searchlightd $(DESTDIR)$(BINDIR)/searchlight $(DESTDIR)$(BINDIR)/mdutil \
+		$(DESTDIR)$(SYSTEMD_SYSTEM_UNIT_DIR)/searchlightd.service $(DESTDIR)$(SYSTEMD_SYSTEM_UNIT_DIR)/searchlightd.socket \
+		$(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/searchlightd.service $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/searchlightd.socket
+	-rmdir $(DESTDIR)$(SYSCONFDIR)/searchlight/extensions.d $(DESTDIR)$(SYSCONFDIR)/searchlight 2>/dev/null
 
 # The daemon in the foreground, user mode, with the sample extensions' units; the first start
 # indexes the samples. From a second terminal: .build/debug/searchlight search "json parser"
