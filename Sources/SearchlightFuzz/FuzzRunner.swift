@@ -50,7 +50,8 @@ public struct FuzzRunner: Sendable {
                 // Mostly fresh mutants of the pool; sometimes a mutant of the last one, so that
                 // mutations stack.
                 let base = random.oneIn(4) ? previous : random.pick(pool)
-                input = mutator.mutate(base, others: pool, random: &random)
+                input = target.structuralMutant(of: base, random: &random)
+                    ?? mutator.mutate(base, others: pool, random: &random)
             }
             previous = input
             let t0 = Date()

@@ -31,9 +31,14 @@ public protocol FuzzTarget: Sendable {
     /// can report how much of it got past the first checks.
     @discardableResult
     func run(_ input: [UInt8]) throws(FuzzViolation) -> Bool
+    /// A target's own mutation of `input`, or nil for the byte-level mutator's.
+    func structuralMutant(of input: [UInt8], random: inout FuzzRandom) -> [UInt8]?
 }
 
 extension FuzzTarget {
+    /// By default every mutant is the byte-level mutator's.
+    public func structuralMutant(of input: [UInt8], random: inout FuzzRandom) -> [UInt8]? { nil }
+
     public func violation(_ message: String, _ input: [UInt8]) -> FuzzViolation {
         FuzzViolation(target: name, message: message, input: input)
     }

@@ -40,6 +40,19 @@ public struct WireFuzzTarget: FuzzTarget {
 
     @discardableResult
     public func run(_ input: [UInt8]) throws(FuzzViolation) -> Bool {
+        try runChecks(input)
+    }
+
+    /// Half the mutants are structural: the first line parsed and its params mutated as JSON
+    /// (`JSONMutator`), so that they get past the parser into item validation.
+    public func structuralMutant(of input: [UInt8], random: inout FuzzRandom) -> [UInt8]? {
+        guard random.oneIn(2), let line = input.split(separator: 0x0A).first,
+            let message = try? JSONValue.parse(line, maxDepth: limits.maxJSONDepth)
+        else { return nil }
+        return JSONMutator().mutateRequest(message, random: &random).serialized() + [0x0A]
+    }
+
+    func runChecks(_ input: [UInt8]) throws(FuzzViolation) -> Bool {
         let whole = frames(of: input, readSizes: [input.count])
         let split = frames(of: input, readSizes: readSizes(for: input))
         guard whole.frames == split.frames, whole.tooLarge == split.tooLarge else {

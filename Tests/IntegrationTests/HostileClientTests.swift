@@ -282,15 +282,30 @@ struct DaemonFuzzTests {
         try c.initialize(bundle: "com.example.fuzzed")
         let target = WireFuzzTarget()
         let mutator = FuzzMutator(dictionary: target.dictionary, maxLength: 16 << 10)
-        // The seeds' frames one by one, without their newlines.
-        let seeds = target.seeds.flatMap { $0.split(separator: 0x0A).map { Array($0).filter { $0 != 0x0D } } }
+        // The seeds' frames one by one, without their newlines, and a call of every method.
+        let more = [
+            #"{"jsonrpc":"2.0","id":20,"method":"index.deleteDomains","params":{"domains":["notes.work"]}}"#,
+            #"{"jsonrpc":"2.0","id":21,"method":"index.beginBatch","params":{"index":"archive"}}"#,
+            #"{"jsonrpc":"2.0","id":22,"method":"index.endBatch","params":{"expectedClientState":"AAE=","newClientState":"AAI="}}"#,
+            #"{"jsonrpc":"2.0","id":23,"method":"query.user","params":{"text":"quart rep","context":{"enableRankedResults":true,"maxRankedResultCount":3,"maxResultCount":10,"maxSuggestionCount":2,"filterQueries":["rankingHint > 1"],"fetchAttributes":["title"]}}}"#,
+            #"{"jsonrpc":"2.0","id":24,"method":"query.engaged","params":{"identifier":"n1","interaction":"select","text":"rep"}}"#,
+            #"{"jsonrpc":"2.0","id":25,"method":"index.fetchFileURL","params":{"identifier":"n1","typeIdentifier":"public.data","inPlace":true}}"#,
+            #"{"jsonrpc":"2.0","id":26,"method":"query.search","params":{"query":"* == "q*"cd","filterQueries":["InRange(rankingHint, 1, 60)"],"limit":2,"cursor":"1"}}"#,
+            #"{"jsonrpc":"2.0","id":27,"method":"admin.status","params":{}}"#,
+        ].map { Array($0.utf8) }
+        let seeds = target.seeds.flatMap { $0.split(separator: 0x0A).map { Array($0).filter { $0 != 0x0D } } } + more
+        let parsedSeeds = seeds.compactMap { try? JSONValue.parse($0) }
+        let structural = JSONMutator()
         var random = FuzzRandom(seed: 6)
         var answered = 0
         var codes: [Int: Int] = [:]
         for k in 0..<3_000 {
             // One line per mutant (a newline inside would only split it), then a marker call whose
             // answer says every answer to the mutant has arrived.
-            var frame = mutator.mutate(random.pick(seeds), others: seeds, random: &random).filter { $0 != 0x0A && $0 != 0x0D }
+            // Two in three structural (they parse, so they reach each method's parameters).
+            var frame = random.below(3) > 0
+                ? structural.mutateRequest(random.pick(parsedSeeds), random: &random).serialized()
+                : mutator.mutate(random.pick(seeds), others: seeds, random: &random).filter { $0 != 0x0A && $0 != 0x0D }
             frame.append(0x0A)
             let marker = 1_000_000 + k
             try c.socket.writeAll(frame + Array(#"{"jsonrpc":"2.0","id":\#(marker),"method":"index.fetchLastClientState","params":{}}"#.utf8) + [0x0A])

@@ -12,7 +12,7 @@ import Testing
 
     @Test("the frame decoder, JSON parser, JSON-RPC layer and item validation keep their invariants on mutants")
     func wire() {
-        Self.expectClean(FuzzRunner(iterations: 30_000, seconds: 15).run(WireFuzzTarget()))
+        Self.expectClean(FuzzRunner(iterations: 20_000, seconds: 15).run(WireFuzzTarget()))
     }
 
     @Test("the query parser and compiler keep their invariants on mutants, run against a real index")
