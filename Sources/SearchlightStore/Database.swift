@@ -25,6 +25,7 @@ public final class Database {
     public let path: String
     let handle: OpaquePointer
     private var cache: [String: Statement] = [:]
+    private var isClosed = false
 
     public init(path: String, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 10_000) throws(DatabaseError) {
         self.path = path
@@ -42,7 +43,14 @@ public final class Database {
         sqlite3_extended_result_codes(db, 1)
     }
 
-    deinit {
+    deinit { close() }
+
+    /// Closes the connection now (idempotent); it must not be used afterwards. The owner calls it
+    /// when the file is about to be moved: SQLite deletes `<path>-wal` by name when the last
+    /// connection closes, which must never hit the file that replaced it.
+    public func close() {
+        guard !isClosed else { return }
+        isClosed = true
         cache.removeAll()
         sqlite3_close_v2(handle)
     }

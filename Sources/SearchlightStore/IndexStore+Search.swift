@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 import SearchlightWire
 
@@ -122,7 +123,12 @@ extension IndexStore {
             }
             if !ftsProblem.isEmpty { problems.append("full-text index: \(ftsProblem)") }
         }
-        if problems.isEmpty { stateLock.withLock { damage = nil } }
+        if problems.isEmpty {
+            stateLock.withLock { damage = nil }
+        } else {
+            // Found damage is recovered like damage met by any other call (DESIGN §6).
+            markDamaged(DatabaseError(code: SQLITE_CORRUPT, extendedCode: SQLITE_CORRUPT, message: problems.joined(separator: "; "), sql: nil))
+        }
         return CheckReport(ok: problems.isEmpty, problems: problems, repaired: repaired)
     }
 

@@ -46,6 +46,10 @@ public final class IndexStore: @unchecked Sendable {
     private let readers = NSCondition()
     private var idleReaders: [Database] = []
     private var openReaders = 0
+    /// Readers handed out and not yet returned (guarded by `readers`).
+    private var checkedOutReaders = 0
+    /// Set by `shutDown`: every connection is closed and no new one is opened.
+    private var retired = false
 
     /// Opens (creating if needed) the index file at `path`, in a 0700 directory with mode 0600.
     public init(path: String, options: StoreOptions = StoreOptions()) throws(SearchlightError) {
@@ -116,7 +120,7 @@ public final class IndexStore: @unchecked Sendable {
     /// Maps a SQLite failure to the wire error a caller sees, remembering corruption.
     static func map(_ e: DatabaseError, path: String) -> SearchlightError {
         if e.isCorruption {
-            return SearchlightError(.indexUnavailable, "index file \(path) is damaged (\(e.message)); it must be recovered: run `searchlight check --repair` or erase it")
+            return SearchlightError(.indexUnavailable, "index file \(path) is damaged (\(e.message)); searchlightd recovers it (see `searchlight status`); retry shortly")
         }
         if e.isDiskFull {
             return SearchlightError(.indexUnavailable, "disk full while writing \(path); nothing was applied: free space and retry")
@@ -313,13 +317,20 @@ public final class IndexStore: @unchecked Sendable {
         readers.lock()
         defer { readers.unlock() }
         while true {
-            if let db = idleReaders.popLast() { return db }
+            if retired {
+                throw SearchlightError(.indexUnavailable, "index \(path) was closed while being replaced (recovery or migration); retry")
+            }
+            if let db = idleReaders.popLast() {
+                checkedOutReaders += 1
+                return db
+            }
             if openReaders < options.maxReaders {
                 openReaders += 1
                 do {
                     let db = try Database(path: path)
                     try db.execute("PRAGMA query_only=1; PRAGMA cache_size=-4000; PRAGMA temp_store=MEMORY;")
                     db.registerFunctions()
+                    checkedOutReaders += 1
                     return db
                 } catch {
                     openReaders -= 1
@@ -332,8 +343,14 @@ public final class IndexStore: @unchecked Sendable {
 
     private func checkin(_ db: Database) {
         readers.lock()
-        idleReaders.append(db)
-        readers.signal()
+        checkedOutReaders -= 1
+        if retired {
+            db.close()
+            openReaders -= 1
+        } else {
+            idleReaders.append(db)
+        }
+        readers.broadcast()
         readers.unlock()
     }
 
@@ -348,8 +365,33 @@ public final class IndexStore: @unchecked Sendable {
         queue.unlock()
         if !wasStopping, writerThread != nil { writerDone.wait() }
         readers.lock()
+        openReaders -= idleReaders.count
         idleReaders.removeAll()
         readers.unlock()
+    }
+
+    /// Closes the file for good before it is moved or replaced: finishes queued writes, waits up
+    /// to `timeout` for reads in progress, then closes every connection; later calls fail with
+    /// indexUnavailable. Returns false when a read was still running at the deadline (its
+    /// connection closes when it returns). Moving a file with a connection still open is unsafe:
+    /// SQLite deletes `<path>-wal` by name when the last connection to a WAL database closes.
+    @discardableResult
+    public func shutDown(timeout: TimeInterval = 10) -> Bool {
+        close()
+        readers.lock()
+        retired = true
+        let deadline = Date().addingTimeInterval(timeout)
+        while checkedOutReaders > 0, readers.wait(until: deadline) {}
+        let drained = checkedOutReaders == 0
+        let idle = idleReaders
+        idleReaders.removeAll()
+        openReaders -= idle.count
+        readers.unlock()
+        for db in idle { db.close() }
+        // The writer thread has stopped (close waited for it): its statements and connection are ours.
+        preparedWriterStatements = nil
+        writer.close()
+        return drained
     }
 
     deinit { close() }

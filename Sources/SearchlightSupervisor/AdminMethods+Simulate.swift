@@ -25,10 +25,6 @@ extension AdminMethods {
         throw SearchlightError(.methodNotFound, "admin.simulate migration is not built yet")
     }
 
-    func simulateCorruption(bundle: String?) throws(SearchlightError) -> JSONValue {
-        throw SearchlightError(.methodNotFound, "admin.simulate corruption is not built yet")
-    }
-
     func simulateIdle(bundle: String?) throws(SearchlightError) -> JSONValue {
         throw SearchlightError(.methodNotFound, "admin.simulate idle is not built yet")
     }

@@ -59,6 +59,7 @@ struct AdminMethods {
                             }
                         }
                     }
+                    if let r = context.recovery.lastRecovery(bundle: name, index: index) { entry["lastRecovery"] = r }
                     entry["items"] = .number(Double(s.itemCount))
                     entry["bytes"] = .number(Double(s.fileBytes))
                     entry["formatVersion"] = .number(Double(s.formatVersion))

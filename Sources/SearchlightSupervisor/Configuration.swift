@@ -37,6 +37,8 @@ public struct Configuration: Sendable {
     public var idleAfter: TimeInterval = 60
     /// Minimum seconds between two idle maintenance runs (`--maintenance-interval`).
     public var maintenanceInterval: TimeInterval = 21600
+    /// Damaged index files kept in `<state>/quarantine/`, newest first (`--quarantine-limit`).
+    public var quarantineLimit = 5
 
     public init(system: Bool) {
         self.system = system

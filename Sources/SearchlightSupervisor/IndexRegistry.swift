@@ -26,19 +26,80 @@ final class IndexRegistry: @unchecked Sendable {
 
     func path(bundle: String, index: String) -> String { "\(root)/\(bundle)/\(Names.fileName(index: index))" }
 
+    /// Told about damage (DESIGN §6 Triggers): found on open (the file was set aside and a fresh
+    /// one opened) or at run time (a call or the scrub met it). Set once before serving.
+    weak var damageHandler: (any IndexDamageHandler)?
+
     /// The store for a bundle's index. With `create: false`, nil when it does not exist yet
-    /// (a query of an index nobody wrote finds nothing, and creates nothing).
+    /// (a query of an index nobody wrote finds nothing, and creates nothing). A damaged file is
+    /// set aside by the damage handler and a fresh one answers at once.
     func store(bundle: String, index: String, create: Bool) throws(SearchlightError) -> IndexStore? {
         let key = Key(bundle: bundle, index: index)
+        var found: IndexDamage?
+        // Declared before the lock's defer, so it runs after the unlock: the handler may call back.
+        defer { if let found { damageHandler?.damageFound(found) } }
         lock.lock()
         defer { lock.unlock() }
         if let s = stores[key] { return s }
         let p = path(bundle: bundle, index: index)
-        if !create, !FileManager.default.fileExists(atPath: p) { return nil }
-        let s = try IndexStore(path: p, options: options)
-        stores[key] = s
+        let existed = FileManager.default.fileExists(atPath: p)
+        if !create, !existed { return nil }
+        let s: IndexStore
+        if existed, let reason = IndexStore.fileDamage(at: p, deep: false) {
+            (s, found) = try openFresh(key, path: p, reason: reason, failure: nil)
+        } else {
+            do {
+                s = try IndexStore(path: p, options: options)
+            } catch {
+                guard existed, let reason = IndexStore.fileDamage(at: p, deep: true) else { throw error }
+                (s, found) = try openFresh(key, path: p, reason: reason, failure: error)
+            }
+        }
+        install(s, key)
         log.info("index opened", ["bundle": bundle, "index": index.isEmpty ? "_default" : index, "items": s.count])
         purgeExpired(s, key)
+        return s
+    }
+
+    /// The file at `path` is damaged and not open: the handler sets it aside, a fresh one replaces it.
+    private func openFresh(_ key: Key, path: String, reason: String, failure: SearchlightError?) throws(SearchlightError) -> (IndexStore, IndexDamage) {
+        guard let handler = damageHandler else {
+            throw failure ?? SearchlightError(.indexUnavailable, "index file \(path) is damaged (\(reason)); move it away and restart searchlightd")
+        }
+        log.error("index damaged on open", ["bundle": key.bundle, "index": key.index.isEmpty ? "_default" : key.index, "reason": reason])
+        let aside = try handler.setAside(path: path, bundle: key.bundle, index: key.index)
+        let s = try IndexStore(path: path, options: options)
+        return (s, IndexDamage(bundle: key.bundle, index: key.index, reason: reason, store: s, setAside: aside))
+    }
+
+    /// Serves `store` for `key`, telling the damage handler of damage met at run time.
+    private func install(_ store: IndexStore, _ key: Key) {
+        store.onDamage = { [weak self, weak store] error in
+            guard let self, let store else { return }
+            self.damageHandler?.damageFound(IndexDamage(bundle: key.bundle, index: key.index, reason: error.message, store: store, setAside: nil))
+        }
+        stores[key] = store
+    }
+
+    /// Replaces the file of an open (or closed) index while nobody uses it: closes the open store
+    /// (waiting for reads in progress), runs `swap` with no connection open (it moves files at
+    /// the index's path), opens what is then at the path and serves it. Calls to the registry
+    /// wait meanwhile. When `swap` throws, the file left at the path is served again and the
+    /// error rethrown.
+    @discardableResult
+    func replace(bundle: String, index: String, _ swap: (_ path: String) throws(SearchlightError) -> Void) throws(SearchlightError) -> IndexStore {
+        let key = Key(bundle: bundle, index: index)
+        let p = path(bundle: bundle, index: index)
+        lock.lock()
+        defer { lock.unlock() }
+        if let old = stores.removeValue(forKey: key), !old.shutDown() {
+            log.warning("index replaced while a read was still running", ["bundle": bundle, "index": index.isEmpty ? "_default" : index])
+        }
+        var swapError: SearchlightError?
+        do { try swap(p) } catch { swapError = error }
+        let s = try IndexStore(path: p, options: options)
+        install(s, key)
+        if let swapError { throw swapError }
         return s
     }
 
@@ -75,6 +136,7 @@ final class IndexRegistry: @unchecked Sendable {
         defer { lock.unlock() }
         let doomed = stores.filter { $0.key.bundle == bundle }
         for key in doomed.keys { stores[key] = nil }
+        conditions = conditions.filter { $0.key.bundle != bundle }
         for store in doomed.values { store.close() }
         let dir = "\(root)/\(bundle)"
         let count = indexes(of: bundle).count
@@ -99,6 +161,25 @@ final class IndexRegistry: @unchecked Sendable {
         lock.unlock()
         for s in all.values { s.close() }
     }
+}
+
+/// Damage found in an index: on open (`setAside` names the damaged file, now in the quarantine,
+/// and `store` is the fresh one) or at run time (`store` is the damaged one, still open).
+struct IndexDamage: Sendable {
+    var bundle: String
+    var index: String
+    var reason: String
+    var store: IndexStore
+    var setAside: String?
+}
+
+/// Acts on damage the registry finds (`IndexRecovery`).
+protocol IndexDamageHandler: AnyObject, Sendable {
+    /// Moves a damaged, closed index file out of the way; returns where it went. Called under
+    /// the registry's lock: it must not call the registry.
+    func setAside(path: String, bundle: String, index: String) throws(SearchlightError) -> String
+    /// Starts recovery; called with no lock held, from any thread (it must not block).
+    func damageFound(_ damage: IndexDamage)
 }
 
 /// An index that is being rebuilt: by migration (queries answer from the old file, complete) or by

@@ -102,6 +102,7 @@ extension RequestScheduler {
                 "elapsed": .number(elapsed)])
             finish(id, .success(["requestId": .number(Double(id)), "state": "acknowledged", "label": .string(host.label),
                 "bundle": .string(request.bundle), "elapsed": .number((elapsed * 1000).rounded() / 1000)]), final: true)
+            reportOutcome(request, .acknowledged)
         } catch let failure as AttemptFailure {
             recordFailure(request, failure, sentChunk: sentChunk, remaining: remaining, host: host)
         } catch {
@@ -250,6 +251,7 @@ extension RequestScheduler {
                     "attempts": .number(Double(attempts)), "message": .string(message)])
                 finish(id, .failure(SearchlightError(.extensionFailed,
                     "\(message); gave up after \(attempts) attempts (see `searchlight requests`; ask again with `searchlight reindex`)")), final: true)
+                reportOutcome(request, .failed("\(message); gave up after \(attempts) attempts"))
                 return
             }
             let retryAt = now.addingTimeInterval(Backoff.delay(attempt: attempts, base: context.config.backoffBase, cap: ExtensionHost.maximumBackoff))

@@ -33,6 +33,13 @@ final class RequestScheduler: @unchecked Sendable {
     private var waiters: [Int64: [Waiter]] = [:]
     private var progress: [Int64: (completed: Int, total: Int?, reported: Date)] = [:]
     private let finished = DispatchSemaphore(value: 0)
+    private var outcomeObservers: [@Sendable (ReindexRequest, Outcome) -> Void] = []
+
+    /// How a request left the journal.
+    enum Outcome: Sendable {
+        case acknowledged
+        case failed(String)
+    }
 
     init(context: ServiceContext, journal: RequestJournal, catalog: UnitCatalog) {
         self.context = context
@@ -149,6 +156,16 @@ final class RequestScheduler: @unchecked Sendable {
             if let total { e["total"] = .number(Double(total)) }
             events.emit("request.progress", e)
         }
+    }
+
+    /// Tells `observer` of every request acknowledged or failed for good (recovery and migration
+    /// wait for their reindex-all this way). Called on the request's task: it must not block.
+    func observeOutcomes(_ observer: @escaping @Sendable (ReindexRequest, Outcome) -> Void) {
+        lock.withLock { outcomeObservers.append(observer) }
+    }
+
+    func reportOutcome(_ request: ReindexRequest, _ outcome: Outcome) {
+        for observer in lock.withLock({ outcomeObservers }) { observer(request, outcome) }
     }
 
     func finish(_ id: Int64, _ result: Result<JSONValue, SearchlightError>, final: Bool) {

@@ -13,6 +13,7 @@ final class ServiceContext: @unchecked Sendable {
     let catalog: UnitCatalog
     let journal: RequestJournal
     let events: EventMonitor
+    let recovery: IndexRecovery
     let log: Logger
     let startedAt = Date()
     let daemonUID = getuid()
@@ -32,12 +33,15 @@ final class ServiceContext: @unchecked Sendable {
         journal = try RequestJournal(path: config.stateDirectory + "/supervisor.sqlite")
         catalog = UnitCatalog(directories: config.unitDirectories, system: config.system)
         events = EventMonitor(log: log)
+        recovery = IndexRecovery(quarantine: Quarantine(stateDirectory: config.stateDirectory, limit: config.quarantineLimit), log: log)
         if let group = config.adminGroup {
             guard let gr = getgrnam(group) else { throw SystemError("getgrnam(\(group)): no such group", errno: ENOENT) }
             adminGID = gr.pointee.gr_gid
         } else {
             adminGID = nil
         }
+        recovery.context = self
+        registry.damageHandler = recovery
     }
 
     /// Set once by the supervisor before the socket listens.

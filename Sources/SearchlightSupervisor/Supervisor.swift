@@ -32,7 +32,9 @@ public final class Supervisor: @unchecked Sendable {
         let scheduler = RequestScheduler(context: context, journal: context.journal, catalog: context.catalog)
         context.scheduler = scheduler
         lock.withLock { self.scheduler = scheduler }
+        scheduler.observeOutcomes { [recovery = context.recovery] request, outcome in recovery.requestFinished(request, outcome) }
         scheduler.reloadUnits()
+        context.recovery.resume()
         // Socket activation: systemd owns the socket file (and removes it); else we bind and own it.
         let activated = try SocketActivation.adopt(log: log)
         let listener: UnixSocket

@@ -22,6 +22,7 @@ let usage = """
     extensions: --units-dir DIR (repeatable; replaces the default unit directories, first match wins)
             --backoff SECONDS (10): first retry/relaunch delay after a failure, doubling to 5 min
             --max-request-attempts N (8): then a reindex request is reported as failed
+    recovery: --quarantine-limit N (5): damaged index files kept in <state>/quarantine/, newest first
     load:   --proc-root DIR (/proc): where pressure/{cpu,io,memory} and loadavg are read
             --throttle-cpu/--throttle-io/--throttle-memory PERCENT (25/20/10): throttle background work
             --pause-cpu/--pause-io/--pause-memory PERCENT (60/50/30): start no new background request
@@ -96,6 +97,7 @@ func parseArguments(_ args: [String]) -> Configuration {
             guard let seconds = Double(v), seconds >= 0, seconds <= 3600 else { fail("--backoff must be seconds between 0 and 3600, got \"\(v)\"") }
             config.backoffBase = seconds
         case "--max-request-attempts": config.maxRequestAttempts = positive(flag)
+        case "--quarantine-limit": config.quarantineLimit = positive(flag)
         case "--proc-root": config.procRoot = value(flag)
         case "--throttle-cpu": config.throttleMarks.throttleCPU = percent(flag)
         case "--throttle-io": config.throttleMarks.throttleIO = percent(flag)

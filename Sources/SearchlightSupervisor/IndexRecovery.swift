@@ -1,0 +1,268 @@
+import Foundation
+import SearchlightStore
+import SearchlightWire
+
+/// Corruption recovery (DESIGN §6 Triggers). Damage is found on open (the registry asks this to
+/// set the file aside, then serves a fresh one at once), at run time (a call met SQLITE_CORRUPT or
+/// SQLITE_NOTADB), by `check`, or by the idle scrub (`IndexStore.markDamaged`). Then:
+/// - the tables are whole and only the full-text index is damaged: it is rebuilt in place from
+///   the items, nothing is set aside;
+/// - else the file (with its -wal/-shm) goes to the quarantine and a fresh index replaces it,
+///   refilled by a background reindex-all (reason "corruption") when an extension serves the
+///   bundle, else by salvaging the rows that can still be read from the quarantined file.
+/// While the index is refilled it is `recovering` in status and queries answer `incomplete: true`;
+/// the reindex-all's acknowledgement makes it ready. Each step logs one line with its numbers and
+/// sends `index.recovering` / `index.ready` (or `index.recoveryFailed`) to monitors.
+final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
+    /// How a damaged index was brought back.
+    enum Method: String, Sendable {
+        case fullTextRebuild, reindexAll, salvage
+    }
+
+    /// A recovery in progress (or its last outcome, kept for status).
+    struct Record: Sendable {
+        var method: Method
+        var reason: String
+        var started: Date
+        var quarantined: String?
+        var requestID: Int64?
+        var label: String?
+        var finished: Date?
+        var outcome: String?
+    }
+
+    /// More quarantines than this of one index within `repeatWindow` stop automatic recovery:
+    /// fresh files that keep breaking point at the disk, and looping would hide it.
+    static let maximumRepeats = 3
+    static let repeatWindow: TimeInterval = 3600
+
+    weak var context: ServiceContext?
+    let quarantine: Quarantine
+    let log: Logger
+    private let queue = DispatchQueue(label: "index-recovery")
+    private let lock = NSLock()
+    private var active: [IndexRegistry.Key: Record] = [:]
+    private var last: [IndexRegistry.Key: Record] = [:]
+    private var quarantineTimes: [IndexRegistry.Key: [Date]] = [:]
+
+    init(quarantine: Quarantine, log: Logger) {
+        self.quarantine = quarantine
+        self.log = log
+    }
+
+    private static func name(_ index: String) -> String { index.isEmpty ? "_default" : index }
+
+    // MARK: - IndexDamageHandler
+
+    func setAside(path: String, bundle: String, index: String) throws(SearchlightError) -> String {
+        let key = IndexRegistry.Key(bundle: bundle, index: index)
+        let name = try quarantine.setAside(path: path, bundle: bundle, index: index)
+        lock.withLock { quarantineTimes[key, default: []].append(Date()) }
+        log.notice("damaged index set aside", ["bundle": bundle, "index": Self.name(index), "quarantined": name])
+        return name
+    }
+
+    func damageFound(_ damage: IndexDamage) {
+        let key = IndexRegistry.Key(bundle: damage.bundle, index: damage.index)
+        if let aside = damage.setAside {
+            // Found on open: the fresh file already answers; only the refill is left. Started
+            // before the caller that opened it gets its answer, which then says `incomplete`.
+            refill(key, reason: "damaged on open: \(damage.reason)", quarantined: aside, store: damage.store, started: Date())
+            return
+        }
+        let first: Bool = lock.withLock {
+            guard active[key] == nil else { return false }
+            active[key] = Record(method: .fullTextRebuild, reason: damage.reason, started: Date())
+            return true
+        }
+        guard first else { return }
+        log.error("index damage detected", ["bundle": damage.bundle, "index": Self.name(damage.index), "reason": damage.reason])
+        queue.async { self.recover(key, store: damage.store, reason: damage.reason) }
+    }
+
+    // MARK: - Recovery
+
+    /// Damage met at run time: rebuild the full-text index if that is all, else quarantine and refill.
+    private func recover(_ key: IndexRegistry.Key, store: IndexStore, reason: String) {
+        guard let context else { return }
+        let started = Date()
+        context.registry.setCondition(IndexCondition(.recovering, reason: "checking: \(reason)", since: started), bundle: key.bundle, index: key.index)
+        var report: CheckReport?
+        do {
+            report = try store.check(repair: true)
+        } catch {
+            report = nil
+        }
+        if let report, report.ok {
+            lock.withLock { active[key] = nil }
+            context.registry.setCondition(nil, bundle: key.bundle, index: key.index)
+            if report.repaired.isEmpty {
+                log.warning("index damage not confirmed; index kept", ["bundle": key.bundle, "index": Self.name(key.index), "reason": reason,
+                    "check": "quick_check and full-text integrity-check passed"])
+                return
+            }
+            let elapsed = Date().timeIntervalSince(started)
+            emit("index.recovering", key, ["reason": .string(reason), "method": .string(Method.fullTextRebuild.rawValue)])
+            log.notice("full-text index rebuilt", ["bundle": key.bundle, "index": Self.name(key.index), "items": store.count,
+                "elapsed_s": String(format: "%.3f", elapsed)])
+            finish(key, Record(method: .fullTextRebuild, reason: reason, started: started), outcome: "rebuilt the full-text index from the items",
+                items: store.count)
+            return
+        }
+        let found = report?.problems.joined(separator: "; ") ?? reason
+        do {
+            _ = try quarantineAndRefill(key, reason: found)
+        } catch {
+            lock.withLock { active[key] = nil }
+            context.registry.setCondition(nil, bundle: key.bundle, index: key.index)
+            log.error("index recovery failed", ["bundle": key.bundle, "index": Self.name(key.index), "error": error.message])
+            emit("index.recoveryFailed", key, ["message": .string(error.message)])
+        }
+    }
+
+    /// Sets the index file aside and serves a fresh one, then starts its refill. Returns what was
+    /// started. `force` (a trigger by hand) skips the limit on repeated recoveries.
+    @discardableResult
+    func quarantineAndRefill(_ key: IndexRegistry.Key, reason: String, force: Bool = false) throws(SearchlightError) -> Record {
+        guard let context else { throw SearchlightError(.internalError, "the daemon is stopping") }
+        let recent: Int = lock.withLock {
+            let window = Date().addingTimeInterval(-Self.repeatWindow)
+            quarantineTimes[key] = (quarantineTimes[key] ?? []).filter { $0 > window }
+            return quarantineTimes[key]?.count ?? 0
+        }
+        if !force, recent >= Self.maximumRepeats {
+            throw SearchlightError(.indexUnavailable, "\(key.bundle) was set aside \(recent) times within an hour; automatic recovery stopped (check the disk, then `searchlight erase \(key.bundle) --reindex`)")
+        }
+        var aside = ""
+        let fresh = try context.registry.replace(bundle: key.bundle, index: key.index) { (path) throws(SearchlightError) in
+            aside = try setAside(path: path, bundle: key.bundle, index: key.index)
+        }
+        return refill(key, reason: reason, quarantined: aside, store: fresh, started: Date())
+    }
+
+    /// Refills a fresh index: reindex-all by its extension, else salvage from the quarantined file.
+    @discardableResult
+    private func refill(_ key: IndexRegistry.Key, reason: String, quarantined: String, store: IndexStore, started: Date) -> Record {
+        guard let context else { return Record(method: .salvage, reason: reason, started: started) }
+        let unit = context.catalog.unit(forBundle: key.bundle)
+        if let unit, unit.indexExtension.indexNames.contains(key.index), let scheduler = context.scheduler {
+            do {
+                let id = try scheduler.enqueue(bundle: key.bundle, index: key.index, kind: .all, identifiers: [], reason: "corruption", background: true).id
+                let record = Record(method: .reindexAll, reason: reason, started: started, quarantined: quarantined, requestID: id, label: unit.label)
+                lock.withLock { active[key] = record }
+                context.registry.setCondition(IndexCondition(.recovering,
+                    reason: "corruption (\(reason)); damaged file kept as quarantine/\(quarantined); refilled by \(unit.label)", since: started, requestID: id),
+                    bundle: key.bundle, index: key.index)
+                log.notice("index recovery started", ["bundle": key.bundle, "index": Self.name(key.index), "method": "reindex-all",
+                    "request": id, "label": unit.label, "quarantined": quarantined])
+                emit("index.recovering", key, ["reason": .string(reason), "method": .string(Method.reindexAll.rawValue),
+                    "quarantined": .string(quarantined), "requestId": .number(Double(id)), "label": .string(unit.label)])
+                return record
+            } catch {
+                log.error("cannot journal the recovery's reindex-all; salvaging instead", ["bundle": key.bundle, "error": "\(error)"])
+            }
+        }
+        let record = Record(method: .salvage, reason: reason, started: started, quarantined: quarantined)
+        lock.withLock { active[key] = record }
+        context.registry.setCondition(IndexCondition(.recovering,
+            reason: "corruption (\(reason)); no index extension serves it: salvaging the readable rows of quarantine/\(quarantined)", since: started),
+            bundle: key.bundle, index: key.index)
+        log.notice("index recovery started", ["bundle": key.bundle, "index": Self.name(key.index), "method": "salvage", "quarantined": quarantined])
+        emit("index.recovering", key, ["reason": .string(reason), "method": .string(Method.salvage.rawValue), "quarantined": .string(quarantined)])
+        queue.async { self.salvage(key, into: store, record: record) }
+        return record
+    }
+
+    private func salvage(_ key: IndexRegistry.Key, into store: IndexStore, record: Record) {
+        let source = quarantine.directory + "/" + (record.quarantined ?? "")
+        do {
+            let report = try store.salvage(from: source)
+            let elapsed = Date().timeIntervalSince(record.started)
+            log.notice("index salvaged", ["bundle": key.bundle, "index": Self.name(key.index), "copied": report.copied,
+                "unreadable_rows": report.unreadableRows, "elapsed_s": String(format: "%.3f", elapsed),
+                "problems": report.problems.isEmpty ? "none" : report.problems.joined(separator: "; ")])
+            var outcome = "salvaged \(report.copied) items from quarantine/\(record.quarantined ?? "")"
+            if report.unreadableRows > 0 { outcome += "; \(report.unreadableRows) unreadable rows are lost" }
+            if !report.problems.isEmpty, report.copied == 0 { outcome += " (\(report.problems[0]))" }
+            outcome += "; the client state was not kept, so the app donates again"
+            finish(key, record, outcome: outcome, items: store.count)
+        } catch {
+            log.error("index salvage failed", ["bundle": key.bundle, "index": Self.name(key.index), "error": error.message])
+            finish(key, record, outcome: "salvage failed: \(error.message); the index holds what was donated since", items: store.count)
+        }
+    }
+
+    /// The recovery is over: the index is ready again.
+    private func finish(_ key: IndexRegistry.Key, _ record: Record, outcome: String, items: Int) {
+        var done = record
+        done.finished = Date()
+        done.outcome = outcome
+        lock.withLock {
+            active[key] = nil
+            last[key] = done
+        }
+        context?.registry.setCondition(nil, bundle: key.bundle, index: key.index)
+        let elapsed = done.finished!.timeIntervalSince(record.started)
+        log.notice("index recovered", ["bundle": key.bundle, "index": Self.name(key.index), "method": record.method.rawValue, "items": items,
+            "elapsed_s": String(format: "%.3f", elapsed)])
+        emit("index.ready", key, ["method": .string(record.method.rawValue), "items": .number(Double(items)),
+            "elapsed": .number((elapsed * 1000).rounded() / 1000), "outcome": .string(outcome)])
+    }
+
+    // MARK: - Requests
+
+    /// A request left the journal: the recovery's reindex-all (or a later one of that index)
+    /// acknowledged makes the index ready; failed for good, the index stays recovering and says why.
+    func requestFinished(_ request: ReindexRequest, _ outcome: RequestScheduler.Outcome) {
+        guard request.kind == .all else { return }
+        let key = IndexRegistry.Key(bundle: request.bundle, index: request.index)
+        guard let record = lock.withLock({ active[key] }), let id = record.requestID, request.id >= id else { return }
+        switch outcome {
+        case .acknowledged:
+            let items = (try? context?.registry.store(bundle: key.bundle, index: key.index, create: false))??.count ?? 0
+            finish(key, record, outcome: "refilled by \(record.label ?? "its extension")'s reindex-all", items: items)
+        case .failed(let message):
+            let label = record.label ?? key.bundle
+            context?.registry.setCondition(IndexCondition(.recovering,
+                reason: "corruption: the refill failed (\(message)); the index holds only what was donated since; ask again with `searchlight reindex \(label) --all`",
+                since: record.started, requestID: id), bundle: key.bundle, index: key.index)
+            log.error("index refill failed", ["bundle": key.bundle, "index": Self.name(key.index), "request": id, "error": message])
+            emit("index.recoveryFailed", key, ["requestId": .number(Double(id)), "message": .string(message)])
+        }
+    }
+
+    /// At start: indexes whose recovery's reindex-all is still journaled are recovering again.
+    func resume() {
+        guard let context else { return }
+        for request in context.journal.all() where request.kind == .all && request.reason == "corruption" {
+            let key = IndexRegistry.Key(bundle: request.bundle, index: request.index)
+            let label = context.catalog.unit(forBundle: request.bundle)?.label
+            lock.withLock {
+                active[key] = Record(method: .reindexAll, reason: "resumed after a restart", started: request.created, requestID: request.id, label: label)
+            }
+            let reason = request.state == .failed
+                ? "corruption: the refill failed (\(request.lastError ?? "?")); ask again with `searchlight reindex \(label ?? request.bundle) --all`"
+                : "corruption: refill resumed after a restart"
+            context.registry.setCondition(IndexCondition(.recovering, reason: reason, since: request.created, requestID: request.id),
+                bundle: request.bundle, index: request.index)
+            log.notice("index recovery resumed", ["bundle": request.bundle, "index": Self.name(request.index), "request": request.id])
+        }
+    }
+
+    /// `admin.status`' `lastRecovery` of an index, if it was recovered since the daemon started.
+    func lastRecovery(bundle: String, index: String) -> JSONValue? {
+        guard let r = lock.withLock({ last[IndexRegistry.Key(bundle: bundle, index: index)] }) else { return nil }
+        var o: [String: JSONValue] = ["method": .string(r.method.rawValue), "reason": .string(r.reason), "started": .string(ISO8601.format(r.started))]
+        if let f = r.finished { o["finished"] = .string(ISO8601.format(f)) }
+        if let q = r.quarantined { o["quarantined"] = .string(q) }
+        if let outcome = r.outcome { o["outcome"] = .string(outcome) }
+        return .object(o)
+    }
+
+    private func emit(_ event: String, _ key: IndexRegistry.Key, _ fields: [String: JSONValue]) {
+        var f = fields
+        f["bundle"] = .string(key.bundle)
+        f["index"] = .string(key.index)
+        context?.events.emit(event, f)
+    }
+}

@@ -1,0 +1,252 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightKit
+import SearchlightStore
+import Testing
+
+/// An index file of a real daemon, damaged on purpose the ways disks and bugs damage files.
+struct IndexFile {
+    let path: String
+
+    init(stateDir: String, bundle: String) {
+        path = stateDir + "/indexes/\(bundle)/_default.sqlite"
+    }
+
+    /// Moves everything from the WAL into the file, so that damage to the file is what SQLite reads.
+    /// The daemon must be stopped (or the index not open in it).
+    func checkpoint() throws {
+        let db = try Database(path: path)
+        try db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        db.close()
+    }
+
+    /// The pages of a table's b-tree leaves, from SQLite's dbstat.
+    func leafPages(_ table: String) throws -> [Int] {
+        let db = try Database(path: path, readOnly: true)
+        defer { db.close() }
+        return try db.rows("SELECT pageno FROM dbstat WHERE name = ? AND pagetype = 'leaf' ORDER BY pageno", [.text(table)]).compactMap { $0.int(0) }.map(Int.init)
+    }
+
+    /// Overwrites one 4 KiB page with garbage.
+    func overwrite(page: Int) throws {
+        try overwrite(at: UInt64((page - 1) * 4096), bytes: Array(repeating: 0xA5, count: 4096))
+    }
+
+    func overwrite(at offset: UInt64, bytes: [UInt8]) throws {
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        try handle.seek(toOffset: offset)
+        try handle.write(contentsOf: Data(bytes))
+        try handle.close()
+    }
+
+    func truncate(to size: Int) throws {
+        #expect(Glibc.truncate(path, off_t(size)) == 0)
+    }
+
+    var size: Int { ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? Int) ?? 0 }
+
+    /// Deletes the segment pages of the full-text index (through SQLite, so a running daemon
+    /// sees it at once): its structure record still points at them; the items table stays whole.
+    func damageFullText() throws {
+        let db = try Database(path: path)
+        try db.execute("DELETE FROM fts_data WHERE id > 10")
+        db.close()
+    }
+}
+
+/// Corruption recovery (DESIGN §6 Triggers) against the real daemon and the real test extension:
+/// damage found at run time or on open is set aside in the quarantine and refilled by a
+/// reindex-all; a damaged full-text index alone is rebuilt in place; without an extension the
+/// readable rows are salvaged.
+@Suite("Corruption recovery")
+struct RecoveryTests {
+    static func expectedIdentifiers(_ n: Int = 100) -> Set<String> { Set((0..<n).map { "item-\($0)" }) }
+
+    /// `query.search` as an admin in one bundle: the identifiers and the `incomplete` flag.
+    static func search(_ bench: ExtensionBench, _ bundle: String, _ query: String = #"uniqueIdentifier == "*""#) async throws -> (ids: Set<String>, incomplete: Bool) {
+        let answer = try await bench.admin(Method.querySearch, ["bundle": .string(bundle), "query": .string(query), "limit": 10_000,
+            "fetchAttributes": []])
+        let ids = (answer["items"]?.arrayValue ?? []).compactMap { $0["uniqueIdentifier"]?.stringValue }
+        return (Set(ids), answer["incomplete"]?.boolValue ?? false)
+    }
+
+    static func indexStatus(_ bench: ExtensionBench, _ bundle: String) async throws -> JSONValue? {
+        let status = try await bench.admin(Method.adminStatus, ["bundle": .string(bundle)])
+        return status["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first
+    }
+
+    static func quarantined(_ bench: ExtensionBench) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: bench.daemon.stateDir + "/quarantine")) ?? []).filter { $0.hasSuffix(".sqlite") }
+    }
+
+    /// A daemon with one test extension whose initial reindex-all donated its 100 items.
+    static func filled(_ name: String, arguments: [String] = []) async throws -> (ExtensionBench, TestUnit) {
+        let unit = TestUnit("org.example.test.\(name)", bundle: "org.example.\(name)")
+        let bench = try await ExtensionBench.start([unit], arguments: arguments)
+        try await bench.waitForAcknowledgement(unit.label)
+        #expect(try await search(bench, unit.bundle).ids == expectedIdentifiers())
+        return (bench, unit)
+    }
+
+    /// With the extension refusing to refill: the index is recovering and queries say so; then it
+    /// may refill, and every item is back.
+    static func expectRefill(_ bench: ExtensionBench, _ unit: TestUnit, after mark: Int) async throws {
+        try await bench.waitForLog("index recovery started", "bundle=\(unit.bundle) ", "method=reindex-all", after: mark)
+        let during = try await search(bench, unit.bundle)
+        #expect(during.incomplete, "queries of a recovering index answer incomplete: true")
+        let status = try await indexStatus(bench, unit.bundle)
+        #expect(status?["state"]?.stringValue == "recovering")
+        #expect(status?["reason"]?.stringValue?.contains("quarantine/") == true, "\(String(describing: status))")
+        #expect(quarantined(bench).count == 1)
+        try bench.control(unit.label).setMode("ok")
+        try await bench.waitForLog("index recovered", "bundle=\(unit.bundle) ", "method=reindexAll", after: mark, timeout: 60)
+        let after = try await search(bench, unit.bundle)
+        #expect(after.ids == expectedIdentifiers(), "every item is back after the acknowledgement")
+        #expect(!after.incomplete)
+        let ready = try await indexStatus(bench, unit.bundle)
+        #expect(ready?["state"]?.stringValue == "ready")
+        #expect(ready?["lastRecovery"]?["method"]?.stringValue == "reindexAll")
+        let corruption = bench.lines("reindex request queued", "bundle=\(unit.bundle) ", "reason=corruption", after: mark)
+        #expect(corruption.count == 1)
+    }
+
+    @Test("bytes overwritten in the middle, met by a query at run time: quarantined, refilled by reindex-all, incomplete until the acknowledgement")
+    func overwrittenAtRunTime() async throws {
+        let (bench, unit) = try await Self.filled("rtpage")
+        let file = IndexFile(stateDir: bench.daemon.stateDir, bundle: unit.bundle)
+        // A restart leaves the index closed until first used: the damage is then read from disk,
+        // not from the page cache of a connection opened before it.
+        try await blocking { bench.daemon.stop() }
+        try file.checkpoint()
+        let leaves = try file.leafPages("items")
+        #expect(leaves.count > 2)
+        try file.overwrite(page: leaves[leaves.count / 2])
+        try bench.control(unit.label).setMode("nack")
+        try await blocking { try bench.daemon.start() }
+        let mark = bench.mark
+        // Opening reads the schema and an index, not the items: the query is what meets the damage.
+        await #expect(throws: (any Error).self) { _ = try await Self.search(bench, unit.bundle) }
+        try await bench.waitForLog("index damage detected", "bundle=\(unit.bundle) ", after: mark)
+        try await Self.expectRefill(bench, unit, after: mark)
+    }
+
+    @Test("damaged while stopped (header overwritten, file truncated): set aside on open, a fresh index answers at once, refilled", arguments: ["header", "truncated"])
+    func damagedOnOpen(_ damage: String) async throws {
+        let (bench, unit) = try await Self.filled("open\(damage)")
+        let file = IndexFile(stateDir: bench.daemon.stateDir, bundle: unit.bundle)
+        try await blocking { bench.daemon.stop() }
+        try file.checkpoint()
+        if damage == "header" {
+            try file.overwrite(at: 0, bytes: Array("this is no longer a database".utf8))
+        } else {
+            try file.truncate(to: file.size / 2)
+        }
+        try bench.control(unit.label).setMode("nack")
+        try await blocking { try bench.daemon.start() }
+        let mark = bench.mark
+        let first = try await Self.search(bench, unit.bundle)
+        #expect(first.ids.isEmpty && first.incomplete, "the first call is answered by the fresh index")
+        let detected = try await bench.waitForLog("index damaged on open", "bundle=\(unit.bundle) ", after: 0)[0]
+        #expect(detected.contains(damage == "header" ? "not a database" : "truncated"), "\(detected)")
+        try await Self.expectRefill(bench, unit, after: mark)
+    }
+
+    @Test("a damaged full-text index is rebuilt in place, nothing set aside, no reindex asked", arguments: ["running", "stopped"])
+    func fullTextRebuilt(_ when: String) async throws {
+        let (bench, unit) = try await Self.filled("fts\(when)")
+        let file = IndexFile(stateDir: bench.daemon.stateDir, bundle: unit.bundle)
+        let text = #"textContent == "numbered"w"#
+        if when == "stopped" {
+            try await blocking { bench.daemon.stop() }
+            try file.checkpoint()
+            try file.damageFullText()
+            try await blocking { try bench.daemon.start() }
+        } else {
+            try file.damageFullText()
+        }
+        let mark = bench.mark
+        if when == "stopped" {
+            // `check` finds it (and reports it) as the idle scrub would.
+            let check = try await bench.cli(["check", unit.bundle])
+            #expect(check.status != 0 && check.stdout.contains("full-text"), "\(check.stdout) \(check.stderr)")
+        } else {
+            await #expect(throws: (any Error).self) { _ = try await Self.search(bench, unit.bundle, text) }
+        }
+        try await bench.waitForLog("full-text index rebuilt", "bundle=\(unit.bundle) ", "items=100", after: mark)
+        try await bench.waitForLog("index recovered", "method=fullTextRebuild", after: mark)
+        #expect(try await Self.search(bench, unit.bundle, text).ids == Self.expectedIdentifiers())
+        #expect(Self.quarantined(bench).isEmpty)
+        #expect(bench.control(unit.label).received.filter { $0.kind == "all" }.count == 1, "only the initial reindex-all")
+        let check = try await bench.cli(["check", unit.bundle])
+        #expect(check.status == 0, "\(check.stdout)")
+    }
+
+    @Test("without an extension the readable rows are salvaged from the quarantined file")
+    func salvagedWithoutExtension() async throws {
+        let bench = try await ExtensionBench.start([])
+        let bundle = "org.example.salvage"
+        let index = bench.daemon.index(bundle)
+        let all = (0..<300).map { n in
+            var a = AttributeSet(contentType: "public.plain-text")
+            a.title = "Salvage \(n)"
+            a.textContent = String(repeating: "filler text for page \(n) ", count: 12)
+            return SearchableItem(uniqueIdentifier: "s-\(n)", domainIdentifier: nil, attributeSet: a)
+        }
+        try await index.indexSearchableItems(all)
+        let file = IndexFile(stateDir: bench.daemon.stateDir, bundle: bundle)
+        try await blocking { bench.daemon.stop() }
+        try file.checkpoint()
+        let leaves = try file.leafPages("items")
+        #expect(leaves.count > 4)
+        try file.overwrite(page: leaves[leaves.count / 2])
+        try await blocking { try bench.daemon.start() }
+        let mark = bench.mark
+        await #expect(throws: (any Error).self) { _ = try await Self.search(bench, bundle) }
+        let line = try await bench.waitForLog("index salvaged", "bundle=\(bundle) ", after: mark)[0]
+        let copied = Int(ExtensionBench.field("copied", in: line) ?? "") ?? -1
+        let lost = Int(ExtensionBench.field("unreadable_rows", in: line) ?? "") ?? -1
+        #expect(copied > 200 && copied < 300, "\(line)")
+        #expect(lost > 0, "\(line)")
+        try await bench.waitForLog("index recovered", "method=salvage", after: mark)
+        let found = try await Self.search(bench, bundle)
+        #expect(found.ids.count == copied && !found.incomplete)
+        #expect(found.ids.isSubset(of: Set(all.map(\.uniqueIdentifier))))
+        let status = try await Self.indexStatus(bench, bundle)
+        #expect(status?["lastRecovery"]?["outcome"]?.stringValue?.contains("salvaged \(copied) items") == true, "\(String(describing: status))")
+        #expect(Self.quarantined(bench).count == 1)
+    }
+
+    @Test("simulate corruption through the CLI takes the real path: quarantine, fresh index, reindex-all, every item back")
+    func simulateCorruption() async throws {
+        let (bench, unit) = try await Self.filled("simulate")
+        let mark = bench.mark
+        let simulated = try await bench.cli(["simulate", "corruption", unit.bundle, "--json"])
+        #expect(simulated.status == 0, "\(simulated.stderr)")
+        let answer = try JSONValue.parse(simulated.stdout)
+        let started = answer["indexes"]?.arrayValue?.first
+        #expect(started?["method"]?.stringValue == "reindexAll")
+        #expect(started?["label"]?.stringValue == unit.label)
+        #expect(started?["quarantined"]?.stringValue.map { Self.quarantined(bench).contains($0) } == true)
+        try await bench.waitForLog("index recovered", "bundle=\(unit.bundle) ", "method=reindexAll", after: mark, timeout: 60)
+        #expect(try await Self.search(bench, unit.bundle).ids == Self.expectedIdentifiers())
+        #expect(bench.control(unit.label).received.filter { $0.kind == "all" }.count == 2)
+    }
+
+    @Test("the quarantine keeps only the newest --quarantine-limit files")
+    func quarantineBound() async throws {
+        let bench = try await ExtensionBench.start([], arguments: ["--quarantine-limit", "2"])
+        let bundle = "org.example.bound"
+        try await bench.daemon.index(bundle).indexSearchableItems([item("b-1", title: "bounded")])
+        var names: [String] = []
+        for round in 1...3 {
+            let mark = bench.mark
+            let answer = try await bench.admin(Method.adminSimulate, ["event": "corruption", "bundle": .string(bundle)])
+            names.append(answer["indexes"]?.arrayValue?.first?["quarantined"]?.stringValue ?? "")
+            try await bench.waitForLog("index recovered", "method=salvage", after: mark)
+            #expect(try await Self.search(bench, bundle).ids == ["b-1"], "round \(round): the salvage kept the item")
+        }
+        #expect(Self.quarantined(bench).sorted() == Array(names.suffix(2)).sorted())
+    }
+}
