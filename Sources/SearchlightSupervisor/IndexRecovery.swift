@@ -153,7 +153,7 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
                 context.registry.setCondition(IndexCondition(.recovering,
                     reason: "corruption (\(reason)); damaged file kept as quarantine/\(quarantined); refilled by \(unit.label)", since: started, requestID: id),
                     bundle: key.bundle, index: key.index)
-                log.notice("index recovery started", ["bundle": key.bundle, "index": Self.name(key.index), "method": "reindex-all",
+                log.notice("index recovery started", ["bundle": key.bundle, "index": Self.name(key.index), "method": Method.reindexAll.rawValue,
                     "request": id, "label": unit.label, "quarantined": quarantined])
                 emit("index.recovering", key, ["reason": .string(reason), "method": .string(Method.reindexAll.rawValue),
                     "quarantined": .string(quarantined), "requestId": .number(Double(id)), "label": .string(unit.label)])
@@ -167,7 +167,7 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
         context.registry.setCondition(IndexCondition(.recovering,
             reason: "corruption (\(reason)); no index extension serves it: salvaging the readable rows of quarantine/\(quarantined)", since: started),
             bundle: key.bundle, index: key.index)
-        log.notice("index recovery started", ["bundle": key.bundle, "index": Self.name(key.index), "method": "salvage", "quarantined": quarantined])
+        log.notice("index recovery started", ["bundle": key.bundle, "index": Self.name(key.index), "method": Method.salvage.rawValue, "quarantined": quarantined])
         emit("index.recovering", key, ["reason": .string(reason), "method": .string(Method.salvage.rawValue), "quarantined": .string(quarantined)])
         queue.async { self.salvage(key, into: store, record: record) }
         return record

@@ -75,8 +75,13 @@ final class IndexRegistry: @unchecked Sendable {
     /// Serves `store` for `key`, telling the damage handler of damage met at run time.
     private func install(_ store: IndexStore, _ key: Key) {
         store.onDamage = { [weak self, weak store] error in
+            // Off this thread: it may be the writer of a store that `replace` is closing under
+            // the lock. Only the store still served is recovered, never one already replaced.
             guard let self, let store else { return }
-            self.damageHandler?.damageFound(IndexDamage(bundle: key.bundle, index: key.index, reason: error.message, store: store, setAside: nil))
+            DispatchQueue.global().async {
+                guard self.lock.withLock({ self.stores[key] === store }) else { return }
+                self.damageHandler?.damageFound(IndexDamage(bundle: key.bundle, index: key.index, reason: error.message, store: store, setAside: nil))
+            }
         }
         stores[key] = store
     }

@@ -93,7 +93,7 @@ struct RecoveryTests {
     /// With the extension refusing to refill: the index is recovering and queries say so; then it
     /// may refill, and every item is back.
     static func expectRefill(_ bench: ExtensionBench, _ unit: TestUnit, after mark: Int) async throws {
-        try await bench.waitForLog("index recovery started", "bundle=\(unit.bundle) ", "method=reindex-all", after: mark)
+        try await bench.waitForLog("index recovery started", "bundle=\(unit.bundle) ", "method=reindexAll", after: mark)
         let during = try await search(bench, unit.bundle)
         #expect(during.incomplete, "queries of a recovering index answer incomplete: true")
         let status = try await indexStatus(bench, unit.bundle)
