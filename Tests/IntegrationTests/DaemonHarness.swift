@@ -37,15 +37,18 @@ final class DaemonProcess: @unchecked Sendable {
     let socket: String
     let stateDir: String
     let extraArguments: [String]
+    /// A command the daemon is started through (e.g. `setpriv … --`), its path appended last.
+    let launcher: [String]
     private(set) var process: Process?
     private let lock = NSCondition()
     private var logLines: [String] = []
 
-    init(arguments: [String] = [], dir: TempDir = TempDir()) throws {
+    init(arguments: [String] = [], dir: TempDir = TempDir(), launcher: [String] = []) throws {
         self.dir = dir
         socket = dir.path + "/d.sock"
         stateDir = dir.path + "/state"
         extraArguments = arguments
+        self.launcher = launcher
         try start()
     }
 
@@ -63,6 +66,10 @@ final class DaemonProcess: @unchecked Sendable {
         // builds) must not pause a test's background requests.
         let proc = extraArguments.contains("--proc-root") ? [] : ["--proc-root", dir.path + "/no-proc"]
         p.arguments = ["--socket", socket, "--state-dir", stateDir, "--log-level", "debug"] + units + proc + extraArguments
+        if let command = launcher.first {
+            p.arguments = launcher.dropFirst() + [Products.path("searchlightd")] + (p.arguments ?? [])
+            p.executableURL = URL(fileURLWithPath: command)
+        }
         let pipe = Pipe()
         p.standardError = pipe
         p.standardOutput = FileHandle.nullDevice

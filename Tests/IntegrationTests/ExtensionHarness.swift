@@ -116,7 +116,9 @@ final class ExtensionBench: @unchecked Sendable {
     /// starting waits for the daemon's "ready" line).
     /// `shared`: the directory traversable and the control directories writable by every user,
     /// for units with a `UserName`.
-    static func start(_ units: [TestUnit], arguments: [String] = [], shared: Bool = false) async throws -> ExtensionBench {
+    /// `launcher`: given the bench's directory, a command the daemon is started through.
+    static func start(_ units: [TestUnit], arguments: [String] = [], shared: Bool = false,
+                      launcher: (@Sendable (String) -> [String])? = nil) async throws -> ExtensionBench {
         let dir = TempDir("sle")
         try FileManager.default.createDirectory(atPath: dir.path + "/units", withIntermediateDirectories: true)
         for unit in units {
@@ -127,7 +129,8 @@ final class ExtensionBench: @unchecked Sendable {
         }
         if shared { chmod(dir.path, 0o755) }
         let daemon = try await blocking {
-            try DaemonProcess(arguments: ["--units-dir", dir.path + "/units", "--backoff", "0.2"] + arguments, dir: dir)
+            try DaemonProcess(arguments: ["--units-dir", dir.path + "/units", "--backoff", "0.2"] + arguments, dir: dir,
+                              launcher: launcher?(dir.path) ?? [])
         }
         return ExtensionBench(dir: dir, daemon: daemon)
     }

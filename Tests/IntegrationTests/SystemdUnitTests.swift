@@ -125,3 +125,105 @@ struct SystemdUnitTests {
         }
     }
 }
+
+/// The system unit's sandbox, as far as it can be set up without systemd: a mount namespace whose
+/// root is read-only but for the test's folder (ProtectSystem=strict with the StateDirectory),
+/// and `setpriv` with the unit's own CapabilityBoundingSet and NoNewPrivileges. The daemon runs as
+/// root and must still do its job: run an extension as its unit's UserName, and signal it there.
+/// Whether the sandbox can be emulated here, and how.
+enum SandboxEmulation {
+    /// Makes the root read-only in a new mount namespace, but for the folder "$1"; then runs the rest.
+    static let script = #"mount --bind "$1" "$1" && mount -o remount,bind,ro / && shift && exec "$@""#
+
+    /// Root, the tools, and a namespace that the script can set up (not in every container).
+    static let possible: Bool = {
+        guard getuid() == 0, ["/usr/bin/setpriv", "/usr/bin/unshare"].allSatisfy({ FileManager.default.isExecutableFile(atPath: $0) }) else {
+            return false
+        }
+        let dir = TempDir("slns")
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+        p.arguments = ["--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", dir.path, "/bin/true"]
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        guard (try? p.run()) != nil else { return false }
+        p.waitUntilExit()
+        if p.terminationStatus != 0 { print("sandbox emulation skipped: unshare --mount or the read-only remount is not permitted here") }
+        return p.terminationStatus == 0
+    }()
+}
+
+@Suite("The system unit's sandbox, emulated", .serialized,
+    .enabled(if: SandboxEmulation.possible, "needs root with mount namespaces (CAP_SYS_ADMIN), setpriv and unshare (util-linux)"))
+struct SandboxedDaemonTests {
+    static let unitFile = SystemdUnitTests.root + "/launchd-like-units/searchlightd.service"
+
+    /// The value of `Key=` in the shipped system unit.
+    static func setting(_ key: String) throws -> String {
+        let text = try String(contentsOfFile: unitFile, encoding: .utf8)
+        let line = try #require(text.split(separator: "\n").first { $0.hasPrefix(key + "=") }, "no \(key)= in \(unitFile)")
+        return String(line.dropFirst(key.count + 1))
+    }
+
+    /// Capability numbers of capabilities(7), for the names the unit keeps.
+    static let numbers = ["CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7, "CAP_SYS_NICE": 23, "CAP_SYS_RESOURCE": 24]
+
+    /// `Key:` of /proc/PID/status.
+    static func status(_ pid: Int32, _ key: String) throws -> String {
+        let text = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        let line = try #require(text.split(separator: "\n").first { $0.hasPrefix(key + ":") })
+        return line.dropFirst(key.count + 1).trimmingCharacters(in: .whitespaces)
+    }
+
+    @Test("With the unit's capability bounding set, no_new_privs and a read-only root, a UserName extension runs as its user, is acknowledged, and is killed by the daemon when it hangs")
+    func userNameExtensionUnderSandbox() async throws {
+        let names = try Self.setting("CapabilityBoundingSet").split(separator: " ").map(String.init)
+        #expect(try Self.setting("NoNewPrivileges") == "yes")
+        #expect(try Self.setting("ProtectSystem") == "strict")
+        let unknown = names.filter { Self.numbers[$0] == nil }
+        #expect(unknown.isEmpty, "capabilities this test does not know: \(unknown)")
+        let keep = "-all," + names.map { "+" + $0.dropFirst(4).lowercased() }.joined(separator: ",")
+        // The bounding set the daemon should end with: the unit's, within the runner's own.
+        let ours = UInt64(try Self.status(getpid(), "CapBnd"), radix: 16) ?? 0
+        let expected = names.reduce(UInt64(0)) { $0 | (1 << UInt64(Self.numbers[$1] ?? 63)) } & ours
+
+        let userName = "searchlight-test-a"
+        let uid = try #require(testUser(userName), "could not create \(userName) with useradd")
+        var unit = TestUnit("org.example.test.sandboxed", bundle: "org.example.sandboxed")
+        unit.userName = userName
+        unit.acknowledgementTimeout = 2
+        // The bench's folder (state, socket, units, the fake's control files) stays writable.
+        let script = SandboxEmulation.script
+        let bench = try await ExtensionBench.start([unit], arguments: ["--system"], shared: true) { dir in
+            ["/usr/bin/unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", script, "sh", dir,
+             "/usr/bin/setpriv", "--bounding-set", keep, "--no-new-privs", "--"]
+        }
+        try await bench.waitForAcknowledgement(unit.label)
+        let daemonPID = try #require(bench.daemon.process?.processIdentifier)
+        let control = bench.control(unit.label)
+        let pid = try #require(control.received.first?.pid)
+
+        // The sandbox is in force: the daemon's root is read-only, its bounding set the unit's.
+        let mounts = try String(contentsOfFile: "/proc/\(daemonPID)/mountinfo", encoding: .utf8)
+        let root = mounts.split(separator: "\n").map { $0.split(separator: " ") }.first { $0.count > 5 && $0[4] == "/" }
+        #expect(root.map { $0[5].split(separator: ",").contains("ro") } == true, "the daemon's / is not read-only")
+        #expect(UInt64(try Self.status(daemonPID, "CapBnd"), radix: 16) == expected)
+        #expect(try Self.status(daemonPID, "NoNewPrivs") == "1")
+        // The extension: the unit's user in all four uids, no capabilities, no_new_privs inherited.
+        let uids = try Self.status(pid, "Uid").split(whereSeparator: { $0 == "\t" || $0 == " " }).map { UInt32($0) }
+        #expect(uids == [uid, uid, uid, uid], "\(uids)")
+        #expect(try Self.status(pid, "CapEff") == "0000000000000000")
+        #expect(try Self.status(pid, "NoNewPrivs") == "1")
+
+        // A hung request: after AcknowledgementTimeout the daemon signals the extension, which
+        // runs as another uid: only CAP_KILL lets it.
+        try control.setMode("hang")
+        let mark = bench.mark
+        let r = try await bench.cli(["reindex", unit.label, "--identifiers", "stuck-1", "--no-wait"])
+        #expect(r.status == 0, "\(r.stderr)")
+        let exited = try await bench.waitForLog("extension exited", "label=\(unit.label) ", after: mark, timeout: 60)
+        #expect(exited[0].contains("SIGTERM") || exited[0].contains("SIGKILL"), "\(exited[0])")
+        #expect(!processExists(pid), "the hung extension (pid \(pid), uid \(uid)) is still alive")
+        bench.daemon.stop(signal: SIGTERM)
+    }
+}
