@@ -11,6 +11,7 @@ final class ClientServer: @unchecked Sendable {
     private let lock = NSLock()
     private var sessions: [ObjectIdentifier: ClientSession] = [:]
     private let drained = NSCondition()
+    private var _turns: UInt64 = 0
 
     init(context: ServiceContext, listener: UnixSocket) {
         self.context = context
@@ -25,11 +26,16 @@ final class ClientServer: @unchecked Sendable {
         thread.start()
     }
 
+    /// How many times the accept loop went round (the systemd watchdog's health probe).
+    var turns: UInt64 { lock.withLock { _turns } }
+
     private func acceptLoop() {
         while true {
             let socket: UnixSocket
             do {
-                guard let s = try listener.accept() else { return }
+                let accepted = try listener.accept()
+                lock.withLock { _turns &+= 1 }
+                guard let s = accepted else { return }
                 socket = s
             } catch {
                 log.error("accept failed", ["error": "\(error)"])

@@ -49,9 +49,13 @@ public final class Supervisor: @unchecked Sendable {
         server.start()
         scheduler.start()
         startPurging(context.registry)
-        let agent = SystemdAgent(notifier: notifier, context: context, health: WatchdogHealth(probes: [
-            .init(name: "scheduler", turns: { scheduler.turns }, poke: { scheduler.wake() }),
-        ]))
+        // The loops the watchdog checks: the scheduler's (woken), and the accept loop (a
+        // connection of our own, closed at once, makes it go round).
+        var probes: [WatchdogHealth.Probe] = [.init(name: "scheduler", turns: { scheduler.turns }, poke: { scheduler.wake() })]
+        if socketPath.hasPrefix("/") {
+            probes.append(.init(name: "accept", turns: { server.turns }, poke: { WatchdogHealth.knock(socketPath) }))
+        }
+        let agent = SystemdAgent(notifier: notifier, context: context, health: WatchdogHealth(probes: probes))
         lock.withLock { systemd = agent }
         let status = agent.ready()
         context.events.observe { _ in agent.statusChanged() }
@@ -59,7 +63,8 @@ public final class Supervisor: @unchecked Sendable {
             "version": Version.string, "mode": config.system ? "system" : "user", "socket": socketPath,
             "activated": activated != nil, "state": config.stateDirectory, "pid": getpid(),
             "units": context.catalog.units.filter { !$0.disabled }.count, "notify": notifier.isEnabled,
-            "watchdog_s": notifier.watchdogInterval.map { "\($0 * 2)" } ?? "off", "status": status,
+            "watchdog_s": notifier.watchdogInterval.map { "\($0 * 2)" } ?? "off",
+            "watchdog_loops": probes.map(\.name).joined(separator: ","), "status": status,
         ])
         stopped.wait()
         log.notice("searchlightd stopping")

@@ -87,6 +87,18 @@ final class WatchdogHealth: @unchecked Sendable {
         seen = Array(repeating: nil, count: probes.count)
     }
 
+    /// Connects to the daemon's own socket and closes at once, so that the accept loop goes
+    /// round. Non-blocking: with the backlog full the loop is busy accepting others anyway.
+    static func knock(_ path: String) {
+        guard var addr = try? UnixSocket.makeAddress(path) else { return }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+        guard fd >= 0 else { return }
+        _ = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        Glibc.close(fd)
+    }
+
     /// nil when every loop turned since the previous check (or this is the first), else the
     /// name of a wedged loop. Pokes every loop for the next check.
     func check() -> String? {

@@ -163,6 +163,9 @@ struct SystemdTests {
         var pings = 0
         while let m = notify.receive(until: window) { if m.contains("WATCHDOG=1") { pings += 1 } }
         #expect(pings >= 3 && pings <= 20, "\(pings) WATCHDOG=1 in 3 s at WATCHDOG_USEC=400000")
+        // Both loops are checked: the pings above mean each went round between two checks (the
+        // accept loop by the daemon's own knock on its socket).
+        #expect(daemon.log.contains("watchdog_loops=scheduler,accept"), "\(daemon.log)")
 
         kill(daemon.pid, SIGTERM)
         let rest = try notify.receive(until: "STOPPING=1")
