@@ -135,7 +135,7 @@ extension IndexStore {
     /// FTS5's integrity check against the items, or nil when it passes. It is written as an
     /// INSERT (which query-only readers refuse), so the writer runs it; its failure is caught
     /// inside the call so it never fails other calls committed in the same group.
-    private func fullTextProblem() throws(SearchlightError) -> String? {
+    func fullTextProblem() throws(SearchlightError) -> String? {
         let finding = Finding()
         _ = try writeSync { store in
             do {

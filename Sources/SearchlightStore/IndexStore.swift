@@ -17,6 +17,9 @@ public final class IndexStore: @unchecked Sendable {
     struct PendingWrite {
         let work: (IndexStore) throws -> ApplyResult
         let complete: @Sendable (Result<ApplyResult, SearchlightError>) -> Void
+        /// Runs on the writer thread between groups, outside any transaction (a WAL checkpoint
+        /// cannot run inside one).
+        var outsideTransaction = false
     }
 
     let writer: Database
@@ -170,14 +173,15 @@ public final class IndexStore: @unchecked Sendable {
     // MARK: - Writing
 
     /// Queues work for the writer; `complete` runs after the group containing it committed.
-    func enqueue(_ work: @escaping (IndexStore) throws -> ApplyResult, complete: @escaping @Sendable (Result<ApplyResult, SearchlightError>) -> Void) {
+    func enqueue(_ work: @escaping (IndexStore) throws -> ApplyResult, outsideTransaction: Bool = false,
+                 complete: @escaping @Sendable (Result<ApplyResult, SearchlightError>) -> Void) {
         queue.lock()
         if stopping {
             queue.unlock()
             complete(.failure(SearchlightError(.indexUnavailable, "index \(path) is closing; retry")))
             return
         }
-        pending.append(PendingWrite(work: work, complete: complete))
+        pending.append(PendingWrite(work: work, complete: complete, outsideTransaction: outsideTransaction))
         queue.signal()
         queue.unlock()
     }
@@ -215,6 +219,13 @@ public final class IndexStore: @unchecked Sendable {
         return try box.wait().get()
     }
 
+    /// Runs work on the writer thread outside any transaction, after the group queued with it.
+    func writeOutsideTransaction(_ work: @escaping (IndexStore) throws -> ApplyResult) throws(SearchlightError) -> ApplyResult {
+        let box = ResultBox()
+        enqueue(work, outsideTransaction: true) { box.set($0) }
+        return try box.wait().get()
+    }
+
     private func writerLoop() {
         while true {
             queue.lock()
@@ -227,7 +238,15 @@ public final class IndexStore: @unchecked Sendable {
             let group = pending
             pending.removeAll(keepingCapacity: true)
             queue.unlock()
-            commit(group)
+            let plain = group.filter { !$0.outsideTransaction }
+            if !plain.isEmpty { commit(plain) }
+            for write in group where write.outsideTransaction {
+                do {
+                    write.complete(.success(try write.work(self)))
+                } catch {
+                    write.complete(.failure(mapAndRecord(error)))
+                }
+            }
         }
     }
 

@@ -24,8 +24,4 @@ extension AdminMethods {
     func simulateMigration(bundle: String?) throws(SearchlightError) -> JSONValue {
         throw SearchlightError(.methodNotFound, "admin.simulate migration is not built yet")
     }
-
-    func simulateIdle(bundle: String?) throws(SearchlightError) -> JSONValue {
-        throw SearchlightError(.methodNotFound, "admin.simulate idle is not built yet")
-    }
 }

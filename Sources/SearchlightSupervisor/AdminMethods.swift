@@ -92,6 +92,7 @@ struct AdminMethods {
             "bundles": .array(bundles),
             "extensions": .array((context.scheduler?.allHosts ?? []).map(\.statusJSON)),
             "throttle": context.scheduler?.throttle.statusJSON ?? .null,
+            "maintenance": context.maintenance?.statusJSON ?? .null,
             "reindexRequests": requestCounts(),
         ]
     }

@@ -108,12 +108,6 @@ final class IndexRegistry: @unchecked Sendable {
         return s
     }
 
-    /// Deletes expired items of every open index (they are invisible already; this reclaims them).
-    func purgeExpired() {
-        let open = lock.withLock { stores }
-        for (key, store) in open { purgeExpired(store, key) }
-    }
-
     private func purgeExpired(_ store: IndexStore, _ key: Key) {
         do {
             let n = try store.purgeExpired()

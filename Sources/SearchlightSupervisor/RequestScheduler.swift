@@ -30,6 +30,15 @@ final class RequestScheduler: @unchecked Sendable {
     /// Background requests in flight (throttled: at most one across the daemon).
     private var backgroundRunning = 0
     let throttle: ThrottleController
+    /// The delay before each index call of an extension serving a background request, per
+    /// throttle state: at most 20 calls a second while throttled, 5 while paused (a request in
+    /// flight when the pause came finishes, slowly). Chosen so that an extension's batches of
+    /// a few hundred items keep progressing while its writes leave the machine room.
+    static let donationPacing: [Throttle.State: TimeInterval] = [.throttled: 0.05, .paused: 0.2]
+    /// Set once before `start()` (nil: no idle maintenance, e.g. in tests of the scheduler alone).
+    var maintenance: Maintenance?
+    /// Entered while an idle maintenance run is in progress (stop waits for it).
+    private let maintenanceRuns = DispatchGroup()
     private var waiters: [Int64: [Waiter]] = [:]
     private var progress: [Int64: (completed: Int, total: Int?, reported: Date)] = [:]
     private let finished = DispatchSemaphore(value: 0)
@@ -212,6 +221,8 @@ final class RequestScheduler: @unchecked Sendable {
         lock.withLock { stopped = true }
         wake()
         finished.wait()
+        // A maintenance run gives way at its next step once stopping is set; wait for it.
+        maintenanceRuns.wait()
         let all = allHosts
         let done = DispatchSemaphore(value: 0)
         Task {
@@ -246,9 +257,11 @@ final class RequestScheduler: @unchecked Sendable {
             if !pending.isEmpty { candidates.append((host, pending)) }
         }
         let backgroundDue = candidates.contains { $0.1.contains { $0.background && $0.notBefore <= now } }
-        let sampled = throttle.refresh(now: now, needed: backgroundDue || lock.withLock { backgroundRunning > 0 })
+        let maintenanceWaits = maintenance?.wantsSampling(at: now) ?? false
+        let sampled = throttle.refresh(now: now, needed: backgroundDue || maintenanceWaits || lock.withLock { backgroundRunning > 0 })
         if let t = sampled.transition { announce(t) }
         if let at = sampled.nextSample { next = min(next, at) }
+        pollMaintenance(now, next: &next)
         for (host, pending) in candidates {
             let bundle = host.unit.bundleIdentifier
             let backgroundAllowed: Bool = lock.withLock {
@@ -283,6 +296,26 @@ final class RequestScheduler: @unchecked Sendable {
             }
         }
         return next
+    }
+
+    /// Idle maintenance: sleeps until it is due, then (the load being sampled meanwhile) starts
+    /// once the machine has been idle long enough. It gives way when the throttle leaves normal.
+    private func pollMaintenance(_ now: Date, next: inout Date) {
+        guard let maintenance, !isStopping else { return }
+        switch maintenance.poll(at: now, throttle: throttle.snapshot) {
+        case .sleep(let until): next = min(next, until)
+        case .watching, .running: break  // the throttle's next sample wakes the loop
+        case .start:
+            maintenanceRuns.enter()
+            maintenance.startIdleRun(yieldNow: { [weak self] in
+                guard let self else { return true }
+                return self.isStopping || self.throttle.state != .normal
+            }, done: { [weak self] in
+                guard let self else { return }
+                self.maintenanceRuns.leave()
+                self.wake()
+            })
+        }
     }
 
     /// A throttle state change: one log line with the numbers, a `throttle.changed` event, and

@@ -22,6 +22,7 @@ final class ServiceContext: @unchecked Sendable {
     private var _connections = 0
     private var _requests = 0
     private weak var _scheduler: RequestScheduler?
+    private var _maintenance: Maintenance?
 
     init(config: Configuration, log: Logger) throws {
         self.config = config
@@ -54,6 +55,12 @@ final class ServiceContext: @unchecked Sendable {
     func unitOwner(_ unit: ExtensionUnit) -> UInt32 {
         if daemonUID == 0, let name = unit.userName, let ids = ExtensionHost.userIDs(name) { return ids.uid }
         return daemonUID
+    }
+
+    /// Set once by the supervisor before the socket listens.
+    var maintenance: Maintenance? {
+        get { lock.withLock { _maintenance } }
+        set { lock.withLock { _maintenance = newValue } }
     }
 
     var connections: Int { lock.withLock { _connections } }

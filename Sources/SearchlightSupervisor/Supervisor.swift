@@ -12,13 +12,10 @@ public final class Supervisor: @unchecked Sendable {
     private let lock = NSLock()
     private var stopRequested = false
     private let stopped = DispatchSemaphore(value: 0)
-    private let maintenanceStopped = DispatchSemaphore(value: 0)
     private var scheduler: RequestScheduler?
     private var systemd: SystemdAgent?
     /// `$NOTIFY_SOCKET` and the watchdog, read (and removed from the environment) at init.
     let notifier = SystemdNotifier.fromEnvironment()
-    /// Until the scheduler's idle maintenance exists: purge expired items this often.
-    static let purgeInterval: TimeInterval = 3600
 
     public init(config: Configuration) {
         self.config = config
@@ -31,6 +28,9 @@ public final class Supervisor: @unchecked Sendable {
         let context = try ServiceContext(config: config, log: log)
         let scheduler = RequestScheduler(context: context, journal: context.journal, catalog: context.catalog)
         context.scheduler = scheduler
+        let maintenance = try Maintenance(context: context)
+        context.maintenance = maintenance
+        scheduler.maintenance = maintenance
         lock.withLock { self.scheduler = scheduler }
         scheduler.observeOutcomes { [recovery = context.recovery] request, outcome in recovery.requestFinished(request, outcome) }
         scheduler.reloadUnits()
@@ -48,7 +48,6 @@ public final class Supervisor: @unchecked Sendable {
         let server = ClientServer(context: context, listener: listener)
         server.start()
         scheduler.start()
-        startPurging(context.registry)
         // The loops the watchdog checks: the scheduler's (woken), and the accept loop (a
         // connection of our own, closed at once, makes it go round).
         var probes: [WatchdogHealth.Probe] = [.init(name: "scheduler", turns: { scheduler.turns }, poke: { scheduler.wake() })]
@@ -69,23 +68,11 @@ public final class Supervisor: @unchecked Sendable {
         stopped.wait()
         log.notice("searchlightd stopping")
         agent.stopping()
-        maintenanceStopped.signal()
         scheduler.stop()
         server.stop()
         context.registry.closeAll()
         if activated == nil { unlink(config.socketPath) }
         log.notice("searchlightd stopped")
-    }
-
-    /// Expired items are invisible at once; this thread reclaims them hourly (one timed wait, no polling).
-    private func startPurging(_ registry: IndexRegistry) {
-        let thread = Thread { [self] in
-            while maintenanceStopped.wait(timeout: .now() + Self.purgeInterval) == .timedOut {
-                registry.purgeExpired()
-            }
-        }
-        thread.name = "purge"
-        thread.start()
     }
 
     /// Re-reads the unit files (SIGHUP).

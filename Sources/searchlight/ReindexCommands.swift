@@ -46,7 +46,9 @@ enum ReindexCommands {
             var params: [String: JSONValue] = ["event": .string(event)]
             if args.positionals.count > 1 { params["bundle"] = .string(args.positionals[1]) }
             let answer = try await context.admin(Method.adminSimulate, params)
-            if context.json || answer.objectValue?.isEmpty == false {
+            if event == "idle", !context.json {
+                MaintenanceOutput.printSummary(answer)
+            } else if context.json || answer.objectValue?.isEmpty == false {
                 Console.out(answer)
             } else {
                 Console.out("simulated \(event)")

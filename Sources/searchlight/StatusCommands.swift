@@ -49,6 +49,7 @@ enum StatusCommands {
         Console.out("socket \(answer["socket"]?.stringValue ?? "-")")
         Console.out("state  \(answer["stateDirectory"]?.stringValue ?? "-")")
         if let line = throttleLine(answer["throttle"]) { Console.out(line) }
+        for line in MaintenanceOutput.statusLines(answer["maintenance"]) { Console.out(line) }
         let bundles = answer["bundles"]?.arrayValue ?? []
         guard !bundles.isEmpty else {
             Console.out("no indexes yet")

@@ -1,0 +1,232 @@
+import Foundation
+import SearchlightStore
+import SearchlightWire
+
+/// Idle maintenance (DESIGN §6 *Idle*): at most every `--maintenance-interval`, once the machine
+/// has been idle for `--idle-after`, for every index: purge expired items, ask extensions with
+/// `RefreshExpiringItems` to reindex items expiring within a day, scrub a bounded slice, optimize
+/// the full-text index, checkpoint the WAL.
+///
+/// The scheduler's thread asks `poll` at each pass; the load is sampled only while maintenance is
+/// due and waiting for idleness or running (once per interval), never while nothing is due. A
+/// run is background work: it gives way, between steps, as soon as the throttle leaves normal.
+final class Maintenance: @unchecked Sendable {
+    /// Items whose checksum is verified per index and run, and tables `quick_check` goes through.
+    static let scrubRows = 5000
+    static let scrubTables = 2
+    /// Identifiers requested per index and run for items expiring within a day.
+    static let refreshLimit = 10_000
+    static let refreshWindow: TimeInterval = 86400
+
+    enum Poll {
+        /// Nothing to do until this time.
+        case sleep(until: Date)
+        /// Due and waiting for idleness: keep sampling the load.
+        case watching
+        /// A run is in progress.
+        case running
+        /// Start a run now.
+        case start
+    }
+
+    /// Unowned: the context holds the maintenance, and outlives it.
+    unowned let context: ServiceContext
+    private let record: MaintenanceRecord
+    private let lock = NSLock()
+    private var schedule: MaintenanceSchedule
+    private var running = false
+    /// One run at a time: the idle trigger and `admin.simulate idle` take turns.
+    private let runLock = NSLock()
+
+    init(context: ServiceContext, now: Date = Date()) throws {
+        self.context = context
+        record = try MaintenanceRecord(path: context.config.stateDirectory + "/supervisor.sqlite")
+        schedule = MaintenanceSchedule(interval: context.config.maintenanceInterval, idleAfter: context.config.idleAfter,
+            lastRun: record.lastRun(orRecord: now))
+    }
+
+    var log: Logger { context.log }
+
+    /// Whether the load must be sampled for maintenance now (due and not yet run, or running).
+    func wantsSampling(at now: Date) -> Bool {
+        lock.withLock { running || schedule.isDue(at: now) }
+    }
+
+    /// The scheduler's question at each pass, with the throttle as it now is.
+    func poll(at now: Date, throttle: Throttle) -> Poll {
+        lock.withLock {
+            if running { return .running }
+            guard schedule.shouldStart(at: now, throttle: throttle) else {
+                return schedule.isDue(at: now) ? .watching : .sleep(until: schedule.nextDue)
+            }
+            running = true
+            return .start
+        }
+    }
+
+    /// The idle trigger: runs on a thread of its own (the store calls block), giving way when
+    /// `yieldNow` says so; `done` runs after.
+    func startIdleRun(yieldNow: @escaping @Sendable () -> Bool, done: @escaping @Sendable () -> Void) {
+        let thread = Thread { [self] in
+            let summary = run(bundle: nil, trigger: "idle", yieldNow: yieldNow)
+            lock.withLock {
+                running = false
+                if summary.yielded { schedule.yielded() } else { schedule.ran(at: Date()) }
+            }
+            done()
+        }
+        thread.name = "maintenance"
+        thread.start()
+    }
+
+    /// A complete run by hand (`admin.simulate idle`) resets the schedule like an idle one.
+    func noteManualRun(_ summary: MaintenanceSummary) {
+        guard !summary.yielded else { return }
+        lock.withLock { schedule.ran(at: Date()) }
+    }
+
+    /// `admin.status`'s `maintenance` object.
+    var statusJSON: JSONValue {
+        let (s, isRunning) = lock.withLock { (schedule, running) }
+        var o: [String: JSONValue] = [
+            "running": .bool(isRunning), "lastRun": .string(ISO8601.format(s.lastRun)),
+            "nextDue": .string(ISO8601.format(s.nextDue)), "nextEligible": .string(ISO8601.format(s.nextEligible)),
+            "intervalSeconds": .number(s.interval), "idleAfterSeconds": .number(s.idleAfter),
+        ]
+        if let summary = record.lastSummary { o["lastSummary"] = summary }
+        return .object(o)
+    }
+
+    /// One run over every index (or one bundle's). Records the run when it covered everything
+    /// and went to its end. Waits for a run already in progress.
+    func run(bundle only: String?, trigger: String, yieldNow: @Sendable () -> Bool = { false }) -> MaintenanceSummary {
+        runLock.lock()
+        defer { runLock.unlock() }
+        var summary = MaintenanceSummary(trigger: trigger, started: Date())
+        log.info("maintenance started", ["trigger": trigger, "bundle": only ?? "*"])
+        context.events.emit("maintenance.started", ["trigger": .string(trigger), "bundle": only.map(JSONValue.string) ?? .null])
+        outer: for bundle in context.registry.bundles() where only == nil || only == bundle {
+            for index in context.registry.indexes(of: bundle) {
+                if yieldNow() {
+                    summary.yielded = true
+                    break outer
+                }
+                maintain(bundle: bundle, index: index, into: &summary, yieldNow: yieldNow)
+            }
+        }
+        summary.elapsed = Date().timeIntervalSince(summary.started)
+        let json = summary.json
+        if only == nil, !summary.yielded {
+            do {
+                try record.recordRun(at: Date(), summary: json)
+            } catch {
+                log.error("cannot record the maintenance run", ["error": "\(error)"])
+            }
+        }
+        log.notice(summary.yielded ? "maintenance yielded to load" : "maintenance finished", [
+            "trigger": trigger, "indexes": summary.indexes, "purged": summary.purged, "refresh_requested": summary.refreshRequested,
+            "rows_scrubbed": summary.rowsScrubbed, "scrub_ms": String(format: "%.1f", summary.scrubMilliseconds),
+            "checksum_failures": summary.checksumFailures, "fts_rebuilt": summary.ftsRebuilt, "damaged": summary.damaged,
+            "elapsed_ms": Int(summary.elapsed * 1000),
+        ])
+        context.events.emit("maintenance.finished", summary.fields)
+        return summary
+    }
+
+    /// Every step on one index; a failing step is reported and the next index is done.
+    private func maintain(bundle: String, index: String, into summary: inout MaintenanceSummary, yieldNow: @Sendable () -> Bool) {
+        let name = index.isEmpty ? "_default" : index
+        // Another trigger is rebuilding it: its file is not the one to scrub.
+        if context.registry.condition(bundle: bundle, index: index) != nil { return }
+        do {
+            guard let store = try context.registry.store(bundle: bundle, index: index, create: false) else { return }
+            if store.detectedDamage != nil { return }  // recovery's business
+            summary.indexes += 1
+            let purged = try store.purgeExpired()
+            summary.purged += purged
+            if purged > 0 { log.info("expired items purged", ["bundle": bundle, "index": name, "items": purged]) }
+            summary.refreshRequested += try requestRefresh(store, bundle: bundle, index: index)
+            if yieldNow() { summary.yielded = true; return }
+            guard try scrub(store, bundle: bundle, index: index, into: &summary) else { return }
+            if yieldNow() { summary.yielded = true; return }
+            try store.optimizeFullText()
+            summary.optimized += 1
+            if try store.checkpoint() { summary.checkpointed += 1 }
+        } catch {
+            summary.problems.append("\(bundle)/\(name): \(error.message)")
+            log.warning("maintenance step failed", ["bundle": bundle, "index": name, "error": error.message])
+        }
+    }
+
+    /// The unit serving this index, if it is enabled and the bundle's indexing is on.
+    private func servingUnit(bundle: String, index: String) -> ExtensionUnit? {
+        guard let unit = context.catalog.unit(forBundle: bundle), !unit.disabled,
+              unit.indexExtension.indexNames.contains(index),
+              context.state.bundle(bundle)?.indexingEnabled != false else { return nil }
+        return unit
+    }
+
+    private func requestRefresh(_ store: IndexStore, bundle: String, index: String) throws(SearchlightError) -> Int {
+        guard let unit = servingUnit(bundle: bundle, index: index), unit.indexExtension.refreshExpiringItems,
+              let scheduler = context.scheduler else { return 0 }
+        let now = Date()
+        let ids = try store.identifiersExpiring(from: now, to: now.addingTimeInterval(Self.refreshWindow), limit: Self.refreshLimit)
+        if ids.isEmpty { return 0 }
+        do {
+            _ = try scheduler.enqueue(bundle: bundle, index: index, kind: .identifiers, identifiers: ids, reason: "idle", background: true)
+        } catch {
+            throw SearchlightError(.indexUnavailable, "cannot journal the refresh of expiring items: \(error)")
+        }
+        return ids.count
+    }
+
+    /// The bounded scrub and its consequences; false when the file is damaged (nothing more to do on it).
+    private func scrub(_ store: IndexStore, bundle: String, index: String, into summary: inout MaintenanceSummary) throws(SearchlightError) -> Bool {
+        let name = index.isEmpty ? "_default" : index
+        let started = Date()
+        let report = try store.scrub(from: record.cursor(bundle: bundle, index: index), rows: Self.scrubRows, tables: Self.scrubTables)
+        summary.scrubMilliseconds += Date().timeIntervalSince(started) * 1000
+        summary.rowsScrubbed += report.rowsScrubbed
+        summary.tablesChecked += report.tablesChecked.count
+        do {
+            try record.setCursor(report.cursor, bundle: bundle, index: index)
+        } catch {
+            log.warning("cannot record the scrub cursor", ["bundle": bundle, "index": name, "error": "\(error)"])
+        }
+        if !report.fileProblems.isEmpty {
+            // markDamaged (done by the store) hands the file to recovery.
+            summary.damaged += 1
+            summary.problems.append("\(bundle)/\(name): \(report.fileProblems.joined(separator: "; "))")
+            log.error("scrub found a damaged index file", ["bundle": bundle, "index": name, "problem": report.fileProblems.first ?? ""])
+            return false
+        }
+        if !report.checksumFailures.isEmpty {
+            summary.checksumFailures += report.checksumFailures.count
+            _ = try store.applySync([.deleteIdentifiers(report.checksumFailures)])
+            log.warning("scrub deleted items whose checksum failed", ["bundle": bundle, "index": name,
+                "items": report.checksumFailures.count, "first": report.checksumFailures[0]])
+            if servingUnit(bundle: bundle, index: index) != nil, let scheduler = context.scheduler {
+                do {
+                    _ = try scheduler.enqueue(bundle: bundle, index: index, kind: .identifiers, identifiers: report.checksumFailures,
+                        reason: "corruption", background: true)
+                    summary.corruptionRequested += report.checksumFailures.count
+                } catch {
+                    summary.problems.append("\(bundle)/\(name): cannot journal the reindex of damaged items: \(error)")
+                }
+            }
+        }
+        // After the deletions: deleting a damaged row can itself leave the full-text index off.
+        var ftsProblem = report.fullTextProblem
+        if !report.checksumFailures.isEmpty, ftsProblem == nil { ftsProblem = try store.fullTextCheck() }
+        if let problem = ftsProblem {
+            if let remaining = try store.rebuildFullText() {
+                summary.problems.append("\(bundle)/\(name): full-text index still damaged after a rebuild: \(remaining)")
+                log.error("full-text index rebuild did not help", ["bundle": bundle, "index": name, "problem": remaining])
+            } else {
+                summary.ftsRebuilt += 1
+                log.warning("full-text index rebuilt from the items", ["bundle": bundle, "index": name, "problem": problem])
+            }
+        }
+        return true
+    }
+}
