@@ -61,7 +61,7 @@ let package = Package(
         .testTarget(name: "SearchlightFuzzTests", dependencies: ["SearchlightFuzz"], swiftSettings: strict),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightFuzz", "SearchlightStore"],
+            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightFuzz", "SearchlightStore", "CSQLite"],
             swiftSettings: strict
         ),
     ]

@@ -100,6 +100,7 @@ final class ClientSession: @unchecked Sendable {
                 }
                 return
             }
+            if let delay = donationPacing(method) { Thread.sleep(forTimeInterval: delay) }
             let result: Result<JSONValue, SearchlightError>
             do {
                 result = .success(try dispatch(method, params))
@@ -122,6 +123,17 @@ final class ClientSession: @unchecked Sendable {
         case .response:
             break
         }
+    }
+
+    /// Index calls of an extension serving a background request while the throttle is not normal
+    /// wait this long before they are processed (DESIGN §6: pacing of a throttled extension's
+    /// donations). Only this connection's thread waits: other clients and extensions go on.
+    private func donationPacing(_ method: String) -> TimeInterval? {
+        guard let host = extensionHost, method.hasPrefix("index."), method != Method.indexFetchLastClientState,
+              host.servesBackgroundRequest, let scheduler = context.scheduler else { return nil }
+        guard let delay = RequestScheduler.donationPacing[scheduler.throttle.state] else { return nil }
+        host.notePaced()
+        return delay
     }
 
     func dispatch(_ method: String, _ params: JSONValue) throws(SearchlightError) -> JSONValue {

@@ -120,14 +120,26 @@ final class ExtensionHost: @unchecked Sendable {
     /// The journaled request being sent to the extension, if any: the only one it may report
     /// progress on.
     private var currentRequest: Int64?
+    /// Whether `currentRequest` is background work (its donations are paced while throttled).
+    private var currentIsBackground = false
 
-    func beginRequest(_ request: Int64?) {
+    func beginRequest(_ request: Int64?, background: Bool = false) {
         lock.withLock {
             inFlight += 1
             lastActivity = Date()
-            if let request { currentRequest = request }
+            if let request {
+                currentRequest = request
+                currentIsBackground = background
+            }
         }
     }
+
+    /// True while the extension works on a background request: what it donates then is background work.
+    var servesBackgroundRequest: Bool { lock.withLock { currentRequest != nil && currentIsBackground } }
+
+    /// Index calls delayed by donation pacing since the daemon started (status: `pacedCalls`).
+    private var pacedCalls = 0
+    func notePaced() { lock.withLock { pacedCalls += 1 } }
 
     func isCurrentRequest(_ id: Int64) -> Bool { lock.withLock { currentRequest == id } }
     func endRequest(_ request: Int64?) {
@@ -496,6 +508,7 @@ final class ExtensionHost: @unchecked Sendable {
         lock.withLock {
             o["launches"] = .number(Double(launches))
             o["crashes"] = .number(Double(crashes))
+            o["pacedCalls"] = .number(Double(pacedCalls))
             if let lastExit { o["lastExit"] = .string(lastExit) }
             if let backoffUntil, backoffUntil > Date() { o["nextLaunch"] = .string(ISO8601.format(backoffUntil)) }
             switch state {

@@ -51,7 +51,7 @@ extension RequestScheduler {
             return
         }
         let started = Date()
-        host.beginRequest(id)
+        host.beginRequest(id, background: request.background)
         var usedLink: ExtensionHost.Link?
         defer {
             // A batch the handler left open must not swallow the next request's donations.

@@ -59,4 +59,24 @@ struct ThrottleIntegrationTests {
         try await bench.waitForLog("load throttle changed", "from=throttled", "to=normal", after: before)
         try await bench.until("didFinishThrottle") { control.received.contains { $0.kind == "didFinishThrottle" } }
     }
+
+    @Test("throttled: the index calls of an extension serving a background request are paced; manual requests and apps are not")
+    func donationPacing() async throws {
+        let proc = TempDir("slproc")
+        try Self.writePSI(proc.path, cpu: 30)
+        let unit = TestUnit("org.example.test.pacing", bundle: "org.example.pacing")
+        let bench = try await ExtensionBench.start([unit], arguments: ["--proc-root", proc.path, "--load-interval", "0.2"])
+        // The initial reindex-all is background work, sent while throttled (one at a time).
+        try await bench.waitForAcknowledgement(unit.label)
+        #expect(!bench.lines("load throttle changed", "to=throttled").isEmpty)
+        let paced = try #require(try await bench.extensionStatus(unit.label)?["pacedCalls"]?.intValue)
+        #expect(paced >= 2, "deleteAll and one batch of 100 items, each paced")
+
+        let mark = bench.mark
+        let manual = try await bench.cli(["reindex", unit.bundle, "--identifiers", "manual-1"])
+        #expect(manual.status == 0, "\(manual.stderr)")
+        try await bench.waitForAcknowledgement(unit.label, after: mark)
+        try await bench.daemon.index(unit.bundle).indexSearchableItems([item("app-1", title: "an app donates while throttled")])
+        #expect(try await bench.extensionStatus(unit.label)?["pacedCalls"]?.intValue == paced)
+    }
 }
