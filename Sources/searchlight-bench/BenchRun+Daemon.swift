@@ -49,7 +49,7 @@ extension BenchRun {
     // MARK: - 4. Daemon cost
 
     /// Start-to-ready (empty state, and with the indexes of this run), resident memory with the
-    /// largest index open, idle CPU and wakeups, and the throttle reaction (not built yet).
+    /// largest index open, idle CPU and wakeups (the throttle reaction is ThrottleBench).
     func daemonCost() async throws {
         // Ready with an empty state directory: fresh daemons, one per run.
         for _ in 1..<max(2, options.runs) {
@@ -102,7 +102,5 @@ extension BenchRun {
             higherIsBetter: false, target: "< 0.1", met: cpu < 0.1))
         rows.append(Row(scenario: "idle daemon wakeups (context switches, all threads)",
             figure: Figure([Double(after.contextSwitches - before.contextSwitches) / minutes]), unit: "wakeups/min", higherIsBetter: false))
-        rows.append(Row(scenario: "throttle reaction: pressure over the pause mark to background dispatch stopped",
-            figure: Figure([]), unit: "s", higherIsBetter: false, target: "≤ 2 s; n/a (needs the scheduler issue)"))
     }
 }

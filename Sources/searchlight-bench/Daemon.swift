@@ -21,7 +21,8 @@ final class Daemon: @unchecked Sendable {
     }
 
     /// Starts a daemon on `dir` (a fresh temp directory when nil; an existing one keeps its state).
-    init(dir existing: String? = nil) throws {
+    /// `arguments` are added to the daemon's flags (a `--proc-root` there replaces the quiet default).
+    init(dir existing: String? = nil, arguments extra: [String] = []) throws {
         dir = existing ?? "/tmp/slbench-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         socket = dir + "/d.sock"
         stateDir = dir + "/state"
@@ -30,8 +31,8 @@ final class Daemon: @unchecked Sendable {
         process.executableURL = URL(fileURLWithPath: Self.executableDirectory + "/searchlightd")
         // No load throttling: the bench measures indexing, not the machine's other work
         // (a --proc-root without pressure files reads as unknown load, never throttled).
-        process.arguments = ["--socket", socket, "--state-dir", stateDir, "--units-dir", unitsDir, "--log-level", "notice",
-            "--proc-root", dir + "/no-proc"]
+        process.arguments = ["--socket", socket, "--state-dir", stateDir, "--units-dir", unitsDir, "--log-level", "notice"]
+            + (extra.contains("--proc-root") ? [] : ["--proc-root", dir + "/no-proc"]) + extra
         var environment = ProcessInfo.processInfo.environment
         environment["JOURNAL_STREAM"] = nil
         process.environment = environment

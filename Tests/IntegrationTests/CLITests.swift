@@ -315,14 +315,12 @@ struct CLITests {
         #expect(try JSONValue.parse(r.stdout)["bundles"]?.arrayValue?.count == 1)
     }
 
-    @Test("simulate prints the daemon's refusal and exits 1 until the scheduler's triggers exist")
+    @Test("simulate prints the daemon's refusal and exits 1")
     func simulateRefused() throws {
         let daemon = try DaemonProcess()
-        for args in [["simulate", "idle"]] {
-            let r = try runCLI(args, socket: daemon.socket)
-            #expect(r.status == 1, "\(args)")
-            #expect(r.stderr.contains("methodNotFound"), "\(args): \(r.stderr)")
-        }
+        let r = try runCLI(["simulate", "idle", "org.example.nothing"], socket: daemon.socket)
+        #expect(r.status == 1)
+        #expect(r.stderr.contains("has no index"), "\(r.stderr)")
     }
 
     @Test("invoked as mdutil, -s shows status and -i off turns indexing off")
