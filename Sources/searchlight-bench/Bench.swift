@@ -24,6 +24,7 @@ struct Bench {
         if options.scenarios.contains(.reindex) { try await run.reindexAll() }
         if options.scenarios.contains(.daemon) { try await run.daemonCost() }
         if options.scenarios.contains(.throttle) { try await run.throttleReaction() }
+        if options.scenarios.contains(.maintenance) { try await run.maintenanceCost() }
         print("\n" + Report.table(run.rows))
         try Report.write(run.rows, corpus: corpus, options: options)
         print("\nwrote \(options.output) and \(options.chart)")

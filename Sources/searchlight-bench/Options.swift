@@ -4,7 +4,7 @@ import Foundation
 /// reindex sizes, the number of runs per figure, which scenarios run.
 struct Options {
     enum Scenario: String, CaseIterable {
-        case donation, query, reindex, daemon, throttle
+        case donation, query, reindex, daemon, throttle, maintenance
         /// Only the in-process halves of the donation scenario (raw FTS5 and IndexStore), side
         /// by side: the loop to run under a profiler while working on the store. Not in the default set.
         case store
@@ -22,7 +22,7 @@ struct Options {
     var queries = 300
     var clients = [1, 4, 16]
     var batch = 500
-    var scenarios: Set<Scenario> = [.donation, .query, .reindex, .daemon, .throttle]
+    var scenarios: Set<Scenario> = [.donation, .query, .reindex, .daemon, .throttle, .maintenance]
     /// Seconds of the idle window in which the daemon's CPU and wakeups are counted.
     var idleSeconds = 30.0
     var output = "bench-results.json"
@@ -34,7 +34,7 @@ struct Options {
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
-                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,store]
+                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,store]
                                  [--idle-seconds S] [--quick] [--keep] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)
