@@ -234,6 +234,35 @@ struct RecoveryTests {
         #expect(bench.control(unit.label).received.filter { $0.kind == "all" }.count == 2)
     }
 
+    @Test("a refill that fails for good leaves the index recovering and says so, across a restart; a later reindex-all makes it ready")
+    func refillFailed() async throws {
+        let (bench, unit) = try await Self.filled("refillfail", arguments: ["--max-request-attempts", "1"])
+        try bench.control(unit.label).setMode("nack")
+        let mark = bench.mark
+        let simulated = try await bench.admin(Method.adminSimulate, ["event": "corruption", "bundle": .string(unit.bundle)])
+        #expect(simulated["indexes"]?.arrayValue?.first?["method"]?.stringValue == "reindexAll")
+        try await bench.waitForLog("index refill failed", "bundle=\(unit.bundle) ", after: mark)
+        let failed = try await Self.indexStatus(bench, unit.bundle)
+        #expect(failed?["state"]?.stringValue == "recovering")
+        #expect(failed?["reason"]?.stringValue?.contains("the refill failed") == true, "\(String(describing: failed))")
+        #expect(try await Self.search(bench, unit.bundle).incomplete)
+
+        try await blocking { try bench.daemon.restart() }
+        try await bench.waitForLog("index recovery resumed", "bundle=\(unit.bundle) ", after: mark)
+        let resumed = try await Self.indexStatus(bench, unit.bundle)
+        #expect(resumed?["state"]?.stringValue == "recovering")
+        #expect(resumed?["reason"]?.stringValue?.contains("the refill failed") == true, "\(String(describing: resumed))")
+        #expect(try await Self.search(bench, unit.bundle).incomplete)
+
+        try bench.control(unit.label).setMode("ok")
+        let again = try await bench.cli(["reindex", unit.label, "--all"])
+        #expect(again.status == 0, "\(again.stderr)")
+        try await bench.waitForLog("index recovered", "bundle=\(unit.bundle) ", after: mark)
+        let after = try await Self.search(bench, unit.bundle)
+        #expect(after.ids == Self.expectedIdentifiers() && !after.incomplete)
+        #expect(try await Self.indexStatus(bench, unit.bundle)?["state"]?.stringValue == "ready")
+    }
+
     @Test("the quarantine keeps only the newest --quarantine-limit files")
     func quarantineBound() async throws {
         let bench = try await ExtensionBench.start([], arguments: ["--quarantine-limit", "2"])
