@@ -44,6 +44,8 @@ public struct UserQuery: Sendable {
         /// The best `maxRankedResultCount` items, best first (when ranking is enabled).
         public var rankedItems: [SearchableItem]
         public var suggestions: [QuerySuggestion]
+        /// The index is being refilled after damage (recovery): items may be missing for now.
+        public var isIncomplete = false
     }
 
     public init(userQueryString: String, userQueryContext: UserQueryContext = UserQueryContext(), index: SearchableIndex) {
@@ -64,7 +66,8 @@ public struct UserQuery: Sendable {
             }
             return QuerySuggestion(text: text, highlight: ranges, kind: QuerySuggestion.Kind(rawValue: s["kind"]?.stringValue ?? "") ?? .completion)
         }
-        return Response(items: items("items"), rankedItems: items("rankedItems"), suggestions: suggestions)
+        return Response(items: items("items"), rankedItems: items("rankedItems"), suggestions: suggestions,
+            isIncomplete: r["incomplete"]?.boolValue ?? false)
     }
 
     /// Tells the index the user engaged with an item; it ranks higher in later queries.

@@ -92,7 +92,7 @@ enum QueryCommands {
             ],
             discussion: """
                 Prints the top hits, then the other results, then suggestions. With --json, prints the answer
-                of query.user as one JSON object {items, rankedItems, suggestions}; without BUNDLE each item
+                of query.user as one JSON object {items, rankedItems, suggestions, incomplete?}; without BUNDLE each item
                 carries the "bundle" it came from.
                 """,
             extraArgumentHint: "; quote text with spaces: search \"json parser\""
@@ -128,9 +128,13 @@ enum QueryCommands {
         var ranked: [Hit]
         /// Suggestions as on the wire: `{text, highlight: [[start, length]], kind}`.
         var suggestions: [JSONValue]
+        /// An index searched is being refilled after damage: results may be missing.
+        var incomplete = false
 
         var json: JSONValue {
-            ["items": .array(items.map(\.wire)), "rankedItems": .array(ranked.map(\.wire)), "suggestions": .array(suggestions)]
+            var o: [String: JSONValue] = ["items": .array(items.map(\.wire)), "rankedItems": .array(ranked.map(\.wire)), "suggestions": .array(suggestions)]
+            if incomplete { o["incomplete"] = true }
+            return .object(o)
         }
     }
 
@@ -148,7 +152,7 @@ enum QueryCommands {
                 ["text": .string(s.text), "kind": .string(s.kind.rawValue),
                  "highlight": .array(s.highlight.map { [.number(Double($0.lowerBound)), .number(Double($0.count))] })]
             }
-            return SearchAnswer(items: hits(r.items), ranked: hits(r.rankedItems), suggestions: suggestions)
+            return SearchAnswer(items: hits(r.items), ranked: hits(r.rankedItems), suggestions: suggestions, incomplete: r.isIncomplete)
         }
         var params: [String: JSONValue] = ["text": .string(text), "context": wireContext(userContext)]
         if !index.isEmpty { params["index"] = .string(index) }
@@ -158,7 +162,8 @@ enum QueryCommands {
                 SearchableItem(wire: wire).map { Hit(item: $0, bundle: wire["bundle"]?.stringValue, wire: wire) }
             }
         }
-        return SearchAnswer(items: hits("items"), ranked: hits("rankedItems"), suggestions: r["suggestions"]?.arrayValue ?? [])
+        return SearchAnswer(items: hits("items"), ranked: hits("rankedItems"), suggestions: r["suggestions"]?.arrayValue ?? [],
+            incomplete: r["incomplete"]?.boolValue ?? false)
     }
 
     static func wireContext(_ c: UserQueryContext) -> JSONValue {
@@ -191,5 +196,8 @@ enum QueryCommands {
             Console.out("Suggestions: " + texts.joined(separator: ", "))
         }
         if answer.items.isEmpty && answer.ranked.isEmpty { Console.errorLine("no items match \"\(text)\"") }
+        if answer.incomplete {
+            Console.errorLine("results may be incomplete: an index searched is being recovered (see `searchlight status`)")
+        }
     }
 }

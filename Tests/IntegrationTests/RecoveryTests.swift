@@ -148,6 +148,10 @@ struct RecoveryTests {
         let mark = bench.mark
         let first = try await Self.search(bench, unit.bundle)
         #expect(first.ids.isEmpty && first.incomplete, "the first call is answered by the fresh index")
+        let cli = try await bench.cli(["search", unit.bundle, "numbered"])
+        #expect(cli.stderr.contains("results may be incomplete"), "\(cli.stderr)")
+        let user = try await UserQuery(userQueryString: "numbered", index: bench.daemon.index(unit.bundle)).run()
+        #expect(user.isIncomplete)
         let detected = try await bench.waitForLog("index damaged on open", "bundle=\(unit.bundle) ", after: 0)[0]
         #expect(detected.contains(damage == "header" ? "not a database" : "truncated"), "\(detected)")
         try await Self.expectRefill(bench, unit, after: mark)
