@@ -58,6 +58,7 @@ enum StatusCommands {
         Console.out("")
         var table = Table([.left, .left, .left, .right, .right])
         table.append(["BUNDLE", "INDEX", "STATE", "ITEMS", "SIZE"])
+        var notes: [String] = []
         for b in bundles {
             let name = b["bundle"]?.stringValue ?? "?"
             let off = b["indexingEnabled"]?.boolValue == false ? ", indexing off" : ""
@@ -66,13 +67,25 @@ enum StatusCommands {
             for index in indexes {
                 table.append([
                     name, Format.indexName(index["name"]?.stringValue ?? ""),
-                    (index["state"]?.stringValue ?? "?") + off,
+                    (index["state"]?.stringValue ?? "?") + progress(index) + off,
                     index["items"]?.intValue.map(String.init) ?? "-",
                     index["bytes"]?.intValue.map(Format.bytes) ?? "-",
                 ])
+                if let reason = index["reason"]?.stringValue {
+                    notes.append("\(name) \(Format.indexName(index["name"]?.stringValue ?? "")) \(index["state"]?.stringValue ?? ""): \(reason)")
+                }
             }
         }
         table.print()
+        // Why an index is migrating or recovering (the quarantined file, a failed refill, ...).
+        if !notes.isEmpty { Console.out("") }
+        for note in notes { Console.out(note) }
+    }
+
+    /// ` 40/100` while the request filling a migrating or recovering index reports progress.
+    static func progress(_ index: JSONValue) -> String {
+        guard let p = index["progress"], let done = p["completed"]?.intValue else { return "" }
+        return p["total"]?.intValue.map { " \(done)/\($0)" } ?? " \(done)"
     }
 
     /// The extension rows and the request counts that `admin.status` carries when the daemon

@@ -100,6 +100,8 @@ struct RecoveryTests {
         #expect(status?["state"]?.stringValue == "recovering")
         #expect(status?["reason"]?.stringValue?.contains("quarantine/") == true, "\(String(describing: status))")
         #expect(quarantined(bench).count == 1)
+        let shown = try await bench.cli(["status", unit.bundle])
+        #expect(shown.stdout.contains("recovering") && shown.stdout.contains("quarantine/"), "\(shown.stdout)")
         try bench.control(unit.label).setMode("ok")
         try await bench.waitForLog("index recovered", "bundle=\(unit.bundle) ", "method=reindexAll", after: mark, timeout: 60)
         let after = try await search(bench, unit.bundle)
