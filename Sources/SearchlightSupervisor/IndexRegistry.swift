@@ -149,6 +149,11 @@ final class IndexRegistry: @unchecked Sendable {
     }
 
     /// Records (or, with nil, clears) what is being done to an index; `status` and queries read it.
+    /// How many indexes are in each phase (migrating, recovering), for the systemd status line.
+    var conditionCounts: [IndexCondition.Phase: Int] {
+        lock.withLock { conditions.values.reduce(into: [:]) { $0[$1.phase, default: 0] += 1 } }
+    }
+
     func setCondition(_ condition: IndexCondition?, bundle: String, index: String) {
         lock.withLock { conditions[Key(bundle: bundle, index: index)] = condition }
     }

@@ -123,6 +123,14 @@ enum StatusLine {
             return "\(indexes) indexes in \(bundles.count) bundles"
         },
         { context in
+            // Only while some index is being rebuilt: "1 recovering, 2 migrating".
+            let counts = context.registry.conditionCounts
+            let parts = [IndexCondition.Phase.recovering, .migrating].compactMap { phase in
+                counts[phase].map { "\($0) \(phase.rawValue)" }
+            }
+            return parts.isEmpty ? nil : parts.joined(separator: ", ")
+        },
+        { context in
             let hosts = context.scheduler?.allHosts ?? []
             let running = hosts.filter { $0.stateName == "running" }.count
             return "\(running)/\(hosts.count) extensions running"

@@ -174,6 +174,41 @@ struct SystemdTests {
         #expect(daemon.log.contains("searchlightd stopped"))
     }
 
+    @Test("STATUS= follows the daemon: an index under corruption recovery shows as recovering until its refill is acknowledged")
+    func statusFollowsRecovery() throws {
+        let dir = TempDir()
+        let notify = try NotifySocket(dir.path + "/notify")
+        try FileManager.default.createDirectory(atPath: dir.path + "/units", withIntermediateDirectories: true)
+        var unit = TestUnit("org.example.test.status", bundle: "org.example.status")
+        unit.acknowledgementTimeout = 2
+        let control = try ExtensionBench.write(unit, in: dir)
+        let daemon = try SpawnedDaemon(
+            executable: Products.path("searchlightd"),
+            arguments: ["--socket", dir.path + "/d.sock", "--state-dir", dir.path + "/state", "--units-dir", dir.path + "/units",
+                        "--proc-root", dir.path + "/no-proc", "--backoff", "0.2", "--log-level", "debug"],
+            environment: daemonEnvironment(["NOTIFY_SOCKET": notify.address]), logPath: dir.path + "/log")
+        _ = try notify.receive(until: "READY=1")
+        // The initial reindex-all is acknowledged: one index in one bundle.
+        _ = try notify.receive(until: "1 indexes in 1 bundles")
+        // The refill after the simulated corruption is never acknowledged: recovering it stays.
+        try control.setMode("noack")
+        let simulated = try runCLI(["simulate", "corruption", unit.bundle], socket: dir.path + "/d.sock")
+        #expect(simulated.status == 0, "\(simulated.stderr)\n\(daemon.log)")
+        let seen = try notify.receive(until: "1 recovering")
+        #expect(seen.last?.hasPrefix("STATUS=") == true, "\(seen)")
+        // Acknowledged on a retry (after AcknowledgementTimeout): the part goes away.
+        try control.setMode("ok")
+        let deadline = Date().addingTimeInterval(60)
+        var recovered: String?
+        while recovered == nil, let m = notify.receive(until: deadline) {
+            if m.hasPrefix("STATUS="), !m.contains("recovering") { recovered = m }
+        }
+        #expect(recovered?.contains("1 indexes in 1 bundles") == true, "still recovering after 60 s:\n\(daemon.log)")
+        kill(daemon.pid, SIGTERM)
+        _ = try notify.receive(until: "STOPPING=1")
+        #expect(daemon.wait() == 0, "\(daemon.log)")
+    }
+
     @Test("An abstract NOTIFY_SOCKET (@name) gets READY=1; no WATCHDOG=1 when WATCHDOG_PID is another process's")
     func abstractSocketAndForeignWatchdog() throws {
         let dir = TempDir()
