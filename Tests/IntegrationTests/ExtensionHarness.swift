@@ -277,6 +277,14 @@ func processes(ofUser uid: UInt32) -> [Int32] {
     }
 }
 
+/// `prefix-` and 8 hex digits of this build's products folder (FNV-1a): a test user no other
+/// checkout's concurrent test run uses.
+func buildUserName(_ prefix: String) -> String {
+    var hash: UInt32 = 2_166_136_261
+    for byte in Products.directory.utf8 { hash = (hash ^ UInt32(byte)) &* 16_777_619 }
+    return prefix + "-" + String(format: "%08x", hash)
+}
+
 /// A system user for the isolation tests, created with `useradd` if missing (idempotent); nil
 /// when it cannot be (not root, no useradd).
 func testUser(_ name: String) -> UInt32? {
