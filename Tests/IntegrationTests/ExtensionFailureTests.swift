@@ -289,7 +289,9 @@ struct ExtensionFailureTests {
             return unit
         }()
         let steady = TestUnit("org.example.test.steady", bundle: "org.example.steady")
-        let bench = try await ExtensionBench.start([faulty, steady], arguments: ["--backoff", "0.01"])
+        // No attempt cap that matters: at a 10 ms base the default 8 attempts are spent in 2.5 s,
+        // and under load 20-30 the switch back to "ok" came later (the request failed for good).
+        let bench = try await ExtensionBench.start([faulty, steady], arguments: ["--backoff", "0.01", "--max-request-attempts", "1000"])
         try await bench.waitForAcknowledgement(faulty.label)
         try await bench.waitForAcknowledgement(steady.label)
         let control = bench.control(faulty.label)
