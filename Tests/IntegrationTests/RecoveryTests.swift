@@ -134,6 +134,28 @@ struct RecoveryTests {
         try await Self.expectRefill(bench, unit, after: mark)
     }
 
+    @Test("the idle scrub's finding of a damaged file is set aside and refilled, while another bundle keeps being served")
+    func foundByScrub() async throws {
+        let (bench, unit) = try await Self.filled("scrub")
+        let other = bench.daemon.index("org.example.bystander")
+        try await other.indexSearchableItems([item("by-1", title: "bystander")])
+        let file = IndexFile(stateDir: bench.daemon.stateDir, bundle: unit.bundle)
+        try await blocking { bench.daemon.stop() }
+        try file.checkpoint()
+        let leaves = try file.leafPages("items")
+        try file.overwrite(page: leaves[leaves.count / 2])
+        try bench.control(unit.label).setMode("nack")
+        try await blocking { try bench.daemon.start() }
+        let mark = bench.mark
+        _ = try? await bench.admin(Method.adminSimulate, ["event": "idle", "bundle": .string(unit.bundle)])
+        try await bench.waitForLog("index damage detected", "bundle=\(unit.bundle) ", after: mark)
+        try await bench.waitForLog("index recovery started", "bundle=\(unit.bundle) ", after: mark)
+        // Recovery of one bundle is no business of another's.
+        try await other.indexSearchableItems([item("by-2", title: "bystander")])
+        #expect(try await Self.search(bench, "org.example.bystander") == (["by-1", "by-2"], false))
+        try await Self.expectRefill(bench, unit, after: mark)
+    }
+
     @Test("damaged while stopped (header overwritten, file truncated): set aside on open, a fresh index answers at once, refilled", arguments: ["header", "truncated"])
     func damagedOnOpen(_ damage: String) async throws {
         let (bench, unit) = try await Self.filled("open\(damage)")
