@@ -87,11 +87,18 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
         guard let context else { return }
         let started = Date()
         context.registry.setCondition(IndexCondition(.recovering, reason: "checking: \(reason)", since: started), bundle: key.bundle, index: key.index)
-        var report: CheckReport?
+        // quick_check first: when the tables are damaged the file goes at once, without the
+        // full-text integrity-check (seconds on a large index) while calls keep failing on it.
+        var tableProblems: [String]
         do {
-            report = try store.check(repair: true)
+            tableProblems = try store.read { db in try db.rows("PRAGMA quick_check(20)").compactMap { $0.string(0) } }
         } catch {
-            report = nil
+            tableProblems = [error.message]
+        }
+        var report: CheckReport?
+        if tableProblems == ["ok"] {
+            tableProblems = []
+            report = try? store.check(repair: true)
         }
         if let report, report.ok {
             lock.withLock { active[key] = nil }
@@ -109,9 +116,9 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
                 items: store.count)
             return
         }
-        let found = report?.problems.joined(separator: "; ") ?? reason
+        let found = (tableProblems.isEmpty ? report?.problems : tableProblems.map { "quick_check: \($0)" })?.joined(separator: "; ") ?? reason
         do {
-            _ = try quarantineAndRefill(key, reason: found)
+            _ = try quarantineAndRefill(key, reason: found, started: started)
         } catch {
             lock.withLock { active[key] = nil }
             context.registry.setCondition(nil, bundle: key.bundle, index: key.index)
@@ -123,7 +130,7 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
     /// Sets the index file aside and serves a fresh one, then starts its refill. Returns what was
     /// started. `force` (a trigger by hand) skips the limit on repeated recoveries.
     @discardableResult
-    func quarantineAndRefill(_ key: IndexRegistry.Key, reason: String, force: Bool = false) throws(SearchlightError) -> Record {
+    func quarantineAndRefill(_ key: IndexRegistry.Key, reason: String, force: Bool = false, started: Date = Date()) throws(SearchlightError) -> Record {
         guard let context else { throw SearchlightError(.internalError, "the daemon is stopping") }
         let recent: Int = lock.withLock {
             let window = Date().addingTimeInterval(-Self.repeatWindow)
@@ -137,7 +144,7 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
         let fresh = try context.registry.replace(bundle: key.bundle, index: key.index) { (path) throws(SearchlightError) in
             aside = try setAside(path: path, bundle: key.bundle, index: key.index)
         }
-        return refill(key, reason: reason, quarantined: aside, store: fresh, started: Date())
+        return refill(key, reason: reason, quarantined: aside, store: fresh, started: started)
     }
 
     /// Refills a fresh index: reindex-all by its extension, else salvage from the quarantined file.
