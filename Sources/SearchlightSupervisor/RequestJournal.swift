@@ -44,8 +44,10 @@ struct PoisonedIdentifier: Sendable, Equatable {
 final class RequestJournal: @unchecked Sendable {
     private let db: Database
     private let lock = NSLock()
+    let path: String
 
     init(path: String) throws {
+        self.path = path
         db = try Database(path: path)
         _ = try db.scalar("PRAGMA journal_mode=WAL")
         try db.execute("""
@@ -107,6 +109,21 @@ final class RequestJournal: @unchecked Sendable {
     /// Journals a request durably, coalescing it with what is already pending for the same index.
     func enqueue(bundle: String, index: String, kind: ReindexRequest.Kind, identifiers: [String],
                  reason: String, background: Bool, now: Date = Date()) throws -> Enqueued {
+        do {
+            return try journal(bundle: bundle, index: index, kind: kind, identifiers: identifiers, reason: reason,
+                background: background, now: now)
+        } catch let e as DatabaseError {
+            // The caller is told the request was not queued, and why, never a raw SQLite error.
+            if e.isDiskFull {
+                throw SearchlightError(.indexUnavailable,
+                    "disk full while journaling the reindex request in \(path); nothing was queued: free space and retry")
+            }
+            throw SearchlightError(.indexUnavailable, "cannot journal the reindex request in \(path) (\(e)); nothing was queued: retry")
+        }
+    }
+
+    private func journal(bundle: String, index: String, kind: ReindexRequest.Kind, identifiers: [String],
+                         reason: String, background: Bool, now: Date) throws -> Enqueued {
         try lock.withLock {
             try db.transaction {
                 let pending = try db.rows("SELECT \(Self.columns) FROM requests WHERE bundle = ? AND idx = ? AND state = 'pending' ORDER BY id",

@@ -117,10 +117,13 @@ final class ExtensionBench: @unchecked Sendable {
     /// `shared`: the directory traversable and the control directories writable by every user,
     /// for units with a `UserName`.
     /// `launcher`: given the bench's directory, a command the daemon is started through.
+    /// `prepare` runs on the directory before the daemon starts (e.g. to mount a file system on its `state`).
     static func start(_ units: [TestUnit], arguments: [String] = [], shared: Bool = false,
-                      launcher: (@Sendable (String) -> [String])? = nil) async throws -> ExtensionBench {
+                      launcher: (@Sendable (String) -> [String])? = nil,
+                      prepare: @Sendable (TempDir) throws -> Void = { _ in }) async throws -> ExtensionBench {
         let dir = TempDir("sle")
         try FileManager.default.createDirectory(atPath: dir.path + "/units", withIntermediateDirectories: true)
+        try prepare(dir)
         for unit in units {
             let control = try write(unit, in: dir)
             if shared {
