@@ -92,10 +92,23 @@ struct DiskFaultTests {
             throw error
         }
         let state = bench.daemon.stateDir
-        defer {
+        // The daemon's graceful stop and the unmount wait off the test pool, whatever the outcome.
+        let outcome: Result<Void, any Error>
+        do {
+            try await fillAndRecover(bench)
+            outcome = .success(())
+        } catch {
+            outcome = .failure(error)
+        }
+        try await blocking {
             bench.daemon.stop(signal: SIGTERM)
             SmallFileSystem.unmount(state)
         }
+        try outcome.get()
+    }
+
+    func fillAndRecover(_ bench: ExtensionBench) async throws {
+        let state = bench.daemon.stateDir
         try await bench.waitForAcknowledgement(Self.label, timeout: 60)
 
         // Acknowledged before the disk fills.
