@@ -6,7 +6,8 @@ import SearchlightWire
 public struct ScrubCursor: Sendable, Equatable {
     /// The last item rowid whose checksum was verified (0: start from the first row).
     public var itemRowID: Int64
-    /// Which table (in name order) `quick_check` looks at next.
+    /// Which slot of the rotation comes next: 0 is FTS5's integrity-check, then each table in
+    /// name order for `quick_check`.
     public var table: Int
 
     public init(itemRowID: Int64 = 0, table: Int = 0) {
@@ -25,6 +26,8 @@ public struct ScrubReport: Sendable {
     public var fileProblems: [String] = []
     /// Items whose stored content no longer matches the checksum written with it.
     public var checksumFailures: [String] = []
+    /// Whether FTS5's integrity-check ran in this slice (once per round of the rotation).
+    public var fullTextChecked = false
     /// FTS5's integrity-check finding, when the full-text index disagrees with the items.
     public var fullTextProblem: String?
     /// Where the next slice starts.
@@ -35,27 +38,35 @@ public struct ScrubReport: Sendable {
 /// optimization and the WAL checkpoint. Each step is bounded or runs through the writer queue,
 /// so queries never wait and donations wait at most one step.
 extension IndexStore {
-    /// Verifies a bounded slice of the file: `quick_check` of `tables` tables from the cursor
-    /// (each table with its indexes), the checksums of `rows` items after the cursor's rowid, and
-    /// FTS5's integrity-check. File-level damage marks the store damaged (`markDamaged`) and ends
-    /// the slice there; the caller deletes and re-requests items whose checksum fails and rebuilds
-    /// a full-text index that alone is damaged (`rebuildFullText`).
-    public func scrub(from cursor: ScrubCursor, rows: Int, tables: Int) throws(SearchlightError) -> ScrubReport {
+    /// Verifies a bounded slice of the file: `slots` slots of a rotation from the cursor (slot 0
+    /// is FTS5's integrity-check, the others `quick_check` of one table each, with its indexes),
+    /// and the checksums of `rows` items after the cursor's rowid. The integrity-check reads the
+    /// whole full-text index and its content under the write lock (about 2-3 s per 100k items),
+    /// hence once per round rather than every slice. File-level damage marks the store damaged
+    /// (`markDamaged`) and ends the slice there; the caller deletes and re-requests items whose
+    /// checksum fails and rebuilds a full-text index that alone is damaged (`rebuildFullText`).
+    public func scrub(from cursor: ScrubCursor, rows: Int, tables slots: Int) throws(SearchlightError) -> ScrubReport {
         var report = ScrubReport(cursor: cursor)
         let names = try read { db in
             try db.rows("SELECT name FROM sqlite_schema WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%' ORDER BY name")
                 .compactMap { $0.string(0) }
         }
-        if !names.isEmpty {
-            for step in 0..<min(max(1, tables), names.count) {
-                let name = names[(cursor.table + step) % names.count]
-                let quoted = "'" + name.replacingOccurrences(of: "'", with: "''") + "'"
-                let findings = try read { db in try db.rows("PRAGMA quick_check(\(quoted))").compactMap { $0.string(0) } }
-                report.tablesChecked.append(name)
-                if findings != ["ok"] { report.fileProblems += findings.prefix(20).map { "quick_check(\(name)): \($0)" } }
+        let rotation = names.count + 1
+        let count = min(max(1, slots), rotation)
+        var checkFullText = false
+        for step in 0..<count {
+            let slot = (cursor.table + step) % rotation
+            guard slot > 0 else {
+                checkFullText = true
+                continue
             }
-            report.cursor.table = (cursor.table + report.tablesChecked.count) % names.count
+            let name = names[slot - 1]
+            let quoted = "'" + name.replacingOccurrences(of: "'", with: "''") + "'"
+            let findings = try read { db in try db.rows("PRAGMA quick_check(\(quoted))").compactMap { $0.string(0) } }
+            report.tablesChecked.append(name)
+            if findings != ["ok"] { report.fileProblems += findings.prefix(20).map { "quick_check(\(name)): \($0)" } }
         }
+        report.cursor.table = (cursor.table + count) % rotation
         if !report.fileProblems.isEmpty {
             markDamaged(DatabaseError(code: SQLITE_CORRUPT_CODE, extendedCode: SQLITE_CORRUPT_CODE,
                 message: report.fileProblems.joined(separator: "; "), sql: nil))
@@ -72,7 +83,10 @@ extension IndexStore {
         report.rowsScrubbed = slice.count
         // The end of the table: the next slice starts over from the first row.
         if slice.count < max(1, rows) { report.cursor.itemRowID = 0 }
-        report.fullTextProblem = try fullTextProblem()
+        if checkFullText {
+            report.fullTextChecked = true
+            report.fullTextProblem = try fullTextProblem()
+        }
         return report
     }
 

@@ -11,7 +11,9 @@ import SearchlightWire
 /// due and waiting for idleness or running (once per interval), never while nothing is due. A
 /// run is background work: it gives way, between steps, as soon as the throttle leaves normal.
 final class Maintenance: @unchecked Sendable {
-    /// Items whose checksum is verified per index and run, and tables `quick_check` goes through.
+    /// Items whose checksum is verified per index and run, and slots of the scrub's rotation
+    /// (FTS5 integrity-check, then one table each) gone through per run: with the 7 tables of
+    /// format 1, each index is checked whole every 4 runs (once a day at the default interval).
     static let scrubRows = 5000
     static let scrubTables = 2
     /// Identifiers requested per index and run for items expiring within a day.
@@ -188,6 +190,7 @@ final class Maintenance: @unchecked Sendable {
         summary.scrubMilliseconds += Date().timeIntervalSince(started) * 1000
         summary.rowsScrubbed += report.rowsScrubbed
         summary.tablesChecked += report.tablesChecked.count
+        if report.fullTextChecked { summary.fullTextChecked += 1 }
         do {
             try record.setCursor(report.cursor, bundle: bundle, index: index)
         } catch {

@@ -64,6 +64,8 @@ struct MaintenanceSummary: Sendable {
     var refreshRequested = 0
     var rowsScrubbed = 0
     var tablesChecked = 0
+    /// Indexes whose full-text index went through FTS5's integrity-check in this run.
+    var fullTextChecked = 0
     var scrubMilliseconds = 0.0
     var checksumFailures = 0
     /// Identifiers of failed checksums requested again from their extension.
@@ -84,7 +86,7 @@ struct MaintenanceSummary: Sendable {
         return [
             "trigger": .string(trigger), "started": .string(ISO8601.format(started)),
             "elapsedMilliseconds": .number((elapsed * 1000).rounded()), "indexes": n(indexes), "purged": n(purged),
-            "refreshRequested": n(refreshRequested), "rowsScrubbed": n(rowsScrubbed), "tablesChecked": n(tablesChecked),
+            "refreshRequested": n(refreshRequested), "rowsScrubbed": n(rowsScrubbed), "tablesChecked": n(tablesChecked), "fullTextChecked": n(fullTextChecked),
             "scrubMilliseconds": .number((scrubMilliseconds * 10).rounded() / 10), "checksumFailures": n(checksumFailures),
             "corruptionRequested": n(corruptionRequested), "ftsRebuilt": n(ftsRebuilt), "damaged": n(damaged),
             "optimized": n(optimized), "checkpointed": n(checkpointed), "yielded": .bool(yielded),

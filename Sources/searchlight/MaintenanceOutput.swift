@@ -12,7 +12,7 @@ enum MaintenanceOutput {
             + (s["yielded"]?.boolValue == true ? ", gave way to load before the end" : ""))
         Console.out("  purged \(count("purged")) expired items")
         Console.out("  asked to refresh \(count("refreshRequested")) items expiring within a day")
-        Console.out("  scrubbed \(count("rowsScrubbed")) items and \(count("tablesChecked")) tables in "
+        Console.out("  scrubbed \(count("rowsScrubbed")) items, \(count("tablesChecked")) tables and \(count("fullTextChecked")) full-text indexes in "
             + String(format: "%.1f ms", s["scrubMilliseconds"]?.doubleValue ?? 0))
         Console.out("  \(count("checksumFailures")) checksum failures (deleted; \(count("corruptionRequested")) asked again from their extension)")
         Console.out("  \(count("ftsRebuilt")) full-text indexes rebuilt, \(count("damaged")) damaged files")
