@@ -54,7 +54,7 @@ public final class Supervisor: @unchecked Sendable {
         if socketPath.hasPrefix("/") {
             probes.append(.init(name: "accept", turns: { server.turns }, poke: { WatchdogHealth.knock(socketPath) }))
         }
-        let agent = SystemdAgent(notifier: notifier, context: context, health: WatchdogHealth(probes: probes))
+        let agent = SystemdAgent(notifier: notifier, log: log, status: { StatusLine.make(context) }, health: WatchdogHealth(probes: probes))
         lock.withLock { systemd = agent }
         let status = agent.ready()
         context.events.observe { _ in agent.statusChanged() }

@@ -157,7 +157,9 @@ enum StatusLine {
 /// `WATCHDOG_USEC` while `health` finds the loops turning. One thread, asleep when idle.
 final class SystemdAgent: @unchecked Sendable {
     let notifier: SystemdNotifier
-    let context: ServiceContext
+    let log: Logger
+    /// The current status line (`StatusLine.make` in the daemon; anything in tests).
+    let status: @Sendable () -> String
     let health: WatchdogHealth
     let minimumStatusInterval: TimeInterval
     private let condition = NSCondition()
@@ -167,18 +169,18 @@ final class SystemdAgent: @unchecked Sendable {
     private var running = false
     private let finished = DispatchSemaphore(value: 0)
 
-    init(notifier: SystemdNotifier, context: ServiceContext, health: WatchdogHealth, minimumStatusInterval: TimeInterval = 2) {
+    init(notifier: SystemdNotifier, log: Logger, status: @escaping @Sendable () -> String, health: WatchdogHealth,
+         minimumStatusInterval: TimeInterval = 2) {
         self.notifier = notifier
-        self.context = context
+        self.log = log
+        self.status = status
         self.health = health
         self.minimumStatusInterval = minimumStatusInterval
     }
 
-    var log: Logger { context.log }
-
     /// `READY=1` with the first status line and our pid, then the status/watchdog thread.
     func ready() -> String {
-        let status = StatusLine.make(context)
+        let status = self.status()
         notifier.send("READY=1\nSTATUS=\(status)\nMAINPID=\(getpid())")
         // Not under systemd: no thread, and statusChanged() only sets a flag nobody reads.
         guard notifier.isEnabled else { return status }
@@ -237,7 +239,7 @@ final class SystemdAgent: @unchecked Sendable {
                 if due <= now {
                     dirty = false
                     condition.unlock()
-                    let status = StatusLine.make(context)
+                    let status = self.status()
                     if status != lastStatus, notifier.send("STATUS=\(status)") { lastStatus = status }
                     statusSentAt = Date()
                     condition.lock()

@@ -59,6 +59,78 @@ struct SystemdNotifierTests {
         }
     }
 
+    @Test("The agent pings while its loop turns, withholds pings while the loop is wedged and resumes after; STATUS= only when changed; STOPPING=1 at stop")
+    func agentWithholdsPingsWhileWedged() throws {
+        var template = Array("/tmp/sl-agent-XXXXXX".utf8CString)
+        let dir = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        // systemd's side: a datagram socket the test binds.
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        defer { close(fd) }
+        var addr = try UnixSocket.makeAddress(dir + "/notify")
+        let bound = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        try #require(bound == 0)
+        /// The next notification, or nil when none came within `seconds`.
+        func next(within seconds: Double) -> String? {
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&pfd, 1, Int32(seconds * 1000)) > 0 else { return nil }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            let n = recv(fd, &buffer, buffer.count, 0)
+            return n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self) : nil
+        }
+        /// Notifications until one contains `text`; fails after 30 s.
+        func until(_ text: String) throws -> [String] {
+            let deadline = Date().addingTimeInterval(30)
+            var seen: [String] = []
+            while Date() < deadline {
+                guard let m = next(within: 1) else { continue }
+                seen.append(m)
+                if m.contains(text) { return seen }
+            }
+            throw SystemError("no \(text) within 30 s; got \(seen)", errno: ETIMEDOUT)
+        }
+
+        // The probed loop: a poke makes it turn, unless it is wedged.
+        let state = Mutex<(turns: UInt64, wedged: Bool, pokes: Int)>((0, false, 0))
+        let health = WatchdogHealth(probes: [.init(name: "scheduler", turns: { state.withLock { $0.turns } },
+            poke: { state.withLock { if !$0.wedged { $0.turns += 1 }; $0.pokes += 1 } })])
+        let line = Mutex("first")
+        // WATCHDOG_USEC 100 ms: a check (and a ping) every 50 ms.
+        let notifier = SystemdNotifier(environment: ["NOTIFY_SOCKET": dir + "/notify", "WATCHDOG_USEC": "100000"])
+        let agent = SystemdAgent(notifier: notifier, log: Logger(label: "test", level: .error), status: { line.withLock { $0 } },
+                                 health: health, minimumStatusInterval: 0.05)
+        #expect(agent.ready() == "first")
+        #expect(try until("READY=1").last == "READY=1\nSTATUS=first\nMAINPID=\(getpid())")
+        for _ in 0..<3 { _ = try until("WATCHDOG=1") }
+
+        // Wedged: after the check that still sees the last poke's turn, no ping for as long as
+        // five more checks take (counted by their pokes, not by the clock).
+        let pokesAtWedge = state.withLock { $0.wedged = true; return $0.pokes }
+        let deadline = Date().addingTimeInterval(30)
+        var whileWedged: [String] = []
+        while state.withLock({ $0.pokes }) < pokesAtWedge + 6, Date() < deadline {
+            if let m = next(within: 0.1) { whileWedged.append(m) }
+        }
+        #expect(state.withLock { $0.pokes } >= pokesAtWedge + 6, "the agent stopped checking")
+        while let m = next(within: 0) { whileWedged.append(m) }
+        #expect(whileWedged.filter { $0 == "WATCHDOG=1" }.count <= 2, "pings while wedged: \(whileWedged)")
+
+        // Turning again: pings resume.
+        state.withLock { $0.wedged = false }
+        _ = try until("WATCHDOG=1")
+
+        // A changed line is sent once; an unchanged one is not sent again.
+        line.withLock { $0 = "second" }
+        agent.statusChanged()
+        _ = try until("STATUS=second")
+        agent.statusChanged()
+        agent.stopping()
+        let rest = try until("STOPPING=1")
+        #expect(!rest.contains("STATUS=second"), "an unchanged status was sent again: \(rest)")
+    }
+
     @Test("LISTEN_FDS meant for another pid, or absent, adopts nothing")
     func activationForeignPID() throws {
         let log = Logger(label: "test", level: .error)
