@@ -84,7 +84,10 @@ extension IndexStore {
             return report
         }
         defer { source.close() }
-        let columns = try read { db in try db.rows("PRAGMA table_info(items)").compactMap { $0.string(1) } }
+        // Every column but the rowid: the fresh index may already hold donations made since the
+        // swap under the same rowids; a copied row gets a new one (and loses to a newer donation
+        // of its identifier, through the UNIQUE uid).
+        let columns = try read { db in try db.rows("PRAGMA table_info(items)").compactMap { $0.string(1) } }.filter { $0 != "rowid" }
         let list = columns.map { "\"\($0)\"" }.joined(separator: ", ")
         // The last rowid, from the table or else from an index of it (the table's rightmost leaf
         // may be the damaged page).

@@ -291,6 +291,51 @@ struct RecoveryTests {
         #expect(try await Self.indexStatus(bench, unit.bundle)?["state"]?.stringValue == "ready")
     }
 
+    @Test("queries and donations running throughout three recoveries never hang, fail only with indexUnavailable, and lose no acknowledged donation")
+    func callsDuringRecovery() async throws {
+        let bench = try await ExtensionBench.start([])
+        let bundle = "org.example.busy"
+        let index = bench.daemon.index(bundle)
+        try await index.indexSearchableItems((0..<200).map { item("base-\($0)", title: "base \($0)") })
+        let stop = Flag()
+        let outcome = Tally()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<3 {
+                group.addTask {
+                    while !stop.isSet {
+                        do { _ = try await Self.search(bench, bundle) } catch { outcome.record(error) }
+                    }
+                }
+            }
+            group.addTask {
+                var n = 0
+                while !stop.isSet {
+                    do {
+                        try await index.indexSearchableItems([item("app-\(n)", title: "donated \(n)")])
+                        outcome.acknowledged("app-\(n)")
+                    } catch {
+                        outcome.record(error)
+                    }
+                    n += 1
+                }
+            }
+            for _ in 1...3 {
+                let mark = bench.mark
+                _ = try await bench.admin(Method.adminSimulate, ["event": "corruption", "bundle": .string(bundle)])
+                try await bench.waitForLog("index recovered", "bundle=\(bundle) ", after: mark)
+            }
+            stop.set()
+            try await group.waitForAll()
+        }
+        let unexpected = outcome.errors.filter { ($0 as? SearchlightError)?.code != .indexUnavailable }
+        #expect(unexpected.isEmpty, "\(unexpected.prefix(3))")
+        let found = try await Self.search(bench, bundle).ids
+        let missing = outcome.acknowledgedIDs.subtracting(found)
+        #expect(missing.isEmpty, "acknowledged donations lost: \(missing.sorted().prefix(5))")
+        #expect(found.isSuperset(of: Set((0..<200).map { "base-\($0)" })))
+        #expect(outcome.acknowledgedIDs.count > 0)
+    }
+
     @Test("the quarantine keeps only the newest --quarantine-limit files")
     func quarantineBound() async throws {
         let bench = try await ExtensionBench.start([], arguments: ["--quarantine-limit", "2"])
@@ -306,4 +351,23 @@ struct RecoveryTests {
         }
         #expect(Self.quarantined(bench).sorted() == Array(names.suffix(2)).sorted())
     }
+}
+
+/// A stop signal shared by test tasks.
+final class Flag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    var isSet: Bool { lock.withLock { value } }
+    func set() { lock.withLock { value = true } }
+}
+
+/// What concurrent calls saw: their errors and the donations acknowledged.
+final class Tally: @unchecked Sendable {
+    private let lock = NSLock()
+    private var _errors: [any Error] = []
+    private var _acknowledged: Set<String> = []
+    func record(_ error: any Error) { lock.withLock { _errors.append(error) } }
+    func acknowledged(_ id: String) { _ = lock.withLock { _acknowledged.insert(id) } }
+    var errors: [any Error] { lock.withLock { _errors } }
+    var acknowledgedIDs: Set<String> { lock.withLock { _acknowledged } }
 }
