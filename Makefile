@@ -8,7 +8,7 @@ RELEASE := .build/release
 EXTENSIONS := Journal Notes Packages
 UNITS := launchd-like-units/extensions
 
-.PHONY: all build release extensions run test bench fuzz deps clean sanitize install install-files uninstall
+.PHONY: all build release extensions run test bench fuzz deps clean sanitize soak install install-files uninstall
 
 # `make install`: a release build, then the binaries, the systemd units (system and user mode, their
 # ExecStart pointing at BINDIR) and the system extension unit folder. DESTDIR-friendly (packaging):
@@ -87,6 +87,17 @@ run: build extensions
 test: build extensions
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
+
+# A bounded soak of one daemon under mixed load (Docs/Reliability.md, "Soak"): donations, queries,
+# reindex requests, an extension crashing again and again, throttle changes. SOAK_SECONDS long
+# (default 180); it reports the daemon's RSS and descriptors and errors by kind, and fails on an
+# unexpected error, a descriptor leak, or RSS growing past SOAK_RSS_MIB (64) after the warm-up.
+# Not part of `make test`.
+SOAK_SECONDS ?= 180
+SOAK_RSS_MIB ?= 64
+soak: build extensions
+	$(SWIFT) build --build-tests
+	SEARCHLIGHT_SOAK_SECONDS=$(SOAK_SECONDS) SEARCHLIGHT_SOAK_RSS_MIB=$(SOAK_RSS_MIB) $(SWIFT) test --skip-build --filter 'IntegrationTests.SoakTests'
 
 # The unit-test targets under AddressSanitizer, then ThreadSanitizer, each in a scratch path of its
 # own (.build-asan, .build-tsan) so the debug build is untouched. Not part of `make test` (a clean
