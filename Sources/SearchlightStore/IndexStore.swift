@@ -197,6 +197,7 @@ public final class IndexStore: @unchecked Sendable {
                 continuation.resume(returning: $0)
             }
         }
+        withExtendedLifetime(prepared) {}  // freed here, not by the writer (see `writerLoop`)
         return try result.get()
     }
 
@@ -209,7 +210,8 @@ public final class IndexStore: @unchecked Sendable {
         enqueue({ store in try store.applyInTransaction(prepared, expectation: expectation, newClientState: newClientState) }) {
             box.set($0)
         }
-        return try box.wait().get()
+        // Held until answered, so the rows are freed on this thread, not by the writer (see `writerLoop`).
+        return try withExtendedLifetime(prepared) { box.wait() }.get()
     }
 
     /// Runs arbitrary writer work (maintenance, engagement) through the group-commit queue.
@@ -235,12 +237,22 @@ public final class IndexStore: @unchecked Sendable {
                 writerDone.signal()
                 return
             }
-            let group = pending
+            var group = pending
             pending.removeAll(keepingCapacity: true)
             queue.unlock()
-            let plain = group.filter { !$0.outsideTransaction }
-            if !plain.isEmpty { commit(plain) }
-            for write in group where write.outsideTransaction {
+            let outside = group.filter(\.outsideTransaction)
+            var plain = group.filter { !$0.outsideTransaction }
+            group.removeAll()
+            if !plain.isEmpty {
+                let results = commit(plain)
+                // The writer lets go of the calls' work (and the prepared rows it holds) before it
+                // answers them, so the callers, who hold the rows too, free them on their own threads:
+                // freeing a group's rows cost the writer about 5 000 instructions per item (3%).
+                let completions = plain.map(\.complete)
+                plain.removeAll()
+                for (complete, result) in zip(completions, results) { complete(result) }
+            }
+            for write in outside {
                 do {
                     write.complete(.success(try write.work(self)))
                 } catch {
@@ -255,7 +267,7 @@ public final class IndexStore: @unchecked Sendable {
     /// the group's full-text data into one small segment per call (more segments, more merging).
     /// When a call fails, the transaction is rolled back and the group runs again with a
     /// savepoint per call, so the failing call applies nothing and the others commit.
-    private func commit(_ group: [PendingWrite]) {
+    private func commit(_ group: [PendingWrite]) -> [Result<ApplyResult, SearchlightError>] {
         let countBefore = itemCount
         var results: [Result<ApplyResult, SearchlightError>]
         do {
@@ -276,7 +288,7 @@ public final class IndexStore: @unchecked Sendable {
             commits += 1
             committedCalls += group.count
         }
-        for (write, result) in zip(group, results) { write.complete(result) }
+        return results
     }
 
     /// Every call in one transaction with no savepoints; nil (rolled back) when a call of a larger

@@ -16,8 +16,22 @@ struct ItemRecord {
     var lastUsed: Double?
 
     static let separator = String(AttributeCatalog.arraySeparator)
-    static let textIndex: [String: Int] = Dictionary(
-        uniqueKeysWithValues: AttributeCatalog.textAttributes.enumerated().map { ($1, $0) })
+
+    /// Where a wire attribute goes in the record, found with one dictionary lookup per attribute
+    /// (the hashing of attribute names showed in profiles of donations).
+    private enum Slot {
+        case text(Int)
+        case custom
+        case attribute(AttributeKind)
+    }
+
+    private static let slots: [String: Slot] = {
+        var slots: [String: Slot] = [:]
+        for (name, kind) in AttributeCatalog.kinds { slots[name] = .attribute(kind) }
+        for (i, name) in AttributeCatalog.textAttributes.enumerated() { slots[name] = .text(i) }
+        slots["custom"] = .custom
+        return slots
+    }()
 
     /// Builds the row for a validated item. `expires` is the item's expiration or the default.
     init(item: SearchableItem, defaultExpires: Double) {
@@ -26,41 +40,49 @@ struct ItemRecord {
         expires = item.expirationDate?.timeIntervalSince1970 ?? defaultExpires
         text = Array(repeating: nil, count: AttributeCatalog.textAttributes.count)
         attrs = [:]
+        related = nil
+        rankingHint = nil
+        lastUsed = nil
         apply(wireAttributes: item.attributeSet.values)
     }
 
     /// Sets wire-form attributes on this record; `.null` removes one (update semantics).
     mutating func apply(wireAttributes values: [String: JSONValue]) {
+        if attrs.isEmpty { attrs.reserveCapacity(values.count + 1) }
+        var typeGiven = false, treeGiven = false
         for (name, value) in values {
-            if let i = Self.textIndex[name] {
+            switch Self.slots[name] {
+            case .text(let i)?:
                 switch value {
                 case .string(let s): text[i] = s
                 case .array(let a): text[i] = a.compactMap(\.stringValue).joined(separator: Self.separator)
                 default: text[i] = nil
                 }
-                continue
-            }
-            if name == "custom" {
+            case .custom?:
                 applyCustom(value.objectValue ?? [:])
+            case .attribute(let kind)?:
+                var stored: JSONValue? = value
+                if value.isNull {
+                    stored = nil
+                } else if kind == .date, let s = value.stringValue, let d = ISO8601.parse(s) {
+                    stored = .number(d.timeIntervalSince1970)
+                }
+                attrs[name] = stored
+                switch name {
+                case "contentType": typeGiven = true
+                case "contentTypeTree": treeGiven = stored != nil
+                case "relatedUniqueIdentifier": related = stored?.stringValue
+                case "rankingHint": rankingHint = stored?.doubleValue
+                case "lastUsedDate": lastUsed = stored?.doubleValue
+                default: break
+                }
+            case nil:
                 continue
             }
-            guard let kind = AttributeCatalog.kinds[name] else { continue }
-            if value.isNull {
-                attrs[name] = nil
-            } else if kind == .date, let s = value.stringValue, let d = ISO8601.parse(s) {
-                attrs[name] = .number(d.timeIntervalSince1970)
-            } else {
-                attrs[name] = value
-            }
         }
-        if values["contentType"] != nil, values["contentTypeTree"] == nil || values["contentTypeTree"]?.isNull == true,
-            let type = attrs["contentType"]?.stringValue
-        {
-            attrs["contentTypeTree"] = .array(UTITree.tree(for: type).map(JSONValue.string))
+        if typeGiven, !treeGiven, let type = attrs["contentType"]?.stringValue {
+            attrs["contentTypeTree"] = UTITree.treeValue(for: type)
         }
-        related = attrs["relatedUniqueIdentifier"]?.stringValue
-        rankingHint = attrs["rankingHint"]?.doubleValue
-        lastUsed = attrs["lastUsedDate"]?.doubleValue
         aux = TextAnalysis.auxiliaryDocument(text.compactMap { $0 })
     }
 
@@ -194,14 +216,12 @@ struct ItemRecord {
 /// so the single writer thread only binds and steps, and calls from several connections prepare
 /// in parallel.
 struct StoredRow {
-    let record: ItemRecord
     /// `items` columns from `domain` to `checksum`, in the order of `IndexStore.itemColumns`.
     let columns: [SQLValue]
     /// The full-text columns, `aux` last (the FTS5 row, and what a later delete must repeat).
     let fullText: [SQLValue]
 
     init(_ record: ItemRecord) {
-        self.record = record
         func text(_ s: String?) -> SQLValue { s.map(SQLValue.text) ?? .null }
         func real(_ d: Double?) -> SQLValue { d.map(SQLValue.double) ?? .null }
         let attrs = record.attrsJSON

@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// Splits a byte stream into NDJSON frames (one JSON text per `\n`-terminated line).
 ///
 /// A line longer than `maxFrameBytes` is a protocol violation: the caller closes the connection
@@ -32,12 +40,12 @@ public struct FrameDecoder: Sendable {
     /// more bytes are needed. Empty lines are skipped.
     public mutating func next() throws(Failure) -> ArraySlice<UInt8>? {
         while true {
-            var i = max(scanned, start)
+            let from = max(scanned, start)
             let end = buffer.count
-            var found = -1
-            while i < end {
-                if buffer[i] == 0x0A { found = i; break }
-                i += 1
+            // memchr: a byte loop over the array cost about 6 000 instructions per donated item.
+            let found = buffer.withUnsafeBufferPointer { b -> Int in
+                guard from < end, let base = b.baseAddress, let hit = memchr(base + from, 0x0A, end - from) else { return -1 }
+                return UnsafeRawPointer(base).distance(to: UnsafeRawPointer(hit))
             }
             if found < 0 {
                 scanned = end

@@ -13,12 +13,24 @@ struct Bench {
         let corpus = try options.corpus.map(Corpus.load(path:)) ?? Corpus.synthetic(count: options.synthetic)
         progress("corpus: \(corpus.name), \(corpus.entries.count) items; \(options.runs) runs per figure; "
             + "reindex sizes \(options.sizes.map(sizeLabel).joined(separator: ", ")); \(ProcessInfo.processInfo.activeProcessorCount) cores")
+        // The in-process scenarios alone start no daemon, so they run under valgrind (whose
+        // reserved descriptors break Foundation's `Process`).
+        if options.scenarios.isSubset(of: [.store, .fill]) {
+            var rows: [Row] = []
+            if options.scenarios.contains(.store) { rows += try BenchRun.storeOnly(options: options, corpus: corpus) }
+            if options.scenarios.contains(.fill) { rows += try StoreFill.run(options: options, corpus: corpus) }
+            print("\n" + Report.table(rows))
+            try Report.write(rows, corpus: corpus, options: options)
+            print("\nwrote \(options.output) and \(options.chart)")
+            return
+        }
         let run = try BenchRun(options: options, corpus: corpus)
         defer {
             run.daemon.stop(remove: !options.keep)
             if options.keep { print("kept \(run.dir)") }
         }
         if options.scenarios.contains(.store) { try run.storeOnly() }
+        if options.scenarios.contains(.fill) { run.rows += try StoreFill.run(options: options, corpus: corpus) }
         if options.scenarios.contains(.donation) { try await run.donation() }
         if options.scenarios.contains(.query) { try await run.corpusQueries() }
         if options.scenarios.contains(.reindex) { try await run.reindexAll() }

@@ -94,6 +94,13 @@ final class BenchRun {
 
     /// The store against raw FTS5, in this process only (`--scenarios store`), bracketed the same way.
     func storeOnly() throws {
+        rows += try Self.storeOnly(options: options, corpus: corpus)
+    }
+
+    /// The rows of `storeOnly`; needs no daemon.
+    static func storeOnly(options: Options, corpus: Corpus) throws -> [Row] {
+        var rows: [Row] = []
+        let itemsPerSecond = "items/s"
         let items = corpus.entries.map(\.searchableItem)
         var raw: [Double] = [], store: [Double] = [], ratios: [Double] = []
         var previous = try Baselines.rawInsert(items, batch: options.batch)
@@ -110,6 +117,7 @@ final class BenchRun {
         rows.append(Row(scenario: "raw FTS5 insert, batches of \(options.batch) (baseline)", figure: Figure(raw), unit: itemsPerSecond, higherIsBetter: true))
         rows.append(Row(scenario: "IndexStore in-process (no socket)", figure: Figure(store), unit: itemsPerSecond,
             baseline: Figure(raw), higherIsBetter: true, pairedRatios: ratios))
+        return rows
     }
 
     // MARK: - 3. Queries

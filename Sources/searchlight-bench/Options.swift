@@ -8,6 +8,8 @@ struct Options {
         /// Only the in-process halves of the donation scenario (raw FTS5 and IndexStore), side
         /// by side: the loop to run under a profiler while working on the store. Not in the default set.
         case store
+        /// The reindex-all write path in-process, filled to the largest size (`StoreFill`). Not in the default set.
+        case fill
     }
 
     /// A corpus file (`--corpus`, or `SEARCHLIGHT_CORPUS`); nil: a synthetic corpus.
@@ -34,7 +36,7 @@ struct Options {
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
-                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,store]
+                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,store,fill]
                                  [--idle-seconds S] [--quick] [--keep] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)
