@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import CSQLite
 import Foundation
 import SearchlightWire
 
@@ -15,6 +16,8 @@ public final class IndexStore: @unchecked Sendable {
     public let options: StoreOptions
 
     struct PendingWrite {
+        /// Items the call donates (what may start a stream).
+        var items = 0
         let work: (IndexStore) throws -> ApplyResult
         let complete: @Sendable (Result<ApplyResult, SearchlightError>) -> Void
         /// Runs on the writer thread between groups, outside any transaction (a WAL checkpoint
@@ -45,6 +48,9 @@ public final class IndexStore: @unchecked Sendable {
     var damage: DatabaseError?
     private var commits = 0
     private var committedCalls = 0
+    /// Owned by the writer thread: whether a stream of large calls runs (see "Streams").
+    private var inStream = false
+    private var streams = (started: 0, ended: 0)
 
     private let readers = NSCondition()
     private var idleReaders: [Database] = []
@@ -69,6 +75,7 @@ public final class IndexStore: @unchecked Sendable {
         do {
             writer = try Database(path: path)
             try Self.configure(writer, fullSync: options.fullSync)
+            try writer.execute("PRAGMA cache_size=-\(options.cacheKiB); PRAGMA journal_size_limit=\(Self.walSizeLimit);")
             try Self.prepareSchema(writer, path: path)
             itemCount = try writer.intScalar("SELECT count(*) FROM items")
         } catch let e as DatabaseError {
@@ -92,7 +99,6 @@ public final class IndexStore: @unchecked Sendable {
         try db.execute("""
             PRAGMA synchronous=\(fullSync ? "FULL" : "NORMAL");
             PRAGMA temp_store=MEMORY;
-            PRAGMA cache_size=-8000;
             PRAGMA foreign_keys=OFF;
             """)
         db.registerFunctions()
@@ -163,6 +169,9 @@ public final class IndexStore: @unchecked Sendable {
     /// Transactions committed and the calls they carried: calls / commits is the group-commit factor.
     public var writeStatistics: (commits: Int, calls: Int) { stateLock.withLock { (commits, committedCalls) } }
 
+    /// Streams of large calls started and ended (see "Streams").
+    public var streamStatistics: (started: Int, ended: Int) { stateLock.withLock { streams } }
+
     /// Calls waiting for the writer (tests use it to line up a group deterministically).
     var pendingCount: Int {
         queue.lock()
@@ -173,7 +182,7 @@ public final class IndexStore: @unchecked Sendable {
     // MARK: - Writing
 
     /// Queues work for the writer; `complete` runs after the group containing it committed.
-    func enqueue(_ work: @escaping (IndexStore) throws -> ApplyResult, outsideTransaction: Bool = false,
+    func enqueue(items: Int = 0, _ work: @escaping (IndexStore) throws -> ApplyResult, outsideTransaction: Bool = false,
                  complete: @escaping @Sendable (Result<ApplyResult, SearchlightError>) -> Void) {
         queue.lock()
         if stopping {
@@ -181,7 +190,7 @@ public final class IndexStore: @unchecked Sendable {
             complete(.failure(SearchlightError(.indexUnavailable, "index \(path) is closing; retry")))
             return
         }
-        pending.append(PendingWrite(work: work, complete: complete, outsideTransaction: outsideTransaction))
+        pending.append(PendingWrite(items: items, work: work, complete: complete, outsideTransaction: outsideTransaction))
         queue.signal()
         queue.unlock()
     }
@@ -193,7 +202,9 @@ public final class IndexStore: @unchecked Sendable {
     ) async throws(SearchlightError) -> ApplyResult {
         let prepared = prepare(mutations)
         let result: Result<ApplyResult, SearchlightError> = await withCheckedContinuation { continuation in
-            enqueue({ store in try store.applyInTransaction(prepared, expectation: expectation, newClientState: newClientState) }) {
+            enqueue(items: mutations.itemCount, { store in
+                try store.applyInTransaction(prepared, expectation: expectation, newClientState: newClientState)
+            }) {
                 continuation.resume(returning: $0)
             }
         }
@@ -207,7 +218,9 @@ public final class IndexStore: @unchecked Sendable {
     ) throws(SearchlightError) -> ApplyResult {
         let prepared = prepare(mutations)
         let box = ResultBox()
-        enqueue({ store in try store.applyInTransaction(prepared, expectation: expectation, newClientState: newClientState) }) {
+        enqueue(items: mutations.itemCount, { store in
+            try store.applyInTransaction(prepared, expectation: expectation, newClientState: newClientState)
+        }) {
             box.set($0)
         }
         // Held until answered, so the rows are freed on this thread, not by the writer (see `writerLoop`).
@@ -231,9 +244,22 @@ public final class IndexStore: @unchecked Sendable {
     private func writerLoop() {
         while true {
             queue.lock()
-            while pending.isEmpty && !stopping { queue.wait() }
+            while pending.isEmpty && !stopping {
+                if inStream {
+                    // The only timed wait: once after a stream, so an idle daemon never wakes.
+                    let timedOut = !queue.wait(until: Date(timeIntervalSinceNow: options.streamIdleSeconds))
+                    if timedOut && pending.isEmpty && !stopping {
+                        queue.unlock()
+                        endStream()
+                        queue.lock()
+                    }
+                } else {
+                    queue.wait()
+                }
+            }
             if pending.isEmpty && stopping {
                 queue.unlock()
+                if inStream { endStream() }
                 writerDone.signal()
                 return
             }
@@ -242,6 +268,8 @@ public final class IndexStore: @unchecked Sendable {
             queue.unlock()
             let outside = group.filter(\.outsideTransaction)
             var plain = group.filter { !$0.outsideTransaction }
+            if !inStream, itemCount >= options.streamIndexItems,
+                plain.reduce(0, { $0 + $1.items }) >= options.streamGroupItems { startStream() }
             group.removeAll()
             if !plain.isEmpty {
                 let results = commit(plain)
@@ -290,6 +318,38 @@ public final class IndexStore: @unchecked Sendable {
         }
         return results
     }
+
+    // MARK: - Streams
+
+    /// While large calls keep coming (a reindex-all sends a million items in calls of 1000, three
+    /// in flight), the writer uses a larger page cache and checkpoints the WAL less often. With
+    /// an 8 MB cache and a checkpoint every 1000 pages, filling an index to 1M items read its b-tree
+    /// pages back from the file over and over and copied pages to the file that the next commits
+    /// rewrote anyway: 2.4 reads and 4.0 writes per item over the last fifth, against 1.2 and 3.2
+    /// with these settings. Commits stay `synchronous=FULL`: only when pages reach the file changes.
+    /// `streamIdleSeconds` after the last call the stream ends: the log is checkpointed, the cache
+    /// goes back to `cacheKiB` and its memory to the system, so an idle daemon stays small.
+    private func startStream() {
+        inStream = true
+        stateLock.withLock { streams.started += 1 }
+        try? writer.execute("PRAGMA cache_size=-\(options.streamCacheKiB); PRAGMA wal_autocheckpoint=\(options.streamCheckpointPages);")
+    }
+
+    private func endStream() {
+        inStream = false
+        // PASSIVE: never waits for readers; what it cannot copy now, the next checkpoint does.
+        try? writer.execute("""
+            PRAGMA wal_autocheckpoint=1000;
+            PRAGMA wal_checkpoint(PASSIVE);
+            PRAGMA cache_size=-\(options.cacheKiB);
+            PRAGMA shrink_memory;
+            """)
+        csqlite_release_heap()  // the cache's pages and the stream's rows go back to the system
+        stateLock.withLock { streams.ended += 1 }
+    }
+
+    /// The WAL file is cut back to this size when it starts over (a stream lets it grow to 64 MiB).
+    static let walSizeLimit = 8 << 20
 
     /// Every call in one transaction with no savepoints; nil (rolled back) when a call of a larger
     /// group fails. A group of one fails alone, so its failure is its result.

@@ -12,6 +12,20 @@ public struct StoreOptions: Sendable {
     public var maxReaders = 4
     /// `synchronous=FULL`: a commit is durable on power loss, not only on process crash.
     public var fullSync = true
+    /// The writer's page cache, KiB, while no stream of large calls runs: small, so that a
+    /// daemon with many open indexes stays small.
+    public var cacheKiB = 8_000
+    /// While a stream of large calls runs (a reindex-all, a bulk import), the writer keeps a
+    /// larger page cache and checkpoints the WAL less often (see `IndexStore` "Streams").
+    public var streamCacheKiB = 64_000
+    /// WAL pages between automatic checkpoints during a stream (SQLite's default, 1000, otherwise).
+    public var streamCheckpointPages = 16_384
+    /// A group of at least this many items starts a stream, in an index of at least
+    /// `streamIndexItems` items (a smaller one fits the default cache well enough).
+    public var streamGroupItems = 500
+    public var streamIndexItems = 100_000
+    /// Seconds without a call that end a stream: the cache shrinks back and its memory is returned.
+    public var streamIdleSeconds = 2.0
 
     public init() {}
 }
@@ -22,6 +36,13 @@ public enum Mutation: Sendable {
     case deleteIdentifiers([String])
     case deleteDomains([String])
     case deleteAll
+}
+
+extension [Mutation] {
+    /// The items donated by these mutations.
+    var itemCount: Int {
+        reduce(0) { n, m in if case .items(let items) = m { n + items.count } else { n } }
+    }
 }
 
 /// What a batch expects the stored client state to be before it applies (compare-and-swap).

@@ -152,16 +152,40 @@ extension JSONValue {
         }
     }
 
+    /// The first offset at or after `from` whose eight-byte word may hold a byte to escape (a
+    /// quote, a backslash, a control character or DEL), or the start of the last partial word:
+    /// the bytes before it are copied as they are. Text fields are most of what an SDK client sends.
+    static func plainPrefixEnd(_ bytes: UnsafeBufferPointer<UInt8>, from: Int) -> Int {
+        guard let base = bytes.baseAddress else { return from }
+        let raw = UnsafeRawPointer(base)
+        let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
+        var i = from
+        while i + 8 <= bytes.count {
+            let w = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+            let quote = w ^ (ones &* 0x22), backslash = w ^ (ones &* 0x5C), del = w ^ (ones &* 0x7F)
+            let hits = ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | ((del &- ones) & ~del)
+                | ((w &- ones &* 0x20) & ~w)
+            if hits & highs != 0 { return i }
+            i += 8
+        }
+        return i
+    }
+
     static func writeString(_ s: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         var copy = s
         copy.withUTF8 { bytes in
             var runStart = 0
-            for i in 0..<bytes.count {
+            var i = 0
+            while i < bytes.count {
+                i = plainPrefixEnd(bytes, from: i)
+                guard i < bytes.count else { break }
                 let b = bytes[i]
+                i += 1
                 guard b < 0x20 || b == 0x22 || b == 0x5C || b == 0x7F else { continue }
-                if i > runStart { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<i])) }
-                runStart = i + 1
+                let at = i - 1
+                if at > runStart { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<at])) }
+                runStart = i
                 switch b {
                 case 0x22: out.append(contentsOf: [0x5C, 0x22])
                 case 0x5C: out.append(contentsOf: [0x5C, 0x5C])

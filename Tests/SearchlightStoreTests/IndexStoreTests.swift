@@ -12,6 +12,14 @@ final class TestClock: @unchecked Sendable {
     func advance(_ seconds: TimeInterval) { lock.withLock { current += seconds } }
 }
 
+/// An integer set on one thread and read on another.
+final class IntBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored = 0
+    var value: Int { lock.withLock { stored } }
+    func set(_ v: Int) { lock.withLock { stored = v } }
+}
+
 /// A store in a fresh temp directory.
 final class StoreFixture: @unchecked Sendable {
     let dir: String
@@ -230,6 +238,36 @@ struct IndexStoreWriteTests {
         #expect(store.writeStatistics.commits == 2, "the blocker's group, then one group of 16")
         #expect(store.writeStatistics.calls == 17)
         #expect(try f.ids().count == 16)
+    }
+
+    @Test("a stream of large calls gets the larger page cache, and gives it back once idle")
+    func streams() throws {
+        let f = try StoreFixture()
+        var o = StoreFixture.options(f.clock, maxItems: nil)
+        o.streamGroupItems = 10
+        o.streamIndexItems = 3
+        o.streamIdleSeconds = 0.05
+        f.store.close()
+        f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: o)
+        let store = f.store
+        func writerCacheSize() throws -> Int {
+            let size = IntBox()
+            _ = try store.writeSync { s in
+                size.set(try s.writer.intScalar("PRAGMA cache_size"))
+                return ApplyResult()
+            }
+            return size.value
+        }
+        _ = try store.applySync([.items(try (0..<5).map { try f.item("small\($0)") })])
+        #expect(store.streamStatistics.started == 0, "5 items are no stream")
+        _ = try store.applySync([.items(try (0..<20).map { try f.item("large\($0)") })])
+        #expect(store.streamStatistics.started == 1)
+        #expect(try writerCacheSize() == -o.streamCacheKiB)
+        let deadline = Date(timeIntervalSinceNow: 30)
+        while store.streamStatistics.ended < 1, Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(store.streamStatistics.ended == 1, "the stream ends when no call came for streamIdleSeconds")
+        #expect(try writerCacheSize() == -o.cacheKiB)
+        #expect(try f.ids().count == 25)
     }
 
     @Test("an acknowledged write survives closing and reopening the file")
