@@ -13,8 +13,6 @@ extension AdminMethods {
             throw SearchlightError(.invalidParams, "bundle \(bundle) has no index to maintain; check the name with `searchlight status`")
         }
         context.log.notice("maintenance requested by hand", ["bundle": bundle ?? "*", "by_uid": session.peer.uid])
-        let summary = maintenance.run(bundle: bundle, trigger: "simulate")
-        if bundle == nil { maintenance.noteManualRun(summary) }
-        return summary.json
+        return maintenance.runByHand(bundle: bundle).json
     }
 }

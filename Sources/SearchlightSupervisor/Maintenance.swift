@@ -37,6 +37,8 @@ final class Maintenance: @unchecked Sendable {
     private let lock = NSLock()
     private var schedule: MaintenanceSchedule
     private var running = false
+    /// Runs by hand (`admin.simulate idle`) in progress: the idle trigger waits for them.
+    private var byHand = 0
     /// One run at a time: the idle trigger and `admin.simulate idle` take turns.
     private let runLock = NSLock()
 
@@ -58,6 +60,7 @@ final class Maintenance: @unchecked Sendable {
     func poll(at now: Date, throttle: Throttle) -> Poll {
         lock.withLock {
             if running { return .running }
+            if byHand > 0 { return .watching }
             guard schedule.shouldStart(at: now, throttle: throttle) else {
                 return schedule.isDue(at: now) ? .watching : .sleep(until: schedule.nextDue)
             }
@@ -81,10 +84,16 @@ final class Maintenance: @unchecked Sendable {
         thread.start()
     }
 
-    /// A complete run by hand (`admin.simulate idle`) resets the schedule like an idle one.
-    func noteManualRun(_ summary: MaintenanceSummary) {
-        guard !summary.yielded else { return }
-        lock.withLock { schedule.ran(at: Date()) }
+    /// A run by hand (`admin.simulate idle`): now, whatever the load. Over every bundle, it
+    /// counts as the periodic run (the next is due an interval later).
+    func runByHand(bundle: String?) -> MaintenanceSummary {
+        lock.withLock { byHand += 1 }
+        let summary = run(bundle: bundle, trigger: "simulate")
+        lock.withLock {
+            byHand -= 1
+            if bundle == nil, !summary.yielded { schedule.ran(at: Date()) }
+        }
+        return summary
     }
 
     /// `admin.status`'s `maintenance` object.

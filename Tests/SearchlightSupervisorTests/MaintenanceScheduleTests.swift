@@ -2,6 +2,7 @@ import Foundation
 import Testing
 @testable import SearchlightStore
 @testable import SearchlightSupervisor
+import SearchlightWire
 
 /// When idle maintenance may run, driven by an injected clock and throttle samples.
 @Suite("Maintenance schedule")
@@ -109,4 +110,64 @@ struct MaintenanceScheduleTests {
         #expect(reopened.cursor(bundle: "org.example.a", index: "") == ScrubCursor(itemRowID: 42, table: 3))
         #expect(reopened.cursor(bundle: "org.example.b", index: "") == ScrubCursor())
     }
+}
+
+/// A maintenance run over a real (in-process) service context: what it records, and how it gives way.
+@Suite("Maintenance run")
+struct MaintenanceRunTests {
+    final class Fixture: @unchecked Sendable {
+        let dir = NSTemporaryDirectory() + "slmaintrun-" + UUID().uuidString
+        let context: ServiceContext
+        let maintenance: Maintenance
+        let start = Date(timeIntervalSince1970: 1_800_000_000)
+
+        init() throws {
+            var config = Configuration(system: false)
+            config.stateDirectory = dir
+            config.unitDirectories = [dir + "/units"]
+            config.fullSync = false
+            context = try ServiceContext(config: config, log: Logger(label: "test", level: .error))
+            maintenance = try Maintenance(context: context, now: start)
+            for bundle in ["org.example.a", "org.example.b"] {
+                let store = try #require(try context.registry.store(bundle: bundle, index: "", create: true))
+                let item = try ItemValidator().validate(item: ["uniqueIdentifier": "x", "attributeSet": ["title": "an item"]])
+                _ = try store.applySync([.items([item])])
+            }
+        }
+
+        var lastRun: Date { try! MaintenanceRecord(path: dir + "/supervisor.sqlite").lastRun(orRecord: .distantFuture) }
+
+        deinit {
+            context.registry.closeAll()
+            try? FileManager.default.removeItem(atPath: dir)
+        }
+    }
+
+    @Test("a complete run over every index is recorded as the last run; one over a single bundle is not")
+    func recorded() throws {
+        let f = try Fixture()
+        let one = f.maintenance.run(bundle: "org.example.a", trigger: "simulate")
+        #expect(one.indexes == 1 && !one.yielded)
+        #expect(f.lastRun == f.start)
+        let all = f.maintenance.run(bundle: nil, trigger: "idle")
+        #expect(all.indexes == 2 && all.optimized == 2 && all.checkpointed == 2 && all.rowsScrubbed == 2)
+        #expect(f.lastRun != f.start, "recorded at the time of the run")
+    }
+
+    @Test("a run gives way when asked between steps, and is then not recorded")
+    func yields() throws {
+        let f = try Fixture()
+        let asked = Counter()
+        // Busy from the third question on: the first index is begun, then the run stops.
+        let summary = f.maintenance.run(bundle: nil, trigger: "idle", yieldNow: { asked.next() >= 3 })
+        #expect(summary.yielded)
+        #expect(summary.indexes == 1 && summary.optimized == 0, "\(summary.fields)")
+        #expect(f.lastRun == f.start)
+    }
+}
+
+final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var n = 0
+    func next() -> Int { lock.withLock { n += 1; return n } }
 }
