@@ -53,7 +53,9 @@ extensions: build
 		$(SWIFT) build --package-path Extensions/$$e || exit 1; \
 	done
 
-install: release install-files
+# The copy after the build even under `make -j`.
+install: release
+	$(MAKE) --no-print-directory install-files
 
 install-files:
 	@test -x $(PRODUCTS)/searchlightd -a -x $(PRODUCTS)/searchlight || { echo "make install: no searchlightd/searchlight in $(PRODUCTS); run make release (or make install)" >&2; exit 1; }
