@@ -103,7 +103,7 @@ final class ClientSession: @unchecked Sendable {
             if let delay = donationPacing(method) { Thread.sleep(forTimeInterval: delay) }
             let result: Result<JSONValue, SearchlightError>
             do {
-                result = .success(try dispatch(method, params))
+                result = .success(try dispatchRecovering(method, params))
             } catch {
                 result = .failure(error)
             }

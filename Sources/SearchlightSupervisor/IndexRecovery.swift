@@ -40,8 +40,12 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
     let quarantine: Quarantine
     let log: Logger
     private let queue = DispatchQueue(label: "index-recovery")
-    private let lock = NSLock()
+    private let lock = NSCondition()
     private var active: [IndexRegistry.Key: Record] = [:]
+    /// Keys whose damage is being diagnosed (the damaged file still served).
+    private var diagnosing: Set<IndexRegistry.Key> = []
+    /// Diagnoses finished per key: a waiter that sees it change knows the outcome is in.
+    private var rounds: [IndexRegistry.Key: Int] = [:]
     private var last: [IndexRegistry.Key: Record] = [:]
     private var quarantineTimes: [IndexRegistry.Key: [Date]] = [:]
 
@@ -73,6 +77,7 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
         let first: Bool = lock.withLock {
             guard active[key] == nil else { return false }
             active[key] = Record(method: .fullTextRebuild, reason: damage.reason, started: Date())
+            diagnosing.insert(key)
             return true
         }
         guard first else { return }
@@ -84,6 +89,13 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
 
     /// Damage met at run time: rebuild the full-text index if that is all, else quarantine and refill.
     private func recover(_ key: IndexRegistry.Key, store: IndexStore, reason: String) {
+        defer {
+            lock.withLock {
+                diagnosing.remove(key)
+                rounds[key, default: 0] += 1
+                lock.broadcast()
+            }
+        }
         guard let context else { return }
         let started = Date()
         context.registry.setCondition(IndexCondition(.recovering, reason: "checking: \(reason)", since: started), bundle: key.bundle, index: key.index)
@@ -144,6 +156,7 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
         let fresh = try context.registry.replace(bundle: key.bundle, index: key.index) { (path) throws(SearchlightError) in
             aside = try setAside(path: path, bundle: key.bundle, index: key.index)
         }
+        lock.withLock { lock.broadcast() }  // callers waiting on the damaged store retry on the fresh one
         return refill(key, reason: reason, quarantined: aside, store: fresh, started: started)
     }
 
@@ -254,6 +267,28 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
                 bundle: request.bundle, index: request.index)
             log.notice("index recovery resumed", ["bundle": request.bundle, "index": Self.name(request.index), "request": request.id])
         }
+    }
+
+    /// For a call that failed on `damaged`, a store with damage detected: waits (up to `timeout`)
+    /// until the recovery replaced it or repaired it, and says whether a retry may succeed, so the
+    /// caller is answered by the fresh file instead of with the error. False when the recovery
+    /// left it as it was (damage not confirmed is repaired-as-is; a refused recovery is not).
+    func awaitRecovery(of damaged: IndexStore, bundle: String, index: String, timeout: TimeInterval = 10) -> Bool {
+        guard let registry = context?.registry else { return false }
+        let key = IndexRegistry.Key(bundle: bundle, index: index)
+        let deadline = Date().addingTimeInterval(timeout)
+        let round = lock.withLock { rounds[key, default: 0] }
+        while Date() < deadline {
+            // The registry is asked without this lock held: it calls `setAside` under its own.
+            if registry.servedStore(bundle: bundle, index: index) !== damaged || damaged.detectedDamage == nil { return true }
+            let over: Bool = lock.withLock {
+                if rounds[key, default: 0] != round, !diagnosing.contains(key), active[key] == nil { return true }
+                _ = lock.wait(until: min(deadline, Date().addingTimeInterval(0.1)))
+                return false
+            }
+            if over { return registry.servedStore(bundle: bundle, index: index) !== damaged || damaged.detectedDamage == nil }
+        }
+        return false
     }
 
     /// `admin.status`' `lastRecovery` of an index, if it was recovered since the daemon started.

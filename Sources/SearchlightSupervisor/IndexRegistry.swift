@@ -30,6 +30,11 @@ final class IndexRegistry: @unchecked Sendable {
     /// one opened) or at run time (a call or the scrub met it). Set once before serving.
     weak var damageHandler: (any IndexDamageHandler)?
 
+    /// The store served for an index if it is open; never opens one.
+    func servedStore(bundle: String, index: String) -> IndexStore? {
+        lock.withLock { stores[Key(bundle: bundle, index: index)] }
+    }
+
     /// The store for a bundle's index. With `create: false`, nil when it does not exist yet
     /// (a query of an index nobody wrote finds nothing, and creates nothing). A damaged file is
     /// set aside by the damage handler and a fresh one answers at once.
