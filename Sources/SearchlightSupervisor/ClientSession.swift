@@ -1,6 +1,10 @@
 import Foundation
 import SearchlightStore
 import SearchlightWire
+import Synchronization
+
+/// The last "index unavailable" log line, and the failures since (shared by every connection).
+private let unavailableLogGate = Mutex<(last: Date, count: Int)>((.distantPast, 0))
 
 /// One client connection. Messages are handled in order on the connection's own reader thread,
 /// so a slow or malicious client delays only itself.
@@ -71,6 +75,22 @@ final class ClientSession: @unchecked Sendable {
     }
 
     var log: Logger { context.log }
+
+    /// A call failed because its index cannot be written or opened (disk full, I/O error, damage):
+    /// the operator must see it, but a client retrying in a loop must not flood the log, so one
+    /// line per 10 s, counting the failures it stands for.
+    private func logUnavailable(_ method: String, _ error: SearchlightError) {
+        let now = Date()
+        let suppressed: Int? = unavailableLogGate.withLock { gate in
+            gate.count += 1
+            guard now.timeIntervalSince(gate.last) >= 10 else { return nil }
+            defer { gate = (now, 0) }
+            return gate.count - 1
+        }
+        guard let suppressed else { return }
+        log.warning("call failed: index unavailable", ["method": method, "pid": peer.pid, "error": error.message,
+            "similar_since_last": suppressed])
+    }
     var limits: Limits { context.config.limits }
 
     func handle(_ message: RPCMessage) {
@@ -106,6 +126,7 @@ final class ClientSession: @unchecked Sendable {
                 result = .success(try dispatchRecovering(method, params))
             } catch {
                 result = .failure(error)
+                if error.code == .indexUnavailable { logUnavailable(method, error) }
             }
             connection.reply(to: id, result)
             if method == Method.initialize, case .success = result { extensionHandshakeAnswered() }

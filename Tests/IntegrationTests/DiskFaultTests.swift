@@ -149,6 +149,10 @@ struct DiskFaultTests {
         #expect(error.message.contains("disk full") && error.message.contains("nothing was applied") && error.message.contains("free space and retry"),
             "\(error.message)")
 
+        // The operator sees it in the log (one line per 10 s however many calls fail).
+        let logged = try await bench.waitForLog("call failed: index unavailable", "disk full while writing")[0]
+        #expect(logged.contains("method=index.items"), "\(logged)")
+
         // Reads go on while the disk is full; nothing acknowledged is lost, nothing of the failed call applied.
         var present = try await identifiers(index)
         #expect(acknowledged.isSubset(of: present), "acknowledged but missing: \(acknowledged.subtracting(present).sorted().prefix(5))")
