@@ -97,7 +97,7 @@ extension IndexStore {
         var st = stat()
         var bytes: Int64 = 0
         for suffix in ["", "-wal"] where stat(path + suffix, &st) == 0 { bytes += Int64(st.st_size) }
-        return IndexSummary(itemCount: count, fileBytes: bytes, formatVersion: Schema.formatVersion, hasClientState: state != nil)
+        return IndexSummary(itemCount: count, fileBytes: bytes, formatVersion: formatVersion, hasClientState: state != nil)
     }
 
     /// Runs SQLite's and FTS5's own integrity checks. With `repair`, a damaged full-text index is

@@ -14,6 +14,9 @@ import SearchlightWire
 public final class IndexStore: @unchecked Sendable {
     public let path: String
     public let options: StoreOptions
+    /// The store format of the file as opened: `Schema.formatVersion` for a file made by this
+    /// build, older for a file that waits for its migration (it is read and written as it is).
+    public private(set) var formatVersion = Schema.formatVersion
 
     struct PendingWrite {
         /// Items the call donates (what may start a stream).
@@ -76,7 +79,7 @@ public final class IndexStore: @unchecked Sendable {
             writer = try Database(path: path)
             try Self.configure(writer, fullSync: options.fullSync)
             try writer.execute("PRAGMA cache_size=-\(options.cacheKiB); PRAGMA journal_size_limit=\(Self.walSizeLimit);")
-            try Self.prepareSchema(writer, path: path)
+            formatVersion = try Self.prepareSchema(writer, path: path)
             itemCount = try writer.intScalar("SELECT count(*) FROM items")
         } catch let e as DatabaseError {
             throw Self.map(e, path: path)
@@ -104,7 +107,10 @@ public final class IndexStore: @unchecked Sendable {
         db.registerFunctions()
     }
 
-    static func prepareSchema(_ db: Database, path: String) throws {
+    /// Creates the schema of a new file; returns the file's store format. An older format
+    /// (Schema.oldestReadableFormat and later) opens as it is: every format keeps the tables and
+    /// columns the queries and writes use, so an old file serves until its migration replaces it.
+    static func prepareSchema(_ db: Database, path: String) throws -> Int {
         let version = try db.intScalar("PRAGMA user_version")
         let tables = try db.scalar("SELECT count(*) FROM sqlite_schema WHERE type='table' AND name='items'")
         let hasItems = tables == .integer(1)
@@ -121,9 +127,12 @@ public final class IndexStore: @unchecked Sendable {
                 try db.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('created', ?)", [.double(Date().timeIntervalSince1970)])
                 try db.execute("PRAGMA user_version=\(Schema.formatVersion)")
             }
-        } else if version < Schema.formatVersion {
-            throw SearchlightError(.indexUnavailable, "\(path) has the older store format \(version); it must be migrated")
+            return Schema.formatVersion
+        } else if version < Schema.oldestReadableFormat {
+            throw SearchlightError(.indexUnavailable,
+                "\(path) has store format \(version), older than this build reads (\(Schema.oldestReadableFormat)); erase it and reindex")
         }
+        return version
     }
 
     /// Maps a SQLite failure to the wire error a caller sees, remembering corruption.

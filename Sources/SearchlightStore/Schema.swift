@@ -1,3 +1,5 @@
+import Foundation
+
 /// The on-disk layout of one index file (one SQLite database per bundle and index name).
 ///
 /// Text attributes live in their own columns of `items` so that the FTS5 table can use `items`
@@ -9,13 +11,31 @@
 /// object in *storage form*: dates as Unix seconds (numbers); custom attributes under `custom`, with
 /// the names of date-valued custom attributes listed in `customDates`.
 public enum Schema {
-    /// The store format this build writes. Files with an older version are migrated (issue 4).
-    public static let formatVersion = 1
+    /// The store format this build writes. Files with an older version are migrated (issue 4):
+    /// rebuilt into a shadow file of this format, which then replaces them.
+    ///
+    /// - 1: the first format.
+    /// - 2: the FTS5 table keeps prefix indexes (`prefix`), so that prefix terms (`pars*`, the
+    ///   last word of a user query as it is typed) read one doclist instead of merging the
+    ///   doclists of every term that starts with them. Tables and columns are unchanged, so a
+    ///   format-1 file is read and written by the same SQL while it waits for its migration.
+    public static let formatVersion = 2
+
+    /// The oldest format this build opens (and migrates).
+    public static let oldestReadableFormat = 1
+
+    /// The prefix lengths (in characters) that format 2 indexes. Measured in Docs/Performance.md.
+    public static let prefixIndexes = "2 3 4"
 
     /// The FTS5 columns, in order. `aux` is last.
     public static let ftsColumns = [
         "title", "displayName", "alternateNames", "contentDescription", "textContent", "keywords", "authorNames", "aux",
     ]
+
+    /// The format-1 schema, exactly as that build made it: tests create old files with it.
+    public static var createFormat1: String {
+        create.replacingOccurrences(of: ", prefix='\(prefixIndexes)'", with: "")
+    }
 
     /// The full-text rows are written by `IndexStore` itself on every path (donation, update,
     /// delete, cascade, purge), not by triggers: an FTS5 insert fired by a trigger runs in a
@@ -43,7 +63,7 @@ public enum Schema {
         CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
             title, displayName, alternateNames, contentDescription, textContent, keywords, authorNames, aux,
             content='items', content_rowid='rowid',
-            tokenize='unicode61 remove_diacritics 2'
+            tokenize='unicode61 remove_diacritics 2', prefix='\(prefixIndexes)'
         );
         CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, row);
         CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab_col USING fts5vocab(fts, col);

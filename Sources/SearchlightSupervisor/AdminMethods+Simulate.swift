@@ -19,9 +19,5 @@ extension AdminMethods {
         }
     }
 
-    // Each trigger replaces its stub below in its own file (AdminMethods+Simulate<Trigger>.swift).
-
-    func simulateMigration(bundle: String?) throws(SearchlightError) -> JSONValue {
-        throw SearchlightError(.methodNotFound, "admin.simulate migration is not built yet")
-    }
+    // Each trigger is in its own file (AdminMethods+Simulate<Trigger>.swift).
 }

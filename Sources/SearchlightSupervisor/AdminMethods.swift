@@ -63,6 +63,7 @@ struct AdminMethods {
                     entry["items"] = .number(Double(s.itemCount))
                     entry["bytes"] = .number(Double(s.fileBytes))
                     entry["formatVersion"] = .number(Double(s.formatVersion))
+                    if let failure = context.migrator?.failure(bundle: name, index: index) { entry["migrationError"] = .string(failure) }
                     entry["hasClientState"] = .bool(s.hasClientState)
                     let w = store.writeStatistics
                     entry["commits"] = .number(Double(w.commits))

@@ -22,18 +22,18 @@ extension ClientSession {
             served = (bundle, index, store)
         }
         do {
-            return try dispatch(method, params)
+            return try gatedDispatch(method, params)
         } catch {
             guard error.code == .indexUnavailable, let served else { throw error }
             if context.registry.servedStore(bundle: served.bundle, index: served.index) !== served.store {
                 // The file was swapped under the call (a recovery or migration closed the store it used).
                 log.info("call answered after recovery", ["method": method, "bundle": served.bundle, "pid": peer.pid, "cause": "swapped"])
-                return try dispatch(method, params)
+                return try gatedDispatch(method, params)
             }
             guard served.store.detectedDamage != nil,
                   context.recovery.awaitRecovery(of: served.store, bundle: served.bundle, index: served.index) else { throw error }
             log.info("call answered after recovery", ["method": method, "bundle": served.bundle, "pid": peer.pid, "cause": "damaged"])
-            return try dispatch(method, params)
+            return try gatedDispatch(method, params)
         }
     }
 }

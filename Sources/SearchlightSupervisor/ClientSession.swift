@@ -338,8 +338,7 @@ final class ClientSession: @unchecked Sendable {
             try authorize(bundle, write: true)
             return ["batched": true]
         }
-        guard let store = try store(params, write: true).store else { throw SearchlightError(.indexUnavailable, "index could not be opened") }
-        let r = try store.applySync([mutation])
+        let r = try applyToIndex(params, [mutation])
         return ["indexed": .number(Double(r.indexed)), "updatesDropped": .number(Double(r.updatesDropped)), "deleted": .number(Double(r.deleted))]
     }
 
@@ -386,8 +385,7 @@ final class ClientSession: @unchecked Sendable {
         if let expected = params["expectedClientState"] {
             expectation = .equals(try clientState(expected, name: "expectedClientState"))
         }
-        guard let store = try store(params, write: true).store else { throw SearchlightError(.indexUnavailable, "index could not be opened") }
-        let r = try store.applySync(mutations, expecting: expectation, newClientState: newState)
+        let r = try applyToIndex(params, mutations, expecting: expectation, newClientState: newState)
         return ["indexed": .number(Double(r.indexed)), "updatesDropped": .number(Double(r.updatesDropped)), "deleted": .number(Double(r.deleted))]
     }
 

@@ -13,9 +13,17 @@ final class IndexRegistry: @unchecked Sendable {
     let root: String
     let options: StoreOptions
     let log: Logger
-    private let lock = NSLock()
+    let lock = NSLock()
     private var stores: [Key: IndexStore] = [:]
     private var conditions: [Key: IndexCondition] = [:]
+    /// While an index is rebuilt into a shadow file: that file's store, written with the open one
+    /// (IndexRegistry+Swap.swift).
+    var shadows: [Key: IndexStore] = [:]
+    /// Why a shadow missed a donation (it must be refilled before it may replace the file).
+    var shadowFaults: [Key: String] = [:]
+    /// Client calls run inside it; `replace` waits for the calls in progress and holds new ones
+    /// back until the new file is open, so no call ever meets a closed store.
+    let gate = ServiceGate()
 
     init(stateDirectory: String, options: StoreOptions, log: Logger) throws {
         root = stateDirectory + "/indexes"
@@ -93,11 +101,18 @@ final class IndexRegistry: @unchecked Sendable {
 
     /// Replaces the file of an open (or closed) index while nobody uses it: closes the open store
     /// (waiting for reads in progress), runs `swap` with no connection open (it moves files at
-    /// the index's path), opens what is then at the path and serves it. Calls to the registry
-    /// wait meanwhile. When `swap` throws, the file left at the path is served again and the
-    /// error rethrown.
+    /// the index's path), opens what is then at the path and serves it. Client calls (the gate)
+    /// and calls to the registry wait meanwhile: none meets a closed store. When `swap` throws,
+    /// the file left at the path is served again and the error rethrown. The one primitive of
+    /// recovery (quarantine) and migration (shadow swap).
     @discardableResult
     func replace(bundle: String, index: String, _ swap: (_ path: String) throws(SearchlightError) -> Void) throws(SearchlightError) -> IndexStore {
+        try gate.exclusively { () throws(SearchlightError) -> IndexStore in
+            try replaceLocked(bundle: bundle, index: index, swap)
+        }
+    }
+
+    private func replaceLocked(bundle: String, index: String, _ swap: (_ path: String) throws(SearchlightError) -> Void) throws(SearchlightError) -> IndexStore {
         let key = Key(bundle: bundle, index: index)
         let p = path(bundle: bundle, index: index)
         lock.lock()
@@ -140,6 +155,10 @@ final class IndexRegistry: @unchecked Sendable {
         defer { lock.unlock() }
         let doomed = stores.filter { $0.key.bundle == bundle }
         for key in doomed.keys { stores[key] = nil }
+        // A rebuild in progress loses its shadow (its file goes with the directory) and ends.
+        let shadowed = shadows.filter { $0.key.bundle == bundle }
+        for key in shadowed.keys { shadows[key] = nil }
+        for store in shadowed.values { store.shutDown() }
         conditions = conditions.filter { $0.key.bundle != bundle }
         for store in doomed.values { store.close() }
         let dir = "\(root)/\(bundle)"
@@ -165,10 +184,11 @@ final class IndexRegistry: @unchecked Sendable {
 
     func closeAll() {
         lock.lock()
-        let all = stores
+        let all = Array(stores.values) + Array(shadows.values)
         stores.removeAll()
+        shadows.removeAll()
         lock.unlock()
-        for s in all.values { s.close() }
+        for s in all { s.close() }
     }
 }
 

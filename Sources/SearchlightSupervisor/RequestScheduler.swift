@@ -90,6 +90,7 @@ final class RequestScheduler: @unchecked Sendable {
             events.emit("units.reloaded", ["units": .number(Double(enabled.count)), "problems": .number(Double(report.problems.count))])
         }
         for unit in enabled { queueInitialReindex(unit) }
+        context.migrator?.unitsReloaded(enabled)
         wake()
         return report
     }

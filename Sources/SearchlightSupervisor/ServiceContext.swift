@@ -23,6 +23,7 @@ final class ServiceContext: @unchecked Sendable {
     private var _requests = 0
     private weak var _scheduler: RequestScheduler?
     private var _maintenance: Maintenance?
+    private var _migrator: Migrator?
 
     init(config: Configuration, log: Logger) throws {
         self.config = config
@@ -49,6 +50,12 @@ final class ServiceContext: @unchecked Sendable {
     var scheduler: RequestScheduler? {
         get { lock.withLock { _scheduler } }
         set { lock.withLock { _scheduler = newValue } }
+    }
+
+    /// Set once by the supervisor before the units are loaded.
+    var migrator: Migrator? {
+        get { lock.withLock { _migrator } }
+        set { lock.withLock { _migrator = newValue } }
     }
 
     /// The uid a unit's bundle belongs to (DESIGN §6): its `UserName` in system mode, else the daemon's.

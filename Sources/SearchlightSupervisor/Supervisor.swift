@@ -33,8 +33,12 @@ public final class Supervisor: @unchecked Sendable {
         scheduler.maintenance = maintenance
         lock.withLock { self.scheduler = scheduler }
         scheduler.observeOutcomes { [recovery = context.recovery] request, outcome in recovery.requestFinished(request, outcome) }
+        let migrator = try Migrator(context: context)
+        context.migrator = migrator
+        migrator.resume(scheduler: scheduler)
         scheduler.reloadUnits()
         context.recovery.resume()
+        migrator.scanFormats()
         // Socket activation: systemd owns the socket file (and removes it); else we bind and own it.
         let activated = try SocketActivation.adopt(log: log)
         let listener: UnixSocket
@@ -70,6 +74,7 @@ public final class Supervisor: @unchecked Sendable {
         agent.stopping()
         scheduler.stop()
         server.stop()
+        migrator.drain()
         context.registry.closeAll()
         if activated == nil { unlink(config.socketPath) }
         log.notice("searchlightd stopped")

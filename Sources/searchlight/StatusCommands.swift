@@ -74,6 +74,9 @@ enum StatusCommands {
                 if let reason = index["reason"]?.stringValue {
                     notes.append("\(name) \(Format.indexName(index["name"]?.stringValue ?? "")) \(index["state"]?.stringValue ?? ""): \(reason)")
                 }
+                if let error = index["migrationError"]?.stringValue {
+                    notes.append("\(name) \(Format.indexName(index["name"]?.stringValue ?? "")): last migration failed, the old index stays in service: \(error)")
+                }
             }
         }
         table.print()

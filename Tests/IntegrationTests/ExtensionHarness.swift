@@ -22,6 +22,8 @@ struct TestUnit: Sendable {
     var processLimit: Int?
     /// Extra `EnvironmentVariables` (`TEST_EXTENSION_CONTROL` is always set).
     var environment: [String: String] = [:]
+    /// `IndexExtension.IndexVersion`; nil keeps the default (1).
+    var indexVersion: Int?
 
     init(_ label: String, bundle: String, mode: String = "ok") {
         self.label = label
@@ -44,9 +46,10 @@ struct TestUnit: Sendable {
                 indexExtension += "    <key>\(key)</key><dict><key>NumberOfProcesses</key><integer>\(processLimit)</integer></dict>\n"
             }
         }
-        if let acknowledgementTimeout {
-            indexExtension += "    <key>IndexExtension</key><dict><key>AcknowledgementTimeout</key><real>\(acknowledgementTimeout)</real></dict>\n"
-        }
+        var settings = ""
+        if let acknowledgementTimeout { settings += "<key>AcknowledgementTimeout</key><real>\(acknowledgementTimeout)</real>" }
+        if let indexVersion { settings += "<key>IndexVersion</key><integer>\(indexVersion)</integer>" }
+        if !settings.isEmpty { indexExtension += "    <key>IndexExtension</key><dict>\(settings)</dict>\n" }
         return """
             <?xml version="1.0" encoding="UTF-8"?>
             <!DOCTYPE plist PUBLIC "-//Apple//DTD PLIST 1.0//EN" "http://www.apple.com/DTDs/PropertyList-1.0.dtd">

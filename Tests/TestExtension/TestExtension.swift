@@ -8,7 +8,8 @@ import SearchlightKit
 /// of sourcekit-lsp's tests. The directory in `TEST_EXTENSION_CONTROL` steers it:
 /// - `mode` (read at launch and at every request): `ok`, `crash`, `hang`, `garbage`, `noack`,
 ///   `nack`, `batch-nack` (fails inside an open batch), `flood` (20 000 items; halfway it waits
-///   for a file `release` in the control directory), `exit-at-launch`, `slow` (progress every 100 ms for `TEST_EXTENSION_SLOW_MS`),
+///   for a file `release` in the control directory), `hold` (the same hold with `TEST_EXTENSION_ITEMS`
+///   items, a multiple of 2 000), `exit-at-launch`, `slow` (progress every 100 ms for `TEST_EXTENSION_SLOW_MS`),
 ///   `poison:ID` (crash whenever a reindex-identifiers request contains ID), `forkbomb` (forks
 ///   without end, every child forking too, until the unit's `NumberOfProcesses` limit stops it;
 ///   then hangs), `midframe` (writes half a JSON-RPC frame on its connection and exits), or
@@ -122,7 +123,7 @@ struct TestExtension: IndexExtension {
         try await index.deleteAllSearchableItems()
         var done = 0
         while done < count {
-            if mode == "flood", done == count / 2 {
+            if mode == "flood" || mode == "hold", done == count / 2 {
                 // Halfway, hold until the test says `release`: the test's other requests are
                 // then served while this one is certainly still going.
                 Self.record("flood-holding", [:])

@@ -1,0 +1,60 @@
+import SearchlightWire
+
+/// Filling a shadow index from the file it replaces (DESIGN §6 Triggers, migration).
+///
+/// The old file is attached to the shadow's writer connection as `source`, so every copy runs
+/// on the shadow's writer thread, in order with the donations written to both files: a copy
+/// reads the old file after every donation already written to the shadow committed to the old
+/// file too, so nothing is lost or brought back.
+extension IndexStore {
+    /// Attaches the file this store will replace. Call it before the store is shared (the writer
+    /// thread is idle then); the attachment lasts until `close()`.
+    public func attachSource(_ sourcePath: String) throws(SearchlightError) {
+        do {
+            try writer.run("ATTACH DATABASE ? AS source", [.text(sourcePath)])
+        } catch {
+            throw SearchlightError(.indexUnavailable, "cannot read \(sourcePath) to migrate it: \(error.message)")
+        }
+    }
+
+    /// Copies every item, the client state and the engagement counts of the attached source,
+    /// keeping what a donation already wrote here (it is newer), then builds the full-text index
+    /// of this store's format from the items. Returns the items copied. For a bundle with no
+    /// extension, this is the whole migration.
+    public func importSource() throws(SearchlightError) -> Int {
+        let copied = try writeSync { store in
+            let w = store.writer
+            let n = try w.run("""
+                INSERT OR IGNORE INTO main.items(uid, domain, expires, related, title, displayName, alternateNames,
+                    contentDescription, textContent, keywords, authorNames, aux, attrs, ranking_hint, last_used, engagement, checksum)
+                SELECT uid, domain, expires, related, title, displayName, alternateNames,
+                    contentDescription, textContent, keywords, authorNames, aux, attrs, ranking_hint, last_used, engagement, checksum
+                FROM source.items ORDER BY rowid
+                """)
+            try w.execute("""
+                INSERT OR IGNORE INTO main.meta(key, value) SELECT key, value FROM source.meta WHERE key != 'created';
+                INSERT OR IGNORE INTO main.engagement SELECT * FROM source.engagement;
+                INSERT INTO main.fts(fts) VALUES ('rebuild');
+                """)
+            store.itemCount = try w.intScalar("SELECT count(*) FROM main.items")
+            var r = ApplyResult()
+            r.indexed = n
+            return r
+        }
+        return copied.indexed
+    }
+
+    /// Brings the engagement of the attached source (what users selected, suggestions they took)
+    /// into this store, which an extension refilled: the items it donated again keep their rank.
+    public func carryOverEngagement() throws(SearchlightError) {
+        _ = try writeSync { store in
+            try store.writer.execute("""
+                INSERT OR IGNORE INTO main.engagement SELECT * FROM source.engagement;
+                UPDATE main.items SET engagement = main.items.engagement + s.used
+                    FROM (SELECT uid AS usedUID, engagement AS used FROM source.items WHERE engagement > 0) AS s
+                    WHERE main.items.uid = s.usedUID;
+                """)
+            return ApplyResult()
+        }
+    }
+}
