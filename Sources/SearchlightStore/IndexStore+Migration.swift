@@ -1,4 +1,5 @@
 import SearchlightWire
+import Foundation
 
 /// Filling a shadow index from the file it replaces (DESIGN §6 Triggers, migration).
 ///
@@ -56,5 +57,23 @@ extension IndexStore {
                 """)
             return ApplyResult()
         }
+    }
+}
+
+extension IndexStore {
+    /// The store format recorded in a closed file's header (`user_version`, bytes 60-63), without
+    /// opening it: nil when it cannot be read, or when the header says 0 while a WAL holds frames
+    /// (a new file whose first pages are still in the WAL: open it to know).
+    public static func recordedFormatVersion(at path: String) -> Int? {
+        guard let handle = FileHandle(forReadingAtPath: path) else { return nil }
+        defer { try? handle.close() }
+        guard let header = try? handle.read(upToCount: 64), header.count == 64,
+              header.starts(with: Array("SQLite format 3\u{0}".utf8)) else { return nil }
+        let version = header[60..<64].reduce(0) { $0 << 8 | Int($1) }
+        if version == 0 {
+            let wal = (try? FileManager.default.attributesOfItem(atPath: path + "-wal")[.size] as? Int) ?? 0
+            if wal > 0 { return nil }
+        }
+        return version
     }
 }

@@ -100,13 +100,18 @@ final class Migrator: @unchecked Sendable {
     }
 
     /// After the units are loaded: every index file of an older store format is migrated, by
-    /// its extension when one serves it, else locally.
+    /// its extension when one serves it, else locally. Reads each file's header, without opening
+    /// it (indexes open on first use; a damaged one is then recovered as usual).
     func scanFormats() {
         for bundle in registry.bundles() {
             for index in registry.indexes(of: bundle) {
-                guard let store = try? registry.store(bundle: bundle, index: index, create: false),
-                      store.formatVersion < Schema.formatVersion else { continue }
-                start(bundle: bundle, index: index, reason: "store format \(store.formatVersion) -> \(Schema.formatVersion)")
+                let file = registry.path(bundle: bundle, index: index)
+                var version = IndexStore.recordedFormatVersion(at: file)
+                if version == nil, IndexStore.fileDamage(at: file, deep: false) == nil {
+                    version = (try? registry.store(bundle: bundle, index: index, create: false))??.formatVersion
+                }
+                guard let version, version >= Schema.oldestReadableFormat, version < Schema.formatVersion else { continue }
+                start(bundle: bundle, index: index, reason: "store format \(version) -> \(Schema.formatVersion)")
             }
         }
     }
