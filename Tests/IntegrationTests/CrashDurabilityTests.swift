@@ -106,7 +106,7 @@ struct CrashDurabilityTests {
         var models = Array(repeating: CrashClientModel(), count: Self.clients)
         var journaled: [JournaledRequest] = []
         var totals = (acknowledgedWrites: 0, inFlightApplied: 0, inFlightDropped: 0, itemsChecked: 0,
-                      requestsJournaled: 0, requestsDoneByExtension: 0, lost: 0)
+                      requestsJournaled: 0, requestsDoneByExtension: 0, lost: 0, startupKills: 0, startupKillsBeforeReady: 0)
         var nextOperation = 0, nextRequest = 0
         var errorKinds: [String: Int] = [:]
 
@@ -156,6 +156,19 @@ struct CrashDurabilityTests {
             try await blocking { bench.daemon.stop(signal: SIGKILL) }
             let outcomes = await writers.value
             let requests = await requester.value
+            // One restart in five is itself killed 0-59 ms in, mostly while it opens its files
+            // (and resets the journal's running requests), before its ready line.
+            if rng.oneIn(5) {
+                let startupDelay = UInt32(rng.below(60))
+                let mark = bench.daemon.log.count
+                try await blocking {
+                    try bench.daemon.start(waitForReady: false)
+                    usleep(startupDelay * 1000)
+                    bench.daemon.stop(signal: SIGKILL)
+                }
+                totals.startupKills += 1
+                if !bench.daemon.log.dropFirst(mark).contains(where: { $0.contains("searchlightd ready") }) { totals.startupKillsBeforeReady += 1 }
+            }
             try await blocking { try bench.daemon.start() }
 
             // Every client: the acknowledged model, or it with the one call in flight applied whole.
@@ -215,7 +228,7 @@ struct CrashDurabilityTests {
         let check = try await bench.admin(Method.adminCheck)
         #expect(check["ok"]?.boolValue == true, "admin.check after \(kills) kills: \(check)")
         print("""
-            crash durability: seed=\(seed) kills=\(kills) time=\(String(format: "%.1f", Date().timeIntervalSince(started)))s \
+            crash durability: seed=\(seed) kills=\(kills) startupKills=\(totals.startupKills) (before ready: \(totals.startupKillsBeforeReady)) time=\(String(format: "%.1f", Date().timeIntervalSince(started)))s \
             acknowledgedCalls=\(totals.acknowledgedWrites) itemsChecked=\(totals.itemsChecked) \
             inFlightApplied=\(totals.inFlightApplied) inFlightNotApplied=\(totals.inFlightDropped) \
             requestsJournaled=\(totals.requestsJournaled) requestsDoneByExtension=\(totals.requestsDoneByExtension) \

@@ -57,7 +57,8 @@ final class DaemonProcess: @unchecked Sendable {
     var log: [String] { lock.withLock { logLines } }
 
     /// Starts the daemon and waits for its "ready" line (generous deadline for loaded CI machines).
-    func start() throws {
+    /// `waitForReady: false` returns once the process runs (a test that kills it while it starts).
+    func start(waitForReady: Bool = true) throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Products.path("searchlightd"))
         // Never the runner's own unit directories: an empty one unless the test names its own.
@@ -94,7 +95,7 @@ final class DaemonProcess: @unchecked Sendable {
         }
         try p.run()
         process = p
-        try waitForLog("searchlightd ready", after: generation, timeout: 60)
+        if waitForReady { try waitForLog("searchlightd ready", after: generation, timeout: 60) }
     }
 
     /// Waits until a log line (after index `after`) contains `text`.
