@@ -15,33 +15,52 @@ public enum Schema {
     /// rebuilt into a shadow file of this format, which then replaces them.
     ///
     /// - 1: the first format.
-    /// - 2: the FTS5 table keeps prefix indexes (`prefix`), so that prefix terms (`pars*`, the
-    ///   last word of a user query as it is typed) read one doclist instead of merging the
-    ///   doclists of every term that starts with them. Tables and columns are unchanged, so a
-    ///   format-1 file is read and written by the same SQL while it waits for its migration.
-    public static let formatVersion = 2
+    /// - 2: the FTS5 table kept prefix indexes (`prefix='2 3 4'`), so that a prefix term (`pars*`)
+    ///   read one doclist instead of merging one per matching word.
+    /// - 3: the prefix indexes withdrawn. Measured with `searchlight-bench --scenarios store` on
+    ///   the shared corpus, they made every insert cost 2.4 times as much (the store in-process
+    ///   at 0.34x the raw FTS5 insert instead of 0.69x; `prefix='3'` alone 0.50x) and the file
+    ///   77 % larger, for prefix queries 10-45 % faster that met their targets without them
+    ///   (Docs/Performance.md, "Store formats").
+    ///
+    /// Every format has the same tables and columns, so an older file is read and written by the
+    /// same SQL while it waits for its migration.
+    public static let formatVersion = 3
 
     /// The oldest format this build opens (and migrates).
     public static let oldestReadableFormat = 1
-
-    /// The prefix lengths (in characters) that format 2 indexes. Measured in Docs/Performance.md.
-    public static let prefixIndexes = "2 3 4"
 
     /// The FTS5 columns, in order. `aux` is last.
     public static let ftsColumns = [
         "title", "displayName", "alternateNames", "contentDescription", "textContent", "keywords", "authorNames", "aux",
     ]
 
-    /// The format-1 schema, exactly as that build made it: tests create old files with it.
-    public static var createFormat1: String {
-        create.replacingOccurrences(of: ", prefix='\(prefixIndexes)'", with: "")
+    /// The schema of this build's format.
+    public static var create: String { create(format: formatVersion) }
+
+    /// The schema each format's build made, exactly: the full-text table's options are all that
+    /// differ. Tests make files of older formats with it.
+    public static func create(format: Int) -> String {
+        createTemplate.replacingOccurrences(of: "$FTS_OPTIONS", with: format == 2 ? ", prefix='2 3 4'" : "")
+    }
+
+    /// SQL that turns a file of this build's format into one of an older `format`, the way that
+    /// build made it (the full-text table recreated with that format's options and rebuilt, the
+    /// version set): tests make old files with it.
+    public static func rewrite(toFormat format: Int) -> String {
+        """
+        DROP TABLE fts_vocab; DROP TABLE fts_vocab_col; DROP TABLE fts;
+        \(create(format: format))
+        INSERT INTO fts(fts) VALUES ('rebuild');
+        PRAGMA user_version=\(format);
+        """
     }
 
     /// The full-text rows are written by `IndexStore` itself on every path (donation, update,
     /// delete, cascade, purge), not by triggers: an FTS5 insert fired by a trigger runs in a
     /// statement savepoint, which makes FTS5 flush its pending segment on every row — measured
     /// 2.2x slower on the shared corpus (16k vs 35k rows/s).
-    public static let create = """
+    private static let createTemplate = """
         CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
         CREATE TABLE IF NOT EXISTS items(
             rowid INTEGER PRIMARY KEY,
@@ -63,7 +82,7 @@ public enum Schema {
         CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(
             title, displayName, alternateNames, contentDescription, textContent, keywords, authorNames, aux,
             content='items', content_rowid='rowid',
-            tokenize='unicode61 remove_diacritics 2', prefix='\(prefixIndexes)'
+            tokenize='unicode61 remove_diacritics 2'$FTS_OPTIONS
         );
         CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab USING fts5vocab(fts, row);
         CREATE VIRTUAL TABLE IF NOT EXISTS fts_vocab_col USING fts5vocab(fts, col);

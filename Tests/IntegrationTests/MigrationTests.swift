@@ -80,8 +80,9 @@ struct MigrationTests {
         }
     }
 
-    @Test("an index file of store format 1 is migrated locally at start; it answers throughout and becomes format 2")
-    func format1MigratedLocally() async throws {
+    @Test("an index file of an older store format is migrated locally at start; it answers and becomes the current format",
+          arguments: [1, 2])
+    func olderFormatMigratedLocally(format: Int) async throws {
         let bundle = "org.example.migrate.local"
         let daemon = try await blocking { try DaemonProcess() }
         let index = daemon.index(bundle)
@@ -89,19 +90,53 @@ struct MigrationTests {
         await index.close()
         let file = daemon.stateDir + "/indexes/\(bundle)/_default.sqlite"
         try await blocking { daemon.stop(signal: SIGTERM) }
-        try downgradeFormat1(file)
+        try rewriteFormat(file, to: format)
         try await blocking { try daemon.start() }
         _ = try await blocking { try daemon.waitForLog("migration finished", timeout: 60) }
         let s = try #require(try await Self.status(daemon, bundle))
-        #expect(s["formatVersion"]?.intValue == 2)
+        #expect(s["formatVersion"]?.intValue == Schema.formatVersion)
         #expect(s["items"]?.intValue == 3000)
         #expect(s["state"]?.stringValue == "ready")
-        #expect(daemon.log.contains { $0.contains("migration started") && $0.contains("path=local") && $0.contains("store format 1 -> 2") })
+        #expect(daemon.log.contains { $0.contains("migration started") && $0.contains("path=local") && $0.contains("store format \(format) -> \(Schema.formatVersion)") })
         // The prefix term goes through the new full-text index.
         let app = SearchlightConnection(role: .app(bundleIdentifier: bundle), socketPath: daemon.socket)
         let found = try await app.call("query.user", ["text": "pars", "context": ["maxResultCount": 5000]])
         await app.close()
         #expect(found["items"]?.arrayValue?.count == 3000)
+    }
+
+    @Test("an index file of store format 2 served by an extension is rebuilt by its reindex-all at start, answering completely until the swap")
+    func olderFormatMigratedByExtension() async throws {
+        let (bench, unit) = try await Self.floodBench("org.example.test.format", "org.example.migrate.format")
+        let file = bench.daemon.stateDir + "/indexes/\(unit.bundle)/_default.sqlite"
+        try await blocking { bench.daemon.stop(signal: SIGTERM) }
+        try rewriteFormat(file, to: 2)
+        let mark = bench.mark
+        try await blocking { try bench.daemon.start() }
+        let started = try await bench.waitForLog("migration started", "bundle=\(unit.bundle)", after: mark)
+        #expect(started[0].contains("path=extension") && started[0].contains("store format 2 -> \(Schema.formatVersion)"), "\(started)")
+        // The old file answers every query while the extension holds halfway through its reindex-all.
+        let load = QueryLoad(socket: bench.socket, bundle: unit.bundle, identifier: "item-2042", text: "numbered 204", expected: 10)
+        try await Self.waitForHold(bench, unit.label)
+        let during = try #require(try await Self.status(bench, unit.bundle))
+        #expect(during["state"] == "migrating", "\(during)")
+        #expect(during["formatVersion"]?.intValue == 2, "\(during)")
+        #expect(during["items"]?.intValue == 4000, "\(during)")
+        Self.release(bench, unit.label)
+        try await bench.waitForLog("migration finished", "bundle=\(unit.bundle)", after: mark, timeout: 60)
+        await load.stop()
+        #expect(load.errors.isEmpty, "\(load.summary)")
+        #expect(load.incomplete == 0, "\(load.summary)")
+        #expect(load.queries > 0)
+        print("format 2 -> \(Schema.formatVersion) by the extension (4 000 items): \(load.summary)")
+        let after = try #require(try await Self.status(bench, unit.bundle))
+        #expect(after["state"] == "ready")
+        #expect(after["formatVersion"]?.intValue == Schema.formatVersion)
+        #expect(after["items"]?.intValue == 4000, "\(after)")
+        let db = try Database(path: file, readOnly: true)
+        let sql = try db.rows("SELECT sql FROM sqlite_schema WHERE name = 'fts'").first?.string(0) ?? ""
+        db.close()
+        #expect(sql.contains("fts5(") && !sql.contains("prefix="), "the full-text table of the current format: \(sql)")
     }
 
     @Test("a local migration keeps queries answering (0 errors) and keeps donations made meanwhile")
@@ -184,7 +219,7 @@ struct MigrationTests {
         print("extension migration (4 000 items): \(load.summary) swap_pause_ms=\(pause)")
         let after = try #require(try await Self.status(bench, unit.bundle))
         #expect(after["state"] == "ready")
-        #expect(after["formatVersion"]?.intValue == 2)
+        #expect(after["formatVersion"]?.intValue == Schema.formatVersion)
         #expect(after["items"]?.intValue == 4001, "the extension's items and the app's donation: \(after)")
         let shadow = bench.daemon.stateDir + "/indexes/\(unit.bundle)/_default.sqlite.shadow"
         #expect(!FileManager.default.fileExists(atPath: shadow))
@@ -245,14 +280,9 @@ struct MigrationTests {
     }
 }
 
-/// The format-1 file of a test: the format-1 full-text table (no prefix indexes), user_version 1.
-func downgradeFormat1(_ path: String) throws {
+/// Makes the index file at `path` (closed) a file of an older store `format`, as that build made it.
+func rewriteFormat(_ path: String, to format: Int) throws {
     let db = try Database(path: path)
-    try db.execute("""
-        DROP TABLE fts_vocab; DROP TABLE fts_vocab_col; DROP TABLE fts;
-        \(Schema.createFormat1)
-        INSERT INTO fts(fts) VALUES ('rebuild');
-        PRAGMA user_version=1;
-        """)
+    try db.execute(Schema.rewrite(toFormat: format))
     db.close()
 }

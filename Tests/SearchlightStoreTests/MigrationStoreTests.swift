@@ -3,54 +3,62 @@ import Testing
 @testable import SearchlightStore
 import SearchlightWire
 
-/// Turns a file of the current format into a format-1 file, the way the format-1 build made it:
-/// the full-text table without prefix indexes, user_version 1.
-func downgradeToFormat1(_ path: String) throws {
+/// Makes the index file at `path` (closed) a file of an older store `format`, as that build made it.
+func rewriteFormat(_ path: String, to format: Int) throws {
     let db = try Database(path: path)
-    try db.execute("""
-        DROP TABLE fts_vocab; DROP TABLE fts_vocab_col; DROP TABLE fts;
-        \(Schema.createFormat1)
-        INSERT INTO fts(fts) VALUES ('rebuild');
-        PRAGMA user_version=1;
-        """)
+    try db.execute(Schema.rewrite(toFormat: format))
     db.close()
 }
 
-@Suite("Store format 2 and migration")
+@Suite("Store formats and migration")
 struct MigrationStoreTests {
-    @Test("a new file has format 2 with the prefix indexes")
+    @Test("a new file has the current format: format 3, whose full-text table has no prefix indexes")
     func newFormat() throws {
         let f = try StoreFixture()
-        #expect(f.store.formatVersion == 2)
-        #expect(try f.store.summary().formatVersion == 2)
+        #expect(Schema.formatVersion == 3)
+        #expect(f.store.formatVersion == 3)
+        #expect(try f.store.summary().formatVersion == 3)
         let sql = try f.store.read { db in try db.rows("SELECT sql FROM sqlite_schema WHERE name = 'fts'").first?.string(0) }
-        #expect(sql?.contains("prefix='\(Schema.prefixIndexes)'") == true, "\(sql ?? "no fts table")")
+        #expect(sql?.contains("fts5(") == true && sql?.contains("prefix=") == false, "\(sql ?? "no fts table")")
     }
 
-    @Test("a format-1 file opens, answers and takes writes until it is migrated")
-    func format1Serves() throws {
+    @Test("each older format's full-text table is the one its build made", arguments: [1, 2])
+    func olderFormatSchema(format: Int) throws {
+        let f = try StoreFixture()
+        f.store.close()
+        try rewriteFormat(f.dir + "/b/_default.sqlite", to: format)
+        let db = try Database(path: f.dir + "/b/_default.sqlite", readOnly: true)
+        defer { db.close() }
+        #expect(try db.intScalar("PRAGMA user_version") == format)
+        let sql = try db.rows("SELECT sql FROM sqlite_schema WHERE name = 'fts'").first?.string(0) ?? ""
+        #expect(sql.contains("prefix='2 3 4'") == (format == 2), "\(sql)")
+    }
+
+    @Test("a file of an older format opens, answers and takes writes until it is migrated", arguments: [1, 2])
+    func olderFormatServes(format: Int) throws {
         let f = try StoreFixture()
         try f.donate(try f.item("a", ["title": "parsing json"]), try f.item("b", ["title": "other"]))
         f.store.close()
-        try downgradeToFormat1(f.dir + "/b/_default.sqlite")
+        try rewriteFormat(f.dir + "/b/_default.sqlite", to: format)
         try f.reopen()
-        #expect(f.store.formatVersion == 1)
-        #expect(try f.store.summary().formatVersion == 1)
+        #expect(f.store.formatVersion == format)
+        #expect(try f.store.summary().formatVersion == format)
         #expect(try f.user("pars").items.count == 1)
         try f.donate(try f.item("c", ["title": "parser generator"]))
         #expect(try f.user("pars").items.count == 2)
         #expect(try f.store.check(repair: false).ok)
     }
 
-    @Test("a shadow imports the items, client state and engagement of a format-1 file and builds its full-text index")
-    func importFromFormat1() throws {
+    @Test("a shadow imports the items, client state and engagement of an older file and builds its full-text index", arguments: [1, 2])
+    func importFromOlderFormat(format: Int) throws {
         let f = try StoreFixture()
         let items = try (0..<500).map { try f.item("i\($0)", domain: "d.\($0 % 3)", ["title": .string("title number \($0) parsing")]) }
         _ = try f.store.applySync([.items(items)], newClientState: [1, 2, 3])
         try f.store.recordEngagement(identifier: "i7", suggestion: nil, weight: 1)
         f.store.close()
-        try downgradeToFormat1(f.dir + "/b/_default.sqlite")
+        try rewriteFormat(f.dir + "/b/_default.sqlite", to: format)
         try f.reopen()
+        #expect(f.store.formatVersion == format)
         let shadow = try IndexStore(path: f.dir + "/b/_default.sqlite.shadow", options: f.store.options)
         defer { shadow.close() }
         try shadow.attachSource(f.dir + "/b/_default.sqlite")
@@ -58,7 +66,7 @@ struct MigrationStoreTests {
         _ = try shadow.applySync([.items([try f.item("i1", ["title": "newer title"])])])
         #expect(try shadow.importSource() == 499)
         #expect(shadow.count == 500)
-        #expect(shadow.formatVersion == 2)
+        #expect(shadow.formatVersion == Schema.formatVersion)
         #expect(try shadow.clientState() == [1, 2, 3])
         #expect(try shadow.items(withIdentifiers: ["i1"]).first?["attributeSet"]?["title"] == "newer title")
         var request = UserQueryRequest(text: "parsing")
