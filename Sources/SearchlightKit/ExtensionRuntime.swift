@@ -81,8 +81,16 @@ final class ExtensionRuntime<Extension: IndexExtension>: Sendable {
         if inheritedDescriptor == nil {
             FileHandle.standardError.write(Data("searchlight extension: attached to searchlightd as \(label ?? "") for \(bundle); waiting for requests\n".utf8))
         }
-        for await code in exitCode { return code }
-        return 0
+        var code: Int32 = 0
+        for await c in exitCode {
+            code = c
+            break
+        }
+        // The connection's handlers hold this runtime: let go of it and close the socket, so that
+        // nothing outlives the run (an extension embedded in a longer-lived process, or a test).
+        bundleAndConnection.withLock { $0 = nil }
+        await connection.close()
+        return code
     }
 
     private let bundleAndConnection = Mutex<(String, SearchlightConnection)?>(nil)

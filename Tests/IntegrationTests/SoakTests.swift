@@ -211,10 +211,17 @@ struct SoakTests {
         let maxRSS = all.map(\.rssKiB).max() ?? 0, maxFDs = all.map(\.fds).max() ?? 0
         let summary = stats.summary
         let throttleChanges = bench.lines("load throttle changed").count
+        // Whether growth levels off: RSS once a minute (samples are 0.5 s apart), beside the data
+        // the daemon's page caches can hold (every index's file).
+        let perMinute = stride(from: 0, to: all.count, by: 120).map { all[$0].rssKiB / 1024 }
+        let indexFiles = FileManager.default.enumerator(atPath: bench.daemon.stateDir + "/indexes")?.compactMap { $0 as? String }
+            .filter { $0.hasSuffix(".sqlite") }
+            .compactMap { try? FileManager.default.attributesOfItem(atPath: bench.daemon.stateDir + "/indexes/" + $0)[.size] as? Int } ?? []
         print("""
             soak: \(Int(seconds)) s seed=\(seed); operations \(summary.operations.sorted { $0.key < $1.key }) \
             acknowledgedDonorCalls=\(stop.count); extension crashes injected=\(crashes), pressure writes=\(pressureWrites), \
             throttle changes=\(throttleChanges); RSS KiB launched=\(launched.rssKiB) warm=\(warmSample.rssKiB) end=\(end.rssKiB) max=\(maxRSS); \
+            RSS MiB by minute=\(perMinute); index files \(indexFiles.count), \(indexFiles.reduce(0, +) >> 20) MiB; \
             fds launched=\(launched.fds) warm=\(warmSample.fds) end=\(end.fds) max=\(maxFDs); expected errors \(summary.expected); \
             unexpected errors \(summary.unexpected) \(summary.examples)
             """)
