@@ -274,11 +274,17 @@ func blocking<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async thr
 }
 
 /// The pids of the processes (and threads' leaders) whose real uid is `uid`, from /proc.
+///
+/// A task being released (state `X (dead)`) is left out: the kernel stops counting it against
+/// RLIMIT_NPROC before it leaves /proc, so a fork may already have taken its place (seen: 49
+/// processes of a user limited to 48). Zombies still count, and are counted.
 func processes(ofUser uid: UInt32) -> [Int32] {
     let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
     return entries.compactMap(Int32.init).filter { pid in
-        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
-              let line = status.split(separator: "\n").first(where: { $0.hasPrefix("Uid:") }) else { return false }
+        guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return false }
+        let lines = status.split(separator: "\n")
+        guard let line = lines.first(where: { $0.hasPrefix("Uid:") }) else { return false }
+        if lines.first(where: { $0.hasPrefix("State:") })?.contains("X (dead)") == true { return false }
         return line.split(whereSeparator: { $0 == "\t" || $0 == " " }).dropFirst().first.flatMap { UInt32($0) } == uid
     }
 }
