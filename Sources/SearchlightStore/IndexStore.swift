@@ -131,6 +131,9 @@ public final class IndexStore: @unchecked Sendable {
         } else if version < Schema.oldestReadableFormat {
             throw SearchlightError(.indexUnavailable,
                 "\(path) has store format \(version), older than this build reads (\(Schema.oldestReadableFormat)); erase it and reindex")
+        } else if version < Schema.formatVersion, !Schema.needsRebuild(from: version) {
+            try db.execute("PRAGMA user_version=\(Schema.formatVersion)")
+            return Schema.formatVersion
         }
         return version
     }

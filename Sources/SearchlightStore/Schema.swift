@@ -23,7 +23,7 @@ public enum Schema {
     ///   (Docs/Performance.md, "Store formats").
     ///
     /// Every format has the same tables and columns, so an older file is read and written by the
-    /// same SQL while it waits for its migration.
+    /// same SQL while it waits for its migration. A format-1 file needs none (`needsRebuild`).
     public static let formatVersion = 3
 
     /// The oldest format this build opens (and migrates).
@@ -33,6 +33,13 @@ public enum Schema {
     public static let ftsColumns = [
         "title", "displayName", "alternateNames", "contentDescription", "textContent", "keywords", "authorNames", "aux",
     ]
+
+    /// Whether a file of `format` must be rebuilt (migrated) to become this build's format. One
+    /// whose schema is this build's exactly (format 1 is format 3's) is only relabelled when it
+    /// is opened: a rebuild would cost a reindex-all and change nothing.
+    public static func needsRebuild(from format: Int) -> Bool {
+        format < formatVersion && create(format: format) != create
+    }
 
     /// The schema of this build's format.
     public static var create: String { create(format: formatVersion) }

@@ -99,7 +99,8 @@ final class Migrator: @unchecked Sendable {
         }
     }
 
-    /// After the units are loaded: every index file of an older store format is migrated, by
+    /// After the units are loaded: every index file of an older store format that needs a rebuild
+    /// (`Schema.needsRebuild`; the others are relabelled when opened) is migrated, by
     /// its extension when one serves it, else locally. Reads each file's header, without opening
     /// it (indexes open on first use; a damaged one is then recovered as usual).
     func scanFormats() {
@@ -110,7 +111,7 @@ final class Migrator: @unchecked Sendable {
                 if version == nil, IndexStore.fileDamage(at: file, deep: false) == nil {
                     version = (try? registry.store(bundle: bundle, index: index, create: false))??.formatVersion
                 }
-                guard let version, version >= Schema.oldestReadableFormat, version < Schema.formatVersion else { continue }
+                guard let version, version >= Schema.oldestReadableFormat, Schema.needsRebuild(from: version) else { continue }
                 start(bundle: bundle, index: index, reason: "store format \(version) -> \(Schema.formatVersion)")
             }
         }

@@ -80,9 +80,29 @@ struct MigrationTests {
         }
     }
 
-    @Test("an index file of an older store format is migrated locally at start; it answers and becomes the current format",
-          arguments: [1, 2])
-    func olderFormatMigratedLocally(format: Int) async throws {
+    @Test("an index file of store format 1 is relabelled, not rebuilt: its tables are the current format's")
+    func format1Relabelled() async throws {
+        let bundle = "org.example.migrate.relabel"
+        let daemon = try await blocking { try DaemonProcess() }
+        let index = daemon.index(bundle)
+        try await index.indexSearchableItems(Self.items(500))
+        await index.close()
+        let file = daemon.stateDir + "/indexes/\(bundle)/_default.sqlite"
+        try await blocking { daemon.stop(signal: SIGTERM) }
+        try rewriteFormat(file, to: 1)
+        try await blocking { try daemon.start() }
+        let s = try #require(try await Self.status(daemon, bundle))
+        #expect(s["formatVersion"]?.intValue == Schema.formatVersion)
+        #expect(s["items"]?.intValue == 500)
+        #expect(s["state"]?.stringValue == "ready")
+        #expect(!daemon.log.contains { $0.contains("migration started") }, "\(daemon.log.suffix(20))")
+        let found = try await SearchQuery(queryString: #"title == "document 4*"c"#, index: daemon.index(bundle)).allItems()
+        #expect(found.count == 111)
+    }
+
+    @Test("an index file of store format 2 is migrated locally at start; it answers and becomes the current format")
+    func olderFormatMigratedLocally() async throws {
+        let format = 2
         let bundle = "org.example.migrate.local"
         let daemon = try await blocking { try DaemonProcess() }
         let index = daemon.index(bundle)
