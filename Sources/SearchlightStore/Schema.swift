@@ -19,7 +19,8 @@ public enum Schema {
     ///   read one doclist instead of merging one per matching word.
     /// - 3: the prefix indexes withdrawn. Measured with `searchlight-bench --scenarios store` on
     ///   the shared corpus, they made the store's inserts take twice as long (in-process at 0.34x
-    ///   the raw FTS5 insert instead of 0.69x; `prefix='3'` alone 0.50x) and the file 77 % larger, for prefix queries 10-45 % faster that met their targets without them
+    ///   the raw FTS5 insert instead of 0.69x; `prefix='3'` alone 0.50x) and the file 77 % larger,
+    ///   for prefix queries 10-45 % faster that met their targets without them
     ///   (Docs/Performance.md, "Store formats").
     ///
     /// Every format has the same tables and columns, so an older file is read and written by the
