@@ -79,8 +79,15 @@ public struct AttributeSet: Sendable, Hashable {
     public var authorNames: [String]? { get { strings("authorNames") } set { set("authorNames", newValue) } }
     public var contentType: String? { get { string("contentType") } set { set("contentType", newValue) } }
     public var contentTypeTree: [String]? { get { strings("contentTypeTree") } set { set("contentTypeTree", newValue) } }
-    public var contentURL: String? { get { string("contentURL") } set { set("contentURL", newValue) } }
-    public var thumbnailURL: String? { get { string("thumbnailURL") } set { set("thumbnailURL", newValue) } }
+    /// Where the item's content lives: a `file://` URL for a file, or any URL the desktop can open
+    /// (CSSearchableItemAttributeSet.contentURL). On the wire, the URL's absolute string.
+    public var contentURL: URL? {
+        get { string("contentURL").flatMap(URL.init(string:)) } set { set("contentURL", newValue?.absoluteString) }
+    }
+    /// A picture of the item, by URL (a `file://` URL, usually); on the wire, its absolute string.
+    public var thumbnailURL: URL? {
+        get { string("thumbnailURL").flatMap(URL.init(string:)) } set { set("thumbnailURL", newValue?.absoluteString) }
+    }
     public var thumbnailData: Data? {
         get { string("thumbnailData").flatMap { Data(base64Encoded: $0) } }
         set { set("thumbnailData", newValue?.base64EncodedString()) }

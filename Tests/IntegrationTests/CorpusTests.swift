@@ -23,7 +23,7 @@ enum Corpus {
             a.contentDescription = o["contentDescription"]?.stringValue
             a.textContent = o["textContent"]?.stringValue
             a.keywords = o["keywords"]?.arrayValue?.compactMap(\.stringValue)
-            a.contentURL = o["homepage"]?.stringValue
+            a.contentURL = o["homepage"]?.stringValue.flatMap(URL.init(string:))
             let domain = o["domain"]?.stringValue.map { $0.replacingOccurrences(of: "/", with: ".") }
             items.append(SearchableItem(uniqueIdentifier: id, domainIdentifier: domain, attributeSet: a))
         }

@@ -44,7 +44,7 @@ struct Note: Sendable {
         attributes.title = title
         attributes.displayName = url.lastPathComponent
         attributes.textContent = text
-        attributes.contentURL = url.absoluteString
+        attributes.contentURL = url
         attributes.contentModificationDate = modified
         attributes.providerFileTypeIdentifiers = [contentType]
         var item = SearchableItem(uniqueIdentifier: identifier, domainIdentifier: domainIdentifier, attributeSet: attributes)
