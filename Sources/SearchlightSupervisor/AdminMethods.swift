@@ -35,30 +35,38 @@ struct AdminMethods {
     private func status(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
         let only = try bundleFilter(params)
         let records = Dictionary(uniqueKeysWithValues: context.state.allBundles().map { ($0.bundle, $0) })
-        var names = Set(context.registry.bundles()).union(records.keys)
+        var names = Set(context.registry.bundles()).union(records.keys).union(context.registry.conditionedBundles())
         if let only { names = names.filter { $0 == only } }
         var bundles: [JSONValue] = []
         for name in names.sorted() {
             var indexes: [JSONValue] = []
-            for index in context.registry.indexes(of: name) {
+            for index in Set(context.registry.indexes(of: name) + context.registry.conditionedIndexes(of: name)).sorted() {
                 var entry: [String: JSONValue] = ["name": .string(index)]
-                do {
-                    guard let store = try context.registry.store(bundle: name, index: index, create: false) else { continue }
-                    let s = try store.summary()
-                    entry["state"] = store.detectedDamage == nil ? "ready" : "damaged"
-                    if let c = context.registry.condition(bundle: name, index: index) {
-                        entry["state"] = .string(c.phase.rawValue)
-                        entry["reason"] = .string(c.reason)
-                        entry["since"] = .string(ISO8601.format(c.since))
-                        if let id = c.requestID {
-                            entry["requestID"] = .number(Double(id))
-                            if let p = context.scheduler?.progress(of: id) {
-                                var progress: [String: JSONValue] = ["completed": .number(Double(p.completed))]
-                                if let total = p.total { progress["total"] = .number(Double(total)) }
-                                entry["progress"] = .object(progress)
-                            }
+                let condition = context.registry.condition(bundle: name, index: index)
+                if let c = condition {
+                    entry["state"] = .string(c.phase.rawValue)
+                    entry["reason"] = .string(c.reason)
+                    entry["since"] = .string(ISO8601.format(c.since))
+                    if let id = c.requestID {
+                        entry["requestID"] = .number(Double(id))
+                        if let p = context.scheduler?.progress(of: id) {
+                            var progress: [String: JSONValue] = ["completed": .number(Double(p.completed))]
+                            if let total = p.total { progress["total"] = .number(Double(total)) }
+                            entry["progress"] = .object(progress)
                         }
                     }
+                }
+                do {
+                    guard let store = try context.registry.store(bundle: name, index: index, create: false) else {
+                        // Being filled, and nothing donated yet: no file so far.
+                        if condition != nil {
+                            entry["items"] = 0
+                            indexes.append(.object(entry))
+                        }
+                        continue
+                    }
+                    let s = try store.summary()
+                    if condition == nil { entry["state"] = store.detectedDamage == nil ? "ready" : "damaged" }
                     if let r = context.recovery.lastRecovery(bundle: name, index: index) { entry["lastRecovery"] = r }
                     entry["items"] = .number(Double(s.itemCount))
                     entry["bytes"] = .number(Double(s.fileBytes))

@@ -126,6 +126,7 @@ extension ClientSession {
             var answer: [String: JSONValue] = ["requestId": .number(Double(queued.id)), "state": "pending",
                 "label": .string(unit.label), "bundle": .string(unit.bundleIdentifier)]
             if queued.coalesced { answer["coalescedInto"] = .number(Double(queued.id)) }
+            if let note = queued.note { answer["message"] = .string(note) }
             return .object(answer)
         }
         let timeout = params["timeout"]?.doubleValue
@@ -154,6 +155,11 @@ extension ClientSession {
                 return
             }
             requestID.withLock { $0 = queued.id }
+            // What it joined and what changed, before any progress (a `message` in `$/progress`,
+            // as LSP's work-done progress carries one).
+            if let note = queued.note {
+                try? connection.notify(Method.progress, ["requestId": .number(Double(queued.id)), "message": .string(note)])
+            }
             if let timeout, timeout > 0 {
                 Task {
                     try? await Task.sleep(for: .seconds(timeout))

@@ -142,6 +142,35 @@ final class ExtensionHost: @unchecked Sendable {
     func notePaced() { lock.withLock { pacedCalls += 1 } }
 
     func isCurrentRequest(_ id: Int64) -> Bool { lock.withLock { currentRequest == id } }
+
+    /// A manual request for the running background request `id`: its donations are no longer
+    /// paced. True when it was the current background request.
+    func stopPacing(_ id: Int64) -> Bool {
+        lock.withLock {
+            guard currentRequest == id, currentIsBackground else { return false }
+            currentIsBackground = false
+            return true
+        }
+    }
+
+    /// A request asked for by hand may launch the extension now: the crash backoff and
+    /// `ThrottleInterval` are waived for the next launch (the crash streak stays, so a relaunch
+    /// that crashes again backs off longer). Says what was waived, nil when nothing was.
+    func waiveLaunchDelay(_ now: Date) -> String? {
+        lock.withLock {
+            guard case .idle = state else { return nil }
+            var waived: String?
+            if let until = backoffUntil, until > now {
+                let crashes = crashStreak == 1 ? "1 failed launch" : "\(crashStreak) failed launches in a row"
+                waived = "the extension's launch backoff after \(crashes) (next launch was in \(DurationText.of(seconds: until.timeIntervalSince(now)))) is waived"
+            } else if let last = lastLaunch, last.addingTimeInterval(_unit.throttleInterval) > now {
+                waived = "ThrottleInterval (\(DurationText.of(seconds: _unit.throttleInterval)) between launches) is waived"
+            }
+            backoffUntil = nil
+            lastLaunch = nil
+            return waived
+        }
+    }
     func endRequest(_ request: Int64?) {
         let idle = lock.withLock {
             inFlight -= 1

@@ -172,12 +172,22 @@ final class IndexRegistry: @unchecked Sendable {
         lock.withLock { conditions[Key(bundle: bundle, index: index)] }
     }
 
-    /// Records (or, with nil, clears) what is being done to an index; `status` and queries read it.
-    /// How many indexes are in each phase (migrating, recovering), for the systemd status line.
+    /// How many indexes are in each phase (migrating, recovering, filling), for the systemd status line.
     var conditionCounts: [IndexCondition.Phase: Int] {
         lock.withLock { conditions.values.reduce(into: [:]) { $0[$1.phase, default: 0] += 1 } }
     }
 
+    /// The indexes of a bundle that have a condition (one being filled may have no file yet).
+    func conditionedIndexes(of bundle: String) -> [String] {
+        lock.withLock { conditions.keys.filter { $0.bundle == bundle }.map(\.index) }
+    }
+
+    /// The bundles with an index that has a condition.
+    func conditionedBundles() -> Set<String> {
+        lock.withLock { Set(conditions.keys.map(\.bundle)) }
+    }
+
+    /// Records (or, with nil, clears) what is being done to an index; `status` and queries read it.
     func setCondition(_ condition: IndexCondition?, bundle: String, index: String) {
         lock.withLock { conditions[Key(bundle: bundle, index: index)] = condition }
     }
@@ -211,11 +221,12 @@ protocol IndexDamageHandler: AnyObject, Sendable {
     func damageFound(_ damage: IndexDamage)
 }
 
-/// An index that is being rebuilt: by migration (queries answer from the old file, complete) or by
-/// recovery (queries answer from a fresh file that is still being filled: `incomplete: true`).
+/// An index that is being (re)built: by migration (queries answer from the old file, complete), by
+/// recovery (queries answer from a fresh file that is still being filled: `incomplete: true`), or
+/// by its extension's initial fill (`filling`: incomplete too, until the reindex-all is acknowledged).
 struct IndexCondition: Sendable {
     enum Phase: String, Sendable {
-        case migrating, recovering
+        case migrating, recovering, filling
     }
 
     var phase: Phase
@@ -233,5 +244,5 @@ struct IndexCondition: Sendable {
     }
 
     /// Results from an index in this condition may be missing items.
-    var incomplete: Bool { phase == .recovering }
+    var incomplete: Bool { phase == .recovering || phase == .filling }
 }

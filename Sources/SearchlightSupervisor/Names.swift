@@ -26,6 +26,9 @@ enum Names {
 
     static func fileName(index: String) -> String { (index.isEmpty ? "_default" : index) + ".sqlite" }
 
+    /// An index name as logs and messages show it (`_default` for the default index).
+    static func display(index: String) -> String { index.isEmpty ? "_default" : index }
+
     static func bundle(_ value: JSONValue?) throws(SearchlightError) -> String {
         guard let s = value?.stringValue, validBundle(s) else {
             throw SearchlightError(.invalidParams,

@@ -96,13 +96,15 @@ extension RequestScheduler {
                 }
             }
             try journal.acknowledged(id)
+            // Observers first (an index being filled or refilled becomes complete), so that whoever
+            // hears of the acknowledgement next sees what it changed.
+            reportOutcome(request, .acknowledged)
             let elapsed = Date().timeIntervalSince(started)
             log.info("reindex request acknowledged", ["id": id, "label": host.label, "elapsed_s": String(format: "%.3f", elapsed)])
             events.emit("request.acknowledged", ["requestId": .number(Double(id)), "label": .string(host.label),
                 "elapsed": .number(elapsed)])
             finish(id, .success(["requestId": .number(Double(id)), "state": "acknowledged", "label": .string(host.label),
                 "bundle": .string(request.bundle), "elapsed": .number((elapsed * 1000).rounded() / 1000)]), final: true)
-            reportOutcome(request, .acknowledged)
         } catch let failure as AttemptFailure {
             recordFailure(request, failure, sentChunk: sentChunk, remaining: remaining, host: host)
         } catch {
@@ -141,10 +143,23 @@ extension RequestScheduler {
                 group.addTask { try await link.connection.call(method, params) }
                 group.addTask {
                     // Sleeps until the inactivity deadline, re-reads it (activity pushes it back).
+                    var lastWarning = Date.distantPast
                     while true {
-                        let inactive = host.lastActivityDate.addingTimeInterval(settings.acknowledgementTimeout)
-                        let overall = started.addingTimeInterval(settings.maximumRequestDuration)
+                        let quietSince = max(host.lastActivityDate, lastWarning)
+                        let inactive = quietSince.addingTimeInterval(settings.acknowledgementTimeout)
+                        let overall = link.child == nil ? Date.distantFuture : started.addingTimeInterval(settings.maximumRequestDuration)
                         let deadline = min(inactive, overall)
+                        if Date() >= deadline, link.child == nil {
+                            // Attached by hand: most likely stopped at a breakpoint. Killing the
+                            // author's process would end the debugging session, so the daemon says
+                            // so in its log once per timeout period and goes on waiting; the
+                            // request fails only if the extension detaches.
+                            lastWarning = Date()
+                            self.log.warning("attached extension passed its acknowledgement timeout; still waiting (an attached extension is never stopped)", [
+                                "label": host.label, "pid": link.pid, "method": method,
+                                "silent_s": Int(lastWarning.timeIntervalSince(host.lastActivityDate))])
+                            continue
+                        }
                         if Date() >= deadline {
                             let message = deadline == overall
                                 ? "\(host.label) did not finish within MaximumRequestDuration (\(Int(settings.maximumRequestDuration)) s)"
@@ -249,9 +264,9 @@ extension RequestScheduler {
                 log.error("reindex request failed for good", ["id": id, "label": host.label, "attempts": attempts, "error": message])
                 events.emit("request.failed", ["requestId": .number(Double(id)), "label": .string(host.label),
                     "attempts": .number(Double(attempts)), "message": .string(message)])
+                reportOutcome(request, .failed("\(message); gave up after \(attempts) attempts"))
                 finish(id, .failure(SearchlightError(.extensionFailed,
                     "\(message); gave up after \(attempts) attempts (see `searchlight requests`; ask again with `searchlight reindex`)")), final: true)
-                reportOutcome(request, .failed("\(message); gave up after \(attempts) attempts"))
                 return
             }
             let retryAt = now.addingTimeInterval(Backoff.delay(attempt: attempts, base: context.config.backoffBase, cap: ExtensionHost.maximumBackoff))

@@ -104,6 +104,15 @@ final class RequestJournal: @unchecked Sendable {
         var id: Int64
         var coalesced: Bool
         var absorbed: [Int64]
+        /// When coalesced: the pending request joined, as it was before (its retry time, whether
+        /// it was background work).
+        var joined: ReindexRequest? = nil
+        /// A foreground request joined background work or a request waiting for a retry: the
+        /// joined request is now foreground and due at once.
+        var promoted = false
+        /// For whoever asked: what a manual request joined and what it changed ("joined request
+        /// 12, which was waiting for a retry in 2m 43s; running it now"). Set by the scheduler.
+        var note: String? = nil
     }
 
     /// Journals a request durably, coalescing it with what is already pending for the same index.
@@ -128,18 +137,22 @@ final class RequestJournal: @unchecked Sendable {
             try db.transaction {
                 let pending = try db.rows("SELECT \(Self.columns) FROM requests WHERE bundle = ? AND idx = ? AND state = 'pending' ORDER BY id",
                     [.text(bundle), .text(index)]).map(Self.request)
+                // A foreground (manual) request promotes what it joins: no longer throttled, and due
+                // now rather than after the retry delay of an earlier failure. The joined request
+                // keeps its reason (initial, corruption, …), which recovery and filling rely on.
+                func promote(_ joined: ReindexRequest) throws -> Bool {
+                    guard !background, joined.background || joined.notBefore > now else { return false }
+                    try db.run("UPDATE requests SET background = 0, not_before = 0 WHERE id = ?", [.integer(joined.id)])
+                    return true
+                }
                 if let all = pending.first(where: { $0.kind == .all }) {
-                    // Already covered; a foreground request promotes it (it is no longer throttled).
-                    if !background, all.background {
-                        try db.run("UPDATE requests SET background = 0, reason = ? WHERE id = ?", [.text(reason), .integer(all.id)])
-                    }
-                    return Enqueued(id: all.id, coalesced: true, absorbed: [])
+                    return Enqueued(id: all.id, coalesced: true, absorbed: [], joined: all, promoted: try promote(all))
                 }
                 if kind == .identifiers, let same = pending.first(where: { $0.kind == .identifiers && $0.background == background }) {
                     var seen = Set(same.identifiers)
                     let merged = same.identifiers + identifiers.filter { seen.insert($0).inserted }
                     try db.run("UPDATE requests SET identifiers = ? WHERE id = ?", [Self.encode(merged), .integer(same.id)])
-                    return Enqueued(id: same.id, coalesced: true, absorbed: [])
+                    return Enqueued(id: same.id, coalesced: true, absorbed: [], joined: same, promoted: try promote(same))
                 }
                 try db.run("""
                     INSERT INTO requests(bundle, idx, kind, identifiers, reason, background, created)

@@ -100,7 +100,8 @@ final class RequestScheduler: @unchecked Sendable {
         for index in unit.indexExtension.indexNames where journal.recordedVersion(bundle: unit.bundleIdentifier, index: index) == nil {
             do {
                 try journal.recordVersion(bundle: unit.bundleIdentifier, index: index, version: unit.indexExtension.indexVersion)
-                _ = try enqueue(bundle: unit.bundleIdentifier, index: index, kind: .all, identifiers: [], reason: "initial", background: true)
+                let queued = try enqueue(bundle: unit.bundleIdentifier, index: index, kind: .all, identifiers: [], reason: "initial", background: true)
+                context.initialFill.queued(bundle: unit.bundleIdentifier, index: index, requestID: queued.id, label: unit.label)
             } catch {
                 log.error("cannot journal the initial reindex", ["label": unit.label, "error": "\(error)"])
             }
@@ -121,8 +122,14 @@ final class RequestScheduler: @unchecked Sendable {
     /// Journals a request (durably, before anything is sent) and wakes the dispatcher.
     func enqueue(bundle: String, index: String, kind: ReindexRequest.Kind, identifiers: [String],
                  reason: String, background: Bool, waiter: Waiter? = nil) throws -> RequestJournal.Enqueued {
-        let result = try journal.enqueue(bundle: bundle, index: index, kind: kind, identifiers: identifiers,
-            reason: reason, background: background)
+        let now = Date()
+        let running = background ? [] : journal.all().filter { $0.bundle == bundle && $0.index == index && $0.state == .running }
+        var result = try journal.enqueue(bundle: bundle, index: index, kind: kind, identifiers: identifiers,
+            reason: reason, background: background, now: now)
+        if !background {
+            result.note = promoteForManualRequest(result, bundle: bundle, running: running, now: now)
+            if let note = result.note { log.notice("manual reindex request", ["id": result.id, "bundle": bundle, "note": note]) }
+        }
         lock.withLock {
             for old in result.absorbed {
                 if let moved = waiters.removeValue(forKey: old) { waiters[result.id, default: []] += moved }
@@ -136,6 +143,38 @@ final class RequestScheduler: @unchecked Sendable {
             "coalesced": .bool(result.coalesced)])
         wake()
         return result
+    }
+
+    /// A request asked for by hand (`searchlight reindex`, not `--background`) runs now: what it
+    /// joined was promoted by the journal (foreground, due now); the extension's launch backoff
+    /// and ThrottleInterval are waived for the next launch (launchctl's kickstart); a background
+    /// request of the bundle already running is no longer paced. Says what it did, for the asker.
+    private func promoteForManualRequest(_ result: RequestJournal.Enqueued, bundle: String, running: [ReindexRequest],
+                                         now: Date) -> String? {
+        var notes: [String] = []
+        if let joined = result.joined {
+            var was: [String] = []
+            if joined.notBefore > now {
+                let attempts = joined.attempts == 1 ? "1 failed attempt" : "\(joined.attempts) failed attempts"
+                was.append("waiting for a retry in \(DurationText.of(seconds: joined.notBefore.timeIntervalSince(now))) after \(attempts)"
+                    + (joined.lastError.map { " (last: \($0.prefix(200)))" } ?? ""))
+            }
+            if joined.background {
+                was.append(throttle.state == .normal ? "queued as background work"
+                    : "held back as background work while the machine is busy (throttle \(throttle.state.rawValue))")
+            }
+            let what = "joined request \(joined.id) (\(joined.reason))"
+            notes.append(was.isEmpty ? what + ", already queued" : what + ", which was " + was.joined(separator: " and ")
+                + (result.promoted ? "; running it now, unthrottled" : ""))
+        }
+        if let host = host(bundle: bundle) {
+            if let waived = host.waiveLaunchDelay(now) { notes.append(waived) }
+            for request in running where request.background && host.stopPacing(request.id) {
+                notes.append("request \(request.id) (\(request.reason)) is running as background work; it is no longer slowed down, "
+                    + "and this request runs after it")
+            }
+        }
+        return notes.isEmpty ? nil : notes.joined(separator: "; ")
     }
 
     /// A connection closed: nobody is left to tell about its requests' outcomes.

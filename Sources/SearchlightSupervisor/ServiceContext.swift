@@ -14,6 +14,7 @@ final class ServiceContext: @unchecked Sendable {
     let journal: RequestJournal
     let events: EventMonitor
     let recovery: IndexRecovery
+    let initialFill: InitialFill
     let log: Logger
     let startedAt = Date()
     let daemonUID = getuid()
@@ -35,6 +36,7 @@ final class ServiceContext: @unchecked Sendable {
         journal = try RequestJournal(path: config.stateDirectory + "/supervisor.sqlite")
         catalog = UnitCatalog(directories: config.unitDirectories, system: config.system)
         events = EventMonitor(log: log)
+        initialFill = InitialFill(registry: registry, journal: journal, catalog: catalog, log: log)
         recovery = IndexRecovery(quarantine: Quarantine(stateDirectory: config.stateDirectory, limit: config.quarantineLimit), log: log)
         if let group = config.adminGroup {
             guard let gr = getgrnam(group) else { throw SystemError("getgrnam(\(group)): no such group", errno: ENOENT) }

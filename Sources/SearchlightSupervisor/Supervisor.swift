@@ -33,6 +33,8 @@ public final class Supervisor: @unchecked Sendable {
         scheduler.maintenance = maintenance
         lock.withLock { self.scheduler = scheduler }
         scheduler.observeOutcomes { [recovery = context.recovery] request, outcome in recovery.requestFinished(request, outcome) }
+        scheduler.observeOutcomes { [fill = context.initialFill] request, outcome in fill.requestFinished(request, outcome) }
+        context.initialFill.resume()
         let migrator = try Migrator(context: context)
         context.migrator = migrator
         migrator.resume(scheduler: scheduler)

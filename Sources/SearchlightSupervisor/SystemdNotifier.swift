@@ -123,9 +123,9 @@ enum StatusLine {
             return "\(indexes) indexes in \(bundles.count) bundles"
         },
         { context in
-            // Only while some index is being rebuilt: "1 recovering, 2 migrating".
+            // Only while some index is being (re)built: "1 recovering, 2 migrating, 1 filling".
             let counts = context.registry.conditionCounts
-            let parts = [IndexCondition.Phase.recovering, .migrating].compactMap { phase in
+            let parts = [IndexCondition.Phase.recovering, .migrating, .filling].compactMap { phase in
                 counts[phase].map { "\($0) \(phase.rawValue)" }
             }
             return parts.isEmpty ? nil : parts.joined(separator: ", ")

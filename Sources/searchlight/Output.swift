@@ -67,13 +67,7 @@ enum Format {
         return unit == 0 ? "\(n) B" : String(format: value < 10 ? "%.1f %@" : "%.0f %@", value, units[unit])
     }
 
-    static func duration(_ seconds: Double) -> String {
-        let s = Int(seconds.rounded())
-        if s < 60 { return "\(s)s" }
-        if s < 3600 { return "\(s / 60)m \(s % 60)s" }
-        if s < 86400 { return "\(s / 3600)h \(s % 3600 / 60)m" }
-        return "\(s / 86400)d \(s % 86400 / 3600)h"
-    }
+    static func duration(_ seconds: Double) -> String { DurationText.of(seconds: seconds) }
 
     static func seconds(_ seconds: Double) -> String { String(format: "%.2fs", seconds) }
 

@@ -139,7 +139,9 @@ struct ReindexRun {
         defer { progress.finish() }
         let call: @Sendable () async throws -> JSONValue = {
             try await context.admin(Method.adminReindex, params) { method, params in
-                guard method == Method.progress, let completed = params["completed"]?.intValue else { return }
+                guard method == Method.progress else { return }
+                if let message = params["message"]?.stringValue { progress.note("\(target): \(message)") }
+                guard let completed = params["completed"]?.intValue else { return }
                 progress.update(completed: completed, total: params["total"]?.intValue)
             }
         }
@@ -167,6 +169,8 @@ struct ReindexRun {
         if wait {
             let elapsed = answer["elapsed"]?.doubleValue.map { String(format: "%.2f s", $0) } ?? "?"
             Console.out("reindex of \(label)\(suffix) acknowledged in \(elapsed)")
+        } else if let message = answer["message"]?.stringValue {
+            Console.out("reindex of \(label)\(suffix) queued: \(message)")
         } else if let into = answer["coalescedInto"], !into.isNull {
             Console.out("reindex of \(label)\(suffix) queued: merged into pending request \(Format.value(into))")
         } else {

@@ -55,6 +55,17 @@ final class ReindexProgress: Sendable {
         }
     }
 
+    /// A line of its own (what the daemon did with the request), above any bar or counter.
+    func note(_ text: String) {
+        state.withLock { s in
+            guard !s.finished else { return }
+            clearCounter(&s)
+            s.bar?.finish()
+            s.bar = nil
+            Console.errorLine(text)
+        }
+    }
+
     /// Ends the bar's line; later notifications draw nothing. Safe to call more than once.
     func finish() {
         state.withLock { s in

@@ -168,6 +168,24 @@ final class ExtensionBench: @unchecked Sendable {
 
     func control(_ label: String) -> ExtensionControl { ExtensionControl(path: dir.path + "/ctl-" + label) }
 
+    /// Starts the fake extension by hand, as an author does under a debugger: no fd 3, so it
+    /// attaches to the daemon under `label`. Its stderr goes to `manual-LABEL.err` in the bench.
+    func startByHand(label: String) throws -> Process {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: TestUnit.program)
+        p.arguments = ["--label", label, "--socket", socket]
+        var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("SEARCHLIGHT_") }
+        env["TEST_EXTENSION_CONTROL"] = control(label).path
+        p.environment = env
+        let err = dir.path + "/manual-\(label).err"
+        _ = FileManager.default.createFile(atPath: err, contents: nil)
+        p.standardError = FileHandle(forWritingAtPath: err)
+        p.standardOutput = FileHandle.nullDevice
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        return p
+    }
+
     // MARK: - Talking to the daemon
 
     func admin(_ method: String, _ params: JSONValue = [:]) async throws -> JSONValue {

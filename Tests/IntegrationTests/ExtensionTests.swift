@@ -135,19 +135,7 @@ struct ExtensionTests {
 
     /// Runs the test extension as a developer would under a debugger: no fd 3, a label and the socket.
     private func startByHand(label: String, bench: ExtensionBench) throws -> Process {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: TestUnit.program)
-        p.arguments = ["--label", label, "--socket", bench.socket]
-        var env = ProcessInfo.processInfo.environment.filter { !$0.key.hasPrefix("SEARCHLIGHT_") }
-        env["TEST_EXTENSION_CONTROL"] = bench.control(label).path
-        p.environment = env
-        let err = bench.dir.path + "/manual-\(label).err"
-        _ = FileManager.default.createFile(atPath: err, contents: nil)
-        p.standardError = FileHandle(forWritingAtPath: err)
-        p.standardOutput = FileHandle.nullDevice
-        p.standardInput = FileHandle.nullDevice
-        try p.run()
-        return p
+        try bench.startByHand(label: label)
     }
 
     // MARK: - Units

@@ -1,0 +1,58 @@
+import Foundation
+import SearchlightWire
+
+/// A new bundle's first fill by its extension (DESIGN §6 Triggers: "a new bundle with an extension
+/// gets an initial reindex-all"). Until that reindex-all is acknowledged the index holds only
+/// what was donated so far, so it is `filling`: `status` says so with the request's progress, and
+/// queries answer `incomplete: true`, as they do while a recovery refills an index.
+final class InitialFill: Sendable {
+    private let registry: IndexRegistry
+    private let journal: RequestJournal
+    private let catalog: UnitCatalog
+    private let log: Logger
+
+    init(registry: IndexRegistry, journal: RequestJournal, catalog: UnitCatalog, log: Logger) {
+        self.registry = registry
+        self.journal = journal
+        self.catalog = catalog
+        self.log = log
+    }
+
+    /// The initial reindex-all `requestID` was journaled for the index.
+    func queued(bundle: String, index: String, requestID: Int64, label: String, at date: Date = Date()) {
+        registry.setCondition(IndexCondition(.filling, reason: "initial fill by \(label)", since: date, requestID: requestID),
+            bundle: bundle, index: index)
+    }
+
+    /// Any reindex-all of a filling index that is acknowledged fills it (the initial one, or one
+    /// asked for by hand after the initial one failed). A failed initial fill leaves the index
+    /// filling, with the reason.
+    func requestFinished(_ request: ReindexRequest, _ outcome: RequestScheduler.Outcome) {
+        guard request.kind == .all, let condition = registry.condition(bundle: request.bundle, index: request.index),
+              condition.phase == .filling else { return }
+        switch outcome {
+        case .acknowledged:
+            registry.setCondition(nil, bundle: request.bundle, index: request.index)
+            log.info("index filled", ["bundle": request.bundle, "index": Names.display(index: request.index), "request": request.id])
+        case .failed(let message) where request.id == condition.requestID:
+            let label = catalog.unit(forBundle: request.bundle)?.label ?? request.bundle
+            var failed = condition
+            failed.reason = "the initial fill failed (\(message)); ask again with `searchlight reindex \(label) --all`"
+            registry.setCondition(failed, bundle: request.bundle, index: request.index)
+        case .failed:
+            break
+        }
+    }
+
+    /// At start: indexes whose initial fill is still journaled (pending, running or failed) are
+    /// filling again.
+    func resume() {
+        for request in journal.all() where request.kind == .all && request.reason == "initial" {
+            let label = catalog.unit(forBundle: request.bundle)?.label ?? request.bundle
+            queued(bundle: request.bundle, index: request.index, requestID: request.id, label: label, at: request.created)
+            if request.state == .failed {
+                requestFinished(request, .failed(request.lastError ?? "?"))
+            }
+        }
+    }
+}
