@@ -135,7 +135,9 @@ struct AdminMethods {
 
     /// `admin.requests`: the journal, with live progress, and the poisoned identifiers.
     private func requests() -> JSONValue {
-        let labels = Dictionary((context.scheduler?.allHosts ?? []).map { ($0.unit.bundleIdentifier, $0.label) }, uniquingKeysWith: { a, _ in a })
+        let hosts = Dictionary((context.scheduler?.allHosts ?? []).map { ($0.unit.bundleIdentifier, $0) }, uniquingKeysWith: { a, _ in a })
+        let labels = hosts.mapValues(\.label)
+        let now = Date()
         let list: [JSONValue] = context.journal.all().map { r in
             var o: [String: JSONValue] = [
                 "id": .number(Double(r.id)), "bundle": .string(r.bundle), "index": .string(r.index), "kind": .string(r.kind.rawValue),
@@ -143,7 +145,13 @@ struct AdminMethods {
                 "state": .string(r.state.rawValue), "attempts": .number(Double(r.attempts)), "created": .string(ISO8601.format(r.created)),
             ]
             if let label = labels[r.bundle] { o["label"] = .string(label) }
-            if r.state == .pending, r.notBefore > Date() { o["notBefore"] = .string(ISO8601.format(r.notBefore)) }
+            if r.state == .pending, r.notBefore > now {
+                o["notBefore"] = .string(ISO8601.format(r.notBefore))
+                // Which clock it waits for: the extension's launch backoff (after a crash or hang;
+                // `units` shows the same time) or its own retry backoff (after a negative answer).
+                let launch = hosts[r.bundle]?.nextLaunch
+                o["retryAfter"] = launch.map { abs($0.timeIntervalSince(r.notBefore)) < 1 } == true ? "launchBackoff" : "retryBackoff"
+            }
             if let e = r.lastError { o["lastError"] = .string(e) }
             if let p = context.scheduler?.progress(of: r.id) {
                 var pj: [String: JSONValue] = ["completed": .number(Double(p.completed))]

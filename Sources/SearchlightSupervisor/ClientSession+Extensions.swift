@@ -52,6 +52,8 @@ extension ClientSession {
             return { [self] in try await self.fetchFromExtension(method, params) }
         case Method.adminReindex where role == .admin:
             return { [self] in try await self.reindex(params) }
+        case Method.adminRestartExtension where role == .admin:
+            return { [self] in try await self.restartExtension(params) }
         default:
             return nil
         }
@@ -88,6 +90,23 @@ extension ClientSession {
             throw SearchlightError(.extensionFailed, "\(host.label) answered \(extensionMethod) without a \"url\"")
         }
         return ["url": .string(url)]
+    }
+
+    /// `admin.restartExtension {label}` → `{label, previousPid?, pid}` once the new copy has
+    /// completed its handshake.
+    private func restartExtension(_ params: JSONValue) async throws -> JSONValue {
+        guard let label = params["label"]?.stringValue, !label.isEmpty else {
+            throw SearchlightError.invalidParams("\"label\" must name an extension unit's label")
+        }
+        guard let host = context.scheduler?.host(label: String(label.prefix(255))) else {
+            throw SearchlightError(.unknownExtension, "no enabled extension unit has the label \(label.prefix(255)); see `searchlight units`")
+        }
+        let (previous, pid) = try await host.restart()
+        context.log.notice("extension restarted", ["label": host.label, "previous_pid": previous.map { "\($0)" } ?? "-", "pid": pid,
+            "by_uid": peer.uid])
+        var answer: [String: JSONValue] = ["label": .string(host.label), "pid": .number(Double(pid))]
+        if let previous { answer["previousPid"] = .number(Double(previous)) }
+        return .object(answer)
     }
 
     /// `admin.reindex {target, all | identifiers, index?, reason?, background?, wait, timeout?}`.

@@ -53,7 +53,18 @@ final class ExtensionHost: @unchecked Sendable {
     private var stopRequested: Set<Int32> = []
     private(set) var launches = 0
     private(set) var crashes = 0
-    private(set) var lastExit: String?
+    /// How the last launch ended, and who waits to hear how a launch ends (`exitReport(of:)`).
+    private var lastExit: ExtensionExit?
+    private var exitWaiters: [Int32: [CheckedContinuation<ExtensionExit?, Never>]] = [:]
+    /// Children stopped because they hung: their exit says so.
+    private var stoppedAsHung: Set<Int32> = []
+    /// The running launch's last stderr lines.
+    private var stderrTail = StderrTail()
+    /// The program file as last launched (device, inode, modification time, size): a rebuild is
+    /// noticed at the next launch, and `units` says when the running copy is out of date.
+    private var launchedProgram: ProgramIdentity?
+    /// Why the last launch could not even start (nil once one started).
+    private var launchFailure: String?
 
     /// A crash streak is forgiven after this long without trouble.
     static let healthyReset: TimeInterval = 600
@@ -235,11 +246,13 @@ final class ExtensionHost: @unchecked Sendable {
         let unit = self.unit
         let child: ChildProcess
         let connection: RPCConnection
+        let outputs: ExtensionOutput
+        let tail = StderrTail()
+        noticeRebuiltProgram(unit)
         do {
             let (mine, theirs) = try UnixSocket.pair()
-            let outputs: ExtensionOutput
             do {
-                outputs = try ExtensionOutput(unit: unit, log: log)
+                outputs = try ExtensionOutput(unit: unit, log: log, stderrTail: tail)
             } catch {
                 mine.close()
                 theirs.closeDescriptor()
@@ -264,7 +277,7 @@ final class ExtensionHost: @unchecked Sendable {
             lock.withLock {
                 if case .spawning = state { state = .idle }
                 noteCrashLocked(Date())
-                lastExit = "could not start: \(error)"
+                launchFailure = "could not start: \(error)"
             }
             failWaiters("\(label) could not start: \(error)")
             log.error("extension could not start", ["label": label, "error": "\(error)"])
@@ -276,6 +289,8 @@ final class ExtensionHost: @unchecked Sendable {
         // A hand-started copy may have attached meanwhile: then this one is not wanted.
         let superseded: Bool = lock.withLock {
             launches += 1
+            stderrTail = tail
+            launchFailure = nil
             guard case .spawning = state else { return true }
             state = .launching(child, connection)
             lastActivity = Date()
@@ -288,6 +303,8 @@ final class ExtensionHost: @unchecked Sendable {
         }
         Task { [weak self] in
             let termination = await child.waitForExit()
+            // Its last words first: what it wrote just before dying may still be in the pipe.
+            await outputs.waitUntilRead(timeout: 0.5)
             self?.childExited(child, termination)
         }
         if superseded {
@@ -394,8 +411,11 @@ final class ExtensionHost: @unchecked Sendable {
     private func childExited(_ child: ChildProcess, _ termination: Termination) {
         let now = Date()
         var deadConnection: RPCConnection?
+        var report: ExtensionExit?
+        var reportWaiters: [CheckedContinuation<ExtensionExit?, Never>] = []
         let crashed: Bool = lock.withLock {
             let asked = stopRequested.remove(child.pid) != nil
+            let hung = stoppedAsHung.remove(child.pid) != nil
             var ours = false
             switch state {
             case .launching(let c, _) where c.pid == child.pid: ours = true
@@ -409,17 +429,24 @@ final class ExtensionHost: @unchecked Sendable {
                 if case .stopping(_, let connection) = state { deadConnection = connection }
                 state = .idle
             }
-            lastExit = termination.description
             let crashed = !asked || termination != .exited(0)
             if crashed && !asked {
                 noteCrashLocked(now)
             } else if !crashed {
                 if let since = lastLaunch, now.timeIntervalSince(since) >= Self.healthyReset { crashStreak = 0 }
             }
+            let exit = ExtensionExit(pid: child.pid, termination: termination, expected: asked, stoppedAsHung: hung,
+                lastStderr: stderrTail.snapshot, stderrPath: _unit.standardErrorPath,
+                nextLaunch: backoffUntil.flatMap { $0 > now ? $0 : nil }, crashStreak: crashStreak, at: now)
+            lastExit = exit
+            report = exit
+            reportWaiters = exitWaiters.removeValue(forKey: child.pid) ?? []
             return crashed && !asked
         }
-        if crashed {
-            log.warning("extension exited unexpectedly", ["label": label, "pid": child.pid, "status": termination])
+        for waiter in reportWaiters { waiter.resume(returning: report) }
+        if crashed, let report {
+            log.warning("extension exited unexpectedly", ["label": label, "pid": child.pid, "status": report.summary,
+                "stderr": report.lastStderr.last ?? "-"])
         } else {
             log.info("extension exited", ["label": label, "pid": child.pid, "status": termination])
         }
@@ -432,6 +459,55 @@ final class ExtensionHost: @unchecked Sendable {
         deadConnection?.close()
         kill(-child.pid, SIGKILL)
         wake()
+    }
+
+    /// How the launch `pid` ended, once the host has handled its exit (its backoff decided, its
+    /// stderr read); nil if that does not happen within `timeout`. For the message of a request
+    /// that failed because the extension went away.
+    func exitReport(of pid: Int32, timeout: TimeInterval) async -> ExtensionExit? {
+        await withCheckedContinuation { (continuation: CheckedContinuation<ExtensionExit?, Never>) in
+            let known: ExtensionExit?? = lock.withLock {
+                if let lastExit, lastExit.pid == pid { return .some(lastExit) }
+                exitWaiters[pid, default: []].append(continuation)
+                return .none
+            }
+            if let known { continuation.resume(returning: known); return }
+            Task { [weak self] in
+                try? await Task.sleep(for: .seconds(timeout))
+                guard let self else { return }
+                let waiting = lock.withLock { exitWaiters.removeValue(forKey: pid) ?? [] }
+                for waiter in waiting { waiter.resume(returning: nil) }
+            }
+        }
+    }
+
+    /// When the extension may be launched again after its last failure; nil when it may now.
+    var nextLaunch: Date? {
+        lock.withLock { backoffUntil.flatMap { $0 > Date() ? $0 : nil } }
+    }
+
+    /// A program rebuilt since the last launch is a new program: it is logged, and the crash
+    /// streak of the old one no longer counts against it.
+    private func noticeRebuiltProgram(_ unit: ExtensionUnit) {
+        let now = ProgramIdentity(path: unit.executable)
+        let previous: ProgramIdentity? = lock.withLock {
+            defer { launchedProgram = now }
+            return launchedProgram
+        }
+        guard let previous, let now, previous != now else { return }
+        let streak = lock.withLock { defer { crashStreak = 0 }; return crashStreak }
+        log.notice("extension program changed since its last launch", ["label": label, "program": unit.executable,
+            "modified": ISO8601.format(now.modified), "crash_streak_forgiven": streak])
+    }
+
+    /// Whether the program file differs from the one the running copy was started from.
+    var programChangedSinceLaunch: Bool {
+        let launched = lock.withLock { () -> ProgramIdentity? in
+            if case .running(let link) = state, link.child != nil { return launchedProgram }
+            return nil
+        }
+        guard let launched, let now = ProgramIdentity(path: unit.executable) else { return false }
+        return launched != now
     }
 
     /// Called with the lock held: one more failure in a row lengthens the wait before the next launch.
@@ -462,7 +538,10 @@ final class ExtensionHost: @unchecked Sendable {
             }
         }
         // A hung extension's end counts as a failure (crash backoff); an asked-for exit does not.
-        if let target { stop(target, graceful: !hung, expected: !hung) }
+        if let target {
+            if hung { lock.withLock { _ = stoppedAsHung.insert(target.pid) } }
+            stop(target, graceful: !hung, expected: !hung)
+        }
     }
 
     /// `expected`: its exit is ours to ask for (idle, shutdown, replaced), not a failure.
@@ -491,6 +570,37 @@ final class ExtensionHost: @unchecked Sendable {
                 child.signal(SIGKILL)
             }
         }
+    }
+
+    /// `searchlight units restart LABEL` (launchctl's `kickstart -k`), for an author who rebuilt the
+    /// extension: the running copy is asked to exit (`extension.shutdown`, SIGKILL after
+    /// `ExitTimeOut`), which counts as no crash, and a request it was serving is interrupted, not
+    /// failed; then the program is launched at once, whatever its backoff or `ThrottleInterval`
+    /// say. Returns the pids once the new copy has completed its handshake.
+    func restart() async throws -> (previous: Int32?, pid: Int32) {
+        let previous: ChildProcess? = try lock.withLock {
+            let running: ChildProcess?
+            switch state {
+            case .running(let link) where link.child == nil:
+                throw SearchlightError(.invalidRequest,
+                    "\(label) is attached by hand (pid \(link.pid)): restart that process yourself; the daemon does not stop an attached extension")
+            case .running(let link): running = link.child
+            case .launching(let child, _), .stopping(let child, _): running = child
+            case .idle, .spawning: running = nil
+            }
+            return running
+        }
+        if let previous {
+            log.notice("extension restart requested", ["label": label, "pid": previous.pid])
+            terminate(hung: false)
+            _ = await exitReport(of: previous.pid, timeout: unit.exitTimeOut + 5)
+        }
+        lock.withLock {
+            backoffUntil = nil
+            lastLaunch = nil
+        }
+        let link = try await link()
+        return (previous?.pid, link.pid)
     }
 
     /// The daemon is stopping: ask every extension to exit, kill what is left after `deadline`.
@@ -538,14 +648,24 @@ final class ExtensionHost: @unchecked Sendable {
             o["launches"] = .number(Double(launches))
             o["crashes"] = .number(Double(crashes))
             o["pacedCalls"] = .number(Double(pacedCalls))
-            if let lastExit { o["lastExit"] = .string(lastExit) }
-            if let backoffUntil, backoffUntil > Date() { o["nextLaunch"] = .string(ISO8601.format(backoffUntil)) }
+            if let launchFailure {
+                o["lastExit"] = .string(launchFailure)
+            } else if let lastExit {
+                o["lastExit"] = .string(lastExit.summary)
+                o["lastExitAt"] = .string(ISO8601.format(lastExit.at))
+                if !lastExit.lastStderr.isEmpty { o["lastStderr"] = .array(lastExit.lastStderr.map(JSONValue.string)) }
+            }
+            if let backoffUntil, backoffUntil > Date() {
+                o["nextLaunch"] = .string(ISO8601.format(backoffUntil))
+                o["crashStreak"] = .number(Double(crashStreak))
+            }
             switch state {
             case .running(let link): o["pid"] = .number(Double(link.pid))
             case .launching(let c, _), .stopping(let c, _): o["pid"] = .number(Double(c.pid))
             case .idle, .spawning: break
             }
         }
+        if programChangedSinceLaunch { o["programChanged"] = true }
         return .object(o)
     }
 }

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import Synchronization
 import SearchlightWire
 
 /// Retry and relaunch delays: `base` doubling per attempt up to `cap`, with ±10 % jitter so that
@@ -95,7 +96,8 @@ struct ExtensionOutput {
     private let readers: [LineReader]
     private let files: [Int32]
 
-    init(unit: ExtensionUnit, log: Logger) throws {
+    /// `stderrTail` keeps the last stderr lines that go to the log, for the exit report.
+    init(unit: ExtensionUnit, log: Logger, stderrTail: StderrTail? = nil) throws {
         var readers: [LineReader] = []
         var files: [Int32] = []
         func target(_ path: String?, stream: String) throws -> Int32 {
@@ -106,8 +108,10 @@ struct ExtensionOutput {
                 return fd
             }
             let label = unit.label
+            let tail = stream == "stderr" ? stderrTail : nil
             let reader = try ProcessSpawner.lineReader(name: "\(stream)-\(label)") { line in
                 log.info("extension output", ["label": label, "stream": stream, "line": line])
+                tail?.append(line)
             }
             readers.append(reader)
             return reader.writeFD
@@ -122,6 +126,30 @@ struct ExtensionOutput {
         }
         self.readers = readers
         self.files = files
+    }
+
+    /// Waits (at most `timeout`) until everything written to the pipes was read: after the exit,
+    /// so the last lines are in the log and the exit report. A process the extension started may
+    /// hold the pipes open; then the wait ends at the timeout.
+    func waitUntilRead(timeout: TimeInterval) async {
+        let readers = self.readers
+        guard !readers.isEmpty else { return }
+        // Not a task group: it would wait for both children, and a reader's wait cannot be
+        // cancelled. Whichever comes first resumes; the other finishes on its own later.
+        let resumed = Mutex(false)
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let resume: @Sendable () -> Void = {
+                if resumed.withLock({ done in defer { done = true }; return !done }) { continuation.resume() }
+            }
+            Task {
+                for reader in readers { await reader.waitUntilFinished() }
+                resume()
+            }
+            Task {
+                try? await Task.sleep(for: .seconds(timeout))
+                resume()
+            }
+        }
     }
 
     /// After the spawn: the child holds its copies; ours must go, or the readers never see EOF.

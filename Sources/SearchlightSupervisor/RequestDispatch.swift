@@ -12,7 +12,9 @@ enum AttemptFailure: Error {
     /// The extension answered with an error: a negative acknowledgement.
     case negative(SearchlightError)
     /// The extension died or closed its connection while the request was outstanding.
-    case lost(String)
+    /// `askedToExit`: the daemon had asked it to exit (a restart, an attached copy replacing it),
+    /// so the request was interrupted, not failed.
+    case lost(String, askedToExit: Bool = false)
     /// No acknowledgement, progress or donation for `AcknowledgementTimeout`, or the request ran
     /// past `MaximumRequestDuration`.
     case timedOut(String)
@@ -22,7 +24,7 @@ enum AttemptFailure: Error {
     var message: String {
         switch self {
         case .negative(let e): "negative acknowledgement: \(e.message)"
-        case .lost(let m), .timedOut(let m): m
+        case .lost(let m, _), .timedOut(let m): m
         case .unavailable(let m, _): m
         }
     }
@@ -190,12 +192,30 @@ extension RequestScheduler {
             } else if let e = error as? SearchlightError, !link.connection.isClosed {
                 failure = .negative(e)
             } else if error is SearchlightError {
-                failure = .lost("\(host.label) exited or closed its connection before acknowledging")
+                failure = await lost(link: link, host: host)
             } else {
                 failure = .lost("\(host.label): \(error)")
             }
+            // A crash or hang ends in an exit whose handling decides the launch backoff, which is
+            // the request's retry time too (one clock): wait for it (bounded by ExitTimeOut).
+            if case .timedOut = failure, link.child != nil {
+                _ = await host.exitReport(of: link.pid, timeout: host.unit.exitTimeOut + 2)
+            }
             throw failure
         }
+    }
+
+    /// Why the connection to the extension went away before its answer, in an author's words:
+    /// the signal or exit status and what it means, its last stderr lines, where to look.
+    private func lost(link: ExtensionHost.Link, host: ExtensionHost) async -> AttemptFailure {
+        guard link.child != nil else {
+            return .lost("\(host.label), attached by hand (pid \(link.pid)), detached before acknowledging")
+        }
+        if let exit = await host.exitReport(of: link.pid, timeout: host.unit.exitTimeOut + 2) {
+            return .lost(exit.explanation(label: host.label), askedToExit: exit.expected)
+        }
+        return .lost("\(host.label) (pid \(link.pid)) closed its connection before acknowledging and did not exit within ExitTimeOut; "
+            + "see `searchlight units` and the daemon's log")
     }
 
     /// Journals a failed attempt: narrowed down (identifiers after a crash or hang), retried after
@@ -205,8 +225,11 @@ extension RequestScheduler {
         let now = Date()
         let message = failure.message
         do {
+            // The daemon stopping, or having asked the extension to exit (`units restart`), interrupts:
+            // no fault of the request's, so no attempt is counted.
             var stoppedByUs = isStopping
             if case .negative(let e) = failure, e.code == .cancelled { stoppedByUs = true }
+            if case .lost(_, askedToExit: true) = failure { stoppedByUs = true }
             if stoppedByUs {
                 // The daemon is stopping (or asked the extension to): no fault of the request's.
                 if request.kind == .identifiers { try journal.setRemaining(id, identifiers: remaining) }
@@ -269,16 +292,24 @@ extension RequestScheduler {
                     "\(message); gave up after \(attempts) attempts (see `searchlight requests`; ask again with `searchlight reindex`)")), final: true)
                 return
             }
-            let retryAt = now.addingTimeInterval(Backoff.delay(attempt: attempts, base: context.config.backoffBase, cap: ExtensionHost.maximumBackoff))
+            // One clock per failure: after a crash or hang the request goes again when the
+            // extension may be launched again (its crash backoff, which `units` shows); after a
+            // negative acknowledgement the extension is fine and the request's own backoff runs.
+            let launchAt = failure.isCrashOrHang ? host.nextLaunch : nil
+            let retryAt = launchAt
+                ?? now.addingTimeInterval(Backoff.delay(attempt: attempts, base: context.config.backoffBase, cap: ExtensionHost.maximumBackoff))
+            let clock = launchAt != nil ? "the extension's launch backoff" : "the request's retry backoff"
             // The chunk size of a narrowing in progress is kept: a failure of another kind on the
             // way must not send the whole set again.
             try journal.attemptFailed(id, error: message, retryAt: retryAt, chunk: request.chunk)
             log.warning("reindex request failed; will retry", ["id": id, "label": host.label, "attempt": attempts,
-                "retry_at": ISO8601.format(retryAt), "delay_s": String(format: "%.3f", retryAt.timeIntervalSince(now)), "error": message])
+                "retry_at": ISO8601.format(retryAt), "delay_s": String(format: "%.3f", retryAt.timeIntervalSince(now)),
+                "after": launchAt != nil ? "launch-backoff" : "retry-backoff", "error": message])
             events.emit("request.retry", ["requestId": .number(Double(id)), "label": .string(host.label), "attempts": .number(Double(attempts)),
                 "retryAt": .string(ISO8601.format(retryAt)), "message": .string(message)])
             finish(id, .failure(SearchlightError(.extensionFailed,
-                "\(message); the request stays journaled and is retried at \(ISO8601.format(retryAt)) (`searchlight requests`)")), final: false)
+                "\(message); the request stays journaled and is retried in \(DurationText.of(seconds: retryAt.timeIntervalSince(now))) "
+                    + "(\(clock), after \(attempts) failed attempt\(attempts == 1 ? "" : "s")): `searchlight requests`")), final: false)
         } catch {
             log.error("cannot update the request journal", ["id": id, "error": "\(error)"])
         }

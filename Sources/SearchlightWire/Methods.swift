@@ -25,6 +25,8 @@ public enum Method {
     public static let adminRequests = "admin.requests"
     public static let adminMonitor = "admin.monitor"
     public static let adminSetIndexing = "admin.setIndexing"
+    /// Stops an extension's running copy gracefully and launches it again (`units restart`).
+    public static let adminRestartExtension = "admin.restartExtension"
 
     /// Supervisor -> extension requests; the answer is the acknowledgement.
     public static let extensionReindexAll = "extension.reindexAll"

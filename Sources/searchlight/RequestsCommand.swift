@@ -7,8 +7,10 @@ extension ReindexCommands {
             name: "requests", abstract: "list the journaled reindex requests and poisoned identifiers", usage: "[--json]",
             discussion: """
                 A request stays journaled until its extension acknowledges it. A failed request is retried
-                after NEXT. An identifier that made the extension fail on its own is poisoned: it is no
-                longer requested and is listed here.
+                at NEXT: after a crash or hang of the extension, when it may be launched again (its launch
+                backoff, the time `searchlight units` shows); after a negative acknowledgement, after the
+                request's own retry backoff. Both start at 10 s and double to 5 min. An identifier that made
+                the extension fail on its own is poisoned: it is no longer requested and is listed here.
                 """
         ),
         run: { _, context in
@@ -63,10 +65,23 @@ enum RequestsCommand {
                 Format.indexName(r["index"]?.stringValue ?? ""), items,
                 text(r["reason"]) + background, text(r["state"]),
                 r["attempts"]?.intValue.map(String.init) ?? "0", progress(r["progress"]),
-                r["notBefore"]?.stringValue.flatMap(ISO8601.parse).map { Format.relative($0, now: now) } ?? "-",
+                next(r, now: now),
             ])
         }
         return table
+    }
+
+    /// When a pending request goes next, and which clock says so: `in 13s (launch backoff)` after
+    /// the extension crashed or hung (the time `units` shows), `in 2m 43s (retry backoff)` after a
+    /// negative acknowledgement.
+    static func next(_ r: JSONValue, now: Date) -> String {
+        guard let at = r["notBefore"]?.stringValue.flatMap(ISO8601.parse) else { return "-" }
+        let clock: String = switch r["retryAfter"]?.stringValue {
+        case "launchBackoff": " (launch backoff)"
+        case "retryBackoff": " (retry backoff)"
+        default: ""
+        }
+        return Format.relative(at, now: now) + clock
     }
 
     static func progress(_ value: JSONValue?) -> String {

@@ -104,6 +104,7 @@ enum StatusCommands {
                 Console.out(bundle.map { "no index extension for \($0)" } ?? "no index extensions")
             } else {
                 UnitsCommand.table(extensions).print()
+                UnitsCommand.printExitNotes(extensions)
             }
         }
         if let requests = answer["reindexRequests"], requests.objectValue != nil {

@@ -132,4 +132,103 @@ struct AuthorPathTests {
         manual.terminate()
         try await bench.waitForLog("extension detached", "label=\(unit.label)", after: mark)
     }
+
+    @Test("a reindex that ends because the extension died by SIGSEGV names the signal, its meaning and the last stderr lines; so do units and status",
+        arguments: [("crash", "killed by signal 11 (SIGSEGV): a memory access fault", "test extension: crashing on purpose"),
+                    ("fatal", "killed by signal 4 (SIGILL): a Swift runtime trap", "told to trap by the test")])
+    func crashIsExplained(mode: String, signal: String, stderrLine: String) async throws {
+        let unit = TestUnit("org.test.explain-\(mode)", bundle: "org.test.explain-\(mode)")
+        let bench = try await ExtensionBench.start([unit])
+        try await bench.waitForAcknowledgement(unit.label)
+        try bench.control(unit.label).setMode(mode)
+
+        let r = try await bench.cli(["reindex", unit.label, "--all", "--timeout", "30"])
+        #expect(r.status == 1, "\(r.stdout) \(r.stderr)")
+        #expect(r.stderr.contains("exited before acknowledging: \(signal)"), "\(r.stderr)")
+        #expect(r.stderr.contains(stderrLine), "the last stderr lines: \(r.stderr)")
+        #expect(r.stderr.contains("see `searchlight units` and the daemon's log"), "\(r.stderr)")
+
+        let units = try await bench.cli(["units"])
+        #expect(units.stdout.contains(signal), "\(units.stdout)")
+        #expect(units.stdout.contains("its last lines on stderr:") && units.stdout.contains(stderrLine), "\(units.stdout)")
+        let status = try await bench.cli(["status"])
+        #expect(status.stdout.contains(signal) && status.stdout.contains(stderrLine), "\(status.stdout)")
+    }
+
+    @Test("after a crash, requests and units show one clock: the request goes again when the extension may launch again")
+    func oneRetryClockAfterACrash() async throws {
+        let unit = TestUnit("org.test.clock", bundle: "org.test.clock", mode: "crash")
+        let bench = try await ExtensionBench.start([unit], arguments: ["--backoff", "120"])
+        try await bench.waitForLog("reindex request failed; will retry", "label=\(unit.label)")
+        let requests = try await bench.requests(bundle: unit.bundle)
+        let request = try #require(requests.first)
+        let host = try #require(try await bench.extensionStatus(unit.label))
+        #expect(request["retryAfter"]?.stringValue == "launchBackoff", "\(request)")
+        #expect(request["notBefore"] != nil && request["notBefore"] == host["nextLaunch"], "\(request) \(host)")
+        let table = try await bench.cli(["requests"])
+        #expect(table.stdout.contains("(launch backoff)"), "\(table.stdout)")
+
+        // After a negative acknowledgement the extension is fine: the request's own backoff runs.
+        let nack = TestUnit("org.test.clock-nack", bundle: "org.test.clock-nack", mode: "nack")
+        let second = try await ExtensionBench.start([nack], arguments: ["--backoff", "120"])
+        try await second.waitForLog("reindex request failed; will retry", "label=\(nack.label)")
+        let nacked = try #require(try await second.requests(bundle: nack.bundle).first)
+        #expect(nacked["retryAfter"]?.stringValue == "retryBackoff", "\(nacked)")
+        #expect(try await second.extensionStatus(nack.label)?["nextLaunch"] == nil)
+        let other = try await second.cli(["requests"])
+        #expect(other.stdout.contains("(retry backoff)"), "\(other.stdout)")
+    }
+
+    @Test("units restart stops the running copy gracefully and launches it again: no crash counted, no backoff, an interrupted request is resent")
+    func restartIsNoCrash() async throws {
+        var unit = TestUnit("org.test.restart", bundle: "org.test.restart")
+        unit.environment["TEST_EXTENSION_ITEMS"] = "2000"
+        let bench = try await ExtensionBench.start([unit])
+        try await bench.waitForAcknowledgement(unit.label)
+        let before = try #require(try await bench.extensionStatus(unit.label)?["pid"]?.intValue)
+
+        // A request in flight when the restart comes: interrupted, then served by the new copy.
+        let control = bench.control(unit.label)
+        try control.setMode("hold")
+        let queued = try await bench.cli(["reindex", unit.label, "--all", "--no-wait"])
+        #expect(queued.status == 0, "\(queued.stderr)")
+        try await bench.until("the request to be held") { control.received.filter { $0.kind == "flood-holding" }.count == 1 }
+        _ = FileManager.default.createFile(atPath: control.path + "/release", contents: nil)
+        try control.setMode("ok")
+
+        let mark = bench.mark
+        let r = try await bench.cli(["units", "restart", unit.label])
+        #expect(r.status == 0, "\(r.stdout) \(r.stderr)")
+        #expect(r.stdout.contains("\(unit.label) restarted: pid \(before) stopped, pid "), "\(r.stdout)")
+        let after = try #require(try await bench.extensionStatus(unit.label))
+        #expect(after["crashes"]?.intValue == 0, "\(after)")
+        #expect(after["nextLaunch"] == nil, "\(after)")
+        #expect(after["pid"]?.intValue != before)
+        try await bench.waitForAcknowledgement(unit.label, after: mark)
+        #expect(try await bench.requests(bundle: unit.bundle).isEmpty)
+        #expect(bench.lines("reindex request failed", after: mark).isEmpty, "an interruption is no failed attempt")
+    }
+
+    @Test("a program rebuilt since its launch is shown in units, and noticed at the next launch")
+    func rebuiltProgramIsNoticed() async throws {
+        let dir = TempDir("slbin")
+        let program = dir.path + "/test-extension"
+        try FileManager.default.copyItem(atPath: TestUnit.program, toPath: program)
+        var unit = TestUnit("org.test.rebuilt", bundle: "org.test.rebuilt")
+        unit.program = program
+        let bench = try await ExtensionBench.start([unit])
+        try await bench.waitForAcknowledgement(unit.label)
+        #expect(try await bench.extensionStatus(unit.label)?["programChanged"] == nil)
+
+        // "Rebuilt": the same file, modified now.
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(5)], ofItemAtPath: program)
+        #expect(try await bench.extensionStatus(unit.label)?["programChanged"]?.boolValue == true)
+        let units = try await bench.cli(["units"])
+        #expect(units.stdout.contains("program rebuilt since launch: `searchlight units restart \(unit.label)`"), "\(units.stdout)")
+        let mark = bench.mark
+        let r = try await bench.cli(["units", "restart", unit.label])
+        #expect(r.status == 0, "\(r.stderr)")
+        try await bench.waitForLog("extension program changed since its last launch", "label=\(unit.label)", after: mark)
+        #expect(try await bench.extensionStatus(unit.label)?["programChanged"] == nil)
+    }
 }

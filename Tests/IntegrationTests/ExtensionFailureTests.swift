@@ -82,7 +82,7 @@ struct ExtensionFailureTests {
         try await healAfterMisbehaving(bench, unit.label, mode: "crash")
         let r = try await run
         #expect(r.status == 1)
-        #expect(r.stderr.contains("exited or closed its connection before acknowledging"), "\(r.stderr)")
+        #expect(r.stderr.contains("exited before acknowledging: killed by signal 11 (SIGSEGV): a memory access fault"), "\(r.stderr)")
         let exit = try await bench.waitForLog("extension exited unexpectedly", "label=\(unit.label)", after: mark)[0]
         #expect(exit.contains("SIGSEGV"), "\(exit)")
         #expect(bench.lines(["extension detached"], after: mark).isEmpty, "a launched extension's crash is no detach")

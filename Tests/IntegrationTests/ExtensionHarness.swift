@@ -32,6 +32,8 @@ struct TestUnit: Sendable {
     }
 
     static var program: String { Products.path("searchlight-test-extension") }
+    /// The unit's `Program`: the fake extension, unless a test runs a copy of it.
+    var program = TestUnit.program
 
     /// The unit file: launchd-style XML plist, launching the fake with no throttle between launches.
     func plist(control: String) -> String {
@@ -57,7 +59,7 @@ struct TestUnit: Sendable {
             <dict>
                 <key>Label</key><string>\(xml(label))</string>
                 <key>BundleIdentifier</key><string>\(xml(bundle))</string>
-                <key>Program</key><string>\(xml(Self.program))</string>
+                <key>Program</key><string>\(xml(program))</string>
                 <key>ProcessType</key><string>Standard</string>
                 <key>ThrottleInterval</key><integer>0</integer>
                 <key>ExitTimeOut</key><real>\(exitTimeOut)</real>

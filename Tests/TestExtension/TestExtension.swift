@@ -6,7 +6,8 @@ import SearchlightKit
 
 /// A misbehaving-on-command index extension for the integration tests: a fake peer in the style
 /// of sourcekit-lsp's tests. The directory in `TEST_EXTENSION_CONTROL` steers it:
-/// - `mode` (read at launch and at every request): `ok`, `crash`, `hang`, `garbage`, `noack`,
+/// - `mode` (read at launch and at every request): `ok`, `crash` (SIGSEGV, after a line on stderr),
+///   `fatal` (a Swift `fatalError`), `hang`, `garbage`, `noack`,
 ///   `nack`, `batch-nack` (fails inside an open batch), `flood` (20 000 items; halfway it waits
 ///   for a file `release` in the control directory), `hold` (the same hold with `TEST_EXTENSION_ITEMS`
 ///   items, a multiple of 2 000), `exit-at-launch`, `slow` (progress every 100 ms for `TEST_EXTENSION_SLOW_MS`),
@@ -53,6 +54,7 @@ struct TestExtension: IndexExtension {
     /// to this thread before returning; kill() may pick another thread and return first, letting
     /// the handler go on to donate and acknowledge in the moment before the process dies.
     static func crash() -> Never {
+        FileHandle.standardError.write(Data("test extension: crashing on purpose\n".utf8))
         signal(SIGSEGV, SIG_DFL)
         raise(SIGSEGV)
         while true { pause() }
@@ -63,6 +65,8 @@ struct TestExtension: IndexExtension {
         switch mode {
         case "crash":
             Self.crash()
+        case "fatal":
+            fatalError("told to trap by the test")
         case "hang", "noack":
             while true { try await Task.sleep(for: .seconds(3600)) }
         case "garbage":
