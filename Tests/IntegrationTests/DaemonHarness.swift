@@ -42,6 +42,7 @@ final class DaemonProcess: @unchecked Sendable {
     private(set) var process: Process?
     private let lock = NSCondition()
     private var logLines: [String] = []
+    private var logDrained: DispatchSemaphore?
 
     init(arguments: [String] = [], dir: TempDir = TempDir(), launcher: [String] = []) throws {
         self.dir = dir
@@ -76,7 +77,13 @@ final class DaemonProcess: @unchecked Sendable {
         p.standardOutput = FileHandle.nullDevice
         let handle = pipe.fileHandleForReading
         let generation = lock.withLock { logLines.count }
+        // Signalled once this process's stderr is read to its end: `stop` waits for it, so a line
+        // of a stopped daemon (its "ready", say) can never arrive after the next start began
+        // watching for its own.
+        let drained = DispatchSemaphore(value: 0)
+        lock.withLock { logDrained = drained }
         Thread.detachNewThread { [weak self] in
+            defer { drained.signal() }
             var pending = Data()
             while true {
                 let chunk = handle.availableData
@@ -120,6 +127,8 @@ final class DaemonProcess: @unchecked Sendable {
         guard let p = process else { return }
         if p.isRunning { kill(p.processIdentifier, sig) }
         p.waitUntilExit()
+        // Its last lines are in `log` before the next start (bounded: a child holding the pipe).
+        _ = lock.withLock { logDrained }?.wait(timeout: .now() + 10)
         process = nil
     }
 
