@@ -98,6 +98,18 @@ static int sl_arrange_fds(const struct sl_spawn_request *a, int *report_fd, int 
     return 0;
 }
 
+// Writes `value` (>= 0) in decimal at `out`, NUL-terminated: no snprintf after fork.
+static void sl_append_number(char *out, int value) {
+    char digits[12];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + value % 10);
+        value /= 10;
+    } while (value > 0 && n < 11);
+    while (n > 0) *out++ = digits[--n];
+    *out = '\0';
+}
+
 // Opens a unit's StandardOutPath/StandardErrorPath as the child's (already final) user and puts
 // it at `target`: appended to; O_NOFOLLOW, so that a symbolic link planted there is refused
 // (ELOOP) instead of followed; O_NONBLOCK, so that a FIFO with no reader fails at once (ENXIO)
@@ -193,6 +205,13 @@ __attribute__((noreturn)) static void sl_child(const struct sl_spawn_request *a,
         // The descriptor the daemon opened and checked: no path is looked up again, so a file
         // swapped in after the check is never what runs.
         syscall(SYS_execveat, exec_fd, "", a->argv, a->envp, AT_EMPTY_PATH);
+        if (errno == ENOSYS) {
+            // A seccomp filter (or a kernel before 3.19) without execveat: the descriptor's magic
+            // link in /proc names the same open file, as glibc's fexecve does it.
+            char link[32] = "/proc/self/fd/";
+            sl_append_number(link + 14, exec_fd);
+            execve(link, a->argv, a->envp);
+        }
     } else {
         execve(a->path, a->argv, a->envp);
     }

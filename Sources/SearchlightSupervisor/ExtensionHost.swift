@@ -211,6 +211,7 @@ final class ExtensionHost: @unchecked Sendable {
             // unsafe or a program swapped since then is refused. A binary then runs through the
             // descriptor this check opened and verified; a script by its checked physical path.
             let program = try LaunchProgram(unit: unit, system: context.config.system)
+            defer { program.close() }
             var config = try spawnConfiguration(unit)
             if let descriptor = program.descriptor { config.executableDescriptor = descriptor } else { config.executable = program.path }
             let (mine, theirs) = try UnixSocket.pair()

@@ -335,7 +335,7 @@ struct PathWalk {
 /// verified with fstat to be the file the check passed (then executed through that descriptor, so
 /// nothing swapped in later can run); a `#!` script is executed by its physical path, which the
 /// check has just shown nobody untrusted can change (see Docs/Architecture.md, Security).
-final class LaunchProgram {
+struct LaunchProgram {
     /// The physical path of the checked file.
     let path: String
     /// The descriptor to execute (O_PATH), for a binary; nil for a script.
@@ -361,12 +361,16 @@ final class LaunchProgram {
             && UInt64(st.st_dev) == checked.device && UInt64(st.st_ino) == checked.inode
         let safe = trust.map { st.st_mode & mode_t(S_IWGRP | S_IWOTH) == 0 && $0.owners.contains(st.st_uid) } ?? true
         guard same && safe else {
-            close(fd)
+            Glibc.close(fd)
             throw UnitProblem(file: unit.path, key: key, message: "Program \(unit.executable) (\(checked.path)) changed while it was being checked",
                               fix: "find out what replaces it; the next launch checks it again")
         }
         descriptor = fd
     }
 
-    deinit { if let descriptor { close(descriptor) } }
+    /// Closes the descriptor; call it once the child has exec'd (or failed to). Not in a deinit:
+    /// the descriptor must stay open until the spawn, whatever the optimizer makes of lifetimes.
+    func close() {
+        if let descriptor { Glibc.close(descriptor) }
+    }
 }

@@ -176,6 +176,7 @@ struct ProgramCheckTests {
         try FileManager.default.createSymbolicLink(atPath: tree.path + "/bin/alias", withDestinationPath: "indexer")
         let unit = ExtensionUnit(label: "org.example.x", bundleIdentifier: "org.example.x", path: "/etc/x.plist", executable: tree.path + "/bin/alias")
         let launch = try LaunchProgram(unit: unit, system: true)
+        defer { launch.close() }
         #expect(launch.path == binary)
         let fd = try #require(launch.descriptor)
         var st = stat(), expected = stat()
