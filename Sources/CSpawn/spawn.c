@@ -14,11 +14,16 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#ifndef SYS_execveat
+#error "execveat(2) is needed (Linux 3.19)"
+#endif
 
 #ifndef SYS_close_range
 #define SYS_close_range 436  // the same number on every architecture
@@ -31,20 +36,6 @@
 #define SL_IOPRIO_WHO_PROCESS 1
 #define SL_IOPRIO_CLASS_SHIFT 13
 #define SL_IOPRIO_BE_LEVEL 4  // the kernel's default best-effort level (for nice 0)
-
-struct sl_spawn_args {
-    const char *path;
-    char *const *argv;
-    char *const *envp;
-    const char *cwd;
-    int umask_value, nice_value, io_class;
-    const struct sl_rlimit *limits;
-    int nlimits;
-    long long uid, gid;  // -1: keep (long long, so that every uid_t value fits)
-    const gid_t *groups;
-    int ngroups;
-    int fds[4];  // stdin, stdout, stderr, extension socket (-1: none)
-};
 
 // Tells the parent which step failed and with which errno, then exits without running atexit
 // handlers or flushing stdio buffers copied from the parent.
@@ -70,15 +61,22 @@ static void sl_close_span(unsigned lo, unsigned hi) {
 
 // Puts the given descriptors at 0..3 (dup2 leaves FD_CLOEXEC clear on the copy, and since every
 // source was first moved to SL_HIGH_FD or above, no dup2 here is a no-op that would keep it set)
-// and closes every other descriptor except the report pipe, which is close-on-exec.
-static int sl_arrange_fds(const struct sl_spawn_args *a, int *report_fd) {
+// and closes every other descriptor except the report pipe and the program's descriptor, which
+// are close-on-exec (both moved up first too, so that no dup2 into 0..3 overwrites them).
+static int sl_arrange_fds(const struct sl_spawn_request *a, int *report_fd, int *exec_fd) {
     int high[4];
+    const int given[4] = {a->stdin_fd, a->stdout_fd, a->stderr_fd, a->ext_fd};
     int moved = fcntl(*report_fd, F_DUPFD_CLOEXEC, SL_HIGH_FD);
     if (moved < 0) return -1;
     *report_fd = moved;
+    if (*exec_fd >= 0) {
+        moved = fcntl(*exec_fd, F_DUPFD_CLOEXEC, SL_HIGH_FD);
+        if (moved < 0) return -1;
+        *exec_fd = moved;
+    }
     for (int i = 0; i < 4; i++) {
-        high[i] = a->fds[i] < 0 ? -1 : fcntl(a->fds[i], F_DUPFD_CLOEXEC, SL_HIGH_FD);
-        if (a->fds[i] >= 0 && high[i] < 0) return -1;
+        high[i] = given[i] < 0 ? -1 : fcntl(given[i], F_DUPFD_CLOEXEC, SL_HIGH_FD);
+        if (given[i] >= 0 && high[i] < 0) return -1;
     }
     for (int i = 0; i < 4; i++) {
         if (high[i] < 0) {
@@ -87,14 +85,50 @@ static int sl_arrange_fds(const struct sl_spawn_args *a, int *report_fd) {
             return -1;
         }
     }
-    sl_close_span(4, (unsigned)*report_fd - 1);
-    sl_close_span((unsigned)*report_fd + 1, ~0u);
+    // The descriptors kept above 3, in order; every gap between them is closed.
+    unsigned keep[2] = {(unsigned)*report_fd, *exec_fd >= 0 ? (unsigned)*exec_fd : (unsigned)*report_fd};
+    if (keep[0] > keep[1]) {
+        unsigned t = keep[0];
+        keep[0] = keep[1];
+        keep[1] = t;
+    }
+    sl_close_span(4, keep[0] - 1);
+    if (keep[1] > keep[0]) sl_close_span(keep[0] + 1, keep[1] - 1);
+    sl_close_span(keep[1] + 1, ~0u);
     return 0;
 }
 
-// Applies the signal state, process group, descriptors, priorities, limits, identity and working
-// directory, then execs. Never returns.
-__attribute__((noreturn)) static void sl_child(const struct sl_spawn_args *a, int report_fd) {
+// Writes `value` (>= 0) in decimal at `out`, NUL-terminated: no snprintf after fork.
+static void sl_append_number(char *out, int value) {
+    char digits[12];
+    int n = 0;
+    do {
+        digits[n++] = (char)('0' + value % 10);
+        value /= 10;
+    } while (value > 0 && n < 11);
+    while (n > 0) *out++ = digits[--n];
+    *out = '\0';
+}
+
+// Opens a unit's StandardOutPath/StandardErrorPath as the child's (already final) user and puts
+// it at `target`: appended to; O_NOFOLLOW, so that a symbolic link planted there is refused
+// (ELOOP) instead of followed; O_NONBLOCK, so that a FIFO with no reader fails at once (ENXIO)
+// instead of blocking the launch, cleared afterwards for the program; O_NOCTTY, because this
+// session leader would otherwise take a terminal opened here as its controlling terminal.
+static int sl_open_output(const char *path, int target) {
+    int fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0640);
+    if (fd < 0) return -1;
+    int flags = fcntl(fd, F_GETFL);
+    if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) return -1;
+    if (fd == target) return fcntl(fd, F_SETFD, 0);
+    if (dup2(fd, target) < 0) return -1;
+    close(fd);
+    return 0;
+}
+
+// Applies the signal state, session, cgroup, descriptors, priorities, limits, identity, output
+// files and working directory, then execs. Never returns.
+__attribute__((noreturn)) static void sl_child(const struct sl_spawn_request *a, int report_fd) {
     // Dispositions first, while the parent's fully blocked mask still holds, so that no handler
     // inherited from the daemon can run here; then open the mask (the daemon blocks SIGTERM,
     // SIGINT and SIGHUP for sigwait, and an extension must not inherit that). The raw system call,
@@ -109,9 +143,23 @@ __attribute__((noreturn)) static void sl_child(const struct sl_spawn_args *a, in
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
 
-    // Its own process group, so that a signal to -pid also reaches what the extension starts.
-    if (setpgid(0, 0) < 0) sl_fail(report_fd, SL_STEP_SETPGID, 0);
-    if (sl_arrange_fds(a, &report_fd) < 0) sl_fail(report_fd, SL_STEP_DUP, 0);
+    // A session of its own, not only a process group: in the daemon's session an extension would
+    // keep the controlling terminal of an operator who started the daemon by hand, and could
+    // open /dev/tty and push keystrokes into that root shell (TIOCSTI). The new session's process
+    // group id is the pid, so a signal to -pid still reaches what the extension starts.
+    if (setsid() < 0) sl_fail(report_fd, SL_STEP_SETSID, 0);
+    // Into the launch's own cgroup before anything else runs, so that every process the extension
+    // starts, even one that leaves the session, is found and killed with the cgroup. "0" is the
+    // writer itself; the descriptor was opened by the daemon, so this is checked as the daemon.
+    if (a->cgroup_procs_fd >= 0) {
+        ssize_t n;
+        do {
+            n = write(a->cgroup_procs_fd, "0", 1);
+        } while (n < 0 && errno == EINTR);
+        if (n != 1) sl_fail(report_fd, SL_STEP_CGROUP, 0);
+    }
+    int exec_fd = a->exec_fd;
+    if (sl_arrange_fds(a, &report_fd, &exec_fd) < 0) sl_fail(report_fd, SL_STEP_DUP, 0);
     if (a->umask_value >= 0) umask((mode_t)a->umask_value);
 
     // Privileged settings (a lower nice, a higher hard limit) before the identity is dropped.
@@ -143,11 +191,30 @@ __attribute__((noreturn)) static void sl_child(const struct sl_spawn_args *a, in
     }
     if (a->uid >= 0 && syscall(SYS_setuid, (uid_t)a->uid) < 0) sl_fail(report_fd, SL_STEP_SETUID, 0);
 
+    // The unit's output files, opened only now: as the extension's user, with that user's rights,
+    // never the daemon's (a root daemon would append to any file a symbolic link names, and create
+    // root-owned files wherever the unit's user points it).
+    if (a->stdout_path != NULL && sl_open_output(a->stdout_path, 1) < 0) sl_fail(report_fd, SL_STEP_STDOUT_PATH, 0);
+    if (a->stderr_path != NULL && sl_open_output(a->stderr_path, 2) < 0) sl_fail(report_fd, SL_STEP_STDERR_PATH, 0);
+
     // After the identity change, so that access to the directory is checked as the extension's
     // user (and a home directory on root-squashed NFS works).
     if (a->cwd != NULL && chdir(a->cwd) < 0) sl_fail(report_fd, SL_STEP_CHDIR, 0);
 
-    execve(a->path, a->argv, a->envp);
+    if (exec_fd >= 0) {
+        // The descriptor the daemon opened and checked: no path is looked up again, so a file
+        // swapped in after the check is never what runs.
+        syscall(SYS_execveat, exec_fd, "", a->argv, a->envp, AT_EMPTY_PATH);
+        if (errno == ENOSYS) {
+            // A seccomp filter (or a kernel before 3.19) without execveat: the descriptor's magic
+            // link in /proc names the same open file, as glibc's fexecve does it.
+            char link[32] = "/proc/self/fd/";
+            sl_append_number(link + 14, exec_fd);
+            execve(link, a->argv, a->envp);
+        }
+    } else {
+        execve(a->path, a->argv, a->envp);
+    }
     sl_fail(report_fd, SL_STEP_EXEC, 0);
 }
 
@@ -158,16 +225,7 @@ static int sl_failed(struct sl_spawn_failure *out, int step, int error, int deta
     return -1;
 }
 
-int sl_spawn(const char *path, char *const argv[], char *const envp[],
-             const char *cwd, int umask_value, int nice_value, int io_class,
-             const struct sl_rlimit *limits, int nlimits,
-             long long uid, long long gid, const gid_t *groups, int ngroups,
-             int stdin_fd, int stdout_fd, int stderr_fd, int ext_fd,
-             pid_t *pid_out, struct sl_spawn_failure *failure_out) {
-    struct sl_spawn_args args = {
-        path, argv, envp, cwd, umask_value, nice_value, io_class, limits, nlimits,
-        uid, gid, groups, ngroups, {stdin_fd, stdout_fd, stderr_fd, ext_fd},
-    };
+int sl_spawn(const struct sl_spawn_request *request, pid_t *pid_out, struct sl_spawn_failure *failure_out) {
     // The child reports a failed step through this pipe; its write end closes on a successful
     // execve, so EOF in the parent means the child is running the new program.
     int report[2];
@@ -181,7 +239,7 @@ int sl_spawn(const char *path, char *const argv[], char *const envp[],
     pid_t pid = fork();
     if (pid == 0) {
         close(report[0]);
-        sl_child(&args, report[1]);
+        sl_child(request, report[1]);
     }
     int fork_errno = errno;
     pthread_sigmask(SIG_SETMASK, &old, NULL);
@@ -211,4 +269,12 @@ int sl_spawn(const char *path, char *const argv[], char *const envp[],
 
 int sl_pipe_cloexec(int fds[2]) {
     return pipe2(fds, O_CLOEXEC);
+}
+
+int sl_eventfd(void) {
+    return eventfd(0, EFD_CLOEXEC);
+}
+
+int sl_open_path(const char *path) {
+    return open(path, O_PATH | O_NOFOLLOW | O_CLOEXEC);
 }

@@ -39,6 +39,8 @@ public struct Configuration: Sendable {
     public var maintenanceInterval: TimeInterval = 21600
     /// Damaged index files kept in `<state>/quarantine/`, newest first (`--quarantine-limit`).
     public var quarantineLimit = 5
+    /// A cgroup per extension launch where the daemon may make one (`--extension-cgroups`).
+    public var extensionCgroups = ExtensionCgroupMode.auto
 
     public init(system: Bool) {
         self.system = system

@@ -250,6 +250,13 @@ final class ExtensionHost: @unchecked Sendable {
         let tail = StderrTail()
         noticeRebuiltProgram(unit)
         do {
+            // The program is checked again now, not only when the unit loaded: a folder made
+            // unsafe or a program swapped since then is refused. A binary then runs through the
+            // descriptor this check opened and verified; a script by its checked physical path.
+            let program = try LaunchProgram(unit: unit, system: context.config.system)
+            defer { program.close() }
+            var config = try spawnConfiguration(unit)
+            if let descriptor = program.descriptor { config.executableDescriptor = descriptor } else { config.executable = program.path }
             let (mine, theirs) = try UnixSocket.pair()
             do {
                 outputs = try ExtensionOutput(unit: unit, log: log, stderrTail: tail)
@@ -258,9 +265,9 @@ final class ExtensionHost: @unchecked Sendable {
                 theirs.closeDescriptor()
                 throw error
             }
+            let cgroup: ExtensionCgroup?
             do {
-                child = try ProcessSpawner.spawn(spawnConfiguration(unit), extensionSocket: theirs.fd,
-                    stdout: outputs.stdout, stderr: outputs.stderr)
+                (child, cgroup) = try spawn(config, socket: theirs.fd, outputs: outputs)
             } catch {
                 theirs.closeDescriptor()
                 mine.close()
@@ -269,6 +276,18 @@ final class ExtensionHost: @unchecked Sendable {
             }
             theirs.closeDescriptor()
             outputs.closeChildEnds()
+            // Once it has exited, what it started dies with its cgroup (or, without one, with its
+            // session), and the daemon's ends of its output pipes are closed: a process that left
+            // the session could otherwise hold them, and a reader thread, for ever.
+            let cgroups = context.cgroups
+            child.onExit { [label] _ in
+                if let cgroup {
+                    cgroups?.retire(cgroup, label: label)
+                } else {
+                    ExtensionSession.kill(child.pid)
+                }
+                outputs.finish()
+            }
             // An extension that stops reading must not block a write (and the timeouts) forever.
             mine.setSendTimeout(seconds: 10)
             let limits = context.config.limits
@@ -322,6 +341,26 @@ final class ExtensionHost: @unchecked Sendable {
                 log.warning("extension did not complete its handshake", ["label": label, "pid": child.pid, "timeout_s": handshakeTimeout])
                 terminate(hung: true)
             }
+        }
+    }
+
+    /// Starts `config` in a cgroup of its own when the daemon has them. A child that cannot move
+    /// into its cgroup turns cgroups off for later launches and is started again without.
+    private func spawn(_ config: SpawnConfiguration, socket: Int32, outputs: ExtensionOutput) throws -> (ChildProcess, ExtensionCgroup?) {
+        var config = config
+        let cgroups = context.cgroups
+        let cgroup = cgroups?.create(label: label)
+        config.cgroupProcsDescriptor = cgroup?.procsDescriptor
+        do {
+            let child = try ProcessSpawner.spawn(config, extensionSocket: socket, stdout: outputs.stdout, stderr: outputs.stderr)
+            cgroup?.closeDescriptor()
+            return (child, cgroup)
+        } catch {
+            if let cgroup { cgroups?.retire(cgroup, label: label) }
+            guard error.step == .cgroup, let cgroup else { throw error }
+            cgroups?.disable("\(label) could not move into \(cgroup.path): \(String(cString: strerror(error.errno)))")
+            config.cgroupProcsDescriptor = nil
+            return (try ProcessSpawner.spawn(config, extensionSocket: socket, stdout: outputs.stdout, stderr: outputs.stderr), nil)
         }
     }
 

@@ -30,6 +30,8 @@ extension ExtensionHost {
         env[ExtensionEnvironment.bundleIdentifier] = unit.bundleIdentifier
         var config = SpawnConfiguration(executable: unit.executable, arguments: unit.arguments, environment: env)
         config.workingDirectory = unit.workingDirectory
+        config.standardOutputPath = unit.standardOutPath
+        config.standardErrorPath = unit.standardErrorPath
         config.umask = unit.umask
         config.nice = unit.nice
         config.lowPriorityIO = unit.lowPriorityIO
@@ -89,24 +91,19 @@ extension ExtensionHost {
 }
 
 /// Where an extension's stdout and stderr go: the unit's `StandardOutPath` / `StandardErrorPath`
-/// (appended to), else the daemon's log, one line per event tagged with the label.
-struct ExtensionOutput {
+/// (opened by the child itself, as the extension's user: see `SpawnConfiguration`), else the
+/// daemon's log, one line per event tagged with the label.
+struct ExtensionOutput: Sendable {
+    /// The write ends for the child, -1 for a stream that goes to a file.
     let stdout: Int32
     let stderr: Int32
     private let readers: [LineReader]
-    private let files: [Int32]
 
     /// `stderrTail` keeps the last stderr lines that go to the log, for the exit report.
     init(unit: ExtensionUnit, log: Logger, stderrTail: StderrTail? = nil) throws {
         var readers: [LineReader] = []
-        var files: [Int32] = []
         func target(_ path: String?, stream: String) throws -> Int32 {
-            if let path {
-                let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o640)
-                guard fd >= 0 else { throw SystemError("open(\(path)) for \(unit.label)'s \(stream)") }
-                files.append(fd)
-                return fd
-            }
+            if path != nil { return -1 }
             let label = unit.label
             let tail = stream == "stderr" ? stderrTail : nil
             let reader = try ProcessSpawner.lineReader(name: "\(stream)-\(label)") { line in
@@ -121,11 +118,9 @@ struct ExtensionOutput {
             stderr = try target(unit.standardErrorPath, stream: "stderr")
         } catch {
             for r in readers { r.closeWriteEnd() }
-            for f in files { close(f) }
             throw error
         }
         self.readers = readers
-        self.files = files
     }
 
     /// Waits (at most `timeout`) until everything written to the pipes was read: after the exit,
@@ -155,6 +150,32 @@ struct ExtensionOutput {
     /// After the spawn: the child holds its copies; ours must go, or the readers never see EOF.
     func closeChildEnds() {
         for r in readers { r.closeWriteEnd() }
-        for f in files { close(f) }
+    }
+
+    /// The extension has exited: what it wrote is read, and the daemon's ends are closed, without
+    /// waiting for an end of file that a process it started (and that outlives it) may never give.
+    func finish() {
+        for r in readers { r.finish() }
+    }
+}
+
+/// The fallback when an extension has no cgroup: the processes still in its session once it has
+/// exited (started by it, and not gone off into a session of their own) are killed.
+enum ExtensionSession {
+    /// SIGKILLs every process whose session id is `sid`, found in /proc; returns how many. A
+    /// session id stays allocated while any member lives, so it cannot name a stranger's session.
+    @discardableResult
+    static func kill(_ sid: pid_t) -> Int {
+        var killed = 0
+        for entry in (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? [] {
+            guard let pid = pid_t(entry), pid != sid,
+                  let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { continue }
+            // After "pid (comm) ": state ppid pgrp session …; comm may contain spaces and ')'.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            guard fields.count > 3, pid_t(fields[3]) == sid else { continue }
+            if Glibc.kill(pid, SIGKILL) == 0 { killed += 1 }
+        }
+        return killed
     }
 }

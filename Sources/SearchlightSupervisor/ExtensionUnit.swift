@@ -55,6 +55,8 @@ public struct ExtensionUnit: Sendable, Equatable {
     public var executable: String
     /// The full argv, argv[0] included: `ProgramArguments` when given, else `[Program]`.
     public var arguments: [String]
+    /// The key that named the program (`Program` or `ProgramArguments`), for messages.
+    public var programKey = "Program"
     /// The directory to start in (absolute), or nil for the daemon's choice.
     public var workingDirectory: String?
     /// Variables added to the extension's environment.

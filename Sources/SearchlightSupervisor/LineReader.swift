@@ -9,26 +9,35 @@ import Synchronization
 ///
 /// A line longer than `maximumLineLength` bytes is delivered in pieces, invalid UTF-8 is replaced
 /// with U+FFFD, and an unterminated last line is delivered at end of file. The reader ends when
-/// every write end is closed (the child's, and the daemon's through `closeWriteEnd`).
+/// every write end is closed (the child's, and the daemon's through `closeWriteEnd`), or when told
+/// to `finish`: a process the extension started may keep a write end open for ever, so the daemon
+/// never waits for that end of file once the extension itself has exited.
 public final class LineReader: Sendable {
     /// Lines are split after this many bytes, so that one endless line cannot grow the daemon.
     public static let maximumLineLength = 4096
+    /// `finish` reads at most this much more: a process still writing cannot keep the reader.
+    static let maximumDrain = 1 << 20
 
     /// The write end, close-on-exec: give it to `ProcessSpawner.spawn` as stdout or stderr.
     public let writeFD: Int32
     private let writeEndOpen = Mutex(true)
     private let end: EndOfInput
+    /// An eventfd the thread polls beside the pipe; `finish` writes to it. Closed by the thread.
+    private let wakeFD: Int32
 
-    init(name: String, readFD: Int32, writeFD: Int32, onLine: @escaping @Sendable (String) -> Void) {
+    init(name: String, readFD: Int32, writeFD: Int32, wakeFD: Int32, onLine: @escaping @Sendable (String) -> Void) {
         self.writeFD = writeFD
+        self.wakeFD = wakeFD
         let end = EndOfInput()
         self.end = end
         // The thread holds no reference to `self`, so that dropping the reader closes the write
         // end (in deinit) and lets the thread reach end of file.
         let thread = Thread {
-            Self.readLines(from: readFD, onLine: onLine)
+            Self.readLines(from: readFD, wake: wakeFD, onLine: onLine)
             close(readFD)
-            end.finish()
+            // The eventfd is closed under the end's lock: `finish` never writes to a closed (or
+            // reused) descriptor.
+            end.finish { close(wakeFD) }
         }
         thread.name = name
         thread.start()
@@ -45,20 +54,51 @@ public final class LineReader: Sendable {
         if wasOpen { close(writeFD) }
     }
 
-    /// Returns once end of file was read and the last line handed over.
+    /// Ends the reader without waiting for end of file: what is in the pipe now is read without
+    /// blocking (up to `maximumDrain`) and handed over, then the read end is closed and the thread
+    /// ends. Call it when the process whose output this is has exited. Idempotent.
+    public func finish() {
+        end.whileRunning {
+            var one: UInt64 = 1
+            _ = write(wakeFD, &one, 8)
+        }
+    }
+
+    /// Returns once end of file was read (or `finish` drained the pipe) and the last line handed over.
     public func waitUntilFinished() async {
         await end.wait()
     }
 
-    private static func readLines(from fd: Int32, onLine: (String) -> Void) {
+    private static func readLines(from fd: Int32, wake: Int32, onLine: (String) -> Void) {
         var pending: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: maximumLineLength)
-        while true {
+        var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
+        var draining = false
+        var drained = 0
+        loop: while true {
+            if !draining {
+                fds[0].revents = 0
+                fds[1].revents = 0
+                let ready = poll(&fds, 2, -1)
+                if ready < 0 && errno == EINTR { continue }
+                if ready < 0 { break }
+                if fds[1].revents != 0 {
+                    // Told to finish: from now on only what can be read without waiting.
+                    draining = true
+                    _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+                } else if fds[0].revents == 0 {
+                    continue
+                }
+            }
             let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
             if count < 0 && errno == EINTR { continue }
-            guard count > 0 else { break }
+            guard count > 0 else { break loop }  // end of file, or nothing more to drain
             pending.append(contentsOf: buffer[0..<count])
             deliverLines(&pending, onLine)
+            if draining {
+                drained += count
+                if drained >= maximumDrain { break }
+            }
         }
         if !pending.isEmpty { onLine(String(decoding: pending, as: UTF8.self)) }
     }
@@ -96,8 +136,15 @@ public final class LineReader: Sendable {
 private final class EndOfInput: Sendable {
     private let state = Mutex<(ended: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
 
-    func finish() {
+    /// Runs `body` under the lock if the flag is not set yet.
+    func whileRunning(_ body: () -> Void) {
+        state.withLock { state in if !state.ended { body() } }
+    }
+
+    /// Sets the flag, running `body` under the lock first; wakes every waiter.
+    func finish(_ body: () -> Void = {}) {
         let waiters = state.withLock { state in
+            body()
             state.ended = true
             defer { state.waiters = [] }
             return state.waiters

@@ -57,6 +57,20 @@ public struct SpawnConfiguration: Sendable {
     /// The identity to run as, with the supplementary groups (empty: none); nil keeps the daemon's.
     /// Changing it needs the daemon to run as root.
     public var user: (uid: uid_t, gid: gid_t, groups: [gid_t])?
+    /// Files for stdout / stderr, opened in the child after the identity change (with the rights
+    /// of `user`, not the daemon's), appended to, never through a symbolic link, and without
+    /// blocking on a FIFO that has no reader. A path replaces the descriptor given to `spawn`.
+    public var standardOutputPath: String?
+    public var standardErrorPath: String?
+    /// When set, the program is executed through this descriptor (`execveat` with
+    /// `AT_EMPTY_PATH`), so that exactly the file it was opened on runs, whatever is at
+    /// `executable` by then; `executable` is only named in errors. The caller keeps and closes it.
+    /// Not for `#!` scripts: the kernel hands the interpreter `/dev/fd/N`, which the close-on-exec
+    /// descriptor no longer is (the exec fails with ENOENT).
+    public var executableDescriptor: Int32?
+    /// An open `cgroup.procs` (the caller keeps and closes it): the child moves itself into that
+    /// cgroup first thing, so that everything it ever starts stays in it.
+    public var cgroupProcsDescriptor: Int32?
 
     /// A configuration that runs `executable` with `arguments` (by default just the executable as
     /// argv[0]) and `environment`, everything else kept as the daemon has it.
@@ -82,10 +96,12 @@ public struct SpawnConfiguration: Sendable {
 /// A launch that failed: the step of the child's set-up that failed, its errno, and which
 /// executable, described with the unit key to check.
 public struct SpawnError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// The step that failed, named after its system call.
+    /// The step that failed, named after its system call (or the unit key it serves).
     public enum Step: String, Sendable {
-        case arguments, devNull = "open /dev/null", pipe, fork, dup, setpgid
+        case arguments, devNull = "open /dev/null", pipe, fork, dup, setsid
         case setpriority, ioprio, setrlimit, setgroups, setgid, setuid, chdir, exec
+        case cgroup = "move into its cgroup"
+        case standardOutPath = "open StandardOutPath", standardErrorPath = "open StandardErrorPath"
     }
 
     /// Which step failed.
@@ -96,10 +112,12 @@ public struct SpawnError: Error, Sendable, Equatable, CustomStringConvertible {
     public var executable: String
     /// For `.setrlimit`, the limit that was refused.
     public var limit: ResourceLimit?
+    /// For `.standardOutPath` / `.standardErrorPath`, the file.
+    public var path: String?
 
     public var description: String {
         let verb = step == .exec ? "cannot execute" : "cannot start"
-        let what = limit.map { "\(step.rawValue) \($0.rawValue)" } ?? step.rawValue
+        let what = limit.map { "\(step.rawValue) \($0.rawValue)" } ?? step.rawValue + (path.map { " \($0)" } ?? "")
         return "\(verb) \(executable): \(String(cString: strerror(errno))) (\(what)); \(fix)"
     }
 
@@ -121,31 +139,58 @@ public struct SpawnError: Error, Sendable, Equatable, CustomStringConvertible {
             "check SoftResourceLimits and HardResourceLimits in the unit (raising a hard limit needs root)"
         case .setgroups, .setgid, .setuid:
             "check UserName and GroupName in the unit (changing user needs the daemon to run as root)"
-        case .devNull, .pipe, .fork, .dup, .setpgid:
+        case .standardOutPath, .standardErrorPath:
+            outputFix
+        case .cgroup:
+            "the daemon's cgroup does not accept the extension; start searchlightd with --extension-cgroups off, "
+                + "or give it a delegated cgroup (Delegate=yes in its systemd unit)"
+        case .devNull, .pipe, .fork, .dup, .setsid:
             "the daemon is short of processes or file descriptors; check its limits"
         }
     }
 
-    static func from(_ failure: sl_spawn_failure, executable: String) -> SpawnError {
+    /// The output files are opened as the extension's user, never through a symbolic link, and
+    /// never waiting for a FIFO's reader.
+    private var outputFix: String {
+        let key = step == .standardOutPath ? "StandardOutPath" : "StandardErrorPath"
+        switch errno {
+        case ELOOP:
+            return "\(key) is a symbolic link, which is never followed; point \(key) at the file itself"
+        case ENXIO:
+            return "\(key) is a FIFO with no reader; start its reader first, or point \(key) at a regular file"
+        case EACCES, EPERM, EROFS:
+            return "the extension's user (UserName) may not create or write it; create the file owned by that user "
+                + "(install -o USER -m 0640 /dev/null FILE), or choose a folder that user may write"
+        case ENOENT:
+            return "its folder does not exist; create it, or fix \(key) in the unit"
+        default:
+            return "check \(key) in the unit"
+        }
+    }
+
+    static func from(_ failure: sl_spawn_failure, executable: String, outputs: (String?, String?) = (nil, nil)) -> SpawnError {
         let steps: [Int32: Step] = [
-            SL_STEP_PIPE: .pipe, SL_STEP_FORK: .fork, SL_STEP_DUP: .dup, SL_STEP_SETPGID: .setpgid,
+            SL_STEP_PIPE: .pipe, SL_STEP_FORK: .fork, SL_STEP_DUP: .dup, SL_STEP_SETSID: .setsid,
             SL_STEP_SETPRIORITY: .setpriority, SL_STEP_IOPRIO: .ioprio, SL_STEP_SETRLIMIT: .setrlimit,
             SL_STEP_SETGROUPS: .setgroups, SL_STEP_SETGID: .setgid, SL_STEP_SETUID: .setuid,
-            SL_STEP_CHDIR: .chdir, SL_STEP_EXEC: .exec,
+            SL_STEP_CHDIR: .chdir, SL_STEP_EXEC: .exec, SL_STEP_CGROUP: .cgroup,
+            SL_STEP_STDOUT_PATH: .standardOutPath, SL_STEP_STDERR_PATH: .standardErrorPath,
         ]
         let step = steps[failure.step] ?? .exec
         let limit = step == .setrlimit
             ? ResourceLimit.allCases.first { $0.resource == failure.detail } : nil
-        return SpawnError(step: step, errno: failure.error, executable: executable, limit: limit)
+        let path = step == .standardOutPath ? outputs.0 : step == .standardErrorPath ? outputs.1 : nil
+        return SpawnError(step: step, errno: failure.error, executable: executable, limit: limit, path: path)
     }
 }
 
 /// Starts extension processes and carries their output to the log.
 public enum ProcessSpawner {
     /// Starts `config.executable` with `extensionSocket` as fd 3, stdin from /dev/null, and
-    /// `stdout`/`stderr` as fds 1 and 2; every other descriptor of the daemon is closed in the
-    /// child, its signal mask is empty and every signal has its default disposition, and it leads
-    /// its own process group. Returns once the program is executing.
+    /// `stdout`/`stderr` as fds 1 and 2 (or the configured output files); every other descriptor
+    /// of the daemon is closed in the child, its signal mask is empty and every signal has its
+    /// default disposition, and it leads a new session (and its own process group, the pid).
+    /// Returns once the program is executing.
     ///
     /// The descriptors stay the caller's: close the child's ends after this returns (the write end
     /// of a `LineReader` in particular, or its end never comes), with close(2) and not shutdown(2),
@@ -168,21 +213,45 @@ public enum ProcessSpawner {
         let result = withCStrings(config.arguments) { argv in
             withCStrings(environment) { envp in
                 withOptionalCString(config.workingDirectory) { cwd in
-                    limits.withUnsafeBufferPointer { limits in
-                        groups.withUnsafeBufferPointer { groups in
-                            sl_spawn(
-                                exe, argv, envp, cwd, config.umask.map { Int32($0) } ?? -1,
-                                config.nice ?? Int32.min, ioClass, limits.baseAddress, Int32(limits.count),
-                                config.user.map { Int64($0.uid) } ?? -1,
-                                config.user.map { Int64($0.gid) } ?? -1,
-                                groups.baseAddress, Int32(groups.count),
-                                devNull, stdout, stderr, extensionSocket, &pid, &failure)
+                    withOptionalCString(config.standardOutputPath) { outPath in
+                        withOptionalCString(config.standardErrorPath) { errPath in
+                            limits.withUnsafeBufferPointer { limits in
+                                groups.withUnsafeBufferPointer { groups in
+                                    exe.withCString { path in
+                                        var request = sl_spawn_request()
+                                        request.path = path
+                                        request.exec_fd = config.executableDescriptor ?? -1
+                                        request.argv = argv
+                                        request.envp = envp
+                                        request.cwd = cwd
+                                        request.umask_value = config.umask.map { Int32($0) } ?? -1
+                                        request.nice_value = config.nice ?? Int32.min
+                                        request.io_class = ioClass
+                                        request.limits = limits.baseAddress
+                                        request.nlimits = Int32(limits.count)
+                                        request.uid = config.user.map { Int64($0.uid) } ?? -1
+                                        request.gid = config.user.map { Int64($0.gid) } ?? -1
+                                        request.groups = groups.baseAddress
+                                        request.ngroups = Int32(groups.count)
+                                        request.stdin_fd = devNull
+                                        request.stdout_fd = config.standardOutputPath == nil ? stdout : -1
+                                        request.stderr_fd = config.standardErrorPath == nil ? stderr : -1
+                                        request.ext_fd = extensionSocket
+                                        request.stdout_path = outPath
+                                        request.stderr_path = errPath
+                                        request.cgroup_procs_fd = config.cgroupProcsDescriptor ?? -1
+                                        return sl_spawn(&request, &pid, &failure)
+                                    }
+                                }
+                            }
                         }
                     }
                 }
             }
         }
-        guard result == 0 else { throw SpawnError.from(failure, executable: exe) }
+        guard result == 0 else {
+            throw SpawnError.from(failure, executable: exe, outputs: (config.standardOutputPath, config.standardErrorPath))
+        }
         return ChildProcess(startedWith: pid)
     }
 
@@ -193,7 +262,14 @@ public enum ProcessSpawner {
     ) throws(SystemError) -> LineReader {
         var fds: [Int32] = [-1, -1]
         guard sl_pipe_cloexec(&fds) == 0 else { throw SystemError("pipe2") }
-        return LineReader(name: name, readFD: fds[0], writeFD: fds[1], onLine: onLine)
+        let wake = sl_eventfd()
+        guard wake >= 0 else {
+            let error = SystemError("eventfd")
+            close(fds[0])
+            close(fds[1])
+            throw error
+        }
+        return LineReader(name: name, readFD: fds[0], writeFD: fds[1], wakeFD: wake, onLine: onLine)
     }
 
     /// The limits to set in the child, each with both values: a missing one is the daemon's own,
@@ -212,7 +288,7 @@ public enum ProcessSpawner {
     /// C strings end at a NUL, and a name with '=' would change which variable is set.
     private static func isValid(_ config: SpawnConfiguration) -> Bool {
         let texts = [config.executable] + config.arguments + config.environment.values
-            + [config.workingDirectory ?? ""]
+            + [config.workingDirectory ?? "", config.standardOutputPath ?? "", config.standardErrorPath ?? ""]
         return !config.arguments.isEmpty && !texts.contains { $0.utf8.contains(0) }
             && config.environment.keys.allSatisfy { !$0.isEmpty && !$0.utf8.contains(0) && !$0.contains("=") }
     }

@@ -54,6 +54,15 @@ final class ServiceContext: @unchecked Sendable {
         set { lock.withLock { _scheduler = newValue } }
     }
 
+    private var _cgroups: ExtensionCgroups?
+
+    /// Where each launch gets a cgroup of its own; nil: none (`--extension-cgroups off`, or none
+    /// available). Set once by the supervisor before any extension is launched.
+    var cgroups: ExtensionCgroups? {
+        get { lock.withLock { _cgroups } }
+        set { lock.withLock { _cgroups = newValue } }
+    }
+
     /// Set once by the supervisor before the units are loaded.
     var migrator: Migrator? {
         get { lock.withLock { _migrator } }

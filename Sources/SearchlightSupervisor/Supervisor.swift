@@ -26,6 +26,7 @@ public final class Supervisor: @unchecked Sendable {
     public func run() throws {
         signal(SIGPIPE, SIG_IGN)
         let context = try ServiceContext(config: config, log: log)
+        context.cgroups = ExtensionCgroups.make(mode: config.extensionCgroups, log: log)
         let scheduler = RequestScheduler(context: context, journal: context.journal, catalog: context.catalog)
         context.scheduler = scheduler
         let maintenance = try Maintenance(context: context)
@@ -75,6 +76,8 @@ public final class Supervisor: @unchecked Sendable {
         log.notice("searchlightd stopping")
         agent.stopping()
         scheduler.stop()
+        // What the extensions left running dies with their cgroups.
+        context.cgroups?.removeAll()
         server.stop()
         migrator.drain()
         context.registry.closeAll()

@@ -116,8 +116,12 @@ public final class UnitCatalog: Sendable {
         }
         defer { closedir(dir) }
         if system {
+            // Who may change the folder (or any folder above it) may add a unit, and a unit says
+            // what runs as root: the same rule as for a unit's program.
             do throws(UnitProblem) {
-                try UnitFiles.checkNotWritableByOthers(directory, key: nil, what: "the unit directory", file: directory, mask: mode_t(S_IWOTH))
+                var walk = PathWalk(subject: "the unit directory \(directory)", key: nil, file: directory,
+                                    trust: ProgramTrust(owners: [0, geteuid()], runsAs: geteuid() == 0 ? "root" : "uid \(geteuid())"))
+                try walk.resolveFolder(directory)
             } catch {
                 problems.append(error)
                 return []
@@ -183,36 +187,14 @@ enum UnitFiles {
         return Data(bytes[..<count])
     }
 
-    /// The program must exist, be a regular file and be executable; in system mode it, and the
-    /// folders it is reached through, must also be safe from other users.
+    /// The program must exist, be a regular file and be executable; in system mode it, every
+    /// folder it is reached through (symbolic links included), and a script's interpreter must
+    /// also be safe from other users (`ProgramCheck`).
+    @discardableResult
     static func checkExecutable(_ path: String, named key: String, system: Bool, userName: String?,
-                                file: String) throws(UnitProblem) {
-        let what = key == "Program" ? "Program" : "ProgramArguments[0]"
-        var st = stat()
-        guard stat(path, &st) == 0 else {
-            let missing = errno == ENOENT || errno == ENOTDIR
-            throw UnitProblem(file: file, key: key,
-                              message: "\(what) \(path) " + (missing ? "does not exist" : "cannot be examined: \(errorText())"),
-                              fix: missing ? "build the extension or fix the path (a relative path is relative to the unit file's folder)"
-                                           : "make it reachable by the daemon's user")
-        }
-        guard st.st_mode & S_IFMT == S_IFREG else {
-            throw UnitProblem(file: file, key: key, message: "\(what) \(path) is not a regular file", fix: "point \(key) at the extension's executable")
-        }
-        guard access(path, X_OK) == 0 else {
-            throw UnitProblem(file: file, key: key, message: "\(what) \(path) is not executable", fix: "run chmod +x \(path)")
-        }
-        guard system else { return }
-        var owners: Set<uid_t> = [0, geteuid()]
-        if let userName, let uid = userID(named: userName) { owners.insert(uid) }
-        let real = realPath(path) ?? path
-        var checks = [(real, what, mode_t(S_IWGRP | S_IWOTH)),
-                      ((real as NSString).deletingLastPathComponent, "the folder of \(what)", mode_t(S_IWOTH))]
-        let given = (path as NSString).deletingLastPathComponent
-        if given != checks[1].0 { checks.append((given, "the folder of \(what)", mode_t(S_IWOTH))) }
-        for (target, name, mask) in checks {
-            try checkNotWritableByOthers(target, key: key, what: name, file: file, mask: mask, owners: owners)
-        }
+                                searchPath: String? = nil, file: String) throws(UnitProblem) -> CheckedProgram {
+        try ProgramCheck.check(path, key: key, file: file, trust: system ? ProgramTrust.forUnit(userName: userName) : nil,
+                               searchPath: searchPath ?? ProcessInfo.processInfo.environment["PATH"])
     }
 
     /// Refuses `target` when `mask` bits are set in its mode or its owner is not one of `owners`

@@ -57,6 +57,7 @@ public enum UnitParser {
         var unit = ExtensionUnit(label: label, bundleIdentifier: bundle, path: path,
                                  executable: executable, arguments: arguments)
         unit.disabled = disabled
+        unit.programKey = top.values["Program"] == nil ? "ProgramArguments" : "Program"
         unit.workingDirectory = try top.string("WorkingDirectory", example: "/var/lib/example").map {
             UnitPaths.resolve($0, against: folder)
         }
@@ -97,8 +98,8 @@ public enum UnitParser {
         }
         // A disabled unit never runs, so its program may be missing (a package removed, say).
         if !disabled {
-            try UnitFiles.checkExecutable(executable, named: top.values["Program"] == nil ? "ProgramArguments" : "Program",
-                                          system: system, userName: unit.userName, file: path)
+            try UnitFiles.checkExecutable(executable, named: unit.programKey, system: system, userName: unit.userName,
+                                          searchPath: unit.environment["PATH"], file: path)
         }
         return unit
     }

@@ -22,6 +22,8 @@ let usage = """
     extensions: --units-dir DIR (repeatable; replaces the default unit directories, first match wins)
             --backoff SECONDS (10): first retry/relaunch delay after a failure, doubling to 5 min
             --max-request-attempts N (8): then a reindex request is reported as failed
+            --extension-cgroups auto|off (auto): each launch in a cgroup of its own, where the daemon
+                may make one (cgroup v2, Delegate=yes); what an extension leaves running dies with it
     recovery: --quarantine-limit N (5): damaged index files kept in <state>/quarantine/, newest first
     load:   --proc-root DIR (/proc): where pressure/{cpu,io,memory} and loadavg are read
             --throttle-cpu/--throttle-io/--throttle-memory PERCENT (25/20/10): throttle background work
@@ -98,6 +100,10 @@ func parseArguments(_ args: [String]) -> Configuration {
             config.backoffBase = seconds
         case "--max-request-attempts": config.maxRequestAttempts = positive(flag)
         case "--quarantine-limit": config.quarantineLimit = positive(flag)
+        case "--extension-cgroups":
+            let v = value(flag)
+            guard let mode = ExtensionCgroupMode(rawValue: v) else { fail("--extension-cgroups must be auto or off, got \"\(v)\"") }
+            config.extensionCgroups = mode
         case "--proc-root": config.procRoot = value(flag)
         case "--throttle-cpu": config.throttleMarks.throttleCPU = percent(flag)
         case "--throttle-io": config.throttleMarks.throttleIO = percent(flag)

@@ -24,6 +24,11 @@ struct TestUnit: Sendable {
     var environment: [String: String] = [:]
     /// `IndexExtension.IndexVersion`; nil keeps the default (1).
     var indexVersion: Int?
+    /// `Program`; nil is the test extension.
+    var program: String?
+    /// `StandardOutPath` / `StandardErrorPath`.
+    var standardOutPath: String?
+    var standardErrorPath: String?
 
     init(_ label: String, bundle: String, mode: String = "ok") {
         self.label = label
@@ -32,8 +37,6 @@ struct TestUnit: Sendable {
     }
 
     static var program: String { Products.path("searchlight-test-extension") }
-    /// The unit's `Program`: the fake extension, unless a test runs a copy of it.
-    var program = TestUnit.program
 
     /// The unit file: launchd-style XML plist, launching the fake with no throttle between launches.
     func plist(control: String) -> String {
@@ -43,6 +46,8 @@ struct TestUnit: Sendable {
             .map { "        <key>\(xml($0.key))</key><string>\(xml($0.value))</string>" }.joined(separator: "\n")
         var indexExtension = ""
         if let userName { indexExtension += "    <key>UserName</key><string>\(xml(userName))</string>\n" }
+        if let standardOutPath { indexExtension += "    <key>StandardOutPath</key><string>\(xml(standardOutPath))</string>\n" }
+        if let standardErrorPath { indexExtension += "    <key>StandardErrorPath</key><string>\(xml(standardErrorPath))</string>\n" }
         if let processLimit {
             for key in ["SoftResourceLimits", "HardResourceLimits"] {
                 indexExtension += "    <key>\(key)</key><dict><key>NumberOfProcesses</key><integer>\(processLimit)</integer></dict>\n"
@@ -59,7 +64,7 @@ struct TestUnit: Sendable {
             <dict>
                 <key>Label</key><string>\(xml(label))</string>
                 <key>BundleIdentifier</key><string>\(xml(bundle))</string>
-                <key>Program</key><string>\(xml(program))</string>
+                <key>Program</key><string>\(xml(program ?? Self.program))</string>
                 <key>ProcessType</key><string>Standard</string>
                 <key>ThrottleInterval</key><integer>0</integer>
                 <key>ExitTimeOut</key><real>\(exitTimeOut)</real>

@@ -6,6 +6,7 @@ import SearchlightWire
 import Synchronization
 import Testing
 @testable import SearchlightSupervisor
+import CSpawn
 
 /// Every wait has this deadline: far beyond what a healthy run needs, so only a real hang fails.
 private let deadline: Double = 30
@@ -179,12 +180,14 @@ struct ProcessSpawnerTests {
         #expect(fields[16] == "7")
     }
 
-    @Test("the child leads its own process group")
+    @Test("the child leads its own process group, in a new session without a controlling terminal")
     func ownProcessGroup() async throws {
         let started = try Started(SpawnConfiguration(executable: "/usr/bin/cat", arguments: ["cat", "/proc/self/stat"]))
         #expect(try await started.finish() == .exited(0))
         let fields = statFields(try #require(started.stdout.all.first))
         #expect(fields[2] == "\(started.child.pid)")
+        #expect(fields[3] == "\(started.child.pid)")
+        #expect(fields[4] == "0")
     }
 
     @Test("lowPriorityIO selects the idle or the best-effort I/O class",
@@ -345,4 +348,88 @@ struct ProcessSpawnerTests {
         #expect(error?.errno == EPERM)
         #expect(error?.description.contains("check UserName and GroupName") == true)
     }
+
+    // MARK: - Launch hardening (issue 13)
+
+    @Test("a program run through its descriptor is the file that was opened, even if another is renamed over its path")
+    func executesTheOpenedFile() async throws {
+        let dir = try temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        try FileManager.default.copyItem(atPath: "/usr/bin/true", toPath: dir + "/program")
+        try FileManager.default.copyItem(atPath: "/usr/bin/false", toPath: dir + "/swapped")
+        let fd = sl_open_path(dir + "/program")
+        #expect(fd >= 0)
+        defer { close(fd) }
+        #expect(rename(dir + "/swapped", dir + "/program") == 0)
+        var config = SpawnConfiguration(executable: dir + "/program")
+        config.executableDescriptor = fd
+        #expect(try await Started(config).finish() == .exited(0))
+        config.executableDescriptor = nil
+        #expect(try await Started(config).finish() == .exited(1))
+    }
+
+    @Test("output paths are opened by the child: appended to, never through a symbolic link, never waiting for a FIFO's reader")
+    func outputPaths() async throws {
+        let dir = try temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var config = sh("echo out; echo err >&2")
+        config.standardOutputPath = dir + "/out.log"
+        config.standardErrorPath = dir + "/out.log"
+        try "before\n".write(toFile: dir + "/out.log", atomically: false, encoding: .utf8)
+        #expect(try await Started(config).finish() == .exited(0))
+        #expect(try String(contentsOfFile: dir + "/out.log", encoding: .utf8) == "before\nout\nerr\n")
+
+        try FileManager.default.createSymbolicLink(atPath: dir + "/link", withDestinationPath: dir + "/out.log")
+        config.standardOutputPath = dir + "/link"
+        let loop = #expect(throws: SpawnError.self) { try Started(config) }
+        #expect(loop?.step == .standardOutPath && loop?.errno == ELOOP && loop?.path == dir + "/link")
+        #expect(loop?.description.contains("(open StandardOutPath \(dir)/link); StandardOutPath is a symbolic link, which is never followed") == true)
+
+        #expect(mkfifo(dir + "/fifo", 0o600) == 0)
+        config.standardOutputPath = nil
+        config.standardErrorPath = dir + "/fifo"
+        let fifo = #expect(throws: SpawnError.self) { try Started(config) }
+        #expect(fifo?.step == .standardErrorPath && fifo?.errno == ENXIO)
+        #expect(fifo?.description.contains("is a FIFO with no reader") == true)
+    }
+
+    @Test("as root, an output file is opened with the child's user's rights, after the identity change", .enabled(if: getuid() == 0))
+    func outputOpenedAsUser() async throws {
+        let dir = try temporaryFolder()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        chmod(dir, 0o755)
+        var config = sh("echo out")
+        config.user = (uid: 65534, gid: 65534, groups: [])
+        config.workingDirectory = "/"
+        config.standardOutputPath = dir + "/created-by-root-before"
+        let denied = #expect(throws: SpawnError.self) { try Started(config) }
+        #expect(denied?.step == .standardOutPath && denied?.errno == EACCES)
+        #expect(!FileManager.default.fileExists(atPath: dir + "/created-by-root-before"))
+        chown(dir, 65534, 65534)
+        #expect(try await Started(config).finish() == .exited(0))
+        var st = stat()
+        #expect(stat(dir + "/created-by-root-before", &st) == 0 && st.st_uid == 65534)
+    }
+
+    @Test("finish ends a line reader whose write end another process keeps open, after handing over what was written")
+    func finishWithoutEndOfFile() async throws {
+        let lines = Lines()
+        let reader = try ProcessSpawner.lineReader(name: "test-finish") { lines.append($0) }
+        // A copy of the write end that is never closed: the grandchild that outlives its extension.
+        let kept = dup(reader.writeFD)
+        defer { close(kept) }
+        reader.closeWriteEnd()
+        _ = "written before the exit\nunterminated".withCString { write(kept, $0, strlen($0)) }
+        reader.finish()
+        try await within { await reader.waitUntilFinished() }
+        #expect(lines.all == ["written before the exit", "unterminated"])
+        reader.finish()  // idempotent, and never writes to a closed descriptor
+    }
+}
+
+/// A fresh folder under /tmp.
+func temporaryFolder() throws -> String {
+    var template = Array("/tmp/sl-spawn-XXXXXX".utf8CString)
+    guard let made = template.withUnsafeMutableBufferPointer({ mkdtemp($0.baseAddress!) }) else { throw SystemError("mkdtemp") }
+    return String(cString: made)
 }

@@ -13,10 +13,14 @@ import SearchlightKit
 ///   items, a multiple of 2 000), `exit-at-launch`, `slow` (progress every 100 ms for `TEST_EXTENSION_SLOW_MS`),
 ///   `poison:ID` (crash whenever a reindex-identifiers request contains ID), `forkbomb` (forks
 ///   without end, every child forking too, until the unit's `NumberOfProcesses` limit stops it;
-///   then hangs), `midframe` (writes half a JSON-RPC frame on its connection and exits), or
+///   then hangs), `midframe` (writes half a JSON-RPC frame on its connection and exits),
 ///   `foreign:BUNDLE` (tries to donate into BUNDLE through an app connection on the daemon socket
 ///   next to the control directory, records the outcomes as `foreign-write`, `foreign-delete`
-///   and `foreign-client-state`, then goes on as ok);
+///   and `foreign-client-state`, then goes on as ok), `tty` (records as `tty` whether it can open
+///   /dev/tty, with its pid, session and process group, then goes on as ok), or `escape` (starts
+///   a grandchild that calls setsid() and sleeps for ever holding stdout, stderr and fd 3,
+///   records its pid as `escape`, then goes on as ok);
+/// - `TEST_EXTENSION_PRINT`, when set, is written as a line to stdout and to stderr at launch;
 /// - `received.jsonl` gets one line per request received, so tests can see what was asked.
 /// `TEST_EXTENSION_ITEMS` (default 100) is how many items a reindex-all donates.
 @main
@@ -26,6 +30,9 @@ struct TestExtension: IndexExtension {
 
     init() {
         if Self.mode == "exit-at-launch" { exit(3) }
+        if let text = ProcessInfo.processInfo.environment["TEST_EXTENSION_PRINT"] {
+            for fd: Int32 in [1, 2] { _ = (text + "\n").withCString { write(fd, $0, strlen($0)) } }
+        }
     }
 
     static var mode: String {
@@ -100,6 +107,21 @@ struct TestExtension: IndexExtension {
             await attempt("foreign-write") { try await other.indexSearchableItems([Self.item("stolen")]) }
             await attempt("foreign-delete") { try await other.deleteAllSearchableItems() }
             await attempt("foreign-client-state") { _ = try await other.fetchLastClientState() }
+        case "tty":
+            let fd = open("/dev/tty", O_RDWR | O_NOCTTY)
+            let error = fd < 0 ? errno : 0
+            if fd >= 0 { close(fd) }
+            Self.record("tty", ["opened": .bool(fd >= 0), "errno": .number(Double(error)), "sid": .number(Double(getsid(0))),
+                                "pgid": .number(Double(getpgrp()))])
+        case "escape":
+            // Only setsid() and pause() in the grandchild (async-signal-safe after fork in a
+            // threaded process); it keeps every descriptor: stdout, stderr, fd 3.
+            let pid = fork()
+            if pid == 0 {
+                setsid()
+                while true { pause() }
+            }
+            Self.record("escape", ["grandchild": .number(Double(pid))])
         case "nack":
             throw SearchlightError(.extensionFailed, "told to fail by the test")
         case "batch-nack":
