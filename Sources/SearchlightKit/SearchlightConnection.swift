@@ -63,6 +63,12 @@ public actor SearchlightConnection {
         return try await connection.call(method, params)
     }
 
+    /// Sends a request whose params are already encoded, at once, and returns its call to await
+    /// later: calls submitted in turn are on the wire in that order (see `RPCConnection.submit`).
+    func submit(_ method: String, encodedParams: [UInt8]) async throws -> SubmittedCall {
+        try await connected().submit(method, encodedParams: encodedParams)
+    }
+
     /// Sends a notification (no answer).
     public func notify(_ method: String, _ params: JSONValue = [:]) async throws {
         try await connected().notify(method, params)

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// One JSON-RPC peer over a stream socket, used by both ends (daemon, SDK, CLI, extensions).
 ///
@@ -39,6 +40,8 @@ public final class RPCConnection: @unchecked Sendable {
     private let writeLock = NSLock()
     private var nextID = 1
     private var pending: [RPCID: CheckedContinuation<JSONValue, any Error>] = [:]
+    /// Calls sent with `submit`, whose answers are awaited later (pipelining).
+    private var submitted: [RPCID: SubmittedCall] = [:]
     private var closed: CloseReason?
     private var closeRequested = false
 
@@ -120,7 +123,8 @@ public final class RPCConnection: @unchecked Sendable {
             return
         }
         if case .response(let id, let result) = message {
-            let continuation = lock.withLock { pending.removeValue(forKey: id) }
+            let (continuation, call) = lock.withLock { (pending.removeValue(forKey: id), submitted.removeValue(forKey: id)) }
+            call?.complete(result.mapError { $0 as any Error })
             switch result {
             case .success(let value): continuation?.resume(returning: value)
             case .failure(let error): continuation?.resume(throwing: error)
@@ -131,15 +135,17 @@ public final class RPCConnection: @unchecked Sendable {
     }
 
     private func finish(_ reason: CloseReason) {
-        let waiting: [CheckedContinuation<JSONValue, any Error>] = lock.withLock {
+        let (waiting, calls): ([CheckedContinuation<JSONValue, any Error>], [SubmittedCall]) = lock.withLock {
             if closed == nil { closed = reason }
-            let all = Array(pending.values)
-            pending.removeAll()
-            return all
+            defer {
+                pending.removeAll()
+                submitted.removeAll()
+            }
+            return (Array(pending.values), Array(submitted.values))
         }
-        for c in waiting {
-            c.resume(throwing: SearchlightError(.remoteConnection, "connection lost before the answer arrived (\(reason)); retry"))
-        }
+        let lost = SearchlightError(.remoteConnection, "connection lost before the answer arrived (\(reason)); retry")
+        for c in waiting { c.resume(throwing: lost) }
+        for call in calls { call.complete(.failure(lost)) }
         socket.close()
     }
 
@@ -207,9 +213,76 @@ public final class RPCConnection: @unchecked Sendable {
         }
     }
 
+    /// Sends a request whose params are already encoded (a JSON object's bytes), at once, and
+    /// returns its call, whose answer is awaited later. Calls submitted one after another from
+    /// one task are on the wire in that order, so several can be in flight (pipelined) while
+    /// the peer handles them in order; encoding the params once, straight into the frame, also
+    /// saves building a `JSONValue` tree for large calls (a chunk of items).
+    public func submit(_ method: String, encodedParams: [UInt8]) throws -> SubmittedCall {
+        let (id, call): (RPCID, SubmittedCall) = try lock.withLock {
+            if let closed { throw SearchlightError(.remoteConnection, "the connection is closed (\(closed)); reconnect") }
+            defer { nextID += 1 }
+            let id = RPCID.number(nextID)
+            let call = SubmittedCall(method: method)
+            submitted[id] = call
+            return (id, call)
+        }
+        var frame: [UInt8] = []
+        frame.reserveCapacity(encodedParams.count + method.utf8.count + 48)
+        frame += Array(#"{"jsonrpc":"2.0","id":"#.utf8)
+        frame += Array(id.description.utf8)
+        frame += Array(#","method":"#.utf8)
+        JSONValue.string(method).write(to: &frame)
+        frame += Array(#","params":"#.utf8)
+        frame += encodedParams
+        frame += [UInt8(ascii: "}"), 0x0A]
+        do {
+            try writeLock.withLock {
+                if lock.withLock({ closed != nil }) { throw SearchlightError(.remoteConnection, "the connection is closed; reconnect") }
+                try socket.writeAll(frame)
+            }
+        } catch {
+            _ = lock.withLock { submitted.removeValue(forKey: id) }
+            // Part of the frame may be on the wire: the stream is no longer in a known state.
+            close()
+            throw SearchlightError(.remoteConnection, "could not send \(method): \(error)")
+        }
+        return call
+    }
+
     /// Closes the connection: the reader thread wakes, outstanding calls fail, `onClose` runs.
     public func close() {
         lock.withLock { closeRequested = true }
         socket.shutdown()
+    }
+}
+
+/// A request sent with `RPCConnection.submit`: its answer, once it comes (or the connection's
+/// loss). `value()` may be awaited once or several times, from any task.
+public final class SubmittedCall: Sendable {
+    public let method: String
+    private let state = Mutex<(result: Result<JSONValue, any Error>?, waiters: [CheckedContinuation<JSONValue, any Error>])>((nil, []))
+
+    init(method: String) { self.method = method }
+
+    func complete(_ result: Result<JSONValue, any Error>) {
+        let waiters: [CheckedContinuation<JSONValue, any Error>] = state.withLock { state in
+            guard state.result == nil else { return [] }
+            state.result = result
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume(with: result) }
+    }
+
+    /// The answer; a JSON-RPC error answer throws `SearchlightError`.
+    public func value() async throws -> JSONValue {
+        try await withCheckedThrowingContinuation { continuation in
+            let done: Result<JSONValue, any Error>? = state.withLock { state in
+                if state.result == nil { state.waiters.append(continuation) }
+                return state.result
+            }
+            if let done { continuation.resume(with: done) }
+        }
     }
 }

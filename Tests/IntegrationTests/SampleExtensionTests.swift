@@ -73,4 +73,22 @@ struct SampleExtensionTests {
         let data = answer?["result"]?["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }
         #expect(data.map { String(decoding: $0, as: UTF8.self) }?.contains("JSON parser") == true, "\(String(describing: answer))")
     }
+
+    @Test("every sample answers --dump (from the SDK, not its own code) with what its reindex-all donates, as import lines",
+        arguments: [("journal", "Journal", "Extensions/Journal/Sample/journal.json"), ("notes", "Notes", "Extensions/Notes/Sample/notes"),
+                    ("packages", "Packages", "/var/lib/dpkg/status")])
+    func dump(name: String, folder: String, data: String) throws {
+        let program = "\(Self.root)/Extensions/\(folder)/.build/debug/\(name)-extension"
+        let path = data.hasPrefix("/") ? data : Self.root + "/" + data
+        let r = try runCLI(["--dump", path], socket: nil, executable: program)
+        #expect(r.status == 0, "\(r.stderr)")
+        let lines = r.stdout.split(separator: "\n")
+        let items = lines.compactMap { try? JSONValue.parse(String($0)) }
+        #expect(items.count == lines.count && !items.isEmpty, "every line is one item: \(r.stdout.prefix(500))")
+        #expect(items.allSatisfy { $0["uniqueIdentifier"]?.stringValue != nil && $0["attributeSet"]?.objectValue != nil })
+        #expect(r.stderr.contains("--dump: \(items.count) items"), "\(r.stderr)")
+        // What --dump prints is what a reindex-all donates: the same count the daemon indexes.
+        let daemon = try daemonWithSamples()
+        #expect(try count("org.searchlight.sample.\(name)", daemon) == items.count)
+    }
 }
