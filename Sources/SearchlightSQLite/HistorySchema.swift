@@ -11,7 +11,8 @@ enum HistorySchema {
     static let createHistory = """
         CREATE TABLE IF NOT EXISTS searchlight_history(token INTEGER PRIMARY KEY, entity TEXT NOT NULL, key, change TEXT NOT NULL)
         """
-    static let createMeta = "CREATE TABLE IF NOT EXISTS searchlight_meta(key TEXT PRIMARY KEY, value)"
+    // WITHOUT ROWID: no `sqlite_autoindex_…` object, so everything the delegate adds is named `searchlight_*`.
+    static let createMeta = "CREATE TABLE IF NOT EXISTS searchlight_meta(key TEXT PRIMARY KEY, value) WITHOUT ROWID"
 
     /// The triggers a model needs, by name: `searchlight_<table>_<insert|update|delete>`. A
     /// trigger only appends `(entity, key, change)` rows; the token is the history's rowid, so a

@@ -57,8 +57,14 @@ final class IndexingProgress: Sendable {
         for subscriber in subscribers { subscriber.finish(throwing: error) }
     }
 
-    /// Indexing (re)started: forget an earlier failure.
-    func restart() { state.withLock { $0.failure = nil } }
+    /// Indexing (re)started: forget an earlier failure, and what the index was known to cover
+    /// (it may have been deleted or rebuilt since).
+    func restart() {
+        state.withLock {
+            $0.failure = nil
+            $0.indexedThrough = nil
+        }
+    }
 
     /// A new `indexDidUpdate` stream, from now on.
     func subscribe() -> AsyncThrowingStream<IndexUpdate, any Error> {
