@@ -8,9 +8,11 @@ import Foundation
 /// costs nothing (the thread sleeps in `poll` with no timeout).
 ///
 /// A WAL commit becomes visible when the writer updates the WAL index in shared memory, which
-/// inotify does not see, after its last `write` to the `-wal` (and, with `synchronous=FULL`, an
-/// fsync). So an event is followed by a few checks at growing delays (`settle`), long enough
-/// for a slow fsync. Without inotify (limit reached, or a network file system, where other hosts'
+/// inotify does not see, after its last `write` to the `-wal` and, with `synchronous=FULL`, an
+/// fsync: a look at the moment of the event usually finds nothing yet. So an event is followed
+/// by checks at growing delays (`settle`): every millisecond or two at first (an fsync takes a
+/// few), then sparser, up to 5 s for a slow disk. Each check is one `PRAGMA data_version`; the
+/// checks stop when the writes do. Without inotify (limit reached, or a network file system, where other hosts'
 /// writes raise no event), the delegate checks every `fallbackInterval` instead, and the check
 /// itself is one `PRAGMA data_version`.
 final class ChangeMonitor: @unchecked Sendable {
@@ -24,7 +26,7 @@ final class ChangeMonitor: @unchecked Sendable {
     private let names: Set<String>
     private let fallbackMilliseconds: Int32?
     /// Delays after an event at which to look again, in milliseconds from the event.
-    static let settle: [Int32] = [5, 25, 100, 400, 1_500, 5_000]
+    static let settle: [Int32] = [1, 2, 4, 6, 8, 11, 15, 20, 30, 45, 70, 100, 150, 250, 400, 700, 1_000, 1_500, 2_500, 5_000]
     private let lock = NSLock()
     private var started = false
     private var stopped = false

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Foundation
 
 /// The one thread that touches the delegate's connection to the app's database. SQLite calls
@@ -45,6 +48,9 @@ final class DatabaseWorker: Sendable {
         private var finished = false
         /// Only touched on the worker's thread.
         private var database: SQLiteDatabase?
+        /// The file the connection has open (device, inode): when the path names another file
+        /// (the app restored a backup by renaming it into place), the connection is reopened.
+        private var file: (UInt64, UInt64)?
 
         init(path: String) { self.path = path }
 
@@ -76,20 +82,28 @@ final class DatabaseWorker: Sendable {
         }
 
         func connection() throws -> SQLiteDatabase {
-            if let database { return database }
-            guard FileManager.default.fileExists(atPath: path) else {
+            var info = stat()
+            let current = stat(path, &info) == 0 ? (UInt64(info.st_dev), UInt64(info.st_ino)) : nil
+            if let database {
+                if let current, let file, current == file { return database }
+                if current != nil { close() }  // replaced: open the new file (a missing one keeps the old)
+                else { return database }
+            }
+            guard let current else {
                 throw SQLiteError(code: 14, extendedCode: 14,
                     message: "no database at \(path); the delegate indexes an existing SQLite database: create it (and its tables) first",
                     sql: nil)
             }
             let opened = try SQLiteDatabase(path: path)
             database = opened
+            file = current
             return opened
         }
 
         func close() {
             database?.close()
             database = nil
+            file = nil
         }
     }
 }

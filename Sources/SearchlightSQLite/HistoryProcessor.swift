@@ -32,6 +32,9 @@ actor HistoryProcessor {
     private var clientState: Data??
     private var lastLook: Look?
     private var lastWarning: String?
+    /// Failed attempts in a row: a warning is logged from the third (0.7 s of retries), so a
+    /// daemon restart or a one-off busy database says nothing.
+    private var failures = 0
 
     init(delegate: SQLiteSpotlightDelegate, index: SearchableIndex, monitor: ChangeMonitor, progress: IndexingProgress,
          storeIdentifier: String) {
@@ -54,7 +57,9 @@ actor HistoryProcessor {
             do {
                 more = try await step()
                 delay.reset()
+                if lastWarning != nil { DelegateLog.warning("history indexed again", ["store": storeIdentifier]) }
                 lastWarning = nil
+                failures = 0
             } catch let error as SearchlightError where error.code == .mismatchedClientState {
                 DelegateLog.debug("history range taken by another writer; reading the index state again", ["store": storeIdentifier])
                 clientState = nil
@@ -66,7 +71,8 @@ actor HistoryProcessor {
                 if Task.isCancelled || error is CancellationError { return }
                 let problem = Self.describe(error)
                 progress.noteProblem(problem)
-                if problem != lastWarning {
+                failures += 1
+                if failures >= 3, problem != lastWarning {
                     DelegateLog.warning("history not indexed yet; retrying", ["store": storeIdentifier, "error": problem])
                     lastWarning = problem
                 }
@@ -101,14 +107,18 @@ actor HistoryProcessor {
             return false
         }
         let delegate = self.delegate
+        let clock = ContinuousClock()
+        let started = clock.now
         guard let changes = try await delegate.worker.perform({ db in
             try delegate.reader.range(after: token, limit: Self.rangeLimit, db)
         }) else { return false }
+        let read = clock.now
         try await BatchSender.send(changes, to: index, expecting: current)
         clientState = .some(BatchSender.state(changes.through))
         progress.covered(through: changes.through, storeIdentifier: storeIdentifier, publish: true)
         DelegateLog.debug("history range indexed", ["store": storeIdentifier, "from": token, "through": changes.through,
-            "rows": changes.historyRows, "items": changes.items.count, "deletes": changes.deletes.count])
+            "rows": changes.historyRows, "items": changes.items.count, "deletes": changes.deletes.count,
+            "readMs": Self.milliseconds(started, read), "sendMs": Self.milliseconds(read, clock.now)])
         try await prune(through: changes.through, look: look)
         return true
     }
@@ -154,6 +164,11 @@ actor HistoryProcessor {
         if pruned { lastLook?.minToken = token }
     }
 
+    static func milliseconds(_ from: ContinuousClock.Instant, _ to: ContinuousClock.Instant) -> String {
+        let c = (to - from).components
+        return String(format: "%.1f", Double(c.seconds) * 1000 + Double(c.attoseconds) / 1e15)
+    }
+
     static func describe(_ error: any Error) -> String {
         String(describing: error)
     }
@@ -161,6 +176,8 @@ actor HistoryProcessor {
 
 /// What one look at the database found.
 struct Look: Sendable {
+    /// The connection it was read on (`SQLiteDatabase.serial`).
+    var connection: Int
     var dataVersion: Int64
     var schemaVersion: Int64
     /// The last history token (0 when the history is empty).
@@ -169,11 +186,12 @@ struct Look: Sendable {
     var rebuildGeneration: String?
 
     /// Reads the bounds; when no other connection committed since `previous`
-    /// (`PRAGMA data_version` unchanged), `previous` is still true and only that pragma runs.
+    /// (`PRAGMA data_version` unchanged on the same connection), `previous` is still true and
+    /// only that pragma runs.
     /// nil when the history table is missing.
     static func read(_ db: SQLiteDatabase, previous: Look?) throws -> Look? {
         let dataVersion = try db.scalar("PRAGMA data_version")?.int64Value ?? 0
-        if let previous, previous.dataVersion == dataVersion { return previous }
+        if let previous, previous.connection == db.serial, previous.dataVersion == dataVersion { return previous }
         guard try HistorySchema.tableExists("searchlight_history", db) else { return nil }
         return try db.read {
             let schemaVersion = try db.scalar("PRAGMA schema_version")?.int64Value ?? 0
@@ -182,7 +200,7 @@ struct Look: Sendable {
                 maxToken = v[0].int64Value ?? 0
                 minToken = v[1].int64Value
             }
-            return Look(dataVersion: dataVersion, schemaVersion: schemaVersion, maxToken: maxToken, minToken: minToken,
+            return Look(connection: db.serial, dataVersion: dataVersion, schemaVersion: schemaVersion, maxToken: maxToken, minToken: minToken,
                 rebuildGeneration: try HistorySchema.meta("rebuildNeeded", db)?.stringValue)
         }
     }

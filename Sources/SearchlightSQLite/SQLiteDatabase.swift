@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import Synchronization
 
 /// A SQLite error from the app's database, with the statement that failed.
 public struct SQLiteError: Error, Sendable, CustomStringConvertible {
@@ -22,6 +23,10 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
 /// wrapper lives in `SearchlightStore`, which the SDK side must not link.
 final class SQLiteDatabase {
     let path: String
+    /// Distinguishes connections over time (a reopened file is another connection: what was
+    /// read on the old one, like `PRAGMA data_version`, says nothing about the new one).
+    let serial: Int
+    private static let serials = Atomic<Int>(0)
     private let handle: OpaquePointer
     private var cache: [String: OpaquePointer] = [:]
     private var isClosed = false
@@ -33,6 +38,7 @@ final class SQLiteDatabase {
     /// Opens an existing database read-write (never creates one: the app owns its file).
     init(path: String, busyTimeoutMilliseconds: Int32 = 5_000) throws(SQLiteError) {
         self.path = path
+        serial = Self.serials.add(1, ordering: .relaxed).newValue
         var db: OpaquePointer?
         let rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE, nil)
         guard rc == SQLITE_OK, let db else {

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Foundation
 @testable import SearchlightSQLite
 import Testing
@@ -35,11 +38,12 @@ struct DelegateTests {
         await delegate.stopSpotlightIndexing()
     }
 
-    @Test("a commit by another connection is noticed through inotify, without a timer")
-    func otherConnectionNoticed() async throws {
+    @Test("a commit by another connection is noticed through inotify, without a timer, in WAL and rollback-journal mode",
+          arguments: ["WAL", "DELETE"])
+    func otherConnectionNoticed(journalMode: String) async throws {
         let daemon = try FakeIndexDaemon()
         defer { daemon.stop() }
-        let store = try TagsFixture()
+        let store = try TagsFixture(schema: TagsFixture.schema.replacingOccurrences(of: "= WAL", with: "= \(journalMode)"))
         let delegate = try await store.delegate(daemon)  // fallback interval: one hour
         var updates = delegate.indexDidUpdate.makeAsyncIterator()
         try await delegate.waitUntilIndexed(timeout: Self.wait)
@@ -220,6 +224,31 @@ struct DelegateTests {
         try store.addPhoto("B")
         try await delegate.waitUntilIndexed(timeout: Self.wait)
         #expect(Set(daemon.index().items.keys) == ["photo-1", "photo-2"])
+        #expect(daemon.transitions.last?.deletedAll == true)
+        await delegate.stopSpotlightIndexing()
+    }
+
+    /// In rollback-journal mode: a WAL database must not be replaced while connections have it
+    /// open (SQLite would pair the new file with the old `-wal`), so apps do not do that there.
+    @Test("a database file replaced by another (a restored backup) is read anew and the index rebuilt from it")
+    func replacedFile() async throws {
+        let daemon = try FakeIndexDaemon()
+        defer { daemon.stop() }
+        let rollbackSchema = TagsFixture.schema.replacingOccurrences(of: "PRAGMA journal_mode = WAL;", with: "")
+        let store = try TagsFixture(schema: rollbackSchema)
+        let delegate = try await store.delegate(daemon)
+        try store.addPhoto("before")
+        try await delegate.waitUntilIndexed(timeout: Self.wait)
+        // The backup: the same schema, other rows, no history (written without the delegate).
+        let backup = store.directory + "/backup.sqlite"
+        let db = try SQLiteDatabase(path: { _ = FileManager.default.createFile(atPath: backup, contents: nil); return backup }())
+        try db.execute(rollbackSchema)
+        try db.run("INSERT INTO photos(id, userSpecifiedName) VALUES (7, 'restored')")
+        db.close()
+        #expect(rename(backup, store.path) == 0)
+        let deadline = Date().addingTimeInterval(20)
+        while daemon.index().items.keys.sorted() != ["photo-7"], Date() < deadline { try await Task.sleep(for: .milliseconds(20)) }
+        #expect(daemon.index().items.keys.sorted() == ["photo-7"])
         #expect(daemon.transitions.last?.deletedAll == true)
         await delegate.stopSpotlightIndexing()
     }
