@@ -27,7 +27,7 @@ enum BatchSender {
     static func send(_ changes: ChangeSet, to index: SearchableIndex, expecting expected: Data?) async throws {
         var items = changes.items
         var deletes = changes.deletes
-        refuseInvalid(&items, &deletes)
+        refuseOversized(&items, &deletes)
         do {
             try await index.beginBatch()
             if changes.isRebuild { try await index.deleteAllSearchableItems() }
@@ -39,7 +39,7 @@ enum BatchSender {
                     bytes += estimatedSize(items[end])
                     end += 1
                 }
-                try await index.indexSearchableItems(Array(items[start..<end]))
+                try await indexChunk(Array(items[start..<end]), into: index, deletes: &deletes)
                 done += end - start
                 start = end
                 if changes.isRebuild { await index.reportProgress(completed: done, total: items.count) }
@@ -54,19 +54,35 @@ enum BatchSender {
         }
     }
 
-    /// Items the daemon would refuse (too large, a malformed value) would fail every batch of
-    /// their range for ever: they are not indexed (a previous version is deleted), with a warning.
-    static func refuseInvalid(_ items: inout [SearchableItem], _ deletes: inout [String]) {
-        let validator = ItemValidator()
-        items.removeAll { item in
-            do throws(SearchlightError) {
-                _ = try validator.validate(item: item.json)
-                return false
-            } catch {
-                DelegateLog.warning("row not indexed: the daemon would refuse its item", ["identifier": item.uniqueIdentifier, "error": error.message])
-                deletes.append(item.uniqueIdentifier)
-                return true
+    /// Donates a chunk. An item the daemon refuses (`invalidItem` names it: a value it cannot
+    /// take, from an `attributeSet(for:)` override) would fail every batch of its range for ever:
+    /// it is left out with a warning, a previous version of it deleted, and the rest of the chunk
+    /// sent again. A refused call applied nothing and leaves the batch open, so this works inside
+    /// the batch, on an app's connection and on an extension's alike.
+    static func indexChunk(_ chunk: [SearchableItem], into index: SearchableIndex, deletes: inout [String]) async throws {
+        var chunk = chunk
+        while !chunk.isEmpty {
+            do {
+                try await index.indexSearchableItems(chunk)
+                return
+            } catch let error as SearchlightError where error.code == .invalidItem {
+                guard let i = error.data?["index"]?.intValue, chunk.indices.contains(i) else { throw error }
+                DelegateLog.warning("row not indexed: the daemon refused its item", ["identifier": chunk[i].uniqueIdentifier, "error": error.message])
+                deletes.append(chunk.remove(at: i).uniqueIdentifier)
             }
+        }
+    }
+
+    /// Items past the daemon's item limit are left out before sending (one could also be past
+    /// the frame limit, which closes the connection instead of naming the item).
+    static func refuseOversized(_ items: inout [SearchableItem], _ deletes: inout [String]) {
+        let limit = Limits().maxItemBytes
+        items.removeAll { item in
+            let size = estimatedSize(item)
+            guard size > limit else { return false }
+            DelegateLog.warning("row not indexed: its item is larger than the daemon takes", ["identifier": item.uniqueIdentifier, "bytes": size, "limit": limit])
+            deletes.append(item.uniqueIdentifier)
+            return true
         }
     }
 

@@ -35,6 +35,9 @@ actor HistoryProcessor {
     /// Failed attempts in a row: a warning is logged from the third (0.7 s of retries), so a
     /// daemon restart or a one-off busy database says nothing.
     private var failures = 0
+    /// The next range, read while the previous one is being sent (a backlog is read and sent at
+    /// once): the token it starts after, and the read.
+    private var prefetch: (after: Int64, read: Task<ChangeSet?, any Error>)?
 
     init(delegate: SQLiteSpotlightDelegate, index: SearchableIndex, monitor: ChangeMonitor, progress: IndexingProgress,
          storeIdentifier: String) {
@@ -63,6 +66,7 @@ actor HistoryProcessor {
             } catch let error as SearchlightError where error.code == .mismatchedClientState {
                 DelegateLog.debug("history range taken by another writer; reading the index state again", ["store": storeIdentifier])
                 clientState = nil
+                prefetch = nil
                 progress.forget()
                 more = true
             } catch let error as SpotlightModelError {
@@ -79,6 +83,7 @@ actor HistoryProcessor {
                 // Whether the batch committed before the failure is unknown: ask the index.
                 clientState = nil
                 lastLook = nil
+                prefetch = nil
                 do { try await Task.sleep(for: delay.next(after: error)) } catch { return }
                 more = true
             }
@@ -106,13 +111,11 @@ actor HistoryProcessor {
             try await prune(through: token, look: look)
             return false
         }
-        let delegate = self.delegate
         let clock = ContinuousClock()
         let started = clock.now
-        guard let changes = try await delegate.worker.perform({ db in
-            try delegate.reader.range(after: token, limit: Self.rangeLimit, db)
-        }) else { return false }
+        guard let changes = try await readRange(after: token) else { return false }
         let read = clock.now
+        if changes.historyRows == Self.rangeLimit { prefetch = (changes.through, readInBackground(after: changes.through)) }
         try await BatchSender.send(changes, to: index, expecting: current)
         clientState = .some(BatchSender.state(changes.through))
         progress.covered(through: changes.through, storeIdentifier: storeIdentifier, publish: true)
@@ -121,6 +124,20 @@ actor HistoryProcessor {
             "readMs": Self.milliseconds(started, read), "sendMs": Self.milliseconds(read, clock.now)])
         try await prune(through: changes.through, look: look)
         return true
+    }
+
+    /// The range after `token`: the one read ahead if it starts there, else read now.
+    private func readRange(after token: Int64) async throws -> ChangeSet? {
+        if let ahead = prefetch {
+            prefetch = nil
+            if ahead.after == token { return try await ahead.read.value }
+        }
+        return try await readInBackground(after: token).value
+    }
+
+    private func readInBackground(after token: Int64) -> Task<ChangeSet?, any Error> {
+        let delegate = self.delegate
+        return Task { try await delegate.worker.perform { db in try delegate.reader.range(after: token, limit: Self.rangeLimit, db) } }
     }
 
     /// The database's history bounds, after a schema check when the schema changed (and a

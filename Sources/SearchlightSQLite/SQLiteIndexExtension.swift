@@ -75,9 +75,9 @@ extension SQLiteSpotlightDelegate {
             let reader = self.reader
             (items, deletes) = try await worker.perform { db in try reader.rows(identifiers: identifiers, db) }
         }
-        BatchSender.refuseInvalid(&items, &deletes)
+        BatchSender.refuseOversized(&items, &deletes)
         for start in stride(from: 0, to: items.count, by: BatchSender.chunkItems) {
-            try await index.indexSearchableItems(Array(items[start..<min(start + BatchSender.chunkItems, items.count)]))
+            try await BatchSender.indexChunk(Array(items[start..<min(start + BatchSender.chunkItems, items.count)]), into: index, deletes: &deletes)
         }
         for start in stride(from: 0, to: deletes.count, by: BatchSender.chunkDeletes) {
             try await index.deleteSearchableItems(withIdentifiers: Array(deletes[start..<min(start + BatchSender.chunkDeletes, deletes.count)]))

@@ -311,17 +311,24 @@ struct DelegateTests {
         await #expect(throws: SpotlightModelError.self) { try await delegate.startSpotlightIndexing() }
     }
 
-    @Test("an item the daemon would refuse is left out with a warning and does not hold up its range")
+    @Test("an item the daemon refuses, or one past its size limit, is left out with a warning and does not hold up its range")
     func invalidItem() async throws {
         let daemon = try FakeIndexDaemon()
         defer { daemon.stop() }
         let store = try TagsFixture()
         let delegate = try await store.delegate(daemon)
-        try store.addPhoto(String(repeating: "x", count: 2 << 20))  // past the 1 MiB item limit
         try store.addPhoto("fine")
         try await delegate.waitUntilIndexed(timeout: Self.wait)
-        #expect(daemon.index().items["photo-1"] == nil)
-        #expect(daemon.index().title("photo-2") == "fine")
+        try store.addPhoto(String(repeating: "x", count: 2 << 20))  // past the 1 MiB item limit
+        try store.addPhoto("bad")  // the override's rankingHint of 500: refused by the daemon
+        try store.addPhoto("also fine")
+        try store.sql("UPDATE photos SET userSpecifiedName = 'bad now' WHERE id = 1")
+        try await delegate.waitUntilIndexed(timeout: Self.wait)
+        #expect(daemon.index().items["photo-2"] == nil)
+        #expect(daemon.index().items["photo-3"] == nil)
+        #expect(daemon.index().items["photo-1"] == nil, "its earlier version is deleted")
+        #expect(daemon.index().title("photo-4") == "also fine")
+        #expect(daemon.transitions.chainProblems() == [])
         await delegate.stopSpotlightIndexing()
     }
 

@@ -153,6 +153,14 @@ final class FakeIndexDaemon: @unchecked Sendable {
         case Method.initialize:
             return .success(["protocolVersion": .number(Double(Protocol.version)), "capabilities": [:]])
         case Method.indexItems, Method.indexDeleteIdentifiers, Method.indexDeleteAll:
+            // As the daemon: one invalid item fails the call, applies nothing, and leaves the batch open.
+            if method == Method.indexItems {
+                do throws(SearchlightError) {
+                    _ = try ItemValidator().validate(items: params["items"])
+                } catch {
+                    return .failure(error)
+                }
+            }
             if batches[key]?[name] != nil {
                 batches[key]![name]!.append(["method": .string(method), "params": params])
                 return .success(["batched": true])

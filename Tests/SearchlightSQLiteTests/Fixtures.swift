@@ -67,12 +67,14 @@ final class TagsFixture: @unchecked Sendable {
 }
 
 /// The Tags app's delegate: a photo's keywords are its tags' names (a relationship read on the
-/// row's snapshot); a photo named "private" is not indexed.
+/// row's snapshot); a photo named "private" is not indexed; one named "bad…" gets a rankingHint
+/// the daemon refuses (an override's bug).
 final class TagsTestDelegate: SQLiteSpotlightDelegate, @unchecked Sendable {
     override func attributeSet(for row: Row) throws -> AttributeSet? {
         guard var attributes = try super.attributeSet(for: row) else { return nil }
         if row.entity.name == "Photo" {
             if row["userSpecifiedName"]?.stringValue == "private" { return nil }
+            if row["userSpecifiedName"]?.stringValue?.hasPrefix("bad") == true { attributes.rankingHint = 500 }
             let tags = try row.strings("""
                 SELECT t.name FROM tags t JOIN photo_tags pt ON pt.tag_id = t.id WHERE pt.photo_id = ? ORDER BY t.name
                 """, row.key)
