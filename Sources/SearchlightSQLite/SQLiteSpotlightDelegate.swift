@@ -26,8 +26,13 @@ open class SQLiteSpotlightDelegate: @unchecked Sendable {
     public let bundleIdentifier: String
     /// The daemon's socket; nil: `SEARCHLIGHT_SOCKET`, then the user daemon's, then the system one's.
     public let socketPath: String?
-    /// Without inotify (or on a network file system), how often to look for other processes' commits.
-    public var fallbackCheckInterval: Duration = .seconds(1)
+    /// Without inotify (or on a network file system), how often to look for other processes'
+    /// commits (one `PRAGMA data_version`). Set it before `startSpotlightIndexing()`.
+    public var fallbackCheckInterval: Duration {
+        get { fallback.withLock { $0 } }
+        set { fallback.withLock { $0 = newValue } }
+    }
+    private let fallback = Mutex<Duration>(.seconds(1))
 
     let worker: DatabaseWorker
     private let progress = IndexingProgress()
