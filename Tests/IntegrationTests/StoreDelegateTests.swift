@@ -6,6 +6,13 @@ import SearchlightSQLite
 import SearchlightStore
 import Testing
 
+/// A delegate that does not index rows named "private" (`attributeSet(for:)` answering nil).
+final class PrivateAware: SQLiteSpotlightDelegate, @unchecked Sendable {
+    override func attributeSet(for row: SearchlightSQLite.Row) throws -> AttributeSet? {
+        row["userSpecifiedName"]?.stringValue == "private" ? nil : try super.attributeSet(for: row)
+    }
+}
+
 /// The store delegate in this process against the real `searchlightd` on a temp socket: what an
 /// app that writes the two lines gets, and changes written by another process (the `sqlite3`
 /// shell) while it runs.
@@ -62,6 +69,28 @@ struct StoreDelegateTests {
         try await delegate.waitUntilIndexed(timeout: .seconds(30))
         #expect(try await search(#"displayName == "kachina*"cd"#, daemon).isEmpty)
         #expect(try await search(#"contentTypeTree == "public.image""#, daemon).keys.sorted() == ["photo-1"])
+        await delegate.stopSpotlightIndexing()
+    }
+
+    @Test("stop leaves the triggers and the history; start indexes what changed meanwhile; a row attributeSet(for:) refuses is not indexed")
+    func stopStart() async throws {
+        let daemon = try await blocking { try DaemonProcess() }
+        let dir = TempDir("slo")
+        let (url, db) = try makeStore(dir)
+        let delegate = try PrivateAware(databaseAt: url, model: Self.model, bundleIdentifier: Self.bundle, socketPath: daemon.socket)
+        try await delegate.startSpotlightIndexing()
+        try db.run("INSERT INTO photos(userSpecifiedName) VALUES ('first'), ('private')")
+        try await delegate.waitUntilIndexed(timeout: .seconds(30))
+        #expect(try await search(#"displayName == "*"cd"#, daemon) == ["photo-1": "first"])
+        await delegate.stopSpotlightIndexing()
+        #expect(!delegate.isIndexingEnabled)
+        try db.run("INSERT INTO photos(userSpecifiedName) VALUES ('while stopped')")
+        try db.run("UPDATE photos SET userSpecifiedName = 'private' WHERE id = 1")
+        #expect(try db.intScalar("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name GLOB 'searchlight_*'") == 6)
+        #expect(try await search(#"displayName == "*"cd"#, daemon) == ["photo-1": "first"], "nothing indexed while stopped")
+        try await delegate.startSpotlightIndexing()
+        try await delegate.waitUntilIndexed(timeout: .seconds(30))
+        #expect(try await search(#"displayName == "*"cd"#, daemon) == ["photo-3": "while stopped"])
         await delegate.stopSpotlightIndexing()
     }
 
