@@ -149,6 +149,9 @@ struct DelegateBench {
                 commits = try await Task.detached { try Self.write(path, count: count) }.value
             }
             try await d.waitUntilIndexed(timeout: .seconds(60))
+            // The listener may not have recorded the last update yet.
+            let last = commits.last?.token ?? 0
+            for _ in 0..<100 where !seen.withLock({ $0.contains { $0.token >= last } }) { try await Task.sleep(for: .milliseconds(10)) }
             listener.cancel()
             await d.stopSpotlightIndexing()
             let events = seen.withLock { $0 }
