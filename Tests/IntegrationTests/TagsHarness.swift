@@ -87,6 +87,30 @@ struct TagsSample {
         return problems
     }
 
+    /// Waits until the index covers the store's whole history (its client state is the store's
+    /// last history token).
+    static func waitCaughtUp(_ db: Database, socket: String, timeout: TimeInterval = 60) async throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while true {
+            // (No history table yet: the delegate has not installed it.)
+            let last = try? db.intScalar("SELECT coalesce(max(token), 0) FROM searchlight_history")
+            let indexed = try? await indexedToken(socket: socket)
+            if let last, indexed.map({ Int($0) == last }) == true { return }
+            if Date() > deadline {
+                throw HarnessError("the index covers history token \(indexed.map { String(describing: $0) } ?? "?"), the store is at \(last.map(String.init) ?? "no history")")
+            }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    /// A store with the schema in `dir`, and the test's own connection to it (the app's writes).
+    static func newStore(_ dir: TempDir) throws -> (String, Database) {
+        let path = dir.path + "/tags.sqlite"
+        let db = try Database(path: path)
+        try db.execute(schema)
+        return (path, db)
+    }
+
     /// The history token the index covers (its client state), or nil.
     static func indexedToken(socket: String) async throws -> Int64? {
         let index = SearchableIndex(bundleIdentifier: bundle, socketPath: socket)

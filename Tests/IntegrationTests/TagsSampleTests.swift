@@ -11,29 +11,6 @@ import Testing
 /// extension, crashes of both processes during a stream of changes, two processes on one store.
 @Suite("Tags sample and the store delegate's guarantees", .serialized)
 struct TagsSampleTests {
-    /// Waits until the index covers the store's whole history (its client state is the store's
-    /// last history token).
-    func waitCaughtUp(_ db: Database, socket: String, timeout: TimeInterval = 60) async throws {
-        let deadline = Date().addingTimeInterval(timeout)
-        while true {
-            // (No history table yet: the delegate has not installed it.)
-            let last = try? db.intScalar("SELECT coalesce(max(token), 0) FROM searchlight_history")
-            let indexed = try? await TagsSample.indexedToken(socket: socket)
-            if let last, indexed.map({ Int($0) == last }) == true { return }
-            if Date() > deadline {
-                throw HarnessError("the index covers history token \(indexed.map { String(describing: $0) } ?? "?"), the store is at \(last.map(String.init) ?? "no history")")
-            }
-            try await Task.sleep(for: .milliseconds(50))
-        }
-    }
-
-    func newStore(_ dir: TempDir) throws -> (String, Database) {
-        let path = dir.path + "/tags.sqlite"
-        let db = try Database(path: path)
-        try db.execute(TagsSample.schema)
-        return (path, db)
-    }
-
     @Test("tags add, tag, rename-tag, delete and search: a renamed tag updates its photos' keywords")
     func cli() async throws {
         try TagsSample.requireBuilt()
@@ -76,10 +53,10 @@ struct TagsSampleTests {
         try TagsSample.requireBuilt()
         let daemon = try await blocking { try DaemonProcess() }
         let dir = TempDir("slx")
-        let (store, db) = try newStore(dir)
+        let (store, db) = try TagsSample.newStore(dir)
         try db.run("INSERT INTO photos(userSpecifiedName) VALUES ('one'), ('two')")
         let watcher = try TagsWatcher(store: store, socket: daemon.socket, name: "w")
-        try await waitCaughtUp(db, socket: daemon.socket)
+        try await TagsSample.waitCaughtUp(db, socket: daemon.socket)
         watcher.kill(SIGTERM)
         #expect(try await TagsSample.items(socket: daemon.socket).count == 2)
         let r = try await TagsSample.run(["delete-index"], store: store, socket: daemon.socket)
@@ -93,7 +70,7 @@ struct TagsSampleTests {
     func extensionReindex() async throws {
         try TagsSample.requireBuilt()
         let dir = TempDir("sle")
-        let (store, db) = try newStore(dir)
+        let (store, db) = try TagsSample.newStore(dir)
         // Rows the app wrote before any delegate ever ran: no triggers, no history.
         try db.run("INSERT INTO photos(userSpecifiedName) VALUES ('Sipapu'), ('Kachina'), ('Owachomo')")
         try db.run("INSERT INTO tags(name) VALUES ('Natural Bridges')")
@@ -134,7 +111,7 @@ struct TagsSampleTests {
         let all = try runCLI(["reindex", TagsSample.bundle, "--all"], socket: daemon.socket)
         #expect(all.status == 0, "\(all.stderr)")
         #expect(try await TagsSample.differences(socket: daemon.socket, store: db) == [])
-        try await waitCaughtUp(db, socket: daemon.socket, timeout: 1)
+        try await TagsSample.waitCaughtUp(db, socket: daemon.socket, timeout: 1)
     }
 
     @Test("SIGKILL of the app's delegate at random points during 10 000 changes, and of the daemon: every change is in the index exactly once")
@@ -148,7 +125,7 @@ struct TagsSampleTests {
         let started = Date()
         let dir = TempDir("slk")
         let daemon = try await blocking { try DaemonProcess(dir: dir) }
-        let (store, db) = try newStore(dir)
+        let (store, db) = try TagsSample.newStore(dir)
         let writerSeed = rng.next()
         let writing = WriterProgress()
         let writer = Task.detached {
@@ -174,7 +151,7 @@ struct TagsSampleTests {
             }
         }
         let written = try await writer.value
-        try await waitCaughtUp(db, socket: daemon.socket)
+        try await TagsSample.waitCaughtUp(db, socket: daemon.socket)
         let differences = try await TagsSample.differences(socket: daemon.socket, store: db)
         #expect(differences.isEmpty, "\(differences.count) differences, first: \(differences.prefix(10))")
         let ranges = watchers.flatMap(\.ranges)
@@ -192,16 +169,16 @@ struct TagsSampleTests {
         try TagsSample.requireBuilt()
         let dir = TempDir("sl2")
         let daemon = try await blocking { try DaemonProcess(dir: dir) }
-        let (store, db) = try newStore(dir)
+        let (store, db) = try TagsSample.newStore(dir)
         let one = try TagsWatcher(store: store, socket: daemon.socket, name: "one")
         let two = try TagsWatcher(store: store, socket: daemon.socket, name: "two")
-        try await waitCaughtUp(db, socket: daemon.socket)
+        try await TagsSample.waitCaughtUp(db, socket: daemon.socket)
         let progress = WriterProgress()
         let written = try await Task.detached {
             var w = try StoreWriter(path: store, seed: 7)
             return try w.write(3_000, progress: progress)
         }.value
-        try await waitCaughtUp(db, socket: daemon.socket)
+        try await TagsSample.waitCaughtUp(db, socket: daemon.socket)
         #expect(try await TagsSample.differences(socket: daemon.socket, store: db) == [])
         let ranges = (one.ranges + two.ranges).sorted { $0.from < $1.from }
         #expect(overlaps(ranges) == [])
@@ -217,7 +194,11 @@ struct TagsSampleTests {
         one.kill(SIGTERM)
         two.kill(SIGTERM)
     }
+}
 
+/// Apart from the suite above (it mostly sleeps, so it runs beside the others).
+@Suite("an idle app running the store delegate")
+struct IdleDelegateTests {
     /// libdispatch's manager thread (the one in `epoll_wait`) is left out: in any process that
     /// used Swift concurrency it runs the workqueue monitor once a second (measured in a
     /// five-line program too). Every other thread, the delegate's included, must sleep.
@@ -226,10 +207,10 @@ struct TagsSampleTests {
         try TagsSample.requireBuilt()
         let dir = TempDir("sli")
         let daemon = try await blocking { try DaemonProcess(dir: dir) }
-        let (store, db) = try newStore(dir)
+        let (store, db) = try TagsSample.newStore(dir)
         try db.run("INSERT INTO photos(userSpecifiedName) VALUES ('one')")
         let watcher = try TagsWatcher(store: store, socket: daemon.socket, name: "idle")
-        try await waitCaughtUp(db, socket: daemon.socket)
+        try await TagsSample.waitCaughtUp(db, socket: daemon.socket)
         try await Task.sleep(for: .seconds(6))  // past the last settle check (5 s) after its own writes
         let before = ThreadCounters(pid: watcher.pid)
         try await Task.sleep(for: .seconds(3))
