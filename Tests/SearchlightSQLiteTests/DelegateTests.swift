@@ -48,6 +48,9 @@ struct DelegateTests {
         var updates = delegate.indexDidUpdate.makeAsyncIterator()
         try await delegate.waitUntilIndexed(timeout: Self.wait)
         let writer = try SQLiteDatabase(path: store.path)
+        // FULL: the commit fsyncs the WAL between its last write (the inotify event) and the
+        // moment it becomes visible; the delegate's look at the event itself finds nothing yet.
+        try writer.execute("PRAGMA synchronous = FULL")
         try writer.run("INSERT INTO tags(name) VALUES ('Utah')")
         let target = try writer.scalar("SELECT max(token) FROM searchlight_history")!.int64Value!
         // No poke from the app: only the watch on the files can wake the delegate.
