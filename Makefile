@@ -5,10 +5,10 @@ RELEASE := .build/release
 
 # The sample extensions: each its own package, built against the SDK the way a plugin author
 # builds one (`swift build --package-path Extensions/NAME`, its own .build inside the folder).
-EXTENSIONS := Journal Notes Packages
+EXTENSIONS := Journal Notes Packages Tags
 UNITS := launchd-like-units/extensions
 
-.PHONY: all build release extensions run test bench fuzz deps clean sanitize soak install install-files uninstall
+.PHONY: all build release extensions run test test-deps bench fuzz deps clean sanitize soak install install-files uninstall
 
 # `make install`: a release build, then the binaries, the systemd units (system and user mode, their
 # ExecStart pointing at BINDIR) and the system extension unit folder. DESTDIR-friendly (packaging):
@@ -28,6 +28,7 @@ PRODUCTS ?= $(RELEASE)
 all: build
 
 # The only system requirement beyond the Swift toolchain: SQLite's headers (Debian: libsqlite3-dev).
+# The tests also run the sqlite3 shell (another process writing an app's database, Debian: sqlite3).
 deps:
 	@command -v $(SWIFT) >/dev/null || { echo "make: the Swift toolchain (swift) is not on PATH; install Swift 6 from swift.org" >&2; exit 1; }
 	@if ! pkg-config --exists sqlite3 2>/dev/null && [ ! -f /usr/include/sqlite3.h ]; then \
@@ -36,6 +37,16 @@ deps:
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libsqlite3-dev pkg-config >/dev/null; \
 		else \
 			echo "make: SQLite's headers are missing: run 'sudo apt-get install libsqlite3-dev pkg-config'" >&2; exit 1; \
+		fi; \
+	fi
+
+test-deps: deps
+	@if ! command -v sqlite3 >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "make: installing sqlite3 (the shell the store delegate's tests write with)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3 >/dev/null; \
+		else \
+			echo "make: the tests need the sqlite3 shell: run 'sudo apt-get install sqlite3'" >&2; exit 1; \
 		fi; \
 	fi
 
@@ -79,14 +90,16 @@ uninstall:
 	-rmdir $(DESTDIR)$(SYSCONFDIR)/searchlight/extensions.d $(DESTDIR)$(SYSCONFDIR)/searchlight 2>/dev/null
 
 # The daemon in the foreground, user mode, with the sample extensions' units; the first start
-# indexes the samples. From a second terminal: .build/debug/searchlight search "json parser"
+# indexes the samples (and the Tags app's demo photos, put in its store first if it has none).
+# From a second terminal: .build/debug/searchlight search "json parser"
 run: build extensions
+	@Extensions/Tags/Sample/demo.sh Extensions/Tags/.build/debug/tags
 	@echo "make run: searchlightd in the foreground, user mode, units from $(UNITS) (it logs its socket); Ctrl-C stops it"
 	exec $(BUILD)/searchlightd --units-dir $(UNITS) $(if $(SEARCHLIGHT_SOCKET),--socket $(SEARCHLIGHT_SOCKET),)
 
 # Builds the executables and the sample extensions first: integration tests run the real
 # searchlightd, searchlight and extension processes.
-test: build extensions
+test: test-deps build extensions
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build
 

@@ -11,6 +11,7 @@ let package = Package(
     products: [
         .library(name: "SearchlightKit", targets: ["SearchlightKit"]),
         .library(name: "SearchlightWire", targets: ["SearchlightWire"]),
+        .library(name: "SearchlightSQLite", targets: ["SearchlightSQLite"]),
         .executable(name: "searchlightd", targets: ["searchlightd"]),
         .executable(name: "searchlight", targets: ["searchlight"]),
         .executable(name: "searchlight-bench", targets: ["searchlight-bench"]),
@@ -24,6 +25,9 @@ let package = Package(
         .target(name: "SearchlightWire", swiftSettings: strict),
         .target(name: "SearchlightStore", dependencies: ["CSQLite", "SearchlightWire"], swiftSettings: strict),
         .target(name: "SearchlightKit", dependencies: ["SearchlightWire"], swiftSettings: strict),
+        // The store delegate (DESIGN §10): an app's SQLite database kept in its index. It links the
+        // system SQLite so that the Kit does not: plugin authors who do not use it do not pay for it.
+        .target(name: "SearchlightSQLite", dependencies: ["SearchlightKit", "CSQLite"], swiftSettings: strict),
         .target(name: "CSpawn"),
         .target(
             name: "SearchlightSupervisor",
@@ -42,7 +46,7 @@ let package = Package(
         .executableTarget(name: "searchlight", dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightSupervisor"], swiftSettings: strict),
         .executableTarget(
             name: "searchlight-bench",
-            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightStore", "CSQLite"],
+            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightStore", "SearchlightSQLite", "CSQLite"],
             swiftSettings: strict
         ),
         // A fake extension that crashes, hangs, answers garbage … on command, for the integration tests.
@@ -53,6 +57,7 @@ let package = Package(
         .testTarget(name: "SearchlightWireTests", dependencies: ["SearchlightWire"], swiftSettings: strict),
         .testTarget(name: "SearchlightStoreTests", dependencies: ["SearchlightStore", "CSQLite"], swiftSettings: strict),
         .testTarget(name: "SearchlightKitTests", dependencies: ["SearchlightKit"], swiftSettings: strict),
+        .testTarget(name: "SearchlightSQLiteTests", dependencies: ["SearchlightSQLite", "CSQLite"], swiftSettings: strict),
         .testTarget(
             name: "SearchlightSupervisorTests",
             dependencies: ["SearchlightSupervisor"],
@@ -61,7 +66,7 @@ let package = Package(
         .testTarget(name: "SearchlightFuzzTests", dependencies: ["SearchlightFuzz"], swiftSettings: strict),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightFuzz", "SearchlightStore", "CSQLite"],
+            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightFuzz", "SearchlightStore", "SearchlightSQLite", "CSQLite"],
             swiftSettings: strict
         ),
     ]
