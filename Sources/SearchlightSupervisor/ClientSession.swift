@@ -296,6 +296,7 @@ final class ClientSession: @unchecked Sendable {
         let index = try Names.index(params["index"])
         try authorize(bundle, write: write)
         if write, case .app? = role, peer.uid != 0, peer.uid != context.daemonUID,
+           context.registry.servedStore(bundle: bundle, index: index) == nil,
            !FileManager.default.fileExists(atPath: context.registry.path(bundle: bundle, index: index)) {
             let limit = context.config.maxIndexesPerBundle
             let existing = context.registry.indexes(of: bundle).count

@@ -105,8 +105,10 @@ struct ClientTests {
 
     @Test("a call on a connection that closed without announcing it is not sent again (it may have been processed)")
     func unannouncedCloseIsReported() async throws {
+        // The call is being handled (its answer held back) when the connection drops.
+        let held = DispatchSemaphore(value: 0)
         let daemon = try FakeDaemon { method, _ in
-            if method == Method.indexDeleteAll { Thread.sleep(forTimeInterval: 0.2) }
+            if method == Method.indexDeleteAll { held.wait() }
             return .success([:])
         }
         defer { daemon.stop() }
@@ -115,6 +117,7 @@ struct ClientTests {
         let call = Task { try await index.deleteAllSearchableItems() }
         while daemon.calls(Method.indexDeleteAll).isEmpty { try await Task.sleep(for: .milliseconds(5)) }
         daemon.dropConnections()
+        held.signal()
         await #expect(throws: SearchlightError.self) { try await call.value }
         #expect(daemon.calls(Method.indexDeleteAll).count == 1)
         await index.close()
