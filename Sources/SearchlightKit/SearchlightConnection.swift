@@ -63,16 +63,25 @@ public actor SearchlightConnection {
     /// and reading nothing after: a call that fails because it crossed that close was never
     /// processed, so it is sent once more on a new connection, and the caller sees nothing of it.
     public func call(_ method: String, _ params: JSONValue = [:]) async throws -> JSONValue {
-        let connection = try await connected()
-        do {
-            return try await connection.call(method, params)
-        } catch let error as SearchlightError where error.code == .remoteConnection && reconnects {
-            // Every message the daemon sent before closing is read before the reader ends.
-            await connection.waitUntilClosed()
-            guard connection.closeAnnouncement != nil else { throw error }
-            return try await connected().call(method, params)
+        var connection = try await connected()
+        var resent = 0
+        while true {
+            do {
+                return try await connection.call(method, params)
+            } catch let error as SearchlightError where error.code == .remoteConnection && reconnects && resent < Self.maximumResends {
+                // Every message the daemon sent before closing is read before the reader ends.
+                await connection.waitUntilClosed()
+                guard connection.closeAnnouncement != nil else { throw error }
+                resent += 1
+                connection = try await connected()
+            }
         }
     }
+
+    /// Times a call is sent again after announced closes. More than one only when the new
+    /// connection itself idles out before the call goes (a very short `--idle-timeout` on a
+    /// loaded machine); each resend is safe, since an announced close processed nothing after it.
+    static let maximumResends = 3
 
     /// Sends a notification (no answer).
     public func notify(_ method: String, _ params: JSONValue = [:]) async throws {
