@@ -119,8 +119,13 @@ struct ResourceBoundTests {
         let dir = TempDir()
         chmod(dir.path, 0o755)
         let daemon = try DaemonProcess(arguments: ["--system", "--max-bundles-per-user", "3", "--max-indexes-per-bundle", "2"], dir: dir)
-        let alice = try runTestClient(as: Self.alice, ["bundles", daemon.socket, "4", "com.alice.app"])
-        #expect(alice.stdout.contains("created=3 failed=1"), "\(alice.stdout) \(alice.stderr)")
+        let items = dir.path + "/more.jsonl"
+        try #"{"uniqueIdentifier":"more"}"#.write(toFile: items, atomically: false, encoding: .utf8)
+        chmod(items, 0o644)
+        #expect(try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.first", items], socket: daemon.socket).status == 0)
+        // Three more at once (four connections): two are created, whichever claims last is refused.
+        let alice = try runTestClient(as: Self.alice, ["bundles", daemon.socket, "3", "com.alice.app"])
+        #expect(alice.stdout.contains("created=2 failed=1"), "\(alice.stdout) \(alice.stderr)")
         #expect(alice.stdout.contains("already owns 3 bundles") && alice.stdout.contains("--max-bundles-per-user"), "\(alice.stdout)")
         let bob = try runTestClient(as: Self.bob, ["bundles", daemon.socket, "3", "com.bob.app"])
         #expect(bob.stdout.contains("created=3 failed=0"), "\(bob.stdout) \(bob.stderr)")
@@ -128,13 +133,10 @@ struct ResourceBoundTests {
         #expect(root.stdout.contains("created=5 failed=0"), "administrators are not limited: \(root.stdout)")
 
         // Alice's own bundles still take donations, and she may create up to two indexes in one.
-        let items = dir.path + "/more.jsonl"
-        try #"{"uniqueIdentifier":"more"}"#.write(toFile: items, atomically: false, encoding: .utf8)
-        chmod(items, 0o644)
-        let more = try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.app.0", items], socket: daemon.socket)
+        let more = try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.first", items], socket: daemon.socket)
         #expect(more.status == 0, "\(more.stderr)")
-        #expect(try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.app.0", items, "--index", "second"], socket: daemon.socket).status == 0)
-        let third = try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.app.0", items, "--index", "third"], socket: daemon.socket)
+        #expect(try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.first", items, "--index", "second"], socket: daemon.socket).status == 0)
+        let third = try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.first", items, "--index", "third"], socket: daemon.socket)
         #expect(third.status == 1 && third.stderr.contains("quotaExceeded") && third.stderr.contains("--max-indexes-per-bundle"), "\(third.stderr)")
         let refused = try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.other", items], socket: daemon.socket)
         #expect(refused.status == 1 && refused.stderr.contains("(quotaExceeded)"), "\(refused.stderr)")
