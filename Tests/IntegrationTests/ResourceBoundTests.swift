@@ -47,12 +47,16 @@ struct ResourceBoundTests {
     static let manyBundlesOpen = Int(ProcessInfo.processInfo.environment["SEARCHLIGHT_MANY_BUNDLES_OPEN"] ?? "") ?? 32
 
     @Test("thousands of one-item bundles from several real uids keep the daemon's descriptors and threads under the open-index bound, and a graceful stop stays fast")
-    func manyBundlesStayBounded() throws {
+    func manyBundlesStayBounded() async throws {
+        // Every wait of a minute or more is on a thread of its own (`blocking`), never on the
+        // task pool the other suites' tests run on (a blocked pool stalls them all).
         let dir = TempDir()
         chmod(dir.path, 0o755)
         let total = Self.manyBundles, maxOpen = Self.manyBundlesOpen
-        let daemon = try DaemonProcess(arguments: ["--system", "--no-full-sync", "--log-level", "info", "--max-open-indexes", String(maxOpen),
-            "--max-bundles-per-user", String(total)], dir: dir)
+        let daemon = try await blocking {
+            try DaemonProcess(arguments: ["--system", "--no-full-sync", "--log-level", "info", "--max-open-indexes", String(maxOpen),
+                "--max-bundles-per-user", String(total)], dir: dir)
+        }
         let pid = try #require(daemon.process?.processIdentifier)
         let baseline = try DaemonFigures(pid: pid)
 
@@ -72,11 +76,14 @@ struct ResourceBoundTests {
         sampler.start()
         let started = Date()
         let results = Locked<[String: CLIResult]>([:])
-        DispatchQueue.concurrentPerform(iterations: shares.count) { k in
-            let (uid, prefix, count) = shares[k]
-            let r = (try? runTestClient(as: uid, ["bundles", daemon.socket, String(count), prefix]))
-                ?? CLIResult(status: -1, stdout: "", stderr: "could not run the test client")
-            results.withLock { $0[prefix] = r }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for (uid, prefix, count) in shares {
+                group.addTask {
+                    let r = try await blocking { try runTestClient(as: uid, ["bundles", daemon.socket, String(count), prefix]) }
+                    results.withLock { $0[prefix] = r }
+                }
+            }
+            try await group.waitForAll()
         }
         let elapsed = Date().timeIntervalSince(started)
         sampling.withLock { $0 = false }
@@ -97,21 +104,23 @@ struct ResourceBoundTests {
 
         // Status over every bundle opens none of them (closed ones show recorded figures).
         let statusStarted = Date()
-        let status = try runCLI(["status", "--json"], socket: daemon.socket)
+        let status = try await blocking { try runCLI(["status", "--json"], socket: daemon.socket) }
         let statusTook = Date().timeIntervalSince(statusStarted)
         let answer = try JSONValue.parse(status.stdout)
         #expect(answer["bundles"]?.arrayValue?.count == total)
         #expect((answer["openIndexes"]?.intValue ?? .max) <= maxOpen)
 
         // A bundle closed long ago answers its owner with its item.
-        let old = try OwnershipTests.cli(as: Self.alice, ["query", "com.alice.app.3", #"uniqueIdentifier == "*""#], socket: daemon.socket)
+        let old = try await blocking { try OwnershipTests.cli(as: Self.alice, ["query", "com.alice.app.3", #"uniqueIdentifier == "*""#], socket: daemon.socket) }
         #expect(old.status == 0 && old.stdout.contains("item-3"), "\(old.stderr)")
 
         let stopStarted = Date()
-        daemon.stop(signal: SIGTERM)
+        try await blocking { daemon.stop(signal: SIGTERM) }
         let stopTook = Date().timeIntervalSince(stopStarted)
         print("many-bundles: bundles=\(total) max_open=\(maxOpen) created_in_s=\(String(format: "%.1f", elapsed)) baseline: \(baseline) after: \(after) peak_fds=\(maxDescriptors) peak_threads=\(maxThreads) status_s=\(String(format: "%.2f", statusTook)) stop_s=\(String(format: "%.2f", stopTook))")
         #expect(stopTook < 20, "a graceful stop took \(stopTook) s")
+        // Thousands of directories: removed off the task pool too, not by TempDir's deinit.
+        try await blocking { try? FileManager.default.removeItem(atPath: daemon.stateDir) }
     }
 
     @Test("the per-user bundle limit refuses the next bundle with quotaExceeded while other users, and administrators, still create theirs")
