@@ -54,6 +54,11 @@ let package = Package(
             name: "searchlight-test-extension", dependencies: ["SearchlightKit"], path: "Tests/TestExtension",
             swiftSettings: strict
         ),
+        // A client process the integration tests run as another user (setpriv): holds connections, fills bundles.
+        .executableTarget(
+            name: "searchlight-test-client", dependencies: ["SearchlightKit"], path: "Tests/TestClient",
+            swiftSettings: strict
+        ),
         .testTarget(name: "SearchlightWireTests", dependencies: ["SearchlightWire"], swiftSettings: strict),
         .testTarget(name: "SearchlightStoreTests", dependencies: ["SearchlightStore", "CSQLite"], swiftSettings: strict),
         .testTarget(name: "SearchlightKitTests", dependencies: ["SearchlightKit"], swiftSettings: strict),

@@ -58,10 +58,30 @@ public actor SearchlightConnection {
     }
 
     /// Calls a method and returns its result; a JSON-RPC error answer throws `SearchlightError`.
+    ///
+    /// The daemon closes a connection left idle (`--idle-timeout`), announcing it with `$/closing`
+    /// and reading nothing after: a call that fails because it crossed that close was never
+    /// processed, so it is sent once more on a new connection, and the caller sees nothing of it.
     public func call(_ method: String, _ params: JSONValue = [:]) async throws -> JSONValue {
-        let connection = try await connected()
-        return try await connection.call(method, params)
+        var connection = try await connected()
+        var resent = 0
+        while true {
+            do {
+                return try await connection.call(method, params)
+            } catch let error as SearchlightError where error.code == .remoteConnection && reconnects && resent < Self.maximumResends {
+                // Every message the daemon sent before closing is read before the reader ends.
+                await connection.waitUntilClosed()
+                guard connection.closeAnnouncement != nil else { throw error }
+                resent += 1
+                connection = try await connected()
+            }
+        }
     }
+
+    /// Times a call is sent again after announced closes. More than one only when the new
+    /// connection itself idles out before the call goes (a very short `--idle-timeout` on a
+    /// loaded machine); each resend is safe, since an announced close processed nothing after it.
+    static let maximumResends = 3
 
     /// Sends a request whose params are already encoded, at once, and returns its call to await
     /// later: calls submitted in turn are on the wire in that order (see `RPCConnection.submit`).
@@ -92,7 +112,8 @@ public actor SearchlightConnection {
     private var connecting: Task<RPCConnection, any Error>?
 
     private func connected() async throws -> RPCConnection {
-        if let rpc, !rpc.isClosed || !reconnects { return rpc }
+        // A connection whose close the daemon announced is as good as closed.
+        if let rpc, (!rpc.isClosed && rpc.closeAnnouncement == nil) || !reconnects { return rpc }
         if let connecting { return try await connecting.value }
         let task = Task { try await self.openConnection() }
         connecting = task

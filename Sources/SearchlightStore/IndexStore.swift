@@ -31,6 +31,8 @@ public final class IndexStore: @unchecked Sendable {
     let writer: Database
     private let queue = NSCondition()
     private var pending: [PendingWrite] = []
+    /// The writer is running a group (taken from `pending`, not yet answered).
+    private var writing = false
     private var stopping = false
     private var writerThread: Thread?
     private let writerDone = DispatchSemaphore(value: 0)
@@ -277,6 +279,7 @@ public final class IndexStore: @unchecked Sendable {
             }
             var group = pending
             pending.removeAll(keepingCapacity: true)
+            writing = true
             queue.unlock()
             let outside = group.filter(\.outsideTransaction)
             var plain = group.filter { !$0.outsideTransaction }
@@ -299,6 +302,9 @@ public final class IndexStore: @unchecked Sendable {
                     write.complete(.failure(mapAndRecord(error)))
                 }
             }
+            queue.lock()
+            writing = false
+            queue.unlock()
         }
     }
 
@@ -458,6 +464,40 @@ public final class IndexStore: @unchecked Sendable {
     }
 
     // MARK: - Lifecycle
+
+    /// True when no write is queued or running and no read is in progress: closing the store now
+    /// waits for nobody and fails no call (the daemon closes idle stores past its open-index bound).
+    public var isIdle: Bool {
+        queue.lock()
+        let writes = writing || !pending.isEmpty
+        queue.unlock()
+        if writes { return false }
+        readers.lock()
+        defer { readers.unlock() }
+        return checkedOutReaders == 0
+    }
+
+    /// The figures of `summary()` read from a file that is not open as a store, through one
+    /// read-only connection (no writer thread, nothing written, no expired item purged).
+    public static func peekSummary(at path: String) throws(SearchlightError) -> IndexSummary {
+        do {
+            let db = try Database(path: path, readOnly: true, busyTimeoutMilliseconds: 2000)
+            defer { db.close() }
+            var format = try db.intScalar("PRAGMA user_version")
+            // As it will be served: opening relabels a format whose tables are the current ones.
+            if format >= Schema.oldestReadableFormat, format < Schema.formatVersion, !Schema.needsRebuild(from: format) {
+                format = Schema.formatVersion
+            }
+            let items = try db.intScalar("SELECT count(*) FROM items")
+            let state = try db.scalar("SELECT value FROM meta WHERE key = 'clientState'")
+            var st = stat()
+            var bytes: Int64 = 0
+            for suffix in ["", "-wal"] where stat(path + suffix, &st) == 0 { bytes += Int64(st.st_size) }
+            return IndexSummary(itemCount: items, fileBytes: bytes, formatVersion: format, hasClientState: { if case .blob? = state { true } else { false } }())
+        } catch {
+            throw map(error, path: path)
+        }
+    }
 
     /// Finishes queued writes, then stops the writer. Idempotent.
     public func close() {

@@ -16,6 +16,7 @@ struct AdminMethods {
         case Method.adminErase: return try erase(params)
         case Method.adminCheck: return try check(params)
         case Method.adminSetIndexing: return try setIndexing(params)
+        case Method.adminSetOwner: return try setOwner(params)
         case Method.adminUnits: return units()
         case Method.adminRequests: return requests()
         case Method.adminMonitor:
@@ -56,24 +57,24 @@ struct AdminMethods {
                         }
                     }
                 }
+                // Being filled, and nothing donated yet: no file so far.
+                if condition != nil, !FileManager.default.fileExists(atPath: context.registry.path(bundle: name, index: index)) {
+                    entry["items"] = 0
+                    indexes.append(.object(entry))
+                    continue
+                }
                 do {
-                    guard let store = try context.registry.store(bundle: name, index: index, create: false) else {
-                        // Being filled, and nothing donated yet: no file so far.
-                        if condition != nil {
-                            entry["items"] = 0
-                            indexes.append(.object(entry))
-                        }
-                        continue
-                    }
-                    let s = try store.summary()
-                    if condition == nil { entry["state"] = store.detectedDamage == nil ? "ready" : "damaged" }
+                    // Without opening it: ten thousand bundles must not open ten thousand stores.
+                    let (s, store) = try context.registry.summary(bundle: name, index: index)
+                    if condition == nil { entry["state"] = store?.detectedDamage == nil ? "ready" : "damaged" }
+                    entry["open"] = .bool(store != nil)
                     if let r = context.recovery.lastRecovery(bundle: name, index: index) { entry["lastRecovery"] = r }
                     entry["items"] = .number(Double(s.itemCount))
                     entry["bytes"] = .number(Double(s.fileBytes))
                     entry["formatVersion"] = .number(Double(s.formatVersion))
                     if let failure = context.migrator?.failure(bundle: name, index: index) { entry["migrationError"] = .string(failure) }
                     entry["hasClientState"] = .bool(s.hasClientState)
-                    let w = store.writeStatistics
+                    let w = store?.writeStatistics ?? (commits: 0, calls: 0)
                     entry["commits"] = .number(Double(w.commits))
                     entry["committedCalls"] = .number(Double(w.calls))
                 } catch {
@@ -97,6 +98,8 @@ struct AdminMethods {
             "socket": .string(c.socketPath),
             "stateDirectory": .string(c.stateDirectory),
             "connections": .number(Double(context.connections)),
+            "openIndexes": .number(Double(context.registry.openCount)),
+            "maxOpenIndexes": .number(Double(context.registry.maxOpen)),
             "requests": .number(Double(context.requests)),
             "bundles": .array(bundles),
             "extensions": .array((context.scheduler?.allHosts ?? []).map(\.statusJSON)),
@@ -176,6 +179,7 @@ struct AdminMethods {
             throw SearchlightError(.unknownExtension, "no index extension serves \(bundle), so nothing could rebuild it; nothing was erased")
         }
         let n = context.registry.erase(bundle: bundle)
+        context.state.erased(bundle)
         context.log.notice("bundle erased", ["bundle": bundle, "indexes": n, "by_uid": session.peer.uid])
         var answer: [String: JSONValue] = ["erased": .number(Double(n))]
         if reindex, let unit, let scheduler = context.scheduler {
@@ -203,8 +207,11 @@ struct AdminMethods {
             for index in context.registry.indexes(of: bundle) {
                 var entry: [String: JSONValue] = ["bundle": .string(bundle), "index": .string(index)]
                 do {
-                    guard let store = try context.registry.store(bundle: bundle, index: index, create: false) else { continue }
-                    let report = try store.check(repair: repair)
+                    // One index at a time, each leased only while it is checked: the open-index
+                    // bound closes the ones checked before, so a check never opens them all at once.
+                    guard let report = try context.registry.withStore(bundle: bundle, index: index, create: false, { (store) throws(SearchlightError) in
+                        try store?.check(repair: repair)
+                    }) else { continue }
                     entry["ok"] = .bool(report.ok)
                     entry["problems"] = .array(report.problems.map(JSONValue.string))
                     entry["repaired"] = .array(report.repaired.map(JSONValue.string))
@@ -218,6 +225,28 @@ struct AdminMethods {
             }
         }
         return ["ok": .bool(allOK), "indexes": .array(results)]
+    }
+
+    /// `admin.setOwner {bundle, uid}`: records the bundle's owner (a bundle written before owners
+    /// were recorded on every write has none, and only administrators may use it until then).
+    /// While an enabled unit serves the bundle, its user stays the owner that counts.
+    private func setOwner(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
+        guard let bundle = try bundleFilter(params) else { throw .invalidParams("\"bundle\" is required") }
+        guard let uid = params["uid"]?.intValue, uid >= 0, uid < Int(UInt32.max) else {
+            throw .invalidParams("\"uid\" must be a user id from 0 to \(UInt32.max - 1)")
+        }
+        do {
+            try context.state.setOwner(bundle, uid: UInt32(uid))
+        } catch {
+            throw SearchlightError(.indexUnavailable, "cannot record the owner of \(bundle): \(error); retry")
+        }
+        context.log.notice("bundle owner set", ["bundle": bundle, "owner_uid": uid, "by_uid": session.peer.uid])
+        var answer: [String: JSONValue] = ["bundle": .string(bundle), "ownerUID": .number(Double(uid))]
+        if let unit = context.catalog.unit(forBundle: bundle) {
+            answer["servedBy"] = .string(unit.label)
+            answer["unitOwnerUID"] = .number(Double(context.unitOwner(unit)))
+        }
+        return .object(answer)
     }
 
     private func setIndexing(_ params: JSONValue) throws(SearchlightError) -> JSONValue {

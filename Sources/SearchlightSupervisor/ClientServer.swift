@@ -51,39 +51,62 @@ final class ClientServer: @unchecked Sendable {
             socket.close()
             return
         }
-        guard context.connectionOpened() else {
-            log.warning("connection refused: too many connections", ["pid": peer.pid, "uid": peer.uid, "limit": context.config.maxConnections])
-            let refusal = RPCMessage.response(id: .number(0), result: .failure(SearchlightError(.indexUnavailable,
-                "searchlightd has \(context.config.maxConnections) connections, its limit; retry later")))
-            try? socket.writeAll(refusal.frame())
-            socket.close()
+        let config = context.config
+        let admin = context.mayAdminister(peer)
+        do {
+            try context.connectionOpened(uid: peer.uid, admin: admin)
+        } catch {
+            refuse(socket, peer, error)
             return
         }
-        // A client that stops reading its answers, or stops halfway through a frame, cannot hold
-        // its thread and connection slot forever.
-        socket.setSendTimeout(seconds: 30)
-        let timeout = context.config.incompleteFrameTimeout
-        socket.setReceiveTimeout(seconds: timeout)
-        let limits = context.config.limits
+        // A client that stops reading its answers, stops halfway through a frame, or just sits
+        // idle cannot hold its thread and connection slot forever. The receive timeout is the
+        // tick at which the reader looks at both clocks.
+        socket.setSendTimeout(seconds: config.sendTimeout)
+        let timeout = config.incompleteFrameTimeout
+        socket.setReceiveTimeout(seconds: min(timeout, config.idleTimeout))
+        let limits = config.limits
         let connection = RPCConnection(
             socket: socket, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth, incompleteFrameTimeout: timeout)
         let session = ClientSession(context: context, connection: connection, peer: peer)
+        connection.setIdlePolicy(.init(seconds: config.idleTimeout, mayClose: { [weak session] in session?.idle ?? true }))
         let key = ObjectIdentifier(connection)
         lock.withLock { sessions[key] = session }
         connection.start(name: "client-\(peer.pid)", onMessage: { _, message in session.handle(message) }) { [self] _, reason in
             switch reason {
-            case .frameTooLarge, .incompleteFrame, .readError:
+            case .frameTooLarge, .incompleteFrame, .readError, .unreadAnswers, .malformedFrames:
                 log.warning("client connection closed", ["pid": peer.pid, "uid": peer.uid, "reason": reason])
+            case .idle:
+                log.info("client connection closed", ["pid": peer.pid, "uid": peer.uid, "reason": reason])
             default:
                 log.debug("client connection closed", ["pid": peer.pid, "reason": reason])
             }
             session.closed(reason)
             lock.withLock { sessions[key] = nil }
-            context.connectionClosed()
+            context.connectionClosed(uid: peer.uid, admin: admin)
             drained.lock()
             drained.broadcast()
             drained.unlock()
         }
+    }
+
+    /// Answers a connection that gets no slot with one error, then closes it.
+    private func refuse(_ socket: UnixSocket, _ peer: PeerCredentials, _ refusal: ServiceContext.ConnectionRefusal) {
+        let config = context.config
+        let error: SearchlightError
+        switch refusal {
+        case .daemonFull:
+            log.warning("connection refused: too many connections", ["pid": peer.pid, "uid": peer.uid, "limit": config.maxConnections])
+            error = SearchlightError(.indexUnavailable, "searchlightd has \(config.maxConnections) connections, its limit; retry later")
+        case .userFull:
+            log.warning("connection refused: too many connections of one user", ["pid": peer.pid, "uid": peer.uid,
+                "limit": config.maxConnectionsPerUser])
+            error = SearchlightError(.quotaExceeded,
+                "uid \(peer.uid) has \(config.maxConnectionsPerUser) connections to searchlightd, the most one user may (--max-connections-per-user); close some (each SearchableIndex holds one) and retry")
+        }
+        socket.setSendTimeout(seconds: 1)
+        try? socket.writeAll(RPCMessage.response(id: .number(0), result: .failure(error)).frame())
+        socket.close()
     }
 
     /// Stops accepting, closes every connection and waits (bounded) for their threads to finish

@@ -26,7 +26,7 @@ extension ClientSession {
         }
         let owner = context.unitOwner(unit)
         guard peer.uid == owner || peer.uid == 0 else {
-            throw SearchlightError(.permissionDenied, "\(unit.label) runs as uid \(owner); uid \(peer.uid) may not attach as it")
+            throw SearchlightError(.permissionDenied, "uid \(peer.uid) may not attach as \(unit.label): run the extension as its unit's user (UserName) or as root")
         }
         extensionHost = host
         return unit

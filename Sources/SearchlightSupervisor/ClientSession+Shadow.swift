@@ -9,8 +9,10 @@ extension ClientSession {
     /// `dispatch` inside the registry's gate: an index file is never swapped under the call (a
     /// swap waits for it, and holds it back until the new file is open). Each attempt of
     /// `dispatchRecovering` is gated on its own, so its wait for a recovery holds no swap back.
+    /// The stores the call leased are given back when it ends (the open-index bound may close them).
     func gatedDispatch(_ method: String, _ params: JSONValue) throws(SearchlightError) -> JSONValue {
-        try context.registry.gate.serving { () throws(SearchlightError) -> JSONValue in try dispatch(method, params) }
+        defer { callLeases.release() }
+        return try context.registry.gate.serving { () throws(SearchlightError) -> JSONValue in try dispatch(method, params) }
     }
 
     /// Applies a call's mutations to the index and, while it is migrating, to its shadow. The

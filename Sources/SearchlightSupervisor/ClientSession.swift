@@ -46,6 +46,10 @@ final class ClientSession: @unchecked Sendable {
     /// does not read blocks that write (up to the send timeout), and a blocked pool thread would
     /// stall every task in the daemon (found by the never-reading deferred flood test).
     private let deferredReplies = DispatchQueue(label: "searchlightd.deferred-replies")
+    /// Deferred calls not yet answered (a connection with one is never idle).
+    private let deferredOutstanding = SharedCount()
+    /// The stores the call being handled uses, given back when it is answered (`gatedDispatch`).
+    let callLeases: IndexLeases
 
     init(context: ServiceContext, connection: RPCConnection, peer: PeerCredentials, spawnedFor host: ExtensionHost? = nil) {
         self.context = context
@@ -53,6 +57,20 @@ final class ClientSession: @unchecked Sendable {
         self.peer = peer
         extensionHost = host
         spawned = host != nil
+        callLeases = IndexLeases(context.registry)
+    }
+
+    /// Whether the connection may be closed for idleness once nothing has come or gone on it for
+    /// `--idle-timeout` (asked by its reader thread, which is then waiting for input, so no call
+    /// is being handled). Never an extension's connection (spawned or attached: it waits for the
+    /// daemon's requests), nor one with an open batch, a deferred call outstanding (item data, a
+    /// waited reindex) or an `admin.monitor` stream.
+    var idle: Bool {
+        if spawned { return false }
+        if case .extensionHost? = role { return false }
+        if batchLock.withLock({ !batches.isEmpty }) { return false }
+        if deferredOutstanding.value > 0 { return false }
+        return !context.events.isSubscribed(connection)
     }
 
     /// Drops every open batch (nothing of them is applied); returns how many there were. Called
@@ -102,8 +120,9 @@ final class ClientSession: @unchecked Sendable {
                 // Answered later from a task (waits on an extension); the connection keeps reading
                 // while fewer than maxDeferredCalls are outstanding.
                 let connection = self.connection
-                let slots = deferredSlots, replies = deferredReplies
+                let slots = deferredSlots, replies = deferredReplies, outstanding = deferredOutstanding
                 slots.wait()
+                outstanding.add(1)
                 Task {
                     let result: Result<JSONValue, SearchlightError>
                     do {
@@ -115,6 +134,7 @@ final class ClientSession: @unchecked Sendable {
                     }
                     replies.async {
                         connection.reply(to: id, result)
+                        outstanding.add(-1)
                         slots.signal()
                     }
                 }
@@ -252,38 +272,40 @@ final class ClientSession: @unchecked Sendable {
         }
     }
 
-    /// Checks that the peer may touch the bundle (DESIGN §6: a bundle belongs to the uid that first
-    /// wrote it; root and admins may act on any). A write by a new bundle's first user claims it.
+    /// Checks that the peer may touch the bundle, before any other check of it (`BundleAccess`);
+    /// a write records its owner (or claims a new bundle for the peer).
     func authorize(_ bundle: String, write: Bool) throws(SearchlightError) {
-        if role == .admin { return }
-        // An extension acts on its own unit's bundle only (targetBundle); it is authenticated by
-        // its inherited socket or by the label check of its handshake.
-        if case .extensionHost? = role { return }
-        if let unit = context.catalog.unit(forBundle: bundle) {
-            let owner = context.unitOwner(unit)
-            if owner != peer.uid, peer.uid != 0 {
-                throw SearchlightError(.permissionDenied, "bundle \(bundle) belongs to the user of its extension unit (uid \(owner)); uid \(peer.uid) may not \(write ? "write" : "read") it")
-            }
-            return
+        let caller: BundleAccess.Caller
+        switch role {
+        case .admin?:
+            caller = .admin
+        case .extensionHost(_, let label)?:
+            guard let unit = extensionHost?.unit ?? context.catalog.unit(label: label) else { throw BundleAccess.denied(bundle) }
+            caller = .extensionUnit(unit)
+        case .app?, nil:
+            caller = .app(peer)
         }
-        var owner = context.state.bundle(bundle)?.ownerUID
-        if owner == nil, write {
-            do {
-                owner = try context.state.claim(bundle, uid: peer.uid)
-            } catch {
-                throw SearchlightError(.indexUnavailable, "cannot record the owner of \(bundle): \(error)")
-            }
-        }
-        if let owner, owner != peer.uid, peer.uid != 0 {
-            throw SearchlightError(.permissionDenied, "bundle \(bundle) belongs to uid \(owner); uid \(peer.uid) may not \(write ? "write" : "read") it")
-        }
+        try BundleAccess(context: context).authorize(bundle, by: caller, write: write)
     }
 
+    /// The bundle, index and store a call acts on, after the permission check; the store is
+    /// leased to this call (`callLeases`) until its answer. A write may create the index, within
+    /// `--max-indexes-per-bundle` for an app.
     func store(_ params: JSONValue, write: Bool) throws(SearchlightError) -> (bundle: String, index: String, store: IndexStore?) {
         let bundle = try targetBundle(params)
         let index = try Names.index(params["index"])
         try authorize(bundle, write: write)
-        return (bundle, index, try context.registry.store(bundle: bundle, index: index, create: write))
+        if write, case .app? = role, peer.uid != 0, peer.uid != context.daemonUID,
+           context.registry.servedStore(bundle: bundle, index: index) == nil,
+           !FileManager.default.fileExists(atPath: context.registry.path(bundle: bundle, index: index)) {
+            let limit = context.config.maxIndexesPerBundle
+            let existing = context.registry.indexes(of: bundle).count
+            if existing >= limit, !context.mayAdminister(peer) {
+                throw SearchlightError(.quotaExceeded,
+                    "\(bundle) has \(existing) indexes, the most an app may create (--max-indexes-per-bundle \(limit)); write to one of them (\"index\")")
+            }
+        }
+        return (bundle, index, try context.registry.store(bundle: bundle, index: index, create: write, lease: callLeases))
     }
 
     // MARK: - Index methods
@@ -326,6 +348,8 @@ final class ClientSession: @unchecked Sendable {
     private func mutate(_ params: JSONValue, _ mutation: Mutation) throws(SearchlightError) -> JSONValue {
         let bundle = try targetBundle(params)
         let index = try Names.index(params["index"])
+        // The permission check comes first: a refused caller must not learn that indexing is off.
+        try authorize(bundle, write: true)
         if case .items = mutation, context.state.bundle(bundle)?.indexingEnabled == false {
             throw SearchlightError(.indexingUnsupported, "indexing is off for \(bundle); turn it on with `searchlight indexing on \(bundle)`")
         }
@@ -334,10 +358,7 @@ final class ClientSession: @unchecked Sendable {
             batches[index]!.append(mutation)
             return true
         }
-        if batched {
-            try authorize(bundle, write: true)
-            return ["batched": true]
-        }
+        if batched { return ["batched": true] }
         let r = try applyToIndex(params, [mutation])
         return ["indexed": .number(Double(r.indexed)), "updatesDropped": .number(Double(r.updatesDropped)), "deleted": .number(Double(r.deleted))]
     }
@@ -418,18 +439,37 @@ final class ClientSession: @unchecked Sendable {
         return n
     }
 
-    /// The stores a query reads: the caller's bundle, or for an admin without "bundle", all.
-    private func queryTargets(_ params: JSONValue) throws(SearchlightError) -> [(bundle: String, index: String, store: IndexStore)] {
-        if role == .admin, params["bundle"] == nil || params["bundle"]?.isNull == true {
-            var out: [(String, String, IndexStore)] = []
-            let index = try Names.index(params["index"])
-            for b in context.registry.bundles() {
-                if let s = try context.registry.store(bundle: b, index: index, create: false) { out.append((b, index, s)) }
-            }
-            return out
+    /// An admin query without "bundle" reads every bundle's index.
+    private func acrossBundles(_ params: JSONValue) -> Bool {
+        role == .admin && (params["bundle"] == nil || params["bundle"]?.isNull == true)
+    }
+
+    /// Runs `body` on each store a query reads: the caller's bundle, or for an admin without
+    /// "bundle", every bundle's, one at a time (each leased only while it is read, so a search
+    /// across ten thousand bundles keeps the open-index bound). `body` returns false to stop.
+    /// Returns whether one of them is being refilled after a recovery (DESIGN §4 `incomplete`).
+    @discardableResult
+    private func forEachQueryTarget(_ params: JSONValue,
+                                    _ body: (_ bundle: String, _ index: String, _ store: IndexStore) throws(SearchlightError) -> Bool) throws(SearchlightError) -> Bool {
+        var incomplete = false
+        func visit(_ bundle: String, _ index: String, _ store: IndexStore) throws(SearchlightError) -> Bool {
+            if context.registry.condition(bundle: bundle, index: index)?.incomplete ?? false { incomplete = true }
+            return try body(bundle, index, store)
         }
-        let t = try store(params, write: false)
-        return t.store.map { [(t.bundle, t.index, $0)] } ?? []
+        guard acrossBundles(params) else {
+            let t = try store(params, write: false)
+            if let s = t.store { _ = try visit(t.bundle, t.index, s) }
+            return incomplete
+        }
+        let index = try Names.index(params["index"])
+        for b in context.registry.bundles() {
+            let more = try context.registry.withStore(bundle: b, index: index, create: false) { (s) throws(SearchlightError) -> Bool in
+                guard let s else { return true }
+                return try visit(b, index, s)
+            }
+            if !more { break }
+        }
+        return incomplete
     }
 
     private func querySearch(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
@@ -439,28 +479,28 @@ final class ClientSession: @unchecked Sendable {
         let limit = try count(params["limit"], name: "limit", default: 1000, max: 10_000)
         let cursor = params["cursor"]?.stringValue
         let filter = try QueryFront.filter(query: text, filterQueries: filters, limits: limits, now: Date())
-        let targets = try queryTargets(params)
-        if targets.count == 1, role != .admin || params["bundle"] != nil {
-            let page = try targets[0].store.search(filter, fetch: fetch, limit: max(limit, 1), cursor: cursor)
-            var out: [String: JSONValue] = ["items": .array(page.items)]
-            if let c = page.cursor { out["cursor"] = .string(c) }
-            if incomplete(targets) { out["incomplete"] = true }
+        if !acrossBundles(params) {
+            var out: [String: JSONValue] = ["items": []]
+            let incomplete = try forEachQueryTarget(params) { (_, _, store) throws(SearchlightError) -> Bool in
+                let page = try store.search(filter, fetch: fetch, limit: max(limit, 1), cursor: cursor)
+                out["items"] = .array(page.items)
+                if let c = page.cursor { out["cursor"] = .string(c) }
+                return true
+            }
+            if incomplete { out["incomplete"] = true }
             return .object(out)
         }
         // Admin search across bundles: each item says where it lives; no cursor.
         var items: [JSONValue] = []
-        for t in targets where items.count < limit {
-            let page = try t.store.search(filter, fetch: fetch, limit: limit - items.count, cursor: nil)
-            items += page.items.map { Self.tag($0, bundle: t.bundle, index: t.index) }
+        let incomplete = try forEachQueryTarget(params) { (bundle, index, store) throws(SearchlightError) -> Bool in
+            guard items.count < limit else { return false }
+            let page = try store.search(filter, fetch: fetch, limit: limit - items.count, cursor: nil)
+            items += page.items.map { Self.tag($0, bundle: bundle, index: index) }
+            return items.count < limit
         }
         var out: [String: JSONValue] = ["items": .array(items)]
-        if incomplete(targets) { out["incomplete"] = true }
+        if incomplete { out["incomplete"] = true }
         return .object(out)
-    }
-
-    /// True when one of the queried indexes is being refilled after a recovery (DESIGN §4).
-    private func incomplete(_ targets: [(bundle: String, index: String, store: IndexStore)]) -> Bool {
-        targets.contains { context.registry.condition(bundle: $0.bundle, index: $0.index)?.incomplete ?? false }
     }
 
     static func tag(_ item: JSONValue, bundle: String, index: String) -> JSONValue {
@@ -485,25 +525,27 @@ final class ClientSession: @unchecked Sendable {
         if let filters = try stringList(ctx["filterQueries"], name: "filterQueries"), !filters.isEmpty {
             request.filter = try QueryFront.filter(query: nil, filterQueries: filters, limits: limits, now: Date())
         }
-        let targets = try queryTargets(params)
-        let tagged = targets.count != 1 || (role == .admin && params["bundle"] == nil)
+        let tagged = acrossBundles(params)
         var scored: [(Double, JSONValue)] = []
         var suggestions: [Suggestion] = []
-        for t in targets {
-            let r = try t.store.userQuery(request)
+        var targets = 0
+        let incomplete = try forEachQueryTarget(params) { (bundle, index, store) throws(SearchlightError) -> Bool in
+            targets += 1
+            let r = try store.userQuery(request)
             for (item, score) in zip(r.items, r.scores) {
-                scored.append((score, tagged ? Self.tag(item, bundle: t.bundle, index: t.index) : item))
+                scored.append((score, tagged ? Self.tag(item, bundle: bundle, index: index) : item))
             }
             for s in r.suggestions where !suggestions.contains(where: { $0.text == s.text }) { suggestions.append(s) }
+            return true
         }
-        if targets.count > 1 { scored.sort { $0.0 < $1.0 } }
+        if targets > 1 { scored.sort { $0.0 < $1.0 } }
         let items = scored.prefix(request.maxResultCount).map(\.1)
         let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
         var out: [String: JSONValue] = [
             "items": .array(Array(items)), "rankedItems": .array(ranked),
             "suggestions": .array(suggestions.prefix(request.maxSuggestionCount).map(\.json)),
         ]
-        if incomplete(targets) { out["incomplete"] = true }
+        if incomplete { out["incomplete"] = true }
         return .object(out)
     }
 
@@ -521,6 +563,13 @@ final class ClientSession: @unchecked Sendable {
         try store.recordEngagement(identifier: identifier, suggestion: suggestion, weight: interaction == "select" ? 1 : 0.25)
         return [:]
     }
+}
+
+/// A count shared between a session and the tasks answering its deferred calls.
+final class SharedCount: Sendable {
+    private let count = Mutex(0)
+    var value: Int { count.withLock { $0 } }
+    func add(_ n: Int) { count.withLock { $0 += n } }
 }
 
 public enum Version {

@@ -239,7 +239,7 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
         guard let record = lock.withLock({ active[key] }), let id = record.requestID, request.id >= id else { return }
         switch outcome {
         case .acknowledged:
-            let items = (try? context?.registry.store(bundle: key.bundle, index: key.index, create: false))??.count ?? 0
+            let items = (try? context?.registry.withStore(bundle: key.bundle, index: key.index, create: false) { $0?.count })?.flatMap { $0 } ?? 0
             finish(key, record, outcome: "refilled by \(record.label ?? "its extension")'s reindex-all", items: items)
         case .failed(let message):
             let label = record.label ?? key.bundle

@@ -70,7 +70,9 @@ public final class Supervisor: @unchecked Sendable {
             "activated": activated != nil, "state": config.stateDirectory, "pid": getpid(),
             "units": context.catalog.units.filter { !$0.disabled }.count, "notify": notifier.isEnabled,
             "watchdog_s": notifier.watchdogInterval.map { "\($0 * 2)" } ?? "off",
-            "watchdog_loops": probes.map(\.name).joined(separator: ","), "status": status,
+            "watchdog_loops": probes.map(\.name).joined(separator: ","), "max_open_indexes": context.registry.maxOpen,
+            "max_connections": config.maxConnections, "max_connections_per_user": config.maxConnectionsPerUser,
+            "idle_timeout_s": config.idleTimeout, "status": status,
         ])
         stopped.wait()
         log.notice("searchlightd stopping")

@@ -163,6 +163,35 @@ enum StatusCommands {
         }
     )
 
+    static let owner = Command(
+        spec: CommandSpec(
+            name: "owner", abstract: "give a bundle an owner (a user name or uid)", usage: "BUNDLE USER|UID",
+            positionals: [.required("BUNDLE", "the app"), .required("USER|UID", "the user who may read and write it from now on")],
+            discussion: "A bundle written before owners were recorded on every write has none: only administrators may "
+                + "use it until one is given. While an extension unit serves the bundle, the unit's user stays its owner."
+        ),
+        run: { args, context in
+            let bundle = args.positionals[0], user = args.positionals[1]
+            let uid: UInt32
+            if let n = UInt32(user), n < UInt32.max {
+                uid = n
+            } else if let pw = getpwnam(user) {
+                uid = pw.pointee.pw_uid
+            } else {
+                throw UsageError("no user named '\(user)'; give a user name or a numeric uid")
+            }
+            let answer = try await context.admin(Method.adminSetOwner, ["bundle": .string(bundle), "uid": .number(Double(uid))])
+            if context.json {
+                Console.out(answer)
+                return
+            }
+            Console.out("\(bundle) now belongs to uid \(uid)")
+            if let label = answer["servedBy"]?.stringValue, let unitOwner = answer["unitOwnerUID"]?.intValue, unitOwner != Int(uid) {
+                Console.out("while \(label) serves it, its unit's user (uid \(unitOwner)) is the owner that counts")
+            }
+        }
+    )
+
     static let version = Command(
         spec: CommandSpec(
             name: "version", abstract: "show the versions of this CLI and of the daemon", usage: "[--json]",
