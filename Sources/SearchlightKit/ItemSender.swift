@@ -12,7 +12,9 @@ struct ItemSender {
     private var limits: (items: Int, bytes: Int)?
     private var params: [UInt8] = []
     private var count = 0
-    private var inFlight: [(call: SubmittedCall, items: Int)] = []
+    private var inFlight: [(call: SubmittedCall, params: [UInt8], items: Int)] = []
+    /// Times the calls in flight were sent again after the daemon announced an idle close.
+    private var resends = 0
 
     init(index: SearchableIndex) { self.index = index }
 
@@ -49,14 +51,51 @@ struct ItemSender {
         }
         params.append(UInt8(ascii: "}"))
         if inFlight.count >= Self.depth { try await completeOldest() }
-        inFlight.append((try await index.connection.submit(Method.indexItems, encodedParams: params), count))
+        while true {
+            do {
+                let call = try await index.connection.submit(Method.indexItems, encodedParams: params,
+                    sameConnectionAs: inFlight.last?.call.connection)
+                inFlight.append((call, params, count))
+                break
+            } catch is SearchlightConnection.ConnectionChanged {
+                // The daemon closed the connection the calls in flight went on: they go again
+                // first (in order, on a new connection), then this one.
+                while !inFlight.isEmpty { try await completeOldest() }
+            } catch let error as SearchlightError where error.code == .remoteConnection && resends < SearchlightConnection.maximumResends {
+                // The write failed: the connection is closing, and this call (a frame never
+                // finished is never read) went nowhere. The calls in flight settle first: each
+                // completes, goes again after an announced close, or fails the donation.
+                resends += 1
+                while !inFlight.isEmpty { try await completeOldest() }
+            }
+        }
         count = 0
     }
 
     private mutating func completeOldest() async throws {
-        let (call, items) = inFlight.removeFirst()
-        _ = try await call.value()
-        await index.itemsCommitted(items)
+        while true {
+            let (call, _, items) = inFlight[0]
+            do {
+                _ = try await call.value()
+                inFlight.removeFirst()
+                await index.itemsCommitted(items)
+                return
+            } catch let error as SearchlightError where error.code == .remoteConnection && resends < SearchlightConnection.maximumResends {
+                // The daemon closes an idle connection with `$/closing` and reads nothing after it:
+                // then none of the calls in flight was processed, and all go again, in order, on a
+                // new connection (as `SearchlightConnection.call` does for one call).
+                await call.connection.waitUntilClosed()
+                guard call.connection.closeAnnouncement != nil else { throw error }
+                resends += 1
+                var again: [(call: SubmittedCall, params: [UInt8], items: Int)] = []
+                for pending in inFlight {
+                    let call = try await index.connection.submit(Method.indexItems, encodedParams: pending.params,
+                        sameConnectionAs: again.last?.call.connection)
+                    again.append((call, pending.params, pending.items))
+                }
+                inFlight = again
+            }
+        }
     }
 }
 

@@ -85,9 +85,18 @@ public actor SearchlightConnection {
 
     /// Sends a request whose params are already encoded, at once, and returns its call to await
     /// later: calls submitted in turn are on the wire in that order (see `RPCConnection.submit`).
-    func submit(_ method: String, encodedParams: [UInt8]) async throws -> SubmittedCall {
-        try await connected().submit(method, encodedParams: encodedParams)
+    /// With `previous` (the connection of calls still in flight), the call goes on that connection
+    /// or not at all (`ConnectionChanged`), so that calls in flight on a connection the daemon
+    /// closed can be sent again first and the order holds.
+    func submit(_ method: String, encodedParams: [UInt8], sameConnectionAs previous: RPCConnection? = nil) async throws -> SubmittedCall {
+        if let previous, previous.isClosed || previous.closeAnnouncement != nil { throw ConnectionChanged() }
+        let rpc = try await connected()
+        if let previous, rpc !== previous { throw ConnectionChanged() }
+        return try rpc.submit(method, encodedParams: encodedParams)
     }
+
+    /// `submit` was asked for the connection of earlier calls, and that one is closed: nothing was sent.
+    struct ConnectionChanged: Error {}
 
     /// Sends a notification (no answer).
     public func notify(_ method: String, _ params: JSONValue = [:]) async throws {

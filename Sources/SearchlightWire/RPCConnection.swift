@@ -311,7 +311,7 @@ public final class RPCConnection: @unchecked Sendable {
             if let closed { throw SearchlightError(.remoteConnection, "the connection is closed (\(closed)); reconnect") }
             defer { nextID += 1 }
             let id = RPCID.number(nextID)
-            let call = SubmittedCall(method: method)
+            let call = SubmittedCall(method: method, connection: self)
             submitted[id] = call
             return (id, call)
         }
@@ -358,9 +358,15 @@ public final class RPCConnection: @unchecked Sendable {
 /// loss). `value()` may be awaited once or several times, from any task.
 public final class SubmittedCall: Sendable {
     public let method: String
+    /// The connection it went on: after a `remoteConnection` failure, its `closeAnnouncement`
+    /// says whether the peer announced the close (then the call was never processed).
+    public let connection: RPCConnection
     private let state = Mutex<(result: Result<JSONValue, any Error>?, waiters: [CheckedContinuation<JSONValue, any Error>])>((nil, []))
 
-    init(method: String) { self.method = method }
+    init(method: String, connection: RPCConnection) {
+        self.method = method
+        self.connection = connection
+    }
 
     func complete(_ result: Result<JSONValue, any Error>) {
         let waiters: [CheckedContinuation<JSONValue, any Error>] = state.withLock { state in

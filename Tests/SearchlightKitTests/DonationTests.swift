@@ -55,6 +55,21 @@ struct DonationTests {
         #expect(daemon.calls(Method.indexItems).map { $0["items"]?.arrayValue?.count ?? 0 } == [1000, 200])
     }
 
+    @Test("when the daemon closes the connection as idle under a pipelined donation, every call in flight goes again, in order")
+    func idleCloseUnderDonation() async throws {
+        let daemon = try FakeDaemon()
+        defer { daemon.stop() }
+        let index = SearchableIndex(bundleIdentifier: "org.example.kit", socketPath: daemon.path)
+        try await index.deleteAllSearchableItems()
+        daemon.closeAsIdle(nextCalls: 1)
+        try await index.indexSearchableItems((0..<2500).lazy.map { Self.item($0) })
+        await index.close()
+        let second = daemon.messages.filter { $0.method == Method.indexItems && $0.connection == 2 }.map(\.params)
+        #expect(second.map { $0["items"]?.arrayValue?.count ?? 0 } == [1000, 1000, 500])
+        let ids = second.flatMap { $0["items"]?.arrayValue ?? [] }.compactMap { $0["uniqueIdentifier"]?.stringValue }
+        #expect(ids == (0..<2500).map { "i-\($0)" })
+    }
+
     @Test("a failing call fails the donation with the daemon's error")
     func failureStops() async throws {
         let seen = Mutex(0)
