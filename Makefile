@@ -117,7 +117,7 @@ soak: build extensions
 # The unit-test targets under AddressSanitizer, then ThreadSanitizer, each in a scratch path of its
 # own (.build-asan, .build-tsan) so the debug build is untouched. Not part of `make test` (a clean
 # sanitized build takes minutes on 2 cores); Docs/Reliability.md says when it last ran and what it found.
-SANITIZE_TESTS ?= SearchlightStoreTests|SearchlightWireTests|SearchlightSupervisorTests|SearchlightKitTests
+SANITIZE_TESTS ?= SearchlightStoreTests|SearchlightWireTests|SearchlightUnitsTests|SearchlightSupervisorTests|SearchlightKitTests
 sanitize: deps
 	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
 	LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/Sanitizers/lsan.supp $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan --filter '$(SANITIZE_TESTS)'

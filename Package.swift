@@ -23,6 +23,8 @@ let package = Package(
             providers: [.apt(["libsqlite3-dev"])]
         ),
         .target(name: "SearchlightWire", swiftSettings: strict),
+        // Launchd-like unit files: parser, model, checks (the daemon, the CLI and the fuzzer use it).
+        .target(name: "SearchlightUnits", dependencies: ["SearchlightWire"], swiftSettings: strict),
         .target(name: "SearchlightStore", dependencies: ["CSQLite", "SearchlightWire"], swiftSettings: strict),
         .target(name: "SearchlightKit", dependencies: ["SearchlightWire"], swiftSettings: strict),
         // The store delegate (DESIGN §10): an app's SQLite database kept in its index. It links the
@@ -31,19 +33,20 @@ let package = Package(
         .target(name: "CSpawn"),
         .target(
             name: "SearchlightSupervisor",
-            dependencies: ["SearchlightWire", "SearchlightStore", "CSpawn"],
+            dependencies: ["SearchlightWire", "SearchlightUnits", "SearchlightStore", "CSpawn"],
             swiftSettings: strict
         ),
         // The fuzz targets and the deterministic mutation fuzzer (`make test` runs them bounded;
         // `make fuzz` runs them long, under libFuzzer when the toolchain has it).
         .target(
             name: "SearchlightFuzz",
-            dependencies: ["SearchlightWire", "SearchlightStore", "SearchlightSupervisor"],
+            dependencies: ["SearchlightWire", "SearchlightUnits", "SearchlightStore"],
             swiftSettings: strict
         ),
         .executableTarget(name: "searchlight-fuzz", dependencies: ["SearchlightFuzz"], swiftSettings: strict),
         .executableTarget(name: "searchlightd", dependencies: ["SearchlightSupervisor"], swiftSettings: strict),
-        .executableTarget(name: "searchlight", dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightSupervisor"], swiftSettings: strict),
+        // The CLI links the SDK, the wire types and the unit parser (for `units --verify`), never the daemon.
+        .executableTarget(name: "searchlight", dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightUnits"], swiftSettings: strict),
         .executableTarget(
             name: "searchlight-bench",
             dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightStore", "SearchlightSQLite", "CSQLite"],
@@ -62,6 +65,7 @@ let package = Package(
         .testTarget(name: "SearchlightWireTests", dependencies: ["SearchlightWire"], swiftSettings: strict),
         .testTarget(name: "SearchlightStoreTests", dependencies: ["SearchlightStore", "CSQLite"], swiftSettings: strict),
         .testTarget(name: "SearchlightKitTests", dependencies: ["SearchlightKit"], swiftSettings: strict),
+        .testTarget(name: "SearchlightUnitsTests", dependencies: ["SearchlightUnits"], swiftSettings: strict),
         .testTarget(name: "SearchlightSQLiteTests", dependencies: ["SearchlightSQLite", "CSQLite"], swiftSettings: strict),
         .testTarget(
             name: "SearchlightSupervisorTests",

@@ -1,4 +1,5 @@
 import Foundation
+import SearchlightUnits
 import SearchlightWire
 
 /// Who may read and write a bundle's indexes (DESIGN §6 Security), and the owner record every

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import SearchlightUnits
 import SearchlightWire
 
 /// The extension side of a session: the extension handshake, and the methods answered later

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import SearchlightUnits
 import SearchlightWire
 
 /// One extension unit's process and its connection (DESIGN §5, §6): launched on demand with the

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Synchronization
+import SearchlightUnits
 import SearchlightWire
 
 /// Retry and relaunch delays: `base` doubling per attempt up to `cap`, with ±10 % jitter so that

@@ -1,5 +1,6 @@
 import Foundation
 import SearchlightStore
+import SearchlightUnits
 import SearchlightWire
 
 /// Idle maintenance (DESIGN §6 *Idle*): at most every `--maintenance-interval`, once the machine

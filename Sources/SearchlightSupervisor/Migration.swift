@@ -1,5 +1,6 @@
 import Foundation
 import SearchlightStore
+import SearchlightUnits
 import SearchlightWire
 
 /// Migration (DESIGN §6 Triggers): an index file of an older store format, or a unit whose

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import SearchlightStore
+import SearchlightUnits
 import SearchlightWire
 
 /// What every client session shares: configuration, indexes, bundle records, counters.

@@ -9,7 +9,7 @@ import Foundation
 /// probing the same target). A unit file holds only booleans,
 /// integers, reals, dates, data, strings, arrays and string-keyed dictionaries, so anything else
 /// is refused here, with the reason.
-enum BinaryPlistCheck {
+public enum BinaryPlistCheck {
     static let magic = Array("bplist00".utf8)
 
     static func isBinary(_ data: Data) -> Bool { data.starts(with: Array("bplist".utf8)) }

@@ -249,7 +249,7 @@ public enum UnitParser {
 
 /// One plist value, classified without Foundation's bridging ambiguities (an `NSNumber` holding
 /// 1 also casts to `Bool`), so that `<integer>1</integer>` is never taken for `<true/>`.
-enum PlistValue {
+public enum PlistValue {
     case string(String), integer(Int64), unsigned(UInt64), real(Double), bool(Bool)
     case array([Any]), dictionary([String: Any]), other(String)
 
@@ -291,7 +291,7 @@ enum PlistValue {
 
 /// Typed access to one plist dictionary; each accessor returns nil for an absent key and throws
 /// a `UnitProblem` naming the key (dotted under `prefix`) for a wrong type or an out-of-range value.
-struct UnitFields {
+public struct UnitFields {
     let values: [String: Any]
     let file: String
     let prefix: String

@@ -145,7 +145,7 @@ public final class UnitCatalog: Sendable {
 /// Path spelling for units: everything is made absolute, relative paths against the unit file's
 /// folder. Only `.` components and repeated slashes are removed; `..` is kept, because collapsing
 /// it lexically is wrong across symbolic links.
-enum UnitPaths {
+public enum UnitPaths {
     static func absolute(_ path: String) -> String {
         resolve(path, against: FileManager.default.currentDirectoryPath)
     }
@@ -159,7 +159,7 @@ enum UnitPaths {
 
 /// Disk checks for unit files and their programs: bounded reads that never block on a FIFO, and
 /// the ownership rules of system mode (DESIGN §6 Security).
-enum UnitFiles {
+public enum UnitFiles {
     static func read(_ path: String) throws(UnitProblem) -> Data {
         let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
         guard fd >= 0 else {

@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
-@testable import SearchlightSupervisor
+@testable import SearchlightUnits
 
 /// A root-owned temporary folder (0755) for program-path checks, removed afterwards.
 private final class Tree: @unchecked Sendable {
@@ -167,25 +167,5 @@ struct ProgramCheckTests {
         #expect(problem(script, searchPath: "/nonexistent-sl")?.message.contains("finds no mytool") == true)
         #expect(problem(script, searchPath: "relative:\(tree.path)/tools")?.message.contains("relative entry") == true)
         #expect(ProgramCheck.envCommand("-i FOO=1 -u BAR python3 -u") == "python3")
-    }
-
-    @Test("at launch, a binary is opened once and checked with fstat; a script is run by its checked physical path")
-    func launchProgram() throws {
-        let tree = Tree()
-        let binary = try tree.binary("bin/indexer")
-        try FileManager.default.createSymbolicLink(atPath: tree.path + "/bin/alias", withDestinationPath: "indexer")
-        let unit = ExtensionUnit(label: "org.example.x", bundleIdentifier: "org.example.x", path: "/etc/x.plist", executable: tree.path + "/bin/alias")
-        let launch = try LaunchProgram(unit: unit, system: true)
-        defer { launch.close() }
-        #expect(launch.path == binary)
-        let fd = try #require(launch.descriptor)
-        var st = stat(), expected = stat()
-        #expect(fstat(fd, &st) == 0 && stat(binary, &expected) == 0 && st.st_ino == expected.st_ino)
-        let script = try tree.file("bin/indexer.sh")
-        let scripted = try LaunchProgram(unit: ExtensionUnit(label: "org.example.x", bundleIdentifier: "org.example.x", executable: script), system: true)
-        #expect(scripted.descriptor == nil && scripted.path == script)
-        // Checked again: made unsafe after the unit loaded, it is refused at launch.
-        chown(tree.path + "/bin", mallory, mallory)
-        #expect(throws: UnitProblem.self) { try LaunchProgram(unit: unit, system: true) }
     }
 }

@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
-@testable import SearchlightSupervisor
+@testable import SearchlightUnits
 
 /// A temporary folder with a working extension program (`bin/ext`, a /bin/sh script, 0755) and a
 /// plain non-executable file; removed when the value goes away.

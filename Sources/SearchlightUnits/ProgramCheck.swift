@@ -1,21 +1,20 @@
 #if canImport(Glibc)
 import Glibc
 #endif
-import CSpawn
 import Foundation
 
 /// Who may change the files a unit's program is made of, in system mode (DESIGN §6 Security):
 /// root, the daemon's own user, and the unit's `UserName` when the unit runs as that user (that
 /// user changing its own extension gains nothing). Anyone else who could replace the program, or
 /// any folder it is reached through, could run code as the unit's user, root by default.
-struct ProgramTrust: Sendable {
+public struct ProgramTrust: Sendable {
     /// The owners whose files and folders are trusted.
-    let owners: Set<uid_t>
+    public let owners: Set<uid_t>
     /// Who the program runs as, for messages ("root", or the unit's user name).
-    let runsAs: String
+    public let runsAs: String
 
     /// The trust of a unit with this `UserName` (which applies only when the daemon is root).
-    static func forUnit(userName: String?) -> ProgramTrust {
+    public static func forUnit(userName: String?) -> ProgramTrust {
         var owners: Set<uid_t> = [0, geteuid()]
         var runsAs = geteuid() == 0 ? "root" : "uid \(geteuid())"
         if geteuid() == 0, let userName, let uid = UnitFiles.userID(named: userName) {
@@ -27,13 +26,13 @@ struct ProgramTrust: Sendable {
 }
 
 /// A program that passed the checks: the file it really is, and how it must be started.
-struct CheckedProgram: Sendable, Equatable {
+public struct CheckedProgram: Sendable, Equatable {
     /// The physical path: no symbolic link, `.` or `..` left in it.
-    var path: String
-    var device: UInt64
-    var inode: UInt64
+    public var path: String
+    public var device: UInt64
+    public var inode: UInt64
     /// A `#!` script: its interpreters were checked too, and it is executed by `path`.
-    var isScript: Bool
+    public var isScript: Bool
 }
 
 /// The check of a unit's program (UnitParser at load, `LaunchProgram` again at every launch).
@@ -46,7 +45,7 @@ struct CheckedProgram: Sendable, Equatable {
 /// writable by group or others. A `#!` script's interpreter is checked the same way (and, for
 /// `#!/usr/bin/env NAME`, the folders of the PATH that env searches up to NAME), since that is
 /// what really runs.
-enum ProgramCheck {
+public enum ProgramCheck {
     /// Kernel limits: 40 symbolic links per lookup, 4 nested interpreters.
     static let maximumLinks = 40
     static let maximumInterpreters = 4
@@ -56,7 +55,7 @@ enum ProgramCheck {
     /// Checks the program at `path` (absolute), named by `key` in `file`. `trust` nil: user mode,
     /// only existence, type and the execute bit are checked. `searchPath`: the PATH the extension
     /// will have, for `#!/usr/bin/env NAME`.
-    static func check(_ path: String, key: String, file: String, trust: ProgramTrust?,
+    public static func check(_ path: String, key: String, file: String, trust: ProgramTrust?,
                       searchPath: String?) throws(UnitProblem) -> CheckedProgram {
         let what = key == "Program" ? "Program" : "ProgramArguments[0]"
         var walk = PathWalk(subject: "\(what) \(path)", key: key, file: file, trust: trust)
@@ -167,7 +166,7 @@ enum ProgramCheck {
 /// One resolution of a path, component by component, with every folder (and the final file)
 /// checked against the trust as it is reached. Symbolic links are followed by hand, so the folders
 /// of their targets are checked too, and a message can say which links led there.
-struct PathWalk {
+public struct PathWalk {
     /// "Program /opt/x/bin/ext", "the interpreter /usr/bin/python3 (…)": what is being resolved.
     let subject: String
     let key: String?
@@ -328,49 +327,5 @@ struct PathWalk {
 
     static func components(_ path: String) -> [String] {
         path.split(separator: "/").map(String.init)
-    }
-}
-
-/// The program of one launch, checked again just before it starts: a binary is opened once and
-/// verified with fstat to be the file the check passed (then executed through that descriptor, so
-/// nothing swapped in later can run); a `#!` script is executed by its physical path, which the
-/// check has just shown nobody untrusted can change (see Docs/Architecture.md, Security).
-struct LaunchProgram {
-    /// The physical path of the checked file.
-    let path: String
-    /// The descriptor to execute (O_PATH), for a binary; nil for a script.
-    let descriptor: Int32?
-
-    init(unit: ExtensionUnit, system: Bool) throws(UnitProblem) {
-        let key = unit.programKey
-        let trust = system ? ProgramTrust.forUnit(userName: unit.userName) : nil
-        let searchPath = unit.environment["PATH"] ?? ProcessInfo.processInfo.environment["PATH"]
-        let checked = try ProgramCheck.check(unit.executable, key: key, file: unit.path, trust: trust, searchPath: searchPath)
-        path = checked.path
-        guard !checked.isScript else {
-            descriptor = nil
-            return
-        }
-        let fd = sl_open_path(checked.path)
-        guard fd >= 0 else {
-            throw UnitProblem(file: unit.path, key: key, message: "Program \(unit.executable) cannot be opened: \(String(cString: strerror(errno)))",
-                              fix: "check the path and the daemon's rights on it")
-        }
-        var st = stat()
-        let same = fstat(fd, &st) == 0 && st.st_mode & S_IFMT == S_IFREG
-            && UInt64(st.st_dev) == checked.device && UInt64(st.st_ino) == checked.inode
-        let safe = trust.map { st.st_mode & mode_t(S_IWGRP | S_IWOTH) == 0 && $0.owners.contains(st.st_uid) } ?? true
-        guard same && safe else {
-            Glibc.close(fd)
-            throw UnitProblem(file: unit.path, key: key, message: "Program \(unit.executable) (\(checked.path)) changed while it was being checked",
-                              fix: "find out what replaces it; the next launch checks it again")
-        }
-        descriptor = fd
-    }
-
-    /// Closes the descriptor; call it once the child has exec'd (or failed to). Not in a deinit:
-    /// the descriptor must stay open until the spawn, whatever the optimizer makes of lifetimes.
-    func close() {
-        if let descriptor { Glibc.close(descriptor) }
     }
 }
