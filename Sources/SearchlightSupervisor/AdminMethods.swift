@@ -106,6 +106,7 @@ struct AdminMethods {
             "throttle": context.scheduler?.throttle.statusJSON ?? .null,
             "maintenance": context.maintenance?.statusJSON ?? .null,
             "reindexRequests": requestCounts(),
+            "quarantine": context.recovery.quarantineStatus(),
         ]
     }
 
@@ -180,6 +181,7 @@ struct AdminMethods {
         }
         let n = context.registry.erase(bundle: bundle)
         context.state.erased(bundle)
+        context.recovery.forget(bundle: bundle)
         context.log.notice("bundle erased", ["bundle": bundle, "indexes": n, "by_uid": session.peer.uid])
         var answer: [String: JSONValue] = ["erased": .number(Double(n))]
         if reindex, let unit, let scheduler = context.scheduler {
