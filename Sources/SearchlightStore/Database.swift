@@ -148,8 +148,11 @@ public final class Database {
 
     /// Registers the scalar functions the query compiler emits (sl_match, …).
     public func registerFunctions() {
-        SQLFunctions.register(on: handle)
+        clearFunctionCache = SQLFunctions.register(on: handle)
     }
+
+    /// Forgets what the query functions compiled from past statements' arguments.
+    public private(set) var clearFunctionCache: @Sendable () -> Void = {}
 
     /// Virtual-machine steps between two checks of a query's budget: a few microseconds of work,
     /// so a stop takes effect at once and the check (a clock read) costs well under 1 %.

@@ -460,6 +460,7 @@ public final class IndexStore: @unchecked Sendable {
     }
 
     private func checkin(_ db: Database) {
+        db.clearFunctionCache()  // the query's compiled patterns go with it
         readers.lock()
         checkedOutReaders -= 1
         if retired {

@@ -122,6 +122,18 @@ struct QueryBudgetTests {
         #expect(try f.store.search(filter).items.count == 20)
     }
 
+    @Test("one pattern text under different modifiers, and the same text in the next query, each match as written (the per-connection cache of compiled patterns)")
+    func patternCache() throws {
+        let f = try StoreFixture()
+        try f.donate(try f.item("b", ["title": "Bridge"]), try f.item("l", ["title": "bridge"]))
+        let both = try QueryFront.filter(query: #"title == "bridge"c && title != "bridge""#, limits: Limits(), now: Date())
+        #expect(try f.ids(both) == ["b"])
+        let exact = try QueryFront.filter(query: #"title == "bridge""#, limits: Limits(), now: Date())
+        #expect(try f.ids(exact) == ["l"])
+        let folded = try QueryFront.filter(query: #"title == "bridge"c"#, limits: Limits(), now: Date())
+        #expect(try f.ids(folded) == ["b", "l"])
+    }
+
     @Test("a statement SQLite refuses for its size is invalidQuery, and the index keeps its health")
     func sqliteSizeErrors() throws {
         let f = try Self.filled(20)
