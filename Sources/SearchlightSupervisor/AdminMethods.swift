@@ -234,7 +234,7 @@ struct AdminMethods {
     /// While an enabled unit serves the bundle, its user stays the owner that counts.
     private func setOwner(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
         guard let bundle = try bundleFilter(params) else { throw .invalidParams("\"bundle\" is required") }
-        guard let uid = params["uid"]?.intValue, uid >= 0, uid < Int(UInt32.max) else {
+        guard let uid = try NumericParameter.integer(params["uid"], field: "uid", in: 0...Int(UInt32.max - 1)) else {
             throw .invalidParams("\"uid\" must be a user id from 0 to \(UInt32.max - 1)")
         }
         do {
