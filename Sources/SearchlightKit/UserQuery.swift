@@ -59,8 +59,12 @@ public struct UserQuery: Sendable {
         func items(_ key: String) -> [SearchableItem] { (r[key]?.arrayValue ?? []).compactMap(SearchableItem.init(wire:)) }
         let suggestions: [QuerySuggestion] = (r["suggestions"]?.arrayValue ?? []).compactMap { s in
             guard let text = s["text"]?.stringValue else { return nil }
+            // Offsets out of range are dropped, never turned into a range that traps.
             let ranges = (s["highlight"]?.arrayValue ?? []).compactMap { pair -> Range<Int>? in
-                guard let a = pair.arrayValue, a.count == 2, let start = a[0].intValue, let length = a[1].intValue, length >= 0
+                let count = 0...NumericParameter.maxCount
+                guard let a = pair.arrayValue, a.count == 2,
+                      let start = try? NumericParameter.integer(a[0], field: "highlight.start", in: count),
+                      let length = try? NumericParameter.integer(a[1], field: "highlight.length", in: count)
                 else { return nil }
                 return start..<(start + length)
             }

@@ -411,13 +411,22 @@ public final class IndexStore: @unchecked Sendable {
 
     // MARK: - Reading
 
-    /// Runs `body` on a read connection from the pool.
-    public func read<T>(_ body: (Database) throws -> T) throws(SearchlightError) -> T {
+    /// Runs `body` on a read connection from the pool. With a `budget` (a query), SQLite stops
+    /// the statement once the budget says so and the call answers its `cancelled` error; a
+    /// statement SQLite refuses for its size answers invalidQuery. Neither touches the index's
+    /// health: only corruption is recorded.
+    public func read<T>(budget: QueryBudget? = nil, _ body: (Database) throws -> T) throws(SearchlightError) -> T {
         let db = try checkoutReader()
         defer { checkin(db) }
         do {
-            return try body(db)
+            return try db.withBudget(budget) { try body(db) }
         } catch {
+            if let budget, budget.stop != nil { throw budget.error }
+            if let e = error as? DatabaseError, e.isQueryTooLarge {
+                throw SearchlightError(.invalidQuery,
+                    "the query is too large for the index to run (SQLite: \(e.message)); use fewer filter queries, comparisons or words",
+                    data: ["offset": 0])
+            }
             throw mapAndRecord(error)
         }
     }
@@ -451,6 +460,7 @@ public final class IndexStore: @unchecked Sendable {
     }
 
     private func checkin(_ db: Database) {
+        db.clearFunctionCache()  // the query's compiled patterns go with it
         readers.lock()
         checkedOutReaders -= 1
         if retired {

@@ -34,7 +34,16 @@ public struct UserQueryResult: Sendable {
     public var suggestions: [Suggestion]
 }
 
-/// The words of a user query, parsed once.
+extension UserQueryRequest {
+    /// Checks the text against the limits before any index is read: at most
+    /// `Limits.maxQueryTerms` different words (a word repeated counts once).
+    public static func check(_ text: String, limits: Limits) throws(SearchlightError) {
+        _ = try UserQueryTerms(text, maxTerms: limits.maxQueryTerms)
+    }
+}
+
+/// The words of a user query, parsed once. A word repeated is searched once: "lib lib … lib"
+/// (800 times) was an FTS5 AND of 800 phrases, 5 s of work, and a 60 KB text ran for minutes.
 struct UserQueryTerms {
     struct Word {
         var text: String
@@ -43,9 +52,14 @@ struct UserQueryTerms {
         var isCJK: Bool
         var isPrefix: Bool
     }
+    /// Every word as typed, in order (suggestions rebuild the text from them).
     var words: [Word]
+    /// The full-text terms of the different words, in order of first appearance.
+    let terms: [String]
 
-    init(_ text: String) {
+    /// Throws invalidQuery, at the byte offset of the first word past the limit, when the text has
+    /// more than `maxTerms` different words.
+    init(_ text: String, maxTerms: Int = .max) throws(SearchlightError) {
         let parts = TextAnalysis.words(text)
         let typing = !(text.last.map { $0.isWhitespace || $0.isPunctuation } ?? true)
         words = parts.enumerated().map { i, w in
@@ -53,14 +67,28 @@ struct UserQueryTerms {
             return Word(text: String(w), folded: TextAnalysis.fold(String(w)), range: w.startIndex..<w.endIndex,
                 isCJK: aux, isPrefix: !aux && typing && i == parts.count - 1)
         }
+        var seen: Set<String> = []
+        var terms: [String] = []
+        for w in words {
+            let term = Self.ftsTerm(w)
+            guard seen.insert(term).inserted else { continue }
+            guard terms.count < maxTerms else {
+                let offset = text.utf8.distance(from: text.startIndex, to: w.range.lowerBound)
+                throw SearchlightError(.invalidQuery,
+                    "the text has more than \(maxTerms) different words (the word at byte \(offset) is one too many); "
+                        + "search for fewer words", data: ["offset": .number(Double(offset)), "limit": .number(Double(maxTerms))])
+            }
+            terms.append(term)
+        }
+        self.terms = terms
     }
 
-    func ftsTerm(_ w: Word) -> String {
+    static func ftsTerm(_ w: Word) -> String {
         if w.isCJK { return TextAnalysis.cjkFTSPhrase(w.text) }
         return TextAnalysis.ftsQuoted(w.folded) + (w.isPrefix ? " *" : "")
     }
 
-    var ftsQuery: String { words.map(ftsTerm).joined(separator: " AND ") }
+    var ftsQuery: String { terms.joined(separator: " AND ") }
 }
 
 extension IndexStore {
@@ -68,12 +96,13 @@ extension IndexStore {
     /// textContent, keywords, authorNames, aux.
     static let bm25Weights = "10.0, 10.0, 6.0, 3.0, 1.0, 6.0, 3.0, 4.0"
 
-    /// Runs a user query: ranked items, then suggestions.
-    public func userQuery(_ request: UserQueryRequest) throws(SearchlightError) -> UserQueryResult {
-        let terms = UserQueryTerms(request.text)
+    /// Runs a user query: ranked items, then suggestions. With a `budget`, it stops (`cancelled`)
+    /// at its deadline or when its client is gone.
+    public func userQuery(_ request: UserQueryRequest, budget: QueryBudget? = nil) throws(SearchlightError) -> UserQueryResult {
+        let terms = try UserQueryTerms(request.text, maxTerms: options.limits.maxQueryTerms)
         let now = options.clock().timeIntervalSince1970
         let fetch = request.fetch.map(Set.init)
-        return try read { db in
+        return try read(budget: budget) { db in
             var items: [JSONValue] = []
             var scores: [Double] = []
             if !terms.words.isEmpty, request.maxResultCount > 0 {
@@ -102,7 +131,7 @@ extension IndexStore {
             let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
             var suggestions: [Suggestion] = []
             if request.maxSuggestionCount > 0 {
-                suggestions = try Self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db)
+                suggestions = try Self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db, budget: budget)
             }
             return UserQueryResult(items: items, scores: scores, rankedItems: ranked, suggestions: suggestions)
         }
@@ -110,10 +139,18 @@ extension IndexStore {
 
     // MARK: - Suggestions
 
-    static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database) throws -> [Suggestion] {
+    /// Different words of one text looked up for a correction, at most: each lookup scans the
+    /// vocabulary near the word, and a text of many misspelt words would scan it again and again.
+    /// Words without a match past the first `maxCorrectedWords` stay as typed.
+    static let maxCorrectedWords = 8
+
+    static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, budget: QueryBudget? = nil) throws -> [Suggestion] {
         guard let last = terms.words.last else { return [] }
         var out: [Suggestion] = []
-        let earlier = terms.words.dropLast().map(terms.ftsTerm)
+        // The different earlier words (the last one's own term left out, unless it came earlier too).
+        var earlier = terms.terms
+        let lastTerm = UserQueryTerms.ftsTerm(last)
+        if terms.words.dropLast().allSatisfy({ UserQueryTerms.ftsTerm($0) != lastTerm }) { earlier.removeAll { $0 == lastTerm } }
         // Completions of the word being typed that still find something with the earlier words.
         if last.isPrefix, !last.folded.isEmpty {
             // Words people type, from the real text columns: not the auxiliary column's bigrams
@@ -124,6 +161,7 @@ extension IndexStore {
                 WHERE v.term >= ? AND v.term < ? AND v.col != 'aux' GROUP BY v.term ORDER BY weight DESC LIMIT ?
                 """, [.text(last.folded), .text(last.folded + "\u{10FFFF}"), .integer(Int64(limit * 8))])
             for row in candidates {
+                try budget?.check()
                 // A completion adds something: the typed word itself (even with other accents) is no suggestion.
                 guard out.count < limit, let term = row.string(0), term != last.folded else { continue }
                 if !earlier.isEmpty {
@@ -141,16 +179,29 @@ extension IndexStore {
             var highlight: [[Int]] = []
             var changed = false
             var cursor = text.startIndex
+            // Each different word is looked up once, however often it is repeated.
+            var lookedUp: [String: String?] = [:]
+            var nearestLookups = 0
             for w in terms.words {
                 corrected += text[cursor..<w.range.lowerBound]
                 cursor = w.range.upperBound
                 var replacement = w.text
-                if !w.isCJK, w.folded.count >= 3, try !hasTerm(w.folded, prefix: w.isPrefix, db: db),
-                    let near = try nearestTerm(to: w.folded, db: db)
-                {
-                    replacement = near
-                    changed = true
-                    highlight.append([corrected.utf16.count, near.utf16.count])
+                if !w.isCJK, w.folded.count >= 3 {
+                    let key = w.folded + (w.isPrefix ? "*" : "")
+                    if lookedUp[key] == nil {
+                        try budget?.check()
+                        if try hasTerm(w.folded, prefix: w.isPrefix, db: db) || nearestLookups >= maxCorrectedWords {
+                            lookedUp[key] = .some(nil)
+                        } else {
+                            nearestLookups += 1
+                            lookedUp[key] = .some(try nearestTerm(to: w.folded, db: db, budget: budget))
+                        }
+                    }
+                    if case let near?? = lookedUp[key] {
+                        replacement = near
+                        changed = true
+                        highlight.append([corrected.utf16.count, near.utf16.count])
+                    }
                 }
                 corrected += replacement
             }
@@ -171,7 +222,7 @@ extension IndexStore {
     /// The indexed word (from the text columns) nearest to `word` (Damerau–Levenshtein, at most 1 edit for short words and
     /// 2 for longer ones), preferring the most frequent. Looks only at words with the same first
     /// letter and a similar length, which bounds the scan.
-    static func nearestTerm(to word: String, db: Database) throws -> String? {
+    static func nearestTerm(to word: String, db: Database, budget: QueryBudget? = nil) throws -> String? {
         guard let first = word.unicodeScalars.first else { return nil }
         let maxDistance = word.count <= 4 ? 1 : 2
         let low = String(first)
@@ -182,7 +233,8 @@ extension IndexStore {
             """, [.text(low), .text(high), .integer(Int64(word.count - maxDistance)), .integer(Int64(word.count + maxDistance))])
         var best: (term: String, distance: Int, doc: Int64)?
         let target = Array(word.unicodeScalars)
-        for row in rows {
+        for (n, row) in rows.enumerated() {
+            if n & 255 == 255 { try budget?.check() }
             guard let term = row.string(0) else { continue }
             let d = editDistance(target, Array(term.unicodeScalars), limit: maxDistance)
             guard d <= maxDistance else { continue }

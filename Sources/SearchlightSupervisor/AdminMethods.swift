@@ -106,6 +106,7 @@ struct AdminMethods {
             "throttle": context.scheduler?.throttle.statusJSON ?? .null,
             "maintenance": context.maintenance?.statusJSON ?? .null,
             "reindexRequests": requestCounts(),
+            "quarantine": context.recovery.quarantineStatus(),
         ]
     }
 
@@ -180,6 +181,7 @@ struct AdminMethods {
         }
         let n = context.registry.erase(bundle: bundle)
         context.state.erased(bundle)
+        context.recovery.forget(bundle: bundle)
         context.log.notice("bundle erased", ["bundle": bundle, "indexes": n, "by_uid": session.peer.uid])
         var answer: [String: JSONValue] = ["erased": .number(Double(n))]
         if reindex, let unit, let scheduler = context.scheduler {
@@ -232,7 +234,7 @@ struct AdminMethods {
     /// While an enabled unit serves the bundle, its user stays the owner that counts.
     private func setOwner(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
         guard let bundle = try bundleFilter(params) else { throw .invalidParams("\"bundle\" is required") }
-        guard let uid = params["uid"]?.intValue, uid >= 0, uid < Int(UInt32.max) else {
+        guard let uid = try NumericParameter.integer(params["uid"], field: "uid", in: 0...Int(UInt32.max - 1)) else {
             throw .invalidParams("\"uid\" must be a user id from 0 to \(UInt32.max - 1)")
         }
         do {

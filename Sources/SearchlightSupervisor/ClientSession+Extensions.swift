@@ -110,6 +110,9 @@ extension ClientSession {
         return .object(answer)
     }
 
+    /// The longest `timeout` an `admin.reindex` may wait: a week (the CLI's `--timeout` takes the same).
+    static let maxReindexWait: Double = 7 * 86400
+
     /// `admin.reindex {target, all | identifiers, index?, reason?, background?, wait, timeout?}`.
     private func reindex(_ params: JSONValue) async throws -> JSONValue {
         guard let scheduler = context.scheduler else { throw SearchlightError(.indexUnavailable, "the daemon is starting; retry") }
@@ -140,6 +143,8 @@ extension ClientSession {
         let background = params["background"]?.boolValue ?? false
         let reason = params["reason"]?.stringValue.map { String($0.prefix(32)) } ?? (background ? "background" : "manual")
         let kind: ReindexRequest.Kind = all ? .all : .identifiers
+        // Checked before anything is journaled: 1e308 once reached `Duration.seconds` and trapped.
+        let timeout = try NumericParameter.duration(params["timeout"], field: "timeout", in: 0.001...Self.maxReindexWait)
         guard params["wait"]?.boolValue ?? false else {
             let queued = try scheduler.enqueue(bundle: unit.bundleIdentifier, index: index, kind: kind,
                 identifiers: ids, reason: reason, background: background)
@@ -149,7 +154,6 @@ extension ClientSession {
             if let note = queued.note { answer["message"] = .string(note) }
             return .object(answer)
         }
-        let timeout = params["timeout"]?.doubleValue
         let connection = self.connection
         let once = Mutex(false)
         let claim: @Sendable () -> Bool = { once.withLock { done in defer { done = true }; return !done } }
@@ -180,12 +184,12 @@ extension ClientSession {
             if let note = queued.note {
                 try? connection.notify(Method.progress, ["requestId": .number(Double(queued.id)), "message": .string(note)])
             }
-            if let timeout, timeout > 0 {
+            if let timeout {
                 Task {
-                    try? await Task.sleep(for: .seconds(timeout))
+                    try? await Task.sleep(for: timeout)
                     if claim() {
                         continuation.resume(throwing: SearchlightError(.requestTimedOut,
-                            "no acknowledgement within \(timeout) s; request \(queued.id) stays journaled (`searchlight requests`)"))
+                            "no acknowledgement within \(timeout.formatted()) ; request \(queued.id) stays journaled (`searchlight requests`)"))
                     }
                 }
             }

@@ -153,10 +153,16 @@ final class ClientSession: @unchecked Sendable {
         case .notification(let method, let params):
             if method == Method.progress, let host = extensionHost {
                 host.noteActivity()
-                // Only for the request this extension is working on: anything else is ignored.
-                if let id = params["requestId"]?.stringValue.flatMap({ Int64($0) }), host.isCurrentRequest(id),
-                   let done = params["completed"]?.intValue, done >= 0 {
-                    context.scheduler?.reportProgress(requestID: id, completed: done, total: params["total"]?.intValue)
+                // Only for the request this extension is working on, with counts in range: anything
+                // else is ignored (a notification has no answer to carry an error).
+                do {
+                    if let id = params["requestId"]?.stringValue.flatMap({ Int64($0) }), host.isCurrentRequest(id),
+                       let done = try NumericParameter.integer(params["completed"], field: "completed", in: 0...NumericParameter.maxCount) {
+                        let total = try NumericParameter.integer(params["total"], field: "total", in: 0...NumericParameter.maxCount)
+                        context.scheduler?.reportProgress(requestID: id, completed: done, total: total)
+                    }
+                } catch {
+                    log.debug("progress ignored", ["label": host.label, "error": error.message])
                 }
                 return
             }
@@ -209,10 +215,10 @@ final class ClientSession: @unchecked Sendable {
 
     private func initialize(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
         guard role == nil else { throw SearchlightError(.invalidRequest, "already initialized; open a new connection for another role") }
-        guard let version = params["protocolVersion"]?.intValue else {
+        guard let version = try NumericParameter.integer(params["protocolVersion"], field: "protocolVersion", in: 1...NumericParameter.maxCount) else {
             throw .invalidParams("\"protocolVersion\" must be an integer (this daemon speaks \(Protocol.version))")
         }
-        guard version <= Protocol.version, version >= 1 else {
+        guard version <= Protocol.version else {
             throw SearchlightError(.invalidRequest,
                 "protocolVersion \(version) is not supported; this daemon speaks \(Protocol.version): upgrade searchlightd or use an older SDK")
         }
@@ -252,6 +258,10 @@ final class ClientSession: @unchecked Sendable {
                 "maxIdentifiersPerCall": .number(Double(limits.maxIdentifiersPerCall)),
                 "maxQueryBytes": .number(Double(limits.maxQueryBytes)),
                 "maxClientStateBytes": .number(Double(limits.maxClientStateBytes)),
+                "maxQueryTerms": .number(Double(limits.maxQueryTerms)),
+                "maxQueryPredicates": .number(Double(limits.maxQueryPredicates)),
+                "maxFilterQueries": .number(Double(limits.maxFilterQueries)),
+                "queryTimeoutSeconds": .number(context.config.queryTimeout),
             ],
         ]
         if let bundle, case .object(var o) = answer {
@@ -415,153 +425,6 @@ final class ClientSession: @unchecked Sendable {
             return ["clientState": .null]
         }
         return ["clientState": .string(Data(state).base64EncodedString())]
-    }
-
-    // MARK: - Queries
-
-    private func stringList(_ value: JSONValue?, name: String) throws(SearchlightError) -> [String]? {
-        switch value {
-        case nil, .null?: return nil
-        case .array(let a)?:
-            var out: [String] = []
-            for v in a {
-                guard let s = v.stringValue else { throw .invalidParams("\"\(name)\" must be an array of strings") }
-                out.append(s)
-            }
-            return out
-        default: throw .invalidParams("\"\(name)\" must be an array of strings")
-        }
-    }
-
-    private func count(_ value: JSONValue?, name: String, default def: Int, max: Int) throws(SearchlightError) -> Int {
-        guard let value, !value.isNull else { return def }
-        guard let n = value.intValue, n >= 0, n <= max else { throw .invalidParams("\"\(name)\" must be an integer from 0 to \(max)") }
-        return n
-    }
-
-    /// An admin query without "bundle" reads every bundle's index.
-    private func acrossBundles(_ params: JSONValue) -> Bool {
-        role == .admin && (params["bundle"] == nil || params["bundle"]?.isNull == true)
-    }
-
-    /// Runs `body` on each store a query reads: the caller's bundle, or for an admin without
-    /// "bundle", every bundle's, one at a time (each leased only while it is read, so a search
-    /// across ten thousand bundles keeps the open-index bound). `body` returns false to stop.
-    /// Returns whether one of them is being refilled after a recovery (DESIGN §4 `incomplete`).
-    @discardableResult
-    private func forEachQueryTarget(_ params: JSONValue,
-                                    _ body: (_ bundle: String, _ index: String, _ store: IndexStore) throws(SearchlightError) -> Bool) throws(SearchlightError) -> Bool {
-        var incomplete = false
-        func visit(_ bundle: String, _ index: String, _ store: IndexStore) throws(SearchlightError) -> Bool {
-            if context.registry.condition(bundle: bundle, index: index)?.incomplete ?? false { incomplete = true }
-            return try body(bundle, index, store)
-        }
-        guard acrossBundles(params) else {
-            let t = try store(params, write: false)
-            if let s = t.store { _ = try visit(t.bundle, t.index, s) }
-            return incomplete
-        }
-        let index = try Names.index(params["index"])
-        for b in context.registry.bundles() {
-            let more = try context.registry.withStore(bundle: b, index: index, create: false) { (s) throws(SearchlightError) -> Bool in
-                guard let s else { return true }
-                return try visit(b, index, s)
-            }
-            if !more { break }
-        }
-        return incomplete
-    }
-
-    private func querySearch(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
-        guard let text = params["query"]?.stringValue else { throw .invalidParams("\"query\" must be a query string") }
-        let filters = try stringList(params["filterQueries"], name: "filterQueries") ?? []
-        let fetch = try stringList(params["fetchAttributes"], name: "fetchAttributes")
-        let limit = try count(params["limit"], name: "limit", default: 1000, max: 10_000)
-        let cursor = params["cursor"]?.stringValue
-        let filter = try QueryFront.filter(query: text, filterQueries: filters, limits: limits, now: Date())
-        if !acrossBundles(params) {
-            var out: [String: JSONValue] = ["items": []]
-            let incomplete = try forEachQueryTarget(params) { (_, _, store) throws(SearchlightError) -> Bool in
-                let page = try store.search(filter, fetch: fetch, limit: max(limit, 1), cursor: cursor)
-                out["items"] = .array(page.items)
-                if let c = page.cursor { out["cursor"] = .string(c) }
-                return true
-            }
-            if incomplete { out["incomplete"] = true }
-            return .object(out)
-        }
-        // Admin search across bundles: each item says where it lives; no cursor.
-        var items: [JSONValue] = []
-        let incomplete = try forEachQueryTarget(params) { (bundle, index, store) throws(SearchlightError) -> Bool in
-            guard items.count < limit else { return false }
-            let page = try store.search(filter, fetch: fetch, limit: limit - items.count, cursor: nil)
-            items += page.items.map { Self.tag($0, bundle: bundle, index: index) }
-            return items.count < limit
-        }
-        var out: [String: JSONValue] = ["items": .array(items)]
-        if incomplete { out["incomplete"] = true }
-        return .object(out)
-    }
-
-    static func tag(_ item: JSONValue, bundle: String, index: String) -> JSONValue {
-        guard case .object(var o) = item else { return item }
-        o["bundle"] = .string(bundle)
-        if !index.isEmpty { o["index"] = .string(index) }
-        return .object(o)
-    }
-
-    private func queryUser(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
-        guard let text = params["text"]?.stringValue else { throw .invalidParams("\"text\" must be a string") }
-        guard text.utf8.count <= limits.maxQueryBytes else {
-            throw SearchlightError(.invalidQuery, "the text is longer than \(limits.maxQueryBytes) bytes", data: ["offset": .number(Double(limits.maxQueryBytes))])
-        }
-        let ctx = params["context"] ?? [:]
-        var request = UserQueryRequest(text: text)
-        request.enableRankedResults = ctx["enableRankedResults"]?.boolValue ?? true
-        request.maxRankedResultCount = try count(ctx["maxRankedResultCount"], name: "maxRankedResultCount", default: 10, max: 1000)
-        request.maxResultCount = try count(ctx["maxResultCount"], name: "maxResultCount", default: 100, max: 10_000)
-        request.maxSuggestionCount = try count(ctx["maxSuggestionCount"], name: "maxSuggestionCount", default: 0, max: 100)
-        request.fetch = try stringList(ctx["fetchAttributes"], name: "fetchAttributes")
-        if let filters = try stringList(ctx["filterQueries"], name: "filterQueries"), !filters.isEmpty {
-            request.filter = try QueryFront.filter(query: nil, filterQueries: filters, limits: limits, now: Date())
-        }
-        let tagged = acrossBundles(params)
-        var scored: [(Double, JSONValue)] = []
-        var suggestions: [Suggestion] = []
-        var targets = 0
-        let incomplete = try forEachQueryTarget(params) { (bundle, index, store) throws(SearchlightError) -> Bool in
-            targets += 1
-            let r = try store.userQuery(request)
-            for (item, score) in zip(r.items, r.scores) {
-                scored.append((score, tagged ? Self.tag(item, bundle: bundle, index: index) : item))
-            }
-            for s in r.suggestions where !suggestions.contains(where: { $0.text == s.text }) { suggestions.append(s) }
-            return true
-        }
-        if targets > 1 { scored.sort { $0.0 < $1.0 } }
-        let items = scored.prefix(request.maxResultCount).map(\.1)
-        let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
-        var out: [String: JSONValue] = [
-            "items": .array(Array(items)), "rankedItems": .array(ranked),
-            "suggestions": .array(suggestions.prefix(request.maxSuggestionCount).map(\.json)),
-        ]
-        if incomplete { out["incomplete"] = true }
-        return .object(out)
-    }
-
-    private func queryEngaged(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
-        let identifier = params["identifier"]?.stringValue
-        let suggestion = params["suggestion"]?.stringValue
-        guard (identifier == nil) != (suggestion == nil) else {
-            throw .invalidParams("give exactly one of \"identifier\" or \"suggestion\"")
-        }
-        let interaction = params["interaction"]?.stringValue ?? "select"
-        guard interaction == "select" || interaction == "focus" else {
-            throw .invalidParams("\"interaction\" must be \"select\" or \"focus\"")
-        }
-        guard let store = try store(params, write: true).store else { return [:] }
-        try store.recordEngagement(identifier: identifier, suggestion: suggestion, weight: interaction == "select" ? 1 : 0.25)
-        return [:]
     }
 }
 

@@ -57,10 +57,21 @@ public struct Configuration: Sendable {
     public var idleAfter: TimeInterval = 60
     /// Minimum seconds between two idle maintenance runs (`--maintenance-interval`).
     public var maintenanceInterval: TimeInterval = 21600
-    /// Damaged index files kept in `<state>/quarantine/`, newest first (`--quarantine-limit`).
+    /// Damaged index files kept in `<state>/quarantine/`, newest first (`--quarantine-limit`);
+    /// a file whose rows a salvage has not restored yet is kept beyond it.
     public var quarantineLimit = 5
     /// A cgroup per extension launch where the daemon may make one (`--extension-cgroups`).
     public var extensionCgroups = ExtensionCgroupMode.auto
+    /// Seconds one query may run before it is stopped and answered `cancelled` (`--query-timeout`).
+    public var queryTimeout: Double = 10
+    /// Seconds after which a query still running is logged as slow, once (`--slow-query`).
+    public var slowQuery: Double = 1
+    /// Test seams (hidden flags, Docs/Reliability.md): seconds slept at every budget check of a
+    /// query, so that a small query runs long (`--test-query-step-delay`); rows after which a
+    /// salvage pauses for good, logging a line, so that a test can kill the daemon in the middle
+    /// (`--test-pause-salvage-after`).
+    public var testQueryStepDelay: Double = 0
+    public var testPauseSalvageAfter: Int?
 
     public init(system: Bool) {
         self.system = system

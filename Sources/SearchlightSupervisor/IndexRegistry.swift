@@ -125,7 +125,7 @@ final class IndexRegistry: @unchecked Sendable {
             throw failure ?? SearchlightError(.indexUnavailable, "index file \(path) is damaged (\(reason)); move it away and restart searchlightd")
         }
         log.error("index damaged on open", ["bundle": key.bundle, "index": key.index.isEmpty ? "_default" : key.index, "reason": reason])
-        let aside = try handler.setAside(path: path, bundle: key.bundle, index: key.index)
+        let aside = try handler.setAside(path: path, bundle: key.bundle, index: key.index, reason: reason)
         let s = try IndexStore(path: path, options: options)
         return (s, IndexDamage(bundle: key.bundle, index: key.index, reason: reason, store: s, setAside: aside))
     }
@@ -274,7 +274,7 @@ struct IndexDamage: Sendable {
 protocol IndexDamageHandler: AnyObject, Sendable {
     /// Moves a damaged, closed index file out of the way; returns where it went. Called under
     /// the registry's lock: it must not call the registry.
-    func setAside(path: String, bundle: String, index: String) throws(SearchlightError) -> String
+    func setAside(path: String, bundle: String, index: String, reason: String) throws(SearchlightError) -> String
     /// Starts recovery; called with no lock held, from any thread (it must not block).
     func damageFound(_ damage: IndexDamage)
 }

@@ -42,7 +42,10 @@ final class ServiceContext: @unchecked Sendable {
         catalog = UnitCatalog(directories: config.unitDirectories, system: config.system)
         events = EventMonitor(log: log)
         initialFill = InitialFill(registry: registry, journal: journal, catalog: catalog, log: log)
-        recovery = IndexRecovery(quarantine: Quarantine(stateDirectory: config.stateDirectory, limit: config.quarantineLimit), log: log)
+        let recoveries = try RecoveryRecords(path: config.stateDirectory + "/supervisor.sqlite")
+        recovery = IndexRecovery(
+            quarantine: Quarantine(stateDirectory: config.stateDirectory, limit: config.quarantineLimit, pinned: { recoveries.pinned }),
+            records: recoveries, log: log, pauseSalvageAfter: config.testPauseSalvageAfter)
         if let group = config.adminGroup {
             guard let gr = getgrnam(group) else { throw SystemError("getgrnam(\(group)): no such group", errno: ENOENT) }
             adminGID = gr.pointee.gr_gid

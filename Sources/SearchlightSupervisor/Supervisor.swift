@@ -27,6 +27,8 @@ public final class Supervisor: @unchecked Sendable {
         signal(SIGPIPE, SIG_IGN)
         let context = try ServiceContext(config: config, log: log)
         context.cgroups = ExtensionCgroups.make(mode: config.extensionCgroups, log: log)
+        // Before anything opens an index: a set-aside the last run was killed in is finished.
+        context.recovery.finishSetAsides(registry: context.registry)
         let scheduler = RequestScheduler(context: context, journal: context.journal, catalog: context.catalog)
         context.scheduler = scheduler
         let maintenance = try Maintenance(context: context)

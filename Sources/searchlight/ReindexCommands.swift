@@ -141,8 +141,11 @@ struct ReindexRun {
             try await context.admin(Method.adminReindex, params) { method, params in
                 guard method == Method.progress else { return }
                 if let message = params["message"]?.stringValue { progress.note("\(target): \(message)") }
-                guard let completed = params["completed"]?.intValue else { return }
-                progress.update(completed: completed, total: params["total"]?.intValue)
+                // Counts out of range (relayed from an extension by an older daemon) are dropped, not drawn.
+                guard let completed = try? NumericParameter.integer(params["completed"], field: "completed", in: 0...NumericParameter.maxCount)
+                else { return }
+                let total = try? NumericParameter.integer(params["total"], field: "total", in: 0...NumericParameter.maxCount)
+                progress.update(completed: completed, total: total)
             }
         }
         let outcome: JSONValue?

@@ -83,6 +83,24 @@ enum StatusCommands {
         // Why an index is migrating or recovering (the quarantined file, a failed refill, ...).
         if !notes.isEmpty { Console.out("") }
         for note in notes { Console.out(note) }
+        printQuarantine(answer)
+    }
+
+    /// The damaged files set aside, whose names are hashes: the bundle and index they held.
+    static func printQuarantine(_ answer: JSONValue) {
+        let files = answer["quarantine"]?.arrayValue ?? []
+        guard !files.isEmpty else { return }
+        Console.out("")
+        Console.out("quarantine (\(answer["stateDirectory"]?.stringValue ?? "<state>")/quarantine): \(files.count) damaged file\(files.count == 1 ? "" : "s")")
+        var table = Table([.left, .left, .left, .left])
+        for f in files {
+            table.append([
+                f["file"]?.stringValue ?? "?", f["bundle"]?.stringValue ?? "(unknown)",
+                Format.indexName(f["index"]?.stringValue ?? ""),
+                f["pinned"]?.boolValue == true ? "kept until its rows are restored" : "",
+            ])
+        }
+        table.print()
     }
 
     /// ` 40/100` while the request filling a migrating or recovering index reports progress.
