@@ -12,6 +12,9 @@ public actor SearchlightConnection {
         /// An index extension attaching under its unit's label (a hand-started extension, or one
         /// launched by the supervisor with its socket inherited).
         case `extension`(label: String)
+        /// The desktop's search (DESIGN §12): reads every bundle the caller's uid may read, except
+        /// those hidden from the desktop; never writes (but records engagement).
+        case desktop
     }
 
     /// Receives the server's notifications (`$/progress`, `admin.event`, `extension.*`).
@@ -165,6 +168,8 @@ public actor SearchlightConnection {
             params["bundleIdentifier"] = .string(bundle)
         case .admin:
             params["role"] = "admin"
+        case .desktop:
+            params["role"] = "desktop"
         case .extension(let label):
             params["role"] = "extension"
             params["label"] = .string(label)

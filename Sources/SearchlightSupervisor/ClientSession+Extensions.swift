@@ -49,7 +49,7 @@ extension ClientSession {
     /// The methods whose answer waits on an extension, as a closure to run in a task; nil for the rest.
     func deferredMethod(_ method: String, _ params: JSONValue) -> (@Sendable () async throws -> JSONValue)? {
         switch method {
-        case Method.indexFetchData, Method.indexFetchFileURL:
+        case Method.indexFetchData where role != .desktop, Method.indexFetchFileURL where role != .desktop:
             return { [self] in try await self.fetchFromExtension(method, params) }
         case Method.adminReindex where role == .admin:
             return { [self] in try await self.reindex(params) }

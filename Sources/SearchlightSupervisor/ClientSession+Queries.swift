@@ -175,9 +175,10 @@ extension ClientSession {
         }
     }
 
-    /// An admin query without "bundle" reads every bundle's index.
+    /// An admin query without "bundle" reads every bundle's index; a desktop query every bundle's
+    /// it may show (`desktopMayShow`).
     private func acrossBundles(_ params: JSONValue) -> Bool {
-        role == .admin && (params["bundle"] == nil || params["bundle"]?.isNull == true)
+        (role == .admin || role == .desktop) && (params["bundle"] == nil || params["bundle"]?.isNull == true)
     }
 
     /// Runs `body` on each store a query reads: the caller's bundle, or for an admin without
@@ -198,7 +199,7 @@ extension ClientSession {
             return incomplete
         }
         let index = try Names.index(params["index"])
-        for b in context.registry.bundles() {
+        for b in context.registry.bundles() where role != .desktop || desktopMayShow(b) {
             let more = try context.registry.withStore(bundle: b, index: index, create: false) { (s) throws(SearchlightError) -> Bool in
                 guard let s else { return true }
                 return try visit(b, index, s)

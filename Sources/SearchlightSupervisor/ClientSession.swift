@@ -13,12 +13,15 @@ final class ClientSession: @unchecked Sendable {
         case app(bundle: String)
         case extensionHost(bundle: String, label: String)
         case admin
+        /// The desktop's search (DESIGN §12, ClientSession+Desktop.swift): reads what the peer may read.
+        case desktop
 
         var name: String {
             switch self {
             case .app: "app"
             case .extensionHost: "extension"
             case .admin: "admin"
+            case .desktop: "desktop"
             }
         }
     }
@@ -189,6 +192,8 @@ final class ClientSession: @unchecked Sendable {
         guard let role else {
             throw SearchlightError(.invalidRequest, "send \"initialize\" first (protocolVersion, role, bundleIdentifier)")
         }
+        if role == .desktop { return try dispatchDesktop(method, params) }
+        if method.hasPrefix("desktop.") { return try DesktopMethods(session: self).dispatch(method, params) }
         switch method {
         case Method.indexItems: return try indexItems(params)
         case Method.indexDeleteIdentifiers: return try deleteIdentifiers(params)
@@ -223,7 +228,7 @@ final class ClientSession: @unchecked Sendable {
                 "protocolVersion \(version) is not supported; this daemon speaks \(Protocol.version): upgrade searchlightd or use an older SDK")
         }
         guard let roleName = params["role"]?.stringValue, Protocol.roles.contains(roleName) else {
-            throw .invalidParams("\"role\" must be \"app\", \"extension\" or \"admin\"")
+            throw .invalidParams("\"role\" must be \"app\", \"extension\", \"admin\" or \"desktop\"")
         }
         switch roleName {
         case "admin":
@@ -232,6 +237,8 @@ final class ClientSession: @unchecked Sendable {
                     "uid \(peer.uid) may not use the admin role; run as root, the daemon's user, or join the admin group")
             }
             role = .admin
+        case "desktop":
+            role = .desktop
         case "extension":
             let unit = try extensionUnit(params)
             role = .extensionHost(bundle: unit.bundleIdentifier, label: unit.label)
@@ -277,7 +284,7 @@ final class ClientSession: @unchecked Sendable {
     func targetBundle(_ params: JSONValue) throws(SearchlightError) -> String {
         switch role {
         case .app(let b)?, .extensionHost(let b, _)?: return b
-        case .admin?: return try Names.bundle(params["bundle"])
+        case .admin?, .desktop?: return try Names.bundle(params["bundle"])
         case nil: throw SearchlightError(.invalidRequest, "send \"initialize\" first")
         }
     }
@@ -292,7 +299,7 @@ final class ClientSession: @unchecked Sendable {
         case .extensionHost(_, let label)?:
             guard let unit = extensionHost?.unit ?? context.catalog.unit(label: label) else { throw BundleAccess.denied(bundle) }
             caller = .extensionUnit(unit)
-        case .app?, nil:
+        case .app?, .desktop?, nil:
             caller = .app(peer)
         }
         try BundleAccess(context: context).authorize(bundle, by: caller, write: write)
