@@ -79,6 +79,11 @@ struct Options {
     }
 }
 
+// Whoever started us may have blocked signals (a test runner does); the apps we launch inherit
+// our mask, and SIGTERM must stop us.
+var unblocked = sigset_t()
+sigemptyset(&unblocked)
+sigprocmask(SIG_SETMASK, &unblocked, nil)
 signal(SIGPIPE, SIG_IGN)
 let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
 let daemon = DaemonClient(socket: options.socket, timeout: .milliseconds(Int(options.queryTimeout * 1000)))
