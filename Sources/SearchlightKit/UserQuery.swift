@@ -1,4 +1,5 @@
 import Foundation
+import SearchlightWire
 
 /// Options of a `UserQuery` (CSUserQueryContext).
 public struct UserQueryContext: Sendable {
