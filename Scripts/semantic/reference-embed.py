@@ -62,7 +62,11 @@ elif mode == "corpus":
     docs = corpus_documents(sys.argv[3])
     count = int(sys.argv[5]) if len(sys.argv) > 5 else len(docs)
     texts = [document_text(d) for d in docs[:count]]
-    emb = model.encode(texts, batch_size=32, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
-    np.save(sys.argv[4], emb.astype(np.float32))
+    parts = []
+    for start in range(0, len(texts), 250):
+        parts.append(model.encode(texts[start:start + 250], batch_size=32, normalize_embeddings=True,
+                                  convert_to_numpy=True, show_progress_bar=False))
+        print(f"{start + len(parts[-1])} of {len(texts)}", file=sys.stderr, flush=True)
+        np.save(sys.argv[4], np.concatenate(parts).astype(np.float32))  # partial results survive an interruption
 else:
     sys.exit(f"unknown mode {mode}")
