@@ -34,8 +34,8 @@ from documents import corpus_documents, document_text  # noqa: E402
 
 D = int(os.environ.get("STATIC_DIMENSION", "128"))
 SIF_A = float(os.environ.get("STATIC_SIF_A", "1e-3"))
-RIDGE = float(os.environ.get("STATIC_RIDGE", "1e-2"))
-HELD_OUT = 1000
+RIDGE = float(os.environ.get("STATIC_RIDGE", "1e-4"))
+HELD_OUT = int(os.environ.get("STATIC_HELD_OUT", "1000"))
 MAX_PIECES = 254
 
 vocab_file, vocab_emb_file, targets_file, corpus_file, out_file = sys.argv[1:6]

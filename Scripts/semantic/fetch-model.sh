@@ -23,6 +23,20 @@ verified() {
     [ "$(sha "$1/model.safetensors")" = "$MODEL_SAFETENSORS_SHA256" ] && [ "$(sha "$1/vocab.txt")" = "$MODEL_VOCAB_SHA256" ]
 }
 
+# The static token table is the repository's own derived file (Scripts/semantic/build-static-table.py):
+# checked against the Makefile's checksum, then copied beside the model's files.
+install_static_table() {
+    [ -n "${STATIC_TABLE:-}" ] || return 0
+    [ "$(sha "$STATIC_TABLE")" = "${STATIC_TABLE_SHA256:-}" ] || fail "$STATIC_TABLE has SHA-256 $(sha "$STATIC_TABLE"), the Makefile says ${STATIC_TABLE_SHA256:-}: rebuild it or update STATIC_TABLE_SHA256 (Docs/SemanticSearch.md)"
+    [ "$(sha "$MODEL_DIR/static-table.bin")" = "$STATIC_TABLE_SHA256" ] && return 0
+    mkdir -p "$MODEL_DIR" || fail "cannot create $MODEL_DIR"
+    cp "$STATIC_TABLE" "$MODEL_DIR/.static-table.bin.tmp" && mv -f "$MODEL_DIR/.static-table.bin.tmp" "$MODEL_DIR/static-table.bin" \
+        || fail "cannot write $MODEL_DIR/static-table.bin"
+    chmod 0644 "$MODEL_DIR/static-table.bin"
+    say "static token table installed in $MODEL_DIR"
+}
+
+install_static_table
 if verified "$MODEL_DIR"; then
     say "all-MiniLM-L6-v2 is in $MODEL_DIR (checksums verified)"
     exit 0

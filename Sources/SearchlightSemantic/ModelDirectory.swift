@@ -28,6 +28,8 @@ public struct ModelDirectory: Sendable, Equatable {
 
     public var weightsFile: String { path + "/model.safetensors" }
     public var vocabularyFile: String { path + "/vocab.txt" }
+    /// The static token table (`make model` installs the repository's copy, checksum verified).
+    public var staticTableFile: String { path + "/static-table.bin" }
 
     /// Whether both files are there (their checksums are verified by `make model`, not here).
     public var hasTransformer: Bool {

@@ -179,12 +179,25 @@ public struct VectorIndex: Sendable {
         return out
     }
 
-    /// The int8 dot product; written so the compiler vectorises it (widening multiply-add).
+    /// The int8 dot product, 16 lanes at a time (sign-extended to Int32: no overflow for any
+    /// dimension below 2^17), then the tail.
     @inline(__always)
     static func dot(_ a: UnsafePointer<Int8>, _ b: UnsafePointer<Int8>, _ n: Int) -> Int32 {
-        var acc: Int32 = 0
-        for j in 0..<n { acc &+= Int32(a[j]) &* Int32(b[j]) }
-        return acc
+        var acc = SIMD16<Int32>()
+        var j = 0
+        let ra = UnsafeRawPointer(a), rb = UnsafeRawPointer(b)
+        while j + 16 <= n {
+            let x = SIMD16<Int32>(truncatingIfNeeded: ra.loadUnaligned(fromByteOffset: j, as: SIMD16<Int8>.self))
+            let y = SIMD16<Int32>(truncatingIfNeeded: rb.loadUnaligned(fromByteOffset: j, as: SIMD16<Int8>.self))
+            acc &+= x &* y
+            j += 16
+        }
+        var sum = acc.wrappedSum()
+        while j < n {
+            sum &+= Int32(a[j]) &* Int32(b[j])
+            j += 1
+        }
+        return sum
     }
 }
 
