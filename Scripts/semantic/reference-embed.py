@@ -12,9 +12,9 @@ never run. In a scratch virtualenv outside the repository:
 Modes:
     reference-embed.py fixture WHEEL VOCAB_FIXTURE CORPUS > Tests/SearchlightSemanticTests/Fixtures/embedding-reference.jsonl
         texts from the tokenizer fixture and the corpus, JSON lines {"text", "embedding"}
-    reference-embed.py corpus WHEEL CORPUS OUT.npy [COUNT]
-        the document text (see document_text) of the first COUNT documents of the corpus in the
-        seeded order of documents.py, as float32 rows
+    reference-embed.py corpus WHEEL CORPUS OUT.npy [COUNT [START]]
+        the document text (see document_text) of COUNT documents of the corpus from START (0) in
+        the seeded order of documents.py, as float32 rows
 """
 import json
 import os
@@ -61,7 +61,8 @@ if mode == "fixture":
 elif mode == "corpus":
     docs = corpus_documents(sys.argv[3])
     count = int(sys.argv[5]) if len(sys.argv) > 5 else len(docs)
-    texts = [document_text(d) for d in docs[:count]]
+    first = int(sys.argv[6]) if len(sys.argv) > 6 else 0
+    texts = [document_text(d) for d in docs[first:first + count]]
     parts = []
     for start in range(0, len(texts), 250):
         parts.append(model.encode(texts[start:start + 250], batch_size=32, normalize_embeddings=True,

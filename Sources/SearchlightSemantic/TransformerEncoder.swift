@@ -21,15 +21,22 @@ public final class TransformerEncoder: Sendable {
 
     public var dimension: Int { weights.configuration.hidden }
 
+    /// Threads that share one short text's products (a query): OpenBLAS runs a product of a few
+    /// rows on one thread, so the encoder splits its output columns itself. 1 turns it off.
+    public let queryThreads: Int
+    /// Up to this many rows a pass counts as short.
+    static let shortPassRows = 48
+
     /// Rows per forward pass: a bigger batch is cut into passes of at most this many tokens, which
     /// bounds the scratch memory (the feed-forward's rows are 1536 floats each).
     static let maxRowsPerPass = 4096
 
-    public convenience init(directory: ModelDirectory, maxLength: Int = 256) throws(SemanticError) {
-        try self.init(weightsFile: directory.weightsFile, vocabularyFile: directory.vocabularyFile, maxLength: maxLength)
+    public convenience init(directory: ModelDirectory, maxLength: Int = 256, queryThreads: Int = 2) throws(SemanticError) {
+        try self.init(weightsFile: directory.weightsFile, vocabularyFile: directory.vocabularyFile, maxLength: maxLength,
+                      queryThreads: queryThreads)
     }
 
-    public init(weightsFile: String, vocabularyFile: String, maxLength: Int = 256) throws(SemanticError) {
+    public init(weightsFile: String, vocabularyFile: String, maxLength: Int = 256, queryThreads: Int = 2) throws(SemanticError) {
         let c = MiniLMConfiguration.allMiniLML6v2
         guard (3...c.maxPositions).contains(maxLength) else {
             throw SemanticError(.invalidArgument, "maxLength \(maxLength) is outside 3…\(c.maxPositions)")
@@ -40,6 +47,7 @@ public final class TransformerEncoder: Sendable {
         }
         weights = try MiniLMWeights(file: SafetensorsFile(path: weightsFile), configuration: c)
         self.maxLength = maxLength
+        self.queryThreads = max(1, min(queryThreads, 8))
     }
 
     /// OpenBLAS's thread count for every encoder in the process (it is a library-wide setting).
@@ -170,11 +178,24 @@ public final class TransformerEncoder: Sendable {
     }
 
     /// out = input · weightᵀ + bias (PyTorch's Linear: the weight is [outputs × inputs]).
+    /// A short pass (a query) splits the output columns over `queryThreads` threads.
     private func linear(_ input: UnsafeMutablePointer<Float>, rows: Int, inputs: Int, weight: FloatTensor, bias: FloatTensor,
                         outputs: Int, into out: UnsafeMutablePointer<Float>) {
         for r in 0..<rows { (out + r * outputs).update(from: bias.pointer, count: outputs) }
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(outputs), Int32(inputs),
-                    1, input, Int32(inputs), weight.pointer, Int32(inputs), 1, out, Int32(outputs))
+        let parts = rows <= Self.shortPassRows ? queryThreads : 1
+        if parts == 1 {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(outputs), Int32(inputs),
+                        1, input, Int32(inputs), weight.pointer, Int32(inputs), 1, out, Int32(outputs))
+            return
+        }
+        // Each part: its columns of `out` (ldc stays `outputs`) from its rows of the weight.
+        let pointers = Pointers(input: input, weight: weight.pointer, out: out)
+        DispatchQueue.concurrentPerform(iterations: parts) { part in
+            let start = outputs * part / parts, end = outputs * (part + 1) / parts
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(end - start), Int32(inputs),
+                        1, pointers.input, Int32(inputs), pointers.weight + start * inputs, Int32(inputs), 1,
+                        pointers.out + start, Int32(outputs))
+        }
     }
 
     /// x = LayerNorm(x + sum): the residual connection after attention and after the feed-forward.
@@ -220,6 +241,13 @@ public final class TransformerEncoder: Sendable {
         let inverseRoot2: Float = 0.707_106_77
         for i in 0..<count { x[i] = 0.5 * x[i] * (1 + erff(x[i] * inverseRoot2)) }
     }
+}
+
+/// Raw pointers handed to the threads of one split product: each writes disjoint columns.
+private struct Pointers: @unchecked Sendable {
+    let input: UnsafeMutablePointer<Float>
+    let weight: UnsafeMutablePointer<Float>
+    let out: UnsafeMutablePointer<Float>
 }
 
 /// The working matrices of one forward pass.
