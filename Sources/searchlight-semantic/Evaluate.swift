@@ -146,9 +146,13 @@ private func evaluateSubset(judgements: [Judgement], docs: [Document], table: St
         let judged = Judgement(tag: j.tag, query: j.query, relevant: relevant)
         let bm25 = try lexical(j.query, subset)
         let staticHits = staticIndex.search(table.embed(j.query), k: 100, mode: .exact).map { docs[Int($0.rowid)].id }
-        let transformerHits = transformerIndex.search(encoder.embed(j.query), k: 100, mode: .exact).map { docs[Int($0.rowid)].id }
+        let query = encoder.embed(j.query)
+        let transformerHits = transformerIndex.search(query, k: 100, mode: .exact).map { docs[Int($0.rowid)].id }
+        // The two tiers mixed: the query by the transformer (loaded), the documents still static.
+        let mixedHits = staticIndex.search(query, k: 100, mode: .exact).map { docs[Int($0.rowid)].id }
         for (name, ranking) in [("BM25 (IndexStore.userQuery)", bm25), ("static vectors only", staticHits),
                                 ("transformer vectors only", transformerHits),
+                                ("transformer query × static documents", mixedHits),
                                 ("hybrid BM25 + static (RRF k=60)", fuse([bm25, staticHits])),
                                 ("hybrid BM25 + transformer (RRF k=60)", fuse([bm25, transformerHits]))] {
             rows[name, default: []].append((ndcg(ranking, judged.relevant), recall(ranking, judged.relevant)))
@@ -156,6 +160,7 @@ private func evaluateSubset(judgements: [Judgement], docs: [Document], table: St
     }
     print("\nSubset with transformer embeddings (\(transformerIndex.count) documents, \(used) queries with >= 3 relevant documents in it):\n")
     printTable(rows, order: ["BM25 (IndexStore.userQuery)", "static vectors only", "transformer vectors only",
+                             "transformer query × static documents",
                              "hybrid BM25 + static (RRF k=60)", "hybrid BM25 + transformer (RRF k=60)"])
 }
 
