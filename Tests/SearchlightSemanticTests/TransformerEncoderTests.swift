@@ -2,8 +2,13 @@ import Foundation
 import Testing
 @testable import SearchlightSemantic
 
-/// The encoder is loaded once for the suite (90 MB of weights).
-private let encoder: TransformerEncoder? = try? TransformerEncoder(directory: TestModel.directory)
+/// The encoder is loaded once for the suite (90 MB of weights). OpenBLAS on one thread: the suite
+/// runs beside the integration tests, whose timing-bounded checks (a fork bomb's process peak)
+/// should not lose a core to BLAS threads spinning.
+private let encoder: TransformerEncoder? = {
+    TransformerEncoder.setThreads(1)
+    return try? TransformerEncoder(directory: TestModel.directory)
+}()
 
 func cosine(_ a: [Float], _ b: [Float]) -> Float {
     var dot: Float = 0, na: Float = 0, nb: Float = 0
