@@ -285,7 +285,7 @@ final class ExtensionHost: @unchecked Sendable {
                 if let cgroup {
                     cgroups?.retire(cgroup, label: label)
                 } else {
-                    ExtensionSession.kill(child.pid)
+                    SessionProcesses.kill(child.pid)
                 }
                 outputs.finish()
             }

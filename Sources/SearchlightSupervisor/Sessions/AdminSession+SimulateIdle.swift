@@ -1,7 +1,7 @@
 import Foundation
 import SearchlightWire
 
-extension AdminMethods {
+extension AdminSession {
     /// `admin.simulate {event: "idle", bundle?}`: runs idle maintenance now, for real, without
     /// waiting for idleness (a manual request is never throttled), and answers its summary. A run
     /// over every bundle counts as the periodic one: the next is due an interval later.
@@ -12,7 +12,7 @@ extension AdminMethods {
         if let bundle, context.registry.indexes(of: bundle).isEmpty {
             throw SearchlightError(.invalidParams, "bundle \(bundle) has no index to maintain; check the name with `searchlight status`")
         }
-        context.log.notice("maintenance requested by hand", ["bundle": bundle ?? "*", "by_uid": session.peer.uid])
+        context.log.notice("maintenance requested by hand", ["bundle": bundle ?? "*", "by_uid": peer.uid])
         return maintenance.runByHand(bundle: bundle).json
     }
 }

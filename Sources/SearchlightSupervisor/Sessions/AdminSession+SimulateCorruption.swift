@@ -1,7 +1,7 @@
 import Foundation
 import SearchlightWire
 
-extension AdminMethods {
+extension AdminSession {
     /// `admin.simulate {event: "corruption", bundle?}`: treats every index of the bundle (of every
     /// bundle without one) as damaged and takes the real recovery path: the file goes to the
     /// quarantine, a fresh index answers at once, and a background reindex-all (reason
@@ -16,7 +16,7 @@ extension AdminMethods {
         for b in bundles {
             for index in context.registry.indexes(of: b) {
                 let key = IndexRegistry.Key(bundle: b, index: index)
-                let record = try context.recovery.quarantineAndRefill(key, reason: "simulated corruption (by uid \(session.peer.uid))", force: true)
+                let record = try context.recovery.quarantineAndRefill(key, reason: "simulated corruption (by uid \(peer.uid))", force: true)
                 var entry: [String: JSONValue] = ["bundle": .string(b), "index": .string(index), "method": .string(record.method.rawValue)]
                 if let q = record.quarantined { entry["quarantined"] = .string(q) }
                 if let id = record.requestID { entry["requestId"] = .number(Double(id)) }

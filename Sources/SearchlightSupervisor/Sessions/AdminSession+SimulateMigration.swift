@@ -2,7 +2,7 @@ import Foundation
 import SearchlightStore
 import SearchlightWire
 
-extension AdminMethods {
+extension AdminSession {
     /// `admin.simulate {event: "migration", bundle?}`: migrates every index of the bundle (or of
     /// every bundle) as if its extension's IndexVersion had changed: by a reindex-all into a
     /// shadow when an extension serves it, else locally from the stored items. Answers what

@@ -5,36 +5,44 @@ import Foundation
 import SearchlightStore
 import SearchlightWire
 
-/// The `admin.*` methods (role admin only; checked by the session).
-struct AdminMethods {
-    let session: ClientSession
-    var context: ServiceContext { session.context }
+/// The session of an administrator (`initialize {role: "admin"}`: root, the daemon's user, or a
+/// member of `--admin-group`): the `admin.*` methods, and the index and query methods on any
+/// bundle it names (a query without a bundle searches them all).
+final class AdminSession: BundleSession {
+    let client: ClientSession
+    let calls: BundleCalls
+    var context: ServiceContext { client.context }
+    var peer: PeerCredentials { client.peer }
 
-    func dispatch(_ method: String, _ params: JSONValue) throws(SearchlightError) -> JSONValue {
-        switch method {
-        case Method.adminStatus: return try status(params)
-        case Method.adminErase: return try erase(params)
-        case Method.adminCheck: return try check(params)
-        case Method.adminSetIndexing: return try setIndexing(params)
-        case Method.adminSetOwner: return try setOwner(params)
-        case Method.adminUnits: return units()
-        case Method.adminRequests: return requests()
-        case Method.adminMonitor:
-            context.events.subscribe(session.connection)
-            return ["monitoring": true]
-        case Method.adminSimulate: return try simulate(params)
-        default:
-            throw SearchlightError(.methodNotFound, "unknown admin method \"\(method.prefix(64))\"; see Docs/Protocol.md")
+    init(client: ClientSession) {
+        self.client = client
+        calls = BundleCalls(client: client, caller: .admin)
+    }
+
+    static let handlers: HandlerTable<AdminSession> = {
+        var table = HandlerTable<AdminSession>()
+        table.addIndexMethods()
+        table.addQueryMethods()
+        table.addItemDataMethods()
+        table.on(AdminStatus.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.status(r)) }
+        table.on(AdminErase.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.erase(r)) }
+        table.on(AdminCheck.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.check(r)) }
+        table.on(AdminSetIndexing.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.setIndexing(r)) }
+        table.on(AdminSetOwner.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.setOwner(r)) }
+        table.on(AdminUnits.self) { s, _ in JSONResponse(result: s.units()) }
+        table.on(AdminRequests.self) { s, _ in JSONResponse(result: s.requests()) }
+        table.on(AdminMonitor.self) { s, _ in
+            s.context.events.subscribe(s.client.connection)
+            return JSONResponse(result: ["monitoring": true])
         }
-    }
+        table.on(AdminSimulate.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.simulate(r)) }
+        table.onDeferred(AdminReindex.self) { s, r in JSONResponse(result: try await s.reindex(r)) }
+        table.onDeferred(AdminRestartExtension.self) { s, r in JSONResponse(result: try await s.restartExtension(r)) }
+        return table
+    }()
 
-    private func bundleFilter(_ params: JSONValue) throws(SearchlightError) -> String? {
-        guard let v = params["bundle"], !v.isNull else { return nil }
-        return try Names.bundle(v)
-    }
-
-    private func status(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
-        let only = try bundleFilter(params)
+    private func status(_ r: AdminStatus) throws(SearchlightError) -> JSONValue {
+        let only = r.bundle
         let records = Dictionary(uniqueKeysWithValues: context.state.allBundles().map { ($0.bundle, $0) })
         var names = Set(context.registry.bundles()).union(records.keys).union(context.registry.conditionedBundles())
         if let only { names = names.filter { $0 == only } }
@@ -171,9 +179,8 @@ struct AdminMethods {
         return ["requests": .array(list), "poisoned": .array(poisoned)]
     }
 
-    private func erase(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
-        guard let bundle = try bundleFilter(params) else { throw .invalidParams("\"bundle\" is required") }
-        let reindex = params["reindex"]?.boolValue ?? false
+    private func erase(_ r: AdminErase) throws(SearchlightError) -> JSONValue {
+        let bundle = r.bundle, reindex = r.reindex
         // Refuse before erasing: "erase and rebuild" must not become "erase" for want of an extension.
         let unit = context.catalog.unit(forBundle: bundle)
         if reindex, unit == nil {
@@ -182,7 +189,7 @@ struct AdminMethods {
         let n = context.registry.erase(bundle: bundle)
         context.state.erased(bundle)
         context.recovery.forget(bundle: bundle)
-        context.log.notice("bundle erased", ["bundle": bundle, "indexes": n, "by_uid": session.peer.uid])
+        context.log.notice("bundle erased", ["bundle": bundle, "indexes": n, "by_uid": peer.uid])
         var answer: [String: JSONValue] = ["erased": .number(Double(n))]
         if reindex, let unit, let scheduler = context.scheduler {
             var ids: [JSONValue] = []
@@ -200,9 +207,8 @@ struct AdminMethods {
         return .object(answer)
     }
 
-    private func check(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
-        let only = try bundleFilter(params)
-        let repair = params["repair"]?.boolValue ?? false
+    private func check(_ r: AdminCheck) throws(SearchlightError) -> JSONValue {
+        let only = r.bundle, repair = r.repair
         var results: [JSONValue] = []
         var allOK = true
         for bundle in context.registry.bundles() where only == nil || only == bundle {
@@ -232,17 +238,14 @@ struct AdminMethods {
     /// `admin.setOwner {bundle, uid}`: records the bundle's owner (a bundle written before owners
     /// were recorded on every write has none, and only administrators may use it until then).
     /// While an enabled unit serves the bundle, its user stays the owner that counts.
-    private func setOwner(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
-        guard let bundle = try bundleFilter(params) else { throw .invalidParams("\"bundle\" is required") }
-        guard let uid = try NumericParameter.integer(params["uid"], field: "uid", in: 0...Int(UInt32.max - 1)) else {
-            throw .invalidParams("\"uid\" must be a user id from 0 to \(UInt32.max - 1)")
-        }
+    private func setOwner(_ r: AdminSetOwner) throws(SearchlightError) -> JSONValue {
+        let bundle = r.bundle, uid = r.uid
         do {
-            try context.state.setOwner(bundle, uid: UInt32(uid))
+            try context.state.setOwner(bundle, uid: uid)
         } catch {
             throw SearchlightError(.indexUnavailable, "cannot record the owner of \(bundle): \(error); retry")
         }
-        context.log.notice("bundle owner set", ["bundle": bundle, "owner_uid": uid, "by_uid": session.peer.uid])
+        context.log.notice("bundle owner set", ["bundle": bundle, "owner_uid": uid, "by_uid": peer.uid])
         var answer: [String: JSONValue] = ["bundle": .string(bundle), "ownerUID": .number(Double(uid))]
         if let unit = context.catalog.unit(forBundle: bundle) {
             answer["servedBy"] = .string(unit.label)
@@ -251,9 +254,8 @@ struct AdminMethods {
         return .object(answer)
     }
 
-    private func setIndexing(_ params: JSONValue) throws(SearchlightError) -> JSONValue {
-        guard let bundle = try bundleFilter(params) else { throw .invalidParams("\"bundle\" is required") }
-        guard let enabled = params["enabled"]?.boolValue else { throw .invalidParams("\"enabled\" must be true or false") }
+    private func setIndexing(_ r: AdminSetIndexing) throws(SearchlightError) -> JSONValue {
+        let bundle = r.bundle, enabled = r.enabled
         do {
             try context.state.setIndexing(bundle, enabled: enabled)
         } catch {
