@@ -19,7 +19,8 @@ public struct ExtensionRequestHeader: Sendable, Equatable {
 
     init(_ p: WireParams) throws(SearchlightError) {
         requestId = try p.string("requestId", maxBytes: 64)
-        reason = try p.string("reason", maxBytes: 64)
+        // Always sent by searchlightd; a reader that needs none does not insist (additive fields).
+        reason = try p.optionalString("reason", maxBytes: 64) ?? ""
         guard p.has("index") else { throw .invalidParams("\"index\" is required (\"\" for the default index)") }
         index = try p.index()
     }
@@ -35,7 +36,7 @@ public struct ExtensionRequestHeader: Sendable, Equatable {
 public struct ExtensionReindexAll: WireRequest, Equatable {
     public typealias Response = JSONResponse
     public static let method = Method.extensionReindexAll
-    public static let fields = ["requestId", "reason", "index"]
+    public static let fields = ["requestId", "reason?", "index"]
     public static let example = ExtensionReindexAll(ExtensionRequestHeader(requestId: "12", reason: "initial", index: "notes"))
     public var header: ExtensionRequestHeader
     public init(_ header: ExtensionRequestHeader) { self.header = header }
@@ -52,7 +53,7 @@ public struct ExtensionReindexAll: WireRequest, Equatable {
 public struct ExtensionReindexIdentifiers: WireRequest, Equatable {
     public typealias Response = JSONResponse
     public static let method = Method.extensionReindexIdentifiers
-    public static let fields = ["requestId", "reason", "index", "identifiers"]
+    public static let fields = ["requestId", "reason?", "index", "identifiers"]
     public static let example = ExtensionReindexIdentifiers(ExtensionRequestHeader(requestId: "12", reason: "idle", index: "notes"),
                                                             identifiers: ["note-1"])
     public var header: ExtensionRequestHeader
