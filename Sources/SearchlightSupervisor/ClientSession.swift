@@ -176,11 +176,8 @@ final class ClientSession: @unchecked Sendable {
     /// wait this long before they are processed (DESIGN §6: pacing of a throttled extension's
     /// donations). Only this connection's thread waits: other clients and extensions go on.
     private func donationPacing(_ method: String) -> TimeInterval? {
-        guard let host = extensionHost, method.hasPrefix("index."), method != Method.indexFetchLastClientState,
-              host.servesBackgroundRequest, let scheduler = context.scheduler else { return nil }
-        guard let delay = RequestScheduler.donationPacing[scheduler.throttle.state] else { return nil }
-        host.notePaced()
-        return delay
+        guard method.hasPrefix("index."), method != Method.indexFetchLastClientState else { return nil }
+        return extensionHost?.donationDelay()
     }
 
     func dispatch(_ method: String, _ params: JSONValue) throws(SearchlightError) -> JSONValue {
