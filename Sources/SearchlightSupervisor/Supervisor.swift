@@ -155,7 +155,7 @@ public final class Supervisor: Sendable {
         }
         let agent = SystemdAgent(notifier: notifier, log: log, status: { StatusLine.make(context) }, health: WatchdogHealth(probes: probes))
         let status = agent.ready()
-        context.events.observe { _ in agent.statusChanged() }
+        context.events.observe { _, _ in agent.statusChanged() }
         log.notice("searchlightd ready", [
             "version": Version.string, "mode": config.system ? "system" : "user", "socket": socketPath,
             "activated": activated != nil, "state": config.stateDirectory, "pid": getpid(),
