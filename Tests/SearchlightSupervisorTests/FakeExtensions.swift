@@ -44,7 +44,7 @@ final class FakeLauncher: ExtensionLauncher {
         var failure: String?
         /// New launches say `initialize` (false: they never complete their handshake).
         var handshake = true
-        /// New launches ignore SIGTERM (only SIGKILL ends them).
+        /// New launches are stuck: they ignore SIGTERM and `extension.shutdown` (only SIGKILL ends them).
         var ignoresTerm = false
     }
 
@@ -167,7 +167,7 @@ final class FakeExtension: ExtensionProcess {
             }
         case .notification(let method, _):
             launcher.record(notification: method, pid: pid)
-            if method == Method.extensionShutdown { end(.exited(0)) }
+            if method == Method.extensionShutdown, !ignoresTerm { end(.exited(0)) }
         case .response:
             break
         }

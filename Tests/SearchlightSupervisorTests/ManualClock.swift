@@ -18,6 +18,9 @@ final class ManualClock: DaemonClock {
     }
 
     private let state: Mutex<State>
+    /// Deadlines this close to now are due: a deadline computed as an advanced time plus a delay
+    /// may differ from the test's target in the last bit.
+    static let tolerance: TimeInterval = 1e-6
 
     init(_ start: Date = Date(timeIntervalSince1970: 1_800_000_000)) {
         state = Mutex(State(now: start))
@@ -34,7 +37,7 @@ final class ManualClock: DaemonClock {
             try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
                 let resume: Result<Void, any Error>? = state.withLock { s in
                     if s.cancelled.remove(id) != nil || Task.isCancelled { return .failure(CancellationError()) }
-                    if deadline <= s.now { return .success(()) }
+                    if deadline <= s.now.addingTimeInterval(Self.tolerance) { return .success(()) }
                     s.sleepers[id] = Sleeper(deadline: deadline, continuation: continuation)
                     return nil
                 }
@@ -56,7 +59,7 @@ final class ManualClock: DaemonClock {
     func advance(by seconds: TimeInterval) {
         let due: [Sleeper] = state.withLock { s in
             s.now = s.now.addingTimeInterval(seconds)
-            let now = s.now
+            let now = s.now.addingTimeInterval(Self.tolerance)
             let due = s.sleepers.filter { $0.value.deadline <= now }
             for id in due.keys { s.sleepers[id] = nil }
             return Array(due.values)

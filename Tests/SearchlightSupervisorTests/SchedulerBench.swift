@@ -95,7 +95,7 @@ final class SchedulerBench: Sendable {
 
     /// Loads the units and starts the loop. `initialFill: false`: the indexes count as filled
     /// already, so that no initial reindex-all is queued.
-    func start(initialFill: Bool = false) throws {
+    func start(initialFill: Bool = false, loop: Bool = true) throws {
         if !initialFill {
             for unit in context.catalog.reloadAndList() {
                 for index in unit.indexExtension.indexNames {
@@ -104,8 +104,23 @@ final class SchedulerBench: Sendable {
             }
         }
         scheduler.reloadUnits()
+        if loop { startLoop() }
+    }
+
+    /// Starts the scheduler's loop (requests journaled before it are then dispatched).
+    func startLoop() {
         let scheduler = self.scheduler
-        loop.withLock { $0 = Task { await scheduler.run() } }
+        self.loop.withLock { $0 = Task { await scheduler.run() } }
+    }
+
+    /// Moves the clock on and waits until the scheduler's loop has gone round at least once after.
+    func step(by seconds: TimeInterval) async throws {
+        let turns = scheduler.turns
+        clock.advance(by: seconds)
+        scheduler.wake()
+        try await until("the loop to go round") { scheduler.turns > turns }
+        // The turn's dispatching is one synchronous step of the actor: this read comes after it.
+        _ = await scheduler.slotsNow
     }
 
     /// The graceful stop: extensions asked to exit (killed after `deadline` on the clock).
@@ -142,10 +157,11 @@ final class SchedulerBench: Sendable {
         return logs.filter { l in l.contains(message) && fields.allSatisfy { l.contains($0) } }
     }
 
-    /// Moves the clock to `date`. Safe before the daemon has armed that deadline: it sleeps until
-    /// absolute times, and a time already past returns at once.
+    /// Moves the clock to `date`, and a millisecond on: a time the journal stored (as seconds
+    /// since 1970, a Double) comes back a few hundred nanoseconds off. Safe before the daemon
+    /// has armed that deadline: it sleeps until absolute times, and a time past returns at once.
     func advance(to date: Date) {
-        clock.advance(by: max(0, date.timeIntervalSince(clock.now)))
+        clock.advance(by: max(0, date.timeIntervalSince(clock.now) + 0.001))
     }
 
     /// Journals a request as `admin.reindex` does.
