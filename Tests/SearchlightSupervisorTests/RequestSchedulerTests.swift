@@ -271,4 +271,21 @@ struct RequestSchedulerTests {
         let request = try #require(bench.context.journal.request(queued.id))
         #expect(request.state == .pending && request.attempts == 0, "\(request)")
     }
+
+    @Test("the graceful stop closes an attached copy's connection, never signals it, and its request in flight stays journaled without an attempt")
+    func gracefulStopWithAttachedCopy() async throws {
+        let bench = try SchedulerBench([.init(Self.label, bundle: Self.bundle)])
+        try bench.start()
+        let debugger = try AttachedFake(label: Self.label, context: bench.context)
+        try await debugger.attach()
+        try await bench.waitForLog("extension attached", "label=\(Self.label)")
+        let queued = try bench.enqueue(Self.bundle)
+        try await bench.until("the request at the attached copy") { debugger.received.count == 1 }
+
+        await bench.stop(deadline: 5)
+        #expect(bench.launcher.launches.isEmpty)
+        let request = try #require(bench.context.journal.request(queued.id))
+        #expect(request.state == .pending && request.attempts == 0, "\(request)")
+        #expect(bench.logs("reindex request interrupted; it stays journaled", "id=\(queued.id)").count == 1)
+    }
 }
