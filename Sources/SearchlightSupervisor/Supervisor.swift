@@ -61,27 +61,38 @@ public final class Supervisor: Sendable {
             throw error
         }
         state.withLock { $0 = .running(daemon) }
+        // The scheduler's loop in a task of its own, not a child: a forced stop must be able to
+        // end `run()` even if the loop does not end when cancelled (the last resort of the stop).
         let schedulerEnded = Promise<Void>()
-        await withTaskGroup(of: Void.self) { group in
-            group.addTask {
-                await daemon.scheduler.run()
-                schedulerEnded.fulfil(())
+        let loop = Task {
+            await daemon.scheduler.run()
+            schedulerEnded.fulfil(())
+        }
+        for await _ in stopRequests { break }
+        log.notice("searchlightd stopping")
+        // Graceful, in a task of its own too, so that its deadline holds even over a call that blocks.
+        let stopped = Promise<Void>()
+        Task {
+            await self.stopGracefully(daemon, schedulerEnded: schedulerEnded)
+            stopped.fulfil(())
+        }
+        let clock = SystemClock()
+        if await stopped.value(within: config.stopTimeout, clock: clock) == nil {
+            // Forced: the scheduler's loop and its requests are cancelled, every extension is
+            // killed with what it started; what still blocks is left to the process's exit.
+            log.error("graceful stop did not finish in time; forcing it", ["after_s": config.stopTimeout])
+            loop.cancel()
+            daemon.scheduler.killExtensions()
+            let killed = Promise<Void>()
+            let thread = Thread {
+                daemon.context.cgroups?.removeAll()
+                killed.fulfil(())
             }
-            for await _ in stopRequests { break }
-            log.notice("searchlightd stopping")
-            // Graceful, in its own task so that its deadline holds even over a call that blocks.
-            let stopped = Promise<Void>()
-            Task {
-                await self.stopGracefully(daemon, schedulerEnded: schedulerEnded)
-                stopped.fulfil(())
-            }
-            if await stopped.value(within: config.stopTimeout, clock: SystemClock()) == nil {
-                // Forced: the scheduler's loop and its requests are cancelled, every extension is
-                // killed with what it started; what still blocks is left to the process's exit.
-                log.error("graceful stop did not finish in time; forcing it", ["after_s": config.stopTimeout])
-                group.cancelAll()
-                daemon.scheduler.killExtensions()
-                _ = try? await onThread("force-stop") { daemon.context.cgroups?.removeAll() }
+            thread.name = "force-stop"
+            thread.start()
+            _ = await killed.value(within: 10, clock: clock)
+            if await schedulerEnded.value(within: 5, clock: clock) == nil {
+                log.error("the request scheduler did not end when cancelled; stopping without it")
             }
         }
         if !daemon.activated { unlink(config.socketPath) }
