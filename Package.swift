@@ -1,6 +1,6 @@
 // swift-tools-version:6.0
 // Searchlight: a private, on-device search index service for Linux.
-// No package dependencies by the owner's decision (DESIGN §1): toolchain + system libsqlite3.
+// No package dependencies by the owner's decision (DESIGN §1): toolchain + system libsqlite3 and libopenblas.
 import PackageDescription
 
 let strict: [SwiftSetting] = [.swiftLanguageMode(.v6)]
@@ -32,10 +32,28 @@ let package = Package(
             providers: [.apt(["libsystemd-dev"])]
         ),
         .target(name: "CDesktopBus", dependencies: ["CSystemd"]),
+        // OpenBLAS for the transformer's matrix products; linked by SearchlightSemantic only (DESIGN §1).
+        .systemLibrary(
+            name: "COpenBLAS",
+            pkgConfig: "openblas",
+            providers: [.apt(["libopenblas-dev"])]
+        ),
         .target(name: "SearchlightWire", swiftSettings: strict),
         // Launchd-like unit files: parser, model, checks (the daemon, the CLI and the fuzzer use it).
         .target(name: "SearchlightUnits", dependencies: ["SearchlightWire"], swiftSettings: strict),
         .target(name: "SearchlightStore", dependencies: ["CSQLite", "SearchlightWire"], swiftSettings: strict),
+        .target(
+            name: "SearchlightSemantic",
+            dependencies: ["COpenBLAS", "SearchlightWire", "SearchlightStore"],
+            swiftSettings: strict
+        ),
+        // Offline tools of the semantic layer: embeddings for the static table's fit, the
+        // debtags relevance evaluation, speed measurements (Docs/SemanticSearch.md).
+        .executableTarget(
+            name: "searchlight-semantic",
+            dependencies: ["SearchlightSemantic", "SearchlightStore", "SearchlightWire"],
+            swiftSettings: strict
+        ),
         .target(name: "SearchlightKit", dependencies: ["SearchlightWire"], swiftSettings: strict),
         // Opening an item from the desktop's search (desktop files, gio launch/open), for the CLI
         // (`searchlight open`) and searchlight-desktop; no D-Bus in it.
@@ -86,6 +104,12 @@ let package = Package(
         ),
         .testTarget(name: "SearchlightWireTests", dependencies: ["SearchlightWire"], swiftSettings: strict),
         .testTarget(name: "SearchlightStoreTests", dependencies: ["SearchlightStore", "CSQLite"], swiftSettings: strict),
+        .testTarget(
+            name: "SearchlightSemanticTests",
+            dependencies: ["SearchlightSemantic", "SearchlightStore", "SearchlightWire"],
+            exclude: ["Fixtures"],
+            swiftSettings: strict
+        ),
         .testTarget(name: "SearchlightKitTests", dependencies: ["SearchlightKit"], swiftSettings: strict),
         .testTarget(name: "SearchlightDesktopTests", dependencies: ["SearchlightDesktop"], swiftSettings: strict),
         .testTarget(name: "SearchlightUnitsTests", dependencies: ["SearchlightUnits"], swiftSettings: strict),

@@ -104,39 +104,39 @@ final class ExtensionRuntime<Extension: IndexExtension>: Sendable {
             return $0
         }
         guard let (bundle, connection) = ready else { return }
-        let requestID = params["requestId"]?.stringValue ?? UUID().uuidString
-        let index = SearchableIndex(name: params["index"]?.stringValue ?? "", bundleIdentifier: bundle,
-            connection: connection, requestID: params["requestId"]?.stringValue)
         let implementation = self.implementation
         let work: @Sendable () async throws -> JSONValue
-        switch method {
-        case Method.extensionReindexAll:
-            work = {
-                try await implementation.reindexAllSearchableItems(in: index)
-                return ["requestId": .string(requestID)]
-            }
-        case Method.extensionReindexIdentifiers:
-            guard let ids = params["identifiers"]?.arrayValue?.compactMap(\.stringValue) else {
-                reply(.failure(.invalidParams("\"identifiers\" must be an array of strings")))
+        do {
+            switch method {
+            case Method.extensionReindexAll:
+                let r = try ExtensionReindexAll.decode(params)
+                let index = SearchableIndex(name: r.header.index, bundleIdentifier: bundle, connection: connection, requestID: r.header.requestId)
+                work = {
+                    try await implementation.reindexAllSearchableItems(in: index)
+                    return ["requestId": .string(r.header.requestId)]
+                }
+            case Method.extensionReindexIdentifiers:
+                let r = try ExtensionReindexIdentifiers.decode(params)
+                let index = SearchableIndex(name: r.header.index, bundleIdentifier: bundle, connection: connection, requestID: r.header.requestId)
+                work = {
+                    try await implementation.reindexSearchableItems(withIdentifiers: r.identifiers, in: index)
+                    return ["requestId": .string(r.header.requestId)]
+                }
+            case Method.extensionDataForItem:
+                let r = try ExtensionDataForItem.decode(params)
+                work = { try await IndexFetchData.Response(data: implementation.data(forItem: r.identifier, typeIdentifier: r.typeIdentifier)).result }
+            case Method.extensionFileURLForItem:
+                let r = try ExtensionFileURLForItem.decode(params)
+                work = {
+                    try await IndexFetchFileURL.Response(url: implementation.fileURL(forItem: r.identifier, typeIdentifier: r.typeIdentifier,
+                        inPlace: r.inPlace)).result
+                }
+            default:
+                reply(.failure(SearchlightError(.methodNotFound, "this extension does not serve \(method.prefix(64)); update the SDK")))
                 return
             }
-            work = {
-                try await implementation.reindexSearchableItems(withIdentifiers: ids, in: index)
-                return ["requestId": .string(requestID)]
-            }
-        case Method.extensionDataForItem, Method.extensionFileURLForItem:
-            guard let id = params["identifier"]?.stringValue, let type = params["typeIdentifier"]?.stringValue else {
-                reply(.failure(.invalidParams("\"identifier\" and \"typeIdentifier\" must be strings")))
-                return
-            }
-            if method == Method.extensionDataForItem {
-                work = { ["data": .string(try await implementation.data(forItem: id, typeIdentifier: type).base64EncodedString())] }
-            } else {
-                let inPlace = params["inPlace"]?.boolValue ?? false
-                work = { ["url": .string(try await implementation.fileURL(forItem: id, typeIdentifier: type, inPlace: inPlace).absoluteString)] }
-            }
-        default:
-            reply(.failure(SearchlightError(.methodNotFound, "this extension does not serve \(method.prefix(64)); update the SDK")))
+        } catch {
+            reply(.failure(error))
             return
         }
         let key = UUID().uuidString

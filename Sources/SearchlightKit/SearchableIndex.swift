@@ -81,16 +81,14 @@ public final class SearchableIndex: Sendable {
 
     private func sendProgress(_ state: (completed: Int, total: Int?)) async {
         guard let requestID, dump == nil else { return }
-        var params: [String: JSONValue] = ["requestId": .string(requestID), "completed": .number(Double(state.completed))]
-        if let total = state.total { params["total"] = .number(Double(max(total, state.completed))) }
-        try? await connection.notify(Method.progress, .object(params))
+        let progress = RequestProgress(requestId: requestID, completed: state.completed, total: state.total.map { max($0, state.completed) })
+        try? await connection.notify(RequestProgress.method, progress.params)
     }
 
-    func call(_ method: String, _ params: [String: JSONValue] = [:]) async throws -> JSONValue {
-        if let dump { return try dump.answer(method) }
-        var p = params
-        if !name.isEmpty { p["index"] = .string(name) }
-        return try await connection.call(method, .object(p))
+    /// Sends a typed request for this index (under `--dump`, answered as `ItemDump` says).
+    func send<R: WireRequest>(_ request: R) async throws -> R.Response {
+        if let dump { return try R.Response(result: try dump.answer(R.method)) }
+        return try await connection.send(request)
     }
 
     /// Adds or replaces items (or merges those marked `isUpdate`), from any sequence: an array, a
@@ -115,58 +113,46 @@ public final class SearchableIndex: Sendable {
     }
 
     public func deleteSearchableItems(withIdentifiers identifiers: [String]) async throws {
-        _ = try await call(Method.indexDeleteIdentifiers, ["identifiers": .array(identifiers.map(JSONValue.string))])
+        _ = try await send(IndexDeleteIdentifiers(identifiers: identifiers, index: name))
     }
 
     /// Deletes the items of these domains and of their subdomains (`a` removes `a.b`, not `ab`).
     public func deleteSearchableItems(withDomainIdentifiers domains: [String]) async throws {
-        _ = try await call(Method.indexDeleteDomains, ["domains": .array(domains.map(JSONValue.string))])
+        _ = try await send(IndexDeleteDomains(domains: domains, index: name))
     }
 
     /// Deletes every item of this index and its client state.
     public func deleteAllSearchableItems() async throws {
-        _ = try await call(Method.indexDeleteAll)
+        _ = try await send(IndexDeleteAll(index: name))
     }
 
     /// Starts a batch: the calls until `endBatch` commit together with the new client state, or not at all.
     public func beginBatch() async throws {
-        _ = try await call(Method.indexBeginBatch)
+        _ = try await send(IndexBeginBatch(index: name))
     }
 
     /// Ends the batch. With `expectedClientState`, it applies only if the stored state still equals
     /// it (else `mismatchedClientState` and nothing is applied); pass `.some(nil)` to expect none.
     public func endBatch(expectedClientState: Data?? = nil, newClientState: Data) async throws {
-        var params: [String: JSONValue] = ["newClientState": .string(newClientState.base64EncodedString())]
-        if let expected = expectedClientState {
-            params["expectedClientState"] = expected.map { .string($0.base64EncodedString()) } ?? .null
-        }
-        _ = try await call(Method.indexEndBatch, params)
+        let expected: [UInt8]?? = expectedClientState.map { $0.map { Array($0) } }
+        _ = try await send(IndexEndBatch(newClientState: Array(newClientState), expectedClientState: expected, index: name))
     }
 
     /// The client state stored by the last successful batch, or nil.
     public func fetchLastClientState() async throws -> Data? {
-        let r = try await call(Method.indexFetchLastClientState)
-        return r["clientState"]?.stringValue.flatMap { Data(base64Encoded: $0) }
+        try await send(IndexFetchLastClientState(index: name)).clientState
     }
 
     /// The item's data in the representation `contentType` (a UTI), provided by the bundle's index
     /// extension (CSSearchableIndex.fetchData); `unknownExtension` when none serves the bundle.
     public func fetchData(forItemIdentifier identifier: String, contentType: String) async throws -> Data {
-        let r = try await call(Method.indexFetchData, ["identifier": .string(identifier), "typeIdentifier": .string(contentType)])
-        guard let data = r["data"]?.stringValue.flatMap({ Data(base64Encoded: $0) }) else {
-            throw SearchlightError(.extensionFailed, "the extension answered without data")
-        }
-        return data
+        try await send(IndexFetchData(identifier: identifier, typeIdentifier: contentType, index: name)).data
     }
 
     /// A file holding the item in the representation `contentType`, from the bundle's index
     /// extension; `inPlace` asks for the original file rather than a copy.
     public func fetchFileURL(forItemIdentifier identifier: String, contentType: String, inPlace: Bool = false) async throws -> URL {
-        let r = try await call(Method.indexFetchFileURL, ["identifier": .string(identifier), "typeIdentifier": .string(contentType), "inPlace": .bool(inPlace)])
-        guard let url = r["url"]?.stringValue.flatMap(URL.init(string:)) else {
-            throw SearchlightError(.extensionFailed, "the extension answered without a URL")
-        }
-        return url
+        try await send(IndexFetchFileURL(identifier: identifier, typeIdentifier: contentType, inPlace: inPlace, index: name)).url
     }
 
     /// Drops the connection to the daemon; the next call reconnects. (An extension's index shares

@@ -101,6 +101,11 @@ public actor SearchlightConnection {
     /// `submit` was asked for the connection of earlier calls, and that one is closed: nothing was sent.
     struct ConnectionChanged: Error {}
 
+    /// Sends a typed request (SearchlightWire's messages) and decodes its answer.
+    public func send<R: WireRequest>(_ request: R) async throws -> R.Response {
+        try R.Response(result: try await call(R.method, request.params))
+    }
+
     /// Sends a notification (no answer).
     public func notify(_ method: String, _ params: JSONValue = [:]) async throws {
         try await connected().notify(method, params)
@@ -161,22 +166,15 @@ public actor SearchlightConnection {
                 break
             }
         }, onClose: { _, _ in closeHandler?() })
-        var params: [String: JSONValue] = ["protocolVersion": .number(Double(Protocol.version)), "capabilities": [:]]
-        switch role {
-        case .app(let bundle):
-            params["role"] = "app"
-            params["bundleIdentifier"] = .string(bundle)
-        case .admin:
-            params["role"] = "admin"
-        case .desktop:
-            params["role"] = "desktop"
+        let hello: Initialize = switch role {
+        case .app(let bundle): Initialize(role: .app, bundleIdentifier: bundle)
+        case .admin: Initialize(role: .admin)
+        case .desktop: Initialize(role: .desktop)
         case .extension(let label):
-            params["role"] = "extension"
-            params["label"] = .string(label)
-            params["capabilities"] = ["dataForItem": true, "fileURLForItem": true, "progress": true]
+            Initialize(role: .extension, label: label, capabilities: ["dataForItem": true, "fileURLForItem": true, "progress": true])
         }
         do {
-            serverInfo = try await connection.call(Method.initialize, .object(params))
+            serverInfo = try await connection.call(Initialize.method, hello.params)
         } catch {
             connection.close()
             throw error

@@ -17,7 +17,7 @@ final class ServiceContext: @unchecked Sendable {
     let recovery: IndexRecovery
     let initialFill: InitialFill
     /// Hidden bundles and registered desktop files of the desktop's search (DESIGN §12).
-    let desktop: DesktopSettings
+    let desktop: DesktopSettingsStore
     let log: Logger
     let startedAt = Date()
     let daemonUID = getuid()
@@ -41,7 +41,7 @@ final class ServiceContext: @unchecked Sendable {
         registry = try IndexRegistry(stateDirectory: config.stateDirectory, options: config.storeOptions, maxOpen: maxOpen, log: log)
         state = try SupervisorState(path: config.stateDirectory + "/supervisor.sqlite", exists: registry.bundleExists)
         journal = try RequestJournal(path: config.stateDirectory + "/supervisor.sqlite")
-        desktop = try DesktopSettings(path: config.stateDirectory + "/supervisor.sqlite")
+        desktop = try DesktopSettingsStore(path: config.stateDirectory + "/supervisor.sqlite")
         catalog = UnitCatalog(directories: config.unitDirectories, system: config.system)
         events = EventMonitor(log: log)
         initialFill = InitialFill(registry: registry, journal: journal, catalog: catalog, log: log)
@@ -82,7 +82,7 @@ final class ServiceContext: @unchecked Sendable {
 
     /// The uid a unit's bundle belongs to (DESIGN §6): its `UserName` in system mode, else the daemon's.
     func unitOwner(_ unit: ExtensionUnit) -> UInt32 {
-        if daemonUID == 0, let name = unit.userName, let ids = ExtensionHost.userIDs(name) { return ids.uid }
+        if daemonUID == 0, let name = unit.userName, let ids = ProcessLauncher.userIDs(name) { return ids.uid }
         return daemonUID
     }
 

@@ -37,10 +37,10 @@ public enum Names {
     /// An index name as logs and messages show it (`_default` for the default index).
     public static func display(index: String) -> String { index.isEmpty ? "_default" : index }
 
-    public static func bundle(_ value: JSONValue?) throws(SearchlightError) -> String {
+    public static func bundle(_ value: JSONValue?, field: String = "bundle") throws(SearchlightError) -> String {
         guard let s = value?.stringValue, validBundle(s) else {
             throw SearchlightError(.invalidParams,
-                "\"bundle\" must be a bundle identifier like com.example.app (letters, digits, '.', '-', '_')")
+                "\"\(field)\" must be a bundle identifier like com.example.app (letters, digits, '.', '-', '_')")
         }
         return s
     }

@@ -43,17 +43,18 @@ actor DaemonClient {
 
     /// Calls a method; throws `Unavailable` when the daemon is down, hung or over its deadline,
     /// and the daemon's `SearchlightError` for an error answer.
-    func call(_ method: String, _ params: JSONValue) async throws -> JSONValue {
+    func send<R: WireRequest>(_ request: R) async throws -> R.Response {
+        let method = R.method
         guard inFlight.take(below: Self.maxInFlight) else {
             throw Unavailable(description: "\(Self.maxInFlight) calls to searchlightd are unanswered; not sending more")
         }
         let connection = current()
         let counter = inFlight
-        let outcome = Deadline<JSONValue>()
+        let outcome = Deadline<R.Response>()
         Task {
             defer { counter.release() }
             do {
-                outcome.finish(.success(try await connection.call(method, params)))
+                outcome.finish(.success(try await connection.send(request)))
             } catch {
                 outcome.finish(.failure(error))
             }

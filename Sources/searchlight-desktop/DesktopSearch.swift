@@ -41,25 +41,20 @@ actor DesktopSearch {
     func search(_ terms: [String]) async -> [SearchResult] {
         let text = terms.joined(separator: " ").trimmingCharacters(in: .whitespacesAndNewlines)
         guard !text.isEmpty else { return [] }
-        let answer: JSONValue
+        let answer: QueryUser.Response
         do {
-            answer = try await daemon.call(Method.queryUser, [
-                "text": .string(String(text.prefix(1024))),
-                "context": [
-                    "enableRankedResults": false, "maxSuggestionCount": 0,
-                    // Room for the per-app cap to leave other apps' results in.
-                    "maxResultCount": .number(Double(min(limits.total * 3, 1000))),
-                    "fetchAttributes": .array(Self.fetchAttributes.map(JSONValue.string)),
-                ],
-            ])
+            // Room for the per-app cap to leave other apps' results in.
+            let context = QueryUser.Context(enableRankedResults: false, maxResultCount: min(limits.total * 3, 1000),
+                                            maxSuggestionCount: 0, fetchAttributes: Self.fetchAttributes)
+            answer = try await daemon.send(QueryUser(text: String(text.prefix(1024)), context: context))
         } catch {
             Log.notice("search answered empty", ["reason": "\(error)"])
             return []
         }
-        let openWith = answer["bundles"]?.objectValue?.compactMapValues { $0["openWith"]?.stringValue } ?? [:]
+        let openWith = (answer.bundles ?? [:]).compactMapValues { $0?.openWith }
         var results: [SearchResult] = []
         var perApp: [String: Int] = [:]
-        for wire in answer["items"]?.arrayValue ?? [] where results.count < limits.total {
+        for wire in answer.items where results.count < limits.total {
             guard let bundle = wire["bundle"]?.stringValue, perApp[bundle, default: 0] < limits.perApp,
                   let result = SearchResult(wire: wire, bundle: bundle, openWith: openWith[bundle], app: app(openWith[bundle]))
             else { continue }
@@ -105,17 +100,15 @@ actor DesktopSearch {
     /// Throws when the daemon is unavailable or refuses; nil when there is no such item.
     private func resolve(_ id: String) async throws -> SearchResult? {
         guard let item = SearchableItemActivity(resultID: id) else { return nil }
-        let answer: JSONValue
+        let answer: DesktopResolve.Response
         do {
-            answer = try await daemon.call(Method.desktopResolve, [
-                "bundle": .string(item.bundleIdentifier), "identifier": .string(item.uniqueIdentifier),
-            ])
+            answer = try await daemon.send(DesktopResolve(identifier: item.uniqueIdentifier, bundle: item.bundleIdentifier))
         } catch {
             Log.notice("result not resolved", ["id": id, "reason": "\(error)"])
             throw error
         }
-        let openWith = answer["openWith"]?.stringValue
-        guard let wire = answer["item"], let result = SearchResult(wire: wire, bundle: item.bundleIdentifier, openWith: openWith, app: app(openWith))
+        let openWith = answer.opening?.openWith
+        guard let wire = answer.item, let result = SearchResult(wire: wire, bundle: item.bundleIdentifier, openWith: openWith, app: app(openWith))
         else {
             kept[id] = nil
             return nil
@@ -133,10 +126,8 @@ actor DesktopSearch {
     /// Tells the daemon the user opened a result, so that it ranks higher next time.
     func engaged(_ result: SearchResult, terms: [String]) async {
         do {
-            _ = try await daemon.call(Method.queryEngaged, [
-                "bundle": .string(result.item.bundleIdentifier), "identifier": .string(result.item.uniqueIdentifier),
-                "interaction": "select", "text": .string(terms.joined(separator: " ")),
-            ])
+            _ = try await daemon.send(QueryEngaged(target: .identifier(result.item.uniqueIdentifier), interaction: .select,
+                                                   text: terms.joined(separator: " "), bundle: result.item.bundleIdentifier))
         } catch {
             Log.notice("engagement not recorded", ["id": result.id, "reason": "\(error)"])
         }

@@ -24,25 +24,25 @@ enum DesktopCommands {
             switch action {
             case "hide", "show":
                 guard let bundle else { throw UsageError("say which app: searchlight desktop \(action) BUNDLE") }
-                let answer = try await appCall(bundle, Method.desktopSetHidden, ["hidden": .bool(action == "hide")], context)
-                if context.json { Console.out(answer); return }
+                let answer = try await appCall(bundle, DesktopSetHidden(hidden: action == "hide"), context)
+                if context.json { Console.out(answer.result); return }
                 Console.out(action == "hide"
                     ? "\(bundle) is hidden from the desktop's search (its own searches still work)"
                     : "\(bundle) appears in the desktop's search")
             case "status":
-                let answer = if let bundle {
-                    try await appCall(bundle, Method.desktopSettings, [:], context)
+                let answer: DesktopSettings.Response = if let bundle {
+                    try await appCall(bundle, DesktopSettings(), context)
                 } else {
-                    try await context.admin(Method.desktopSettings)
+                    try await context.admin(DesktopSettings())
                 }
-                if context.json { Console.out(answer); return }
-                let bundles = answer["bundles"]?.arrayValue ?? []
+                if context.json { Console.out(answer.result); return }
+                let bundles = answer.bundles
                 if bundles.isEmpty { Console.out("every app appears in the desktop's search; none declares how its items open"); return }
                 var table = Table([.left])
                 table.append(["BUNDLE", "DESKTOP SEARCH", "OPENS WITH"])
                 for b in bundles {
-                    let opens = b["openWith"]?.stringValue.map { "\($0) (\(b["openWithSource"]?.stringValue ?? "?"))" } ?? "contentURL"
-                    table.append([b["bundle"]?.stringValue ?? "?", b["hidden"]?.boolValue == true ? "hidden" : "shown", opens])
+                    let opens = b.opening.map { "\($0.openWith) (\($0.source.rawValue))" } ?? "contentURL"
+                    table.append([b.bundle, b.hidden ? "hidden" : "shown", opens])
                 }
                 table.print()
             default:
@@ -75,11 +75,11 @@ enum DesktopCommands {
             if let id, !Names.validDesktopFileID(id) {
                 throw UsageError("'\(id)' is not a desktop-file id: the name of the app's .desktop file, e.g. org.example.Notes.desktop (no path)")
             }
-            let answer = try await appCall(bundle, Method.desktopRegister, ["openWith": id.map(JSONValue.string) ?? .null], context)
-            if context.json { Console.out(answer); return }
+            let answer = try await appCall(bundle, DesktopRegister(openWith: id), context)
+            if context.json { Console.out(answer.result); return }
             Console.out(id.map { "\(bundle)'s items open with \($0)" } ?? "\(bundle)'s items open their contentURL")
-            if let declared = answer["unitOpenWith"]?.stringValue {
-                Console.out("while \(answer["servedBy"]?.stringValue ?? "its unit") serves it, the unit's OpenWith (\(declared)) is the one used")
+            if let declared = answer.unitOpenWith {
+                Console.out("while \(answer.servedBy ?? "its unit") serves it, the unit's OpenWith (\(declared)) is the one used")
             }
         }
     )
@@ -112,13 +112,13 @@ enum DesktopCommands {
 
     private static func openItem(_ bundle: String, _ identifier: String, on connection: SearchlightConnection, dryRun: Bool,
                                  _ context: CommandContext) async throws {
-            let resolved = try await connection.call(Method.desktopResolve, ["identifier": .string(identifier)])
-            guard let item = resolved["item"] else {
+            let resolved = try await connection.send(DesktopResolve(identifier: identifier))
+            guard resolved.item != nil else {
                 throw CLIFailure("\(bundle) has no item \(identifier) (or it expired); `searchlight query \(bundle) 'uniqueIdentifier == \"*\"'` lists them")
             }
             let activity = SearchableItemActivity(bundleIdentifier: bundle, uniqueIdentifier: identifier)
-            let openWith = resolved["openWith"]?.stringValue
-            let contentURL = item["attributeSet"]?["contentURL"]?.stringValue
+            let openWith = resolved.opening?.openWith
+            let contentURL = resolved.contentURL
             let opener = ItemOpener()
             do {
                 if dryRun {
@@ -127,7 +127,7 @@ enum DesktopCommands {
                     return
                 }
                 let opened = try opener.open(activity, openWith: openWith, contentURL: contentURL)
-                _ = try await connection.call(Method.queryEngaged, ["identifier": .string(identifier), "interaction": "select", "text": ""])
+                _ = try await connection.send(QueryEngaged(target: .identifier(identifier), interaction: .select))
                 report(opened.action, command: opened.command, note: opened.note, context)
             } catch let failure as ItemOpener.Failure {
                 throw CLIFailure(failure.description)
@@ -153,11 +153,11 @@ enum DesktopCommands {
     }
 
     /// One call on a connection as the bundle's app (its owner, or root).
-    private static func appCall(_ bundle: String, _ method: String, _ params: [String: JSONValue], _ context: CommandContext) async throws -> JSONValue {
+    private static func appCall<R: WireRequest>(_ bundle: String, _ request: R, _ context: CommandContext) async throws -> R.Response {
         guard Names.validBundle(bundle) else { throw UsageError("'\(bundle)' is not a bundle identifier (e.g. com.example.notes)") }
         let connection = SearchlightConnection(role: .app(bundleIdentifier: bundle), socketPath: context.socket)
         do {
-            let answer = try await connection.call(method, .object(params))
+            let answer = try await connection.send(request)
             await connection.close()
             return answer
         } catch {

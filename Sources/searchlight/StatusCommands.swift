@@ -10,10 +10,8 @@ enum StatusCommands {
             discussion: "--json prints admin.status's answer as one JSON object."
         ),
         run: { args, context in
-            var params: [String: JSONValue] = [:]
             let bundle = args.positionals.first
-            if let bundle { params["bundle"] = .string(bundle) }
-            let answer = try await context.admin(Method.adminStatus, params)
+            let answer = try await context.admin(AdminStatus(bundle: bundle))
             if context.json {
                 Console.out(answer)
                 return
@@ -141,9 +139,7 @@ enum StatusCommands {
             discussion: "Exits with status 1 when a problem remains."
         ),
         run: { args, context in
-            var params: [String: JSONValue] = ["repair": .bool(args.flag("repair"))]
-            if let bundle = args.positionals.first { params["bundle"] = .string(bundle) }
-            let answer = try await context.admin(Method.adminCheck, params)
+            let answer = try await context.admin(AdminCheck(bundle: args.positionals.first, repair: args.flag("repair")))
             let indexes = answer["indexes"]?.arrayValue ?? []
             if context.json {
                 Console.out(answer)
@@ -176,7 +172,7 @@ enum StatusCommands {
             let setting = args.positionals[0]
             guard setting == "on" || setting == "off" else { throw UsageError("say 'on' or 'off', not '\(setting)'") }
             let bundle = args.positionals[1]
-            let answer = try await context.admin(Method.adminSetIndexing, ["bundle": .string(bundle), "enabled": .bool(setting == "on")])
+            let answer = try await context.admin(AdminSetIndexing(bundle: bundle, enabled: setting == "on"))
             if context.json { Console.out(answer) } else { Console.out("indexing is \(setting) for \(bundle)") }
         }
     )
@@ -198,7 +194,7 @@ enum StatusCommands {
             } else {
                 throw UsageError("no user named '\(user)'; give a user name or a numeric uid")
             }
-            let answer = try await context.admin(Method.adminSetOwner, ["bundle": .string(bundle), "uid": .number(Double(uid))])
+            let answer = try await context.admin(AdminSetOwner(bundle: bundle, uid: UInt32(uid)))
             if context.json {
                 Console.out(answer)
                 return
@@ -219,7 +215,7 @@ enum StatusCommands {
             var daemon: String?
             var why = ""
             do {
-                daemon = try await context.admin(Method.adminStatus)["version"]?.stringValue
+                daemon = try await context.admin(AdminStatus())["version"]?.stringValue
             } catch let error as SearchlightError {
                 why = error.code == .remoteConnection ? "not reachable at \(context.socket)" : error.message
             }
