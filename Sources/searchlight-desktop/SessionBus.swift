@@ -192,7 +192,10 @@ struct BusCall: @unchecked Sendable {
     func readStrings() throws(BusReadError) -> [String] {
         var list: UnsafeMutablePointer<UnsafeMutablePointer<CChar>?>?
         let r = sd_bus_message_read_strv(message, &list)
-        guard r >= 0, let list else { throw BusReadError(code: r) }
+        guard r >= 0 else { throw BusReadError(code: r) }
+        // An empty array is no list at all (found by ActivateResult with no terms, which hung:
+        // a handler that returns 0 without replying leaves the caller waiting).
+        guard let list else { return [] }
         defer { free(list) }
         var out: [String] = []
         var i = 0
@@ -221,8 +224,10 @@ struct BusCall: @unchecked Sendable {
     }
 }
 
+/// A malformed argument; `code` is a negative errno, never 0 (which would leave the call unanswered).
 struct BusReadError: Error {
     var code: Int32
+    init(code: Int32) { self.code = code < 0 ? code : -EINVAL }
 }
 
 /// Receives the method calls of one exported object, on the loop's thread. Returns what sd-bus

@@ -53,6 +53,9 @@ struct DesktopSearchTests {
         let r = try bus.provider("GetSubsearchResultSet", [SessionBusHarness.stringArray(previous), "['bridges', 'packing']"])
         #expect(r.ok, "\(r.stderr)")
         #expect(SessionBusHarness.quotedStrings(r.stdout) == [Self.packingID], "\(r.stdout)")
+        // No terms: an empty answer at once (an empty `as` once left the call unanswered).
+        let none = try bus.provider("GetInitialResultSet", ["@as []"])
+        #expect(none.ok && none.stdout.contains("@as []") && none.seconds < 3, "\(none.stdout) \(none.stderr) \(none.seconds)")
         _ = daemon
     }
 
@@ -132,7 +135,7 @@ struct DesktopSearchTests {
         #expect(!r.ok)
         #expect(r.stderr.contains("declares no desktop file") && r.stderr.contains("has no contentURL"), "\(r.stderr)")
         let gone = try bus.provider("ActivateResult", ["'com.example.notes/notes%2Fgone.md'", "[]", "0"])
-        #expect(!gone.ok && gone.stderr.contains("no such result"), "\(gone.stderr)")
+        #expect(!gone.ok && gone.stderr.contains("no such result"), "\(gone.stderr) \(gone.seconds)\n\(bus.busLog)")
         _ = daemon
     }
 
@@ -205,6 +208,45 @@ struct DesktopSearchTests {
         }
         kill(pid, SIGCONT)
         #expect(try hungBus.initialResults(["bridges"]).count == 3)
+    }
+
+    @Test("the desktop's search never shows, describes or opens a bundle its user cannot read (other uids, system mode)",
+          .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
+    func otherUsersBundles() throws {
+        // Users with a passwd entry: dbus-daemon refuses to run as a uid without one.
+        let alice = try #require(testUser("searchlight-test-a"), "could not create searchlight-test-a with useradd")
+        let bob = try #require(testUser("searchlight-test-b"), "could not create searchlight-test-b with useradd")
+        let dir = TempDir()
+        chmod(dir.path, 0o755)
+        let daemon = try DaemonProcess(arguments: ["--system"], dir: dir)
+        try importItems("com.alice.notes", [#"{"uniqueIdentifier":"a1","attributeSet":{"title":"Alice bridges diary","contentURL":"https://example.org/a1"}}"#],
+                        socket: daemon.socket, asUID: alice, dir: dir)
+        try importItems("com.bob.notes", [#"{"uniqueIdentifier":"b1","attributeSet":{"title":"Bob bridges notes"}}"#],
+                        socket: daemon.socket, asUID: bob, dir: dir)
+        try importItems("com.example.shared", [#"{"uniqueIdentifier":"r1","attributeSet":{"title":"Root bridges manual"}}"#],
+                        socket: daemon.socket, dir: dir)
+
+        let bobsBus = try SessionBusHarness(daemonSocket: daemon.socket, uid: bob)
+        let record = try bobsBus.installRecorder("org.example.Browser.desktop", name: "Browser", mimeTypes: ["x-scheme-handler/https"])
+        try bobsBus.setDefaultHandler("x-scheme-handler/https", "org.example.Browser.desktop")
+        #expect(try bobsBus.initialResults(["bridges"]) == ["com.bob.notes/b1"], "\(bobsBus.busLog)")
+        let match = try bobsBus.krunner("Match", ["'bridges'"])
+        #expect(match.ok && match.stdout.contains("com.bob.notes/b1") && !match.stdout.contains("alice") && !match.stdout.contains("r1"),
+                "\(match.stdout)")
+        // Naming another user's item does not get round the rule: no meta, no opening.
+        let metas = try bobsBus.provider("GetResultMetas", ["['com.alice.notes/a1', 'com.example.shared/r1']"])
+        #expect(metas.ok && !metas.stdout.contains("Alice") && !metas.stdout.contains("Root"), "\(metas.stdout)")
+        let open = try bobsBus.provider("ActivateResult", ["'com.alice.notes/a1'", "['bridges']", "0"])
+        #expect(!open.ok && open.stderr.contains("no such result"), "\(open.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: record), "another user's item was opened")
+        // The provider ran as bob (it connected to the daemon with bob's credentials).
+        let pid = try #require(bobsBus.providerPID())
+        var info = stat()
+        #expect(stat("/proc/\(pid)", &info) == 0 && info.st_uid == bob)
+        bobsBus.stop()
+
+        let alicesBus = try SessionBusHarness(daemonSocket: daemon.socket, uid: alice)
+        #expect(try alicesBus.initialResults(["bridges"]) == ["com.alice.notes/a1"], "\(alicesBus.busLog)")
     }
 
     /// The engagement recorded for an item (`items.engagement`, read from the index file).

@@ -1,0 +1,87 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import Testing
+import SearchlightKit
+
+/// The desktop role on the daemon's socket (DESIGN §12, Docs/Protocol.md "Desktop search"): what
+/// `searchlight-desktop` may and may not do, asked directly with the SDK's connection.
+@Suite("The desktop role", .serialized)
+struct DesktopRoleTests {
+    static let item = #"{"uniqueIdentifier":"n1","attributeSet":{"title":"Natural Bridges","contentURL":"https://example.org/n1"}}"#
+
+    @Test("the desktop role searches every readable bundle, tags each item with its bundle and says how each opens")
+    func searchAcrossBundles() async throws {
+        let daemon = try DaemonProcess()
+        try importItems("com.example.notes", [Self.item], socket: daemon.socket, dir: daemon.dir)
+        try importItems("com.example.photos", [#"{"uniqueIdentifier":"p1","attributeSet":{"title":"Bridges at dusk"}}"#],
+                        socket: daemon.socket, dir: daemon.dir)
+        let r = try runCLI(["register", "com.example.notes", "--open-with", "org.example.Notes.desktop"], socket: daemon.socket)
+        #expect(r.status == 0, "\(r.stderr)")
+        let desktop = SearchlightConnection(role: .desktop, socketPath: daemon.socket)
+        defer { Task { await desktop.close() } }
+        let answer = try await desktop.send(QueryUser(text: "bridges"))
+        #expect(Set(answer.items.compactMap { $0["bundle"]?.stringValue }) == ["com.example.notes", "com.example.photos"])
+        #expect(answer.bundles?["com.example.notes"]??.openWith == "org.example.Notes.desktop")
+        #expect(answer.bundles?["com.example.notes"]??.source == .registration)
+        #expect(answer.bundles?.keys.contains("com.example.photos") == true && answer.bundles?["com.example.photos"]! == nil)
+        let resolved = try await desktop.send(DesktopResolve(identifier: "n1", bundle: "com.example.notes"))
+        #expect(resolved.contentURL == "https://example.org/n1" && resolved.opening?.openWith == "org.example.Notes.desktop")
+    }
+
+    @Test("the desktop role cannot write, change settings or administer, and engagement never creates an index")
+    func refusals() async throws {
+        let daemon = try DaemonProcess()
+        try importItems("com.example.notes", [Self.item], socket: daemon.socket, dir: daemon.dir)
+        let desktop = SearchlightConnection(role: .desktop, socketPath: daemon.socket)
+        defer { Task { await desktop.close() } }
+        func refused(_ method: String, _ params: JSONValue) async {
+            do {
+                _ = try await desktop.call(method, params)
+                Issue.record("\(method) was answered in the desktop role")
+            } catch let error as SearchlightError {
+                #expect(error.code == .permissionDenied, "\(method): \(error)")
+            } catch {
+                Issue.record("\(method): \(error)")
+            }
+        }
+        await refused(Method.indexItems, ["bundle": "com.example.notes", "items": [.object(["uniqueIdentifier": "x", "attributeSet": [:]])]])
+        await refused(Method.indexDeleteAll, ["bundle": "com.example.notes"])
+        await refused(Method.querySearch, ["bundle": "com.example.notes", "query": "*"])
+        await refused(Method.adminStatus, [:])
+        await refused(Method.desktopSetHidden, ["bundle": "com.example.notes", "hidden": true])
+        await refused(Method.desktopRegister, ["bundle": "com.example.notes", "openWith": "evil.desktop"])
+        await refused(Method.indexFetchData, ["bundle": "com.example.notes", "identifier": "n1", "type": "public.data"])
+        // Engagement on an index that does not exist is refused and creates nothing.
+        await refused(Method.queryEngaged, QueryEngaged(target: .identifier("n1"), index: "other", bundle: "com.example.notes").params)
+        #expect(!FileManager.default.fileExists(atPath: daemon.stateDir + "/indexes/com.example.notes/other.sqlite"))
+        await refused(Method.queryEngaged, QueryEngaged(target: .identifier("n1"), bundle: "com.example.nobody").params)
+        #expect(!FileManager.default.fileExists(atPath: daemon.stateDir + "/indexes/com.example.nobody"))
+        // The items are untouched.
+        let still = try runCLI(["query", "com.example.notes", #"uniqueIdentifier == "n1""#], socket: daemon.socket)
+        #expect(still.status == 0 && still.stdout.contains("n1"))
+    }
+
+    @Test("a hidden bundle is out of the desktop's search, named or not, and its owner is told how to show it")
+    func hidden() async throws {
+        let daemon = try DaemonProcess()
+        try importItems("com.example.notes", [Self.item], socket: daemon.socket, dir: daemon.dir)
+        let hide = try runCLI(["desktop", "hide", "com.example.notes"], socket: daemon.socket)
+        #expect(hide.status == 0, "\(hide.stderr)")
+        let status = try runCLI(["desktop", "status"], socket: daemon.socket)
+        #expect(status.stdout.contains("com.example.notes") && status.stdout.contains("hidden"), "\(status.stdout)")
+        let desktop = SearchlightConnection(role: .desktop, socketPath: daemon.socket)
+        defer { Task { await desktop.close() } }
+        #expect(try await desktop.send(QueryUser(text: "bridges")).items.isEmpty)
+        do {
+            _ = try await desktop.send(QueryUser(text: "bridges", bundle: "com.example.notes"))
+            Issue.record("a hidden bundle was searched by name")
+        } catch let error as SearchlightError {
+            #expect(error.code == .permissionDenied && error.message.contains("searchlight desktop show com.example.notes"), "\(error)")
+        }
+        // The app's own search is not affected.
+        let own = try runCLI(["search", "com.example.notes", "bridges"], socket: daemon.socket)
+        #expect(own.status == 0 && own.stdout.contains("n1"), "\(own.stdout) \(own.stderr)")
+    }
+}
