@@ -85,3 +85,42 @@ struct DesktopRoleTests {
         #expect(own.status == 0 && own.stdout.contains("n1"), "\(own.stdout) \(own.stderr)")
     }
 }
+
+@Suite("Desktop search files")
+struct DesktopFilesTests {
+    static let validator = ["/usr/bin/desktop-file-validate"].first { FileManager.default.isExecutableFile(atPath: $0) }
+
+    @Test("make install puts the provider, its D-Bus service file and the GNOME Shell, KRunner and app registrations, Exec at BINDIR")
+    func installed() throws {
+        let dir = TempDir()
+        let prefix = try SystemdUnitTests().install(into: dir)
+        let share = prefix + "/share"
+        let service = try String(contentsOfFile: share + "/dbus-1/services/org.searchlight.Searchlight.SearchProvider.service", encoding: .utf8)
+        #expect(service.contains("\nName=org.searchlight.Searchlight.SearchProvider\n"))
+        #expect(service.contains("\nExec=\(prefix)/bin/searchlight-desktop\n"), "\(service)")
+        #expect(FileManager.default.isExecutableFile(atPath: prefix + "/bin/searchlight-desktop"))
+        let app = try String(contentsOfFile: share + "/applications/searchlight.desktop", encoding: .utf8)
+        #expect(app.contains("\nExec=\(prefix)/bin/searchlight-desktop --show-search %u\n"), "\(app)")
+        let ini = try String(contentsOfFile: share + "/gnome-shell/search-providers/searchlight.ini", encoding: .utf8)
+        #expect(ini.contains("DesktopId=searchlight.desktop") && ini.contains("BusName=org.searchlight.Searchlight.SearchProvider")
+                && ini.contains("ObjectPath=/org/searchlight/Searchlight/SearchProvider") && ini.contains("Version=2"))
+        let runner = try String(contentsOfFile: share + "/krunner/dbusplugins/searchlight.desktop", encoding: .utf8)
+        #expect(runner.contains("X-Plasma-DBusRunner-Service=org.searchlight.Searchlight.SearchProvider")
+                && runner.contains("X-Plasma-DBusRunner-Path=/org/searchlight/Searchlight/KRunner"))
+    }
+
+    @Test("desktop-file-validate passes the installed desktop files with no warning",
+          .enabled(if: DesktopFilesTests.validator != nil, "desktop-file-validate is missing (Debian: desktop-file-utils; make test installs it)"))
+    func validate() throws {
+        let dir = TempDir()
+        let share = try SystemdUnitTests().install(into: dir) + "/share"
+        for file in [share + "/applications/searchlight.desktop", share + "/krunner/dbusplugins/searchlight.desktop"] {
+            let r = try runCLI([file], socket: nil, executable: Self.validator!)
+            #expect(r.status == 0 && r.stdout.isEmpty && r.stderr.isEmpty, "\(file): \(r.stdout) \(r.stderr)")
+        }
+        // The check catches a broken file.
+        let broken = dir.path + "/broken.desktop"
+        try "[Desktop Entry]\nType=Application\nExec=searchlight-desktop\n".write(toFile: broken, atomically: true, encoding: .utf8)
+        #expect(try runCLI([broken], socket: nil, executable: Self.validator!).status != 0)
+    }
+}
