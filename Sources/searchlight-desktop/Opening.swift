@@ -39,7 +39,7 @@ extension DesktopSearch {
                 }
             }
         }
-        Log.info("search launched", ["terms": terms.joined(separator: " ")])
+        Log.info("search launched", ["words": terms.count])  // the terms are the user's: never logged
     }
 }
 
