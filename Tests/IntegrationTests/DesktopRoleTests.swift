@@ -124,3 +124,70 @@ struct DesktopFilesTests {
         #expect(try runCLI([broken], socket: nil, executable: Self.validator!).status != 0)
     }
 }
+
+/// `searchlight open`: the same opening as the desktop's search, from the CLI; a fake default
+/// handler on PATH records what it is given.
+@Suite("searchlight open", .serialized, .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/gio")))
+struct OpenCommandTests {
+    /// Runs the CLI with a desktop of its own: XDG folders in `dir`, `PATH` as given.
+    func open(_ arguments: [String], socket: String, dir: TempDir, path: String = "/usr/bin:/bin") throws -> CLIResult {
+        try runCLI(["XDG_DATA_HOME=\(dir.path)/data", "XDG_DATA_DIRS=\(dir.path)/share", "XDG_CONFIG_HOME=\(dir.path)/config",
+                    "HOME=\(dir.path)", "PATH=\(path)", "DISPLAY=", "WAYLAND_DISPLAY=", "DBUS_SESSION_BUS_ADDRESS=",
+                    Products.path("searchlight"), "--socket", socket] + arguments,
+                   socket: nil, executable: "/usr/bin/env")
+    }
+
+    /// A script that appends its arguments, one per line, to `record`.
+    func recorder(_ script: String, record: String) throws {
+        try FileManager.default.createDirectory(atPath: (script as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try "#!/bin/sh\nprintf '%s\\n' \"$@\" >> '\(record)'\n".write(toFile: script, atomically: true, encoding: .utf8)
+        chmod(script, 0o755)
+    }
+
+    func lines(_ file: String) -> [String] {
+        ((try? String(contentsOfFile: file, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
+    }
+
+    @Test("open launches the registered desktop file with the item's URI and records the engagement; --dry-run runs nothing")
+    func registered() throws {
+        let daemon = try DaemonProcess()
+        let dir = daemon.dir
+        try importItems("com.example.notes", [DesktopRoleTests.item], socket: daemon.socket, dir: dir)
+        let record = dir.path + "/notes.record"
+        try recorder(dir.path + "/bin/notes", record: record)
+        try FileManager.default.createDirectory(atPath: dir.path + "/data/applications", withIntermediateDirectories: true)
+        try "[Desktop Entry]\nType=Application\nName=Notes\nExec=\(dir.path)/bin/notes %u\n"
+            .write(toFile: dir.path + "/data/applications/org.example.Notes.desktop", atomically: true, encoding: .utf8)
+        let dry = try open(["open", "com.example.notes", "n1", "--dry-run"], socket: daemon.socket, dir: dir)
+        #expect(dry.status == 0 && dry.stdout.contains("would open https://example.org/n1 with the default handler"), "\(dry.stdout) \(dry.stderr)")
+        let r = try runCLI(["register", "com.example.notes", "--open-with", "org.example.Notes.desktop"], socket: daemon.socket)
+        #expect(r.status == 0, "\(r.stderr)")
+        let planned = try open(["open", "com.example.notes", "n1", "--dry-run", "--json"], socket: daemon.socket, dir: dir)
+        #expect(planned.stdout.contains("\"opensWith\"") && planned.stdout.contains("org.example.Notes.desktop"), "\(planned.stdout)")
+        #expect(lines(record).isEmpty, "--dry-run ran the app")
+        #expect(try DesktopSearchTests().engagement(daemon, "com.example.notes", "n1", wait: false) == 0)
+        let opened = try open(["open", "com.example.notes", "n1"], socket: daemon.socket, dir: dir)
+        #expect(opened.status == 0 && opened.stdout.contains("launched org.example.Notes.desktop"), "\(opened.stdout) \(opened.stderr)")
+        let deadline = Date().addingTimeInterval(10)
+        while lines(record).isEmpty, Date() < deadline { usleep(20_000) }
+        #expect(lines(record) == ["searchlight-item:com.example.notes/n1"])
+        #expect(try DesktopSearchTests().engagement(daemon, "com.example.notes", "n1") == 1)
+    }
+
+    @Test("without a declared app, open gives the contentURL to the default handler: xdg-open when gio is not on PATH")
+    func contentURLFallback() throws {
+        let daemon = try DaemonProcess()
+        let dir = daemon.dir
+        try importItems("com.example.notes", [DesktopRoleTests.item], socket: daemon.socket, dir: dir)
+        let record = dir.path + "/xdg-open.record"
+        try recorder(dir.path + "/fakebin/xdg-open", record: record)
+        let opened = try open(["open", "com.example.notes", "n1"], socket: daemon.socket, dir: dir, path: dir.path + "/fakebin")
+        #expect(opened.status == 0, "\(opened.stdout) \(opened.stderr)")
+        #expect(lines(record) == ["https://example.org/n1"])
+        // Nothing to open it with: the error says what is missing.
+        let none = try open(["open", "com.example.notes", "n1"], socket: daemon.socket, dir: dir, path: dir.path + "/nowhere")
+        #expect(none.status != 0 && none.stderr.contains("xdg-open"), "\(none.stderr)")
+        let missing = try open(["open", "com.example.notes", "nothing"], socket: daemon.socket, dir: dir)
+        #expect(missing.status != 0 && missing.stderr.contains("has no item nothing"), "\(missing.stderr)")
+    }
+}

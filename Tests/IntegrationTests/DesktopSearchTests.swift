@@ -250,8 +250,9 @@ struct DesktopSearchTests {
     }
 
     /// The engagement recorded for an item (`items.engagement`, read from the index file).
-    func engagement(_ daemon: DaemonProcess, _ bundle: String, _ identifier: String) throws -> Double? {
-        let deadline = Date().addingTimeInterval(10)
+    /// With `wait`, waits up to 10 s for a positive value.
+    func engagement(_ daemon: DaemonProcess, _ bundle: String, _ identifier: String, wait: Bool = true) throws -> Double? {
+        let deadline = Date().addingTimeInterval(wait ? 10 : 0)
         while true {
             let r = try runCLI(["-readonly", daemon.stateDir + "/indexes/\(bundle)/_default.sqlite",
                                 "SELECT engagement FROM items WHERE uid = '\(identifier)'"], socket: nil, executable: "/usr/bin/sqlite3")
