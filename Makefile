@@ -22,19 +22,27 @@ BINDIR ?= $(PREFIX)/bin
 SYSCONFDIR ?= /etc
 SYSTEMD_SYSTEM_UNIT_DIR ?= $(PREFIX)/lib/systemd/system
 SYSTEMD_USER_UNIT_DIR ?= $(PREFIX)/lib/systemd/user
+# The desktop's search (Docs/Desktop.md): searchlight-desktop's D-Bus service file (activation),
+# GNOME Shell's and KRunner's registrations, and the Searchlight app's desktop file.
+DATADIR ?= $(PREFIX)/share
+DESKTOP_FILES := launchd-like-units/desktop
 # Where the installed binaries come from; `make install-files PRODUCTS=.build/debug` skips the build.
 PRODUCTS ?= $(RELEASE)
 
 all: build
 
-# The system requirements beyond the Swift toolchain: SQLite's headers (Debian: libsqlite3-dev) and
-# OpenBLAS (libopenblas-dev: the semantic layer's matrix products), found through pkg-config.
-# The tests also run the sqlite3 shell (another process writing an app's database, Debian: sqlite3).
+# The system requirements beyond the Swift toolchain: SQLite's headers (Debian: libsqlite3-dev),
+# OpenBLAS (libopenblas-dev: the semantic layer's matrix products) and sd-bus (libsystemd-dev:
+# searchlight-desktop's D-Bus), found through pkg-config. The tests also run the sqlite3 shell
+# (another process writing an app's database, Debian: sqlite3), and for the desktop's search a
+# session bus with GLib's clients (dbus-daemon; gdbus and gio from libglib2.0-bin) and
+# desktop-file-validate (desktop-file-utils).
 deps:
 	@command -v $(SWIFT) >/dev/null || { echo "make: the Swift toolchain (swift) is not on PATH; install Swift 6 from swift.org" >&2; exit 1; }
 	@missing=""; \
 	if ! pkg-config --exists sqlite3 2>/dev/null && [ ! -f /usr/include/sqlite3.h ]; then missing="$$missing libsqlite3-dev"; fi; \
 	if ! pkg-config --exists openblas 2>/dev/null; then missing="$$missing libopenblas-dev"; fi; \
+	if ! pkg-config --exists libsystemd 2>/dev/null; then missing="$$missing libsystemd-dev"; fi; \
 	if ! command -v pkg-config >/dev/null; then missing="$$missing pkg-config"; fi; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -46,12 +54,17 @@ deps:
 	fi
 
 test-deps: deps
-	@if ! command -v sqlite3 >/dev/null; then \
+	@missing=""; \
+	command -v sqlite3 >/dev/null || missing="$$missing sqlite3"; \
+	[ -x /usr/bin/dbus-daemon ] || missing="$$missing dbus-daemon"; \
+	[ -x /usr/bin/gdbus ] && [ -x /usr/bin/gio ] || missing="$$missing libglib2.0-bin"; \
+	command -v desktop-file-validate >/dev/null || missing="$$missing desktop-file-utils"; \
+	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			echo "make: installing sqlite3 (the shell the store delegate's tests write with)"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3 >/dev/null; \
+			echo "make: installing$$missing (the sqlite3 shell; a session bus and GLib's D-Bus clients for the desktop search tests)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 		else \
-			echo "make: the tests need the sqlite3 shell: run 'sudo apt-get install sqlite3'" >&2; exit 1; \
+			echo "make: the tests need:$$missing; run 'sudo apt-get install$$missing'" >&2; exit 1; \
 		fi; \
 	fi
 
@@ -100,10 +113,18 @@ install: release
 	$(MAKE) --no-print-directory install-files
 
 install-files:
-	@test -x $(PRODUCTS)/searchlightd -a -x $(PRODUCTS)/searchlight || { echo "make install: no searchlightd/searchlight in $(PRODUCTS); run make release (or make install)" >&2; exit 1; }
+	@test -x $(PRODUCTS)/searchlightd -a -x $(PRODUCTS)/searchlight -a -x $(PRODUCTS)/searchlight-desktop || { echo "make install: no searchlightd/searchlight/searchlight-desktop in $(PRODUCTS); run make release (or make install)" >&2; exit 1; }
 	install -d -m 0755 $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMD_SYSTEM_UNIT_DIR) $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR) \
-		$(DESTDIR)$(SYSCONFDIR)/searchlight/extensions.d
-	install -m 0755 $(PRODUCTS)/searchlightd $(PRODUCTS)/searchlight $(DESTDIR)$(BINDIR)/
+		$(DESTDIR)$(SYSCONFDIR)/searchlight/extensions.d $(DESTDIR)$(DATADIR)/dbus-1/services $(DESTDIR)$(DATADIR)/applications \
+		$(DESTDIR)$(DATADIR)/gnome-shell/search-providers $(DESTDIR)$(DATADIR)/krunner/dbusplugins
+	install -m 0755 $(PRODUCTS)/searchlightd $(PRODUCTS)/searchlight $(PRODUCTS)/searchlight-desktop $(DESTDIR)$(BINDIR)/
+	sed 's#/usr/local/bin/searchlight-desktop#$(BINDIR)/searchlight-desktop#' $(DESKTOP_FILES)/org.searchlight.Searchlight.SearchProvider.service \
+		>$(DESTDIR)$(DATADIR)/dbus-1/services/org.searchlight.Searchlight.SearchProvider.service
+	sed 's#/usr/local/bin/searchlight-desktop#$(BINDIR)/searchlight-desktop#' $(DESKTOP_FILES)/searchlight.desktop \
+		>$(DESTDIR)$(DATADIR)/applications/searchlight.desktop
+	install -m 0644 $(DESKTOP_FILES)/searchlight.ini $(DESTDIR)$(DATADIR)/gnome-shell/search-providers/searchlight.ini
+	install -m 0644 $(DESKTOP_FILES)/searchlight-krunner.desktop $(DESTDIR)$(DATADIR)/krunner/dbusplugins/searchlight.desktop
+	chmod 0644 $(DESTDIR)$(DATADIR)/dbus-1/services/org.searchlight.Searchlight.SearchProvider.service $(DESTDIR)$(DATADIR)/applications/searchlight.desktop
 	ln -sf searchlight $(DESTDIR)$(BINDIR)/mdutil
 	for f in searchlightd.service searchlightd.socket; do \
 		sed 's#/usr/local/bin/searchlightd#$(BINDIR)/searchlightd#' launchd-like-units/$$f >$(DESTDIR)$(SYSTEMD_SYSTEM_UNIT_DIR)/$$f && \
@@ -112,10 +133,14 @@ install-files:
 		chmod 0644 $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/$$f || exit 1; \
 	done
 	@echo "make install: installed under $(DESTDIR)$(PREFIX). System mode: systemctl daemon-reload && systemctl enable --now searchlightd.socket;" \
-		"user mode: systemctl --user daemon-reload && systemctl --user enable --now searchlightd.socket (Docs/Operations.md)"
+		"user mode: systemctl --user daemon-reload && systemctl --user enable --now searchlightd.socket (Docs/Operations.md);" \
+		"the desktop's search starts by itself at the next login of GNOME Shell or Plasma (Docs/Desktop.md)"
 
 uninstall:
-	rm -f $(DESTDIR)$(BINDIR)/searchlightd $(DESTDIR)$(BINDIR)/searchlight $(DESTDIR)$(BINDIR)/mdutil \
+	rm -f $(DESTDIR)$(BINDIR)/searchlightd $(DESTDIR)$(BINDIR)/searchlight $(DESTDIR)$(BINDIR)/mdutil $(DESTDIR)$(BINDIR)/searchlight-desktop \
+		$(DESTDIR)$(DATADIR)/dbus-1/services/org.searchlight.Searchlight.SearchProvider.service \
+		$(DESTDIR)$(DATADIR)/applications/searchlight.desktop $(DESTDIR)$(DATADIR)/gnome-shell/search-providers/searchlight.ini \
+		$(DESTDIR)$(DATADIR)/krunner/dbusplugins/searchlight.desktop \
 		$(DESTDIR)$(SYSTEMD_SYSTEM_UNIT_DIR)/searchlightd.service $(DESTDIR)$(SYSTEMD_SYSTEM_UNIT_DIR)/searchlightd.socket \
 		$(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/searchlightd.service $(DESTDIR)$(SYSTEMD_USER_UNIT_DIR)/searchlightd.socket
 	-rmdir $(DESTDIR)$(SYSCONFDIR)/searchlight/extensions.d $(DESTDIR)$(SYSCONFDIR)/searchlight 2>/dev/null

@@ -15,6 +15,7 @@ let package = Package(
         .executable(name: "searchlightd", targets: ["searchlightd"]),
         .executable(name: "searchlight", targets: ["searchlight"]),
         .executable(name: "searchlight-bench", targets: ["searchlight-bench"]),
+        .executable(name: "searchlight-desktop", targets: ["searchlight-desktop"]),
     ],
     targets: [
         .systemLibrary(
@@ -22,6 +23,15 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
+        // sd-bus, the D-Bus library of the platform (pkg-config libsystemd; apt libsystemd-dev), linked
+        // only by searchlight-desktop (DESIGN §1, §12); CDesktopBus holds the provider's vtables,
+        // which sd-bus's C macros build.
+        .systemLibrary(
+            name: "CSystemd",
+            pkgConfig: "libsystemd",
+            providers: [.apt(["libsystemd-dev"])]
+        ),
+        .target(name: "CDesktopBus", dependencies: ["CSystemd"]),
         // OpenBLAS for the transformer's matrix products; linked by SearchlightSemantic only (DESIGN §1).
         .systemLibrary(
             name: "COpenBLAS",
@@ -45,6 +55,9 @@ let package = Package(
             swiftSettings: strict
         ),
         .target(name: "SearchlightKit", dependencies: ["SearchlightWire"], swiftSettings: strict),
+        // Opening an item from the desktop's search (desktop files, gio launch/open), for the CLI
+        // (`searchlight open`) and searchlight-desktop; no D-Bus in it.
+        .target(name: "SearchlightDesktop", dependencies: ["SearchlightKit"], swiftSettings: strict),
         // The store delegate (DESIGN §10): an app's SQLite database kept in its index. It links the
         // system SQLite so that the Kit does not: plugin authors who do not use it do not pay for it.
         .target(name: "SearchlightSQLite", dependencies: ["SearchlightKit", "CSQLite"], swiftSettings: strict),
@@ -64,7 +77,16 @@ let package = Package(
         .executableTarget(name: "searchlight-fuzz", dependencies: ["SearchlightFuzz"], swiftSettings: strict),
         .executableTarget(name: "searchlightd", dependencies: ["SearchlightSupervisor"], swiftSettings: strict),
         // The CLI links the SDK, the wire types and the unit parser (for `units --verify`), never the daemon.
-        .executableTarget(name: "searchlight", dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightUnits"], swiftSettings: strict),
+        .executableTarget(
+            name: "searchlight", dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightUnits", "SearchlightDesktop"],
+            swiftSettings: strict
+        ),
+        // The desktop search provider (DESIGN §12): GNOME Shell's SearchProvider2 and KRunner's
+        // krunner1 on the session bus, a client of searchlightd in the desktop role.
+        .executableTarget(
+            name: "searchlight-desktop", dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightDesktop", "CDesktopBus", "CSystemd"],
+            swiftSettings: strict
+        ),
         .executableTarget(
             name: "searchlight-bench",
             dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightStore", "SearchlightSQLite", "CSQLite"],
@@ -89,6 +111,7 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(name: "SearchlightKitTests", dependencies: ["SearchlightKit"], swiftSettings: strict),
+        .testTarget(name: "SearchlightDesktopTests", dependencies: ["SearchlightDesktop"], swiftSettings: strict),
         .testTarget(name: "SearchlightUnitsTests", dependencies: ["SearchlightUnits"], swiftSettings: strict),
         .testTarget(name: "SearchlightSQLiteTests", dependencies: ["SearchlightSQLite", "CSQLite"], swiftSettings: strict),
         .testTarget(

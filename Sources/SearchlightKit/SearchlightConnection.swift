@@ -12,6 +12,9 @@ public actor SearchlightConnection {
         /// An index extension attaching under its unit's label (a hand-started extension, or one
         /// launched by the supervisor with its socket inherited).
         case `extension`(label: String)
+        /// The desktop's search (DESIGN §12): reads every bundle the caller's uid may read, except
+        /// those hidden from the desktop; never writes (but records engagement).
+        case desktop
     }
 
     /// Receives the server's notifications (`$/progress`, `admin.event`, `extension.*`).
@@ -166,6 +169,7 @@ public actor SearchlightConnection {
         let hello: Initialize = switch role {
         case .app(let bundle): Initialize(role: .app, bundleIdentifier: bundle)
         case .admin: Initialize(role: .admin)
+        case .desktop: Initialize(role: .desktop)
         case .extension(let label):
             Initialize(role: .extension, label: label, capabilities: ["dataForItem": true, "fileURLForItem": true, "progress": true])
         }

@@ -16,6 +16,8 @@ final class ServiceContext: @unchecked Sendable {
     let events: EventMonitor
     let recovery: IndexRecovery
     let initialFill: InitialFill
+    /// Hidden bundles and registered desktop files of the desktop's search (DESIGN §12).
+    let desktop: DesktopSettingsStore
     let log: Logger
     let startedAt = Date()
     let daemonUID = getuid()
@@ -39,6 +41,7 @@ final class ServiceContext: @unchecked Sendable {
         registry = try IndexRegistry(stateDirectory: config.stateDirectory, options: config.storeOptions, maxOpen: maxOpen, log: log)
         state = try SupervisorState(path: config.stateDirectory + "/supervisor.sqlite", exists: registry.bundleExists)
         journal = try RequestJournal(path: config.stateDirectory + "/supervisor.sqlite")
+        desktop = try DesktopSettingsStore(path: config.stateDirectory + "/supervisor.sqlite")
         catalog = UnitCatalog(directories: config.unitDirectories, system: config.system)
         events = EventMonitor(log: log)
         initialFill = InitialFill(registry: registry, journal: journal, catalog: catalog, log: log)

@@ -89,6 +89,9 @@ public struct ExtensionUnit: Sendable, Equatable {
     public var disabled: Bool = false
     /// The `IndexExtension` dictionary.
     public var indexExtension = IndexExtensionSettings()
+    /// `OpenWith`: the desktop-file id of the app the bundle's items open in from the desktop's
+    /// search (DESIGN §12); it is launched with a `searchlight-item:BUNDLE/IDENTIFIER` URI.
+    public var openWith: String?
 
     /// A unit with the launchd defaults of DESIGN §5; `arguments` defaults to `[executable]`.
     /// Meant for tests and tools: units read from disk come from `UnitParser`.

@@ -34,7 +34,7 @@ public enum UnitParser {
                                "EnvironmentVariables", "Umask", "UserName", "GroupName", "StandardOutPath",
                                "StandardErrorPath", "ProcessType", "Nice", "LowPriorityIO", "SoftResourceLimits",
                                "HardResourceLimits", "ThrottleInterval", "ExitTimeOut", "TimeOut", "Disabled",
-                               "IndexExtension"]
+                               "IndexExtension", "OpenWith"]
     static let indexExtensionKeys = ["IndexVersion", "AcknowledgementTimeout", "MaximumRequestDuration",
                                      "MaximumIdentifiersPerRequest", "IndexNames", "RefreshExpiringItems"]
     /// Set by the supervisor for every launch; a unit may not override them.
@@ -83,6 +83,7 @@ public enum UnitParser {
         unit.throttleInterval = try top.seconds("ThrottleInterval", in: 0...86400, example: 10) ?? 10
         unit.exitTimeOut = try top.seconds("ExitTimeOut", in: 0...86400, example: 20) ?? 20
         unit.timeOut = try top.seconds("TimeOut", in: 0...86400, example: 60) ?? 60
+        unit.openWith = try openWith(top)
         if let nested = try top.dictionary("IndexExtension") {
             unit.indexExtension = try indexExtension(UnitFields(nested, file: path, prefix: "IndexExtension."))
         }
@@ -158,6 +159,16 @@ public enum UnitParser {
                             "add <key>Program</key><string>/path/to/extension</string>; a relative path is relative to the unit file's folder")
         }
         return (UnitPaths.resolve(raw, against: folder), arguments ?? [raw])
+    }
+
+    /// `OpenWith`: a desktop-file id such as `org.example.Notes.desktop` (not a path).
+    static func openWith(_ f: UnitFields) throws(UnitProblem) -> String? {
+        guard let id = try f.string("OpenWith", example: "org.example.Notes.desktop") else { return nil }
+        guard Names.validDesktopFileID(id) else {
+            throw f.problem("OpenWith", "must be a desktop-file id (letters, digits, '.', '-', '_', ending in .desktop; no '/'), not \(PlistValue.string(id).shown)",
+                            "write the file name of the app's .desktop file, e.g. <string>org.example.Notes.desktop</string>")
+        }
+        return id
     }
 
     static func environment(_ f: UnitFields) throws(UnitProblem) -> [String: String] {

@@ -30,6 +30,18 @@ public enum Method {
     /// `admin.setOwner {bundle, uid}`: gives a bundle an owner (DESIGN §6 Security).
     public static let adminSetOwner = "admin.setOwner"
 
+    /// Desktop search (DESIGN §12, Docs/Desktop.md). `desktop.setHidden {bundle?, hidden}` keeps a
+    /// bundle out of the desktop's search (`searchlight desktop hide|show`); `desktop.register
+    /// {bundle?, openWith}` declares the desktop file its items open with, for an app without a
+    /// unit (`searchlight register`); both for the bundle's owner (role app) or an administrator.
+    public static let desktopSetHidden = "desktop.setHidden"
+    public static let desktopRegister = "desktop.register"
+    /// `desktop.resolve {bundle?, identifier}` -> `{bundle, item?, openWith?, openWithSource?}`:
+    /// what opening an item needs (role desktop, or the bundle's app, or an administrator).
+    public static let desktopResolve = "desktop.resolve"
+    /// `desktop.settings {bundle?}` -> `{bundles: [{bundle, hidden, openWith?, openWithSource?}]}`.
+    public static let desktopSettings = "desktop.settings"
+
     /// Supervisor -> extension requests; the answer is the acknowledgement.
     public static let extensionReindexAll = "extension.reindexAll"
     public static let extensionReindexIdentifiers = "extension.reindexIdentifiers"
@@ -61,5 +73,5 @@ public enum ExtensionEnvironment {
 /// The protocol version of this contract, and the roles a connection may take.
 public enum Protocol {
     public static let version = 1
-    public static let roles: Set<String> = ["app", "extension", "admin"]
+    public static let roles: Set<String> = ["app", "extension", "admin", "desktop"]
 }

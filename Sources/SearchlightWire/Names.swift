@@ -17,6 +17,16 @@ public enum Names {
         return b.allSatisfy(isNameByte)
     }
 
+    /// A desktop-file id (the desktop entry specification's name of an application: the file's
+    /// path under `applications/` with `/` written `-`): 1-255 bytes of letters, digits, `.`, `-`,
+    /// `_`, ending in `.desktop`, not starting with `.` or `-`. Unit key `OpenWith`, `desktop.register`.
+    public static func validDesktopFileID(_ s: String) -> Bool {
+        let b = Array(s.utf8)
+        guard b.count > ".desktop".count, b.count <= 255, s.hasSuffix(".desktop"),
+              b[0] != UInt8(ascii: "."), b[0] != UInt8(ascii: "-") else { return false }
+        return b.allSatisfy(isNameByte)
+    }
+
     public static func isNameByte(_ c: UInt8) -> Bool {
         (c >= 0x30 && c <= 0x39) || (c >= 0x41 && c <= 0x5A) || (c >= 0x61 && c <= 0x7A)
             || c == UInt8(ascii: ".") || c == UInt8(ascii: "-") || c == UInt8(ascii: "_")

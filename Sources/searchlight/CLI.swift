@@ -121,7 +121,8 @@ enum CLI {
         StatusCommands.status, ReindexCommands.reindex, QueryCommands.query, QueryCommands.search,
         ImportCommand.command, DeleteCommands.delete, DeleteCommands.erase, StatusCommands.check,
         ReindexCommands.simulate, ReindexCommands.units, ReindexCommands.requests, ReindexCommands.monitor,
-        StatusCommands.indexing, StatusCommands.owner, StatusCommands.version,
+        StatusCommands.indexing, StatusCommands.owner, DesktopCommands.desktop, DesktopCommands.register, DesktopCommands.open,
+        StatusCommands.version,
     ]
 
     static func command(named name: String) -> Command? { commands.first { $0.spec.name == name } }

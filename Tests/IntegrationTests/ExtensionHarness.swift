@@ -29,6 +29,8 @@ struct TestUnit: Sendable {
     /// `StandardOutPath` / `StandardErrorPath`.
     var standardOutPath: String?
     var standardErrorPath: String?
+    /// `OpenWith`: the desktop file the bundle's items open with (desktop search).
+    var openWith: String?
 
     init(_ label: String, bundle: String, mode: String = "ok") {
         self.label = label
@@ -48,6 +50,7 @@ struct TestUnit: Sendable {
         if let userName { indexExtension += "    <key>UserName</key><string>\(xml(userName))</string>\n" }
         if let standardOutPath { indexExtension += "    <key>StandardOutPath</key><string>\(xml(standardOutPath))</string>\n" }
         if let standardErrorPath { indexExtension += "    <key>StandardErrorPath</key><string>\(xml(standardErrorPath))</string>\n" }
+        if let openWith { indexExtension += "    <key>OpenWith</key><string>\(xml(openWith))</string>\n" }
         if let processLimit {
             for key in ["SoftResourceLimits", "HardResourceLimits"] {
                 indexExtension += "    <key>\(key)</key><dict><key>NumberOfProcesses</key><integer>\(processLimit)</integer></dict>\n"

@@ -103,7 +103,7 @@ struct UnitParserTests {
             <key>SoftResourceLimits</key><dict><key>NumberOfFiles</key><integer>512</integer><key>Core</key><integer>0</integer></dict>
             <key>HardResourceLimits</key><dict><key>NumberOfFiles</key><integer>1024</integer><key>CPU</key><integer>18446744073709551615</integer></dict>
             <key>ThrottleInterval</key><real>2.5</real><key>ExitTimeOut</key><integer>5</integer><key>TimeOut</key><integer>300</integer>
-            <key>Disabled</key><false/><key>KeepAlive</key><true/>
+            <key>Disabled</key><false/><key>KeepAlive</key><true/><key>OpenWith</key><string>org.example.Notes.desktop</string>
             <key>IndexExtension</key><dict><key>IndexVersion</key><integer>3</integer><key>AcknowledgementTimeout</key><integer>30</integer>
               <key>MaximumRequestDuration</key><integer>600</integer><key>MaximumIdentifiersPerRequest</key><integer>50</integer>
               <key>IndexNames</key><array><string></string><string>archive</string></array><key>RefreshExpiringItems</key><false/></dict>
@@ -120,6 +120,7 @@ struct UnitParserTests {
         (expected.indexVersion, expected.acknowledgementTimeout, expected.maximumRequestDuration) = (3, 30, 600)
         (expected.maximumIdentifiersPerRequest, expected.indexNames, expected.refreshExpiringItems) = (50, ["", "archive"], false)
         #expect(unit.indexExtension == expected)
+        #expect(unit.openWith == "org.example.Notes.desktop")
     }
 
     @Test("Nice and LowPriorityIO follow ProcessType when absent")
@@ -323,6 +324,9 @@ extension UnitParserTests {
             .with("<key>TimeOut</key><real>nan</real>", "TimeOut", "number of seconds"),
             .with("<key>TimeOut</key><true/>", "TimeOut", "not <true/>"),
             .with("<key>Disabled</key><integer>1</integer>", "Disabled", "must be a boolean, not 1"),
+            .with("<key>OpenWith</key><string>/usr/share/applications/notes.desktop</string>", "OpenWith", "must be a desktop-file id"),
+            .with("<key>OpenWith</key><string>notes</string>", "OpenWith", "ending in .desktop"),
+            .with("<key>OpenWith</key><integer>1</integer>", "OpenWith", "not 1"),
             .with("<key>LowPriorityIO</key><string>yes</string>", "LowPriorityIO", "must be a boolean"),
             .with("<key>disabled</key><true/>", "disabled", "case-sensitive"),
             .with("<key>WorkingDirectory</key><string></string>", "WorkingDirectory", "non-empty string"),

@@ -24,6 +24,7 @@ final class AdminSession: BundleSession {
         table.addIndexMethods()
         table.addQueryMethods()
         table.addItemDataMethods()
+        table.addDesktopSettingsMethods()
         table.on(AdminStatus.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.status(r)) }
         table.on(AdminErase.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.erase(r)) }
         table.on(AdminCheck.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.check(r)) }

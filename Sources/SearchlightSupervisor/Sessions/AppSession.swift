@@ -19,6 +19,7 @@ final class AppSession: BundleSession {
         table.addIndexMethods()
         table.addQueryMethods()
         table.addItemDataMethods()
+        table.addDesktopSettingsMethods()
         return table
     }()
 }

@@ -140,10 +140,13 @@ extension BundleCalls {
 
     // MARK: - Helpers
 
-    /// An administrator's query without "bundle" reads every bundle's index.
+    /// An administrator's query without "bundle" reads every bundle's index; the desktop's every
+    /// bundle's it may show (`DesktopCalls.mayShow`).
     private func acrossBundles(_ bundle: String?) -> Bool {
-        if case .admin = caller { return bundle == nil }
-        return false
+        switch caller {
+        case .admin, .desktop: return bundle == nil
+        case .app, .extensionUnit: return false
+        }
     }
 
     /// Runs `body` on each store a query reads: the caller's bundle, or for an admin without
@@ -163,7 +166,9 @@ extension BundleCalls {
             if let s = t.store { _ = try visit(t.bundle, t.index, s) }
             return incomplete
         }
+        let desktop = DesktopCalls(calls: self)
         for b in context.registry.bundles() {
+            if case .desktop = caller, !desktop.mayShow(b) { continue }
             let more = try context.registry.withStore(bundle: b, index: index, create: false) { (s) throws(SearchlightError) -> Bool in
                 guard let s else { return true }
                 return try visit(b, index, s)

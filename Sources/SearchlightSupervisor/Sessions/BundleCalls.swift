@@ -16,6 +16,9 @@ struct BundleCalls: Sendable {
         case extensionUnit(bundle: String, label: String)
         /// An administrator: names the bundle (`bundle`), or queries every bundle without one.
         case admin
+        /// The desktop's search (DesktopSession): reads as the peer, like an app reads its own
+        /// bundle; names the bundle, or queries every bundle it may show without one.
+        case desktop
     }
 
     let client: ClientSession
@@ -31,7 +34,7 @@ struct BundleCalls: Sendable {
     func target(_ requested: String?) throws(SearchlightError) -> String {
         switch caller {
         case .app(let bundle), .extensionUnit(let bundle, _): return bundle
-        case .admin: return try Names.bundle(requested.map(JSONValue.string))
+        case .admin, .desktop: return try Names.bundle(requested.map(JSONValue.string))
         }
     }
 
@@ -45,7 +48,7 @@ struct BundleCalls: Sendable {
         case .extensionUnit(_, let label):
             guard let unit = client.extensionHost?.unit ?? context.catalog.unit(label: label) else { throw BundleAccess.denied(bundle) }
             access = .extensionUnit(unit)
-        case .app:
+        case .app, .desktop:
             access = .app(client.peer)
         }
         try BundleAccess(context: context).authorize(bundle, by: access, write: write)

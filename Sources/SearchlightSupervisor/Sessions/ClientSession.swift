@@ -7,7 +7,7 @@ import Synchronization
 private let unavailableLogGate = Mutex<(last: Date, count: Int)>((.distantPast, 0))
 
 /// One client connection: its handshake (`initialize`, typed `Initialize`), then the session of
-/// the role it took (`AppSession`, `ExtensionSession`, `AdminSession`), which answers each method
+/// the role it took (`AppSession`, `ExtensionSession`, `AdminSession`, `DesktopSession`), which answers each method
 /// from its table of handlers. Messages are handled in order on the connection's own reader
 /// thread, so a slow or malicious client delays only itself; a handler that waits on an
 /// extension (item data, a waited reindex) is answered later from a task.
@@ -20,12 +20,15 @@ final class ClientSession: @unchecked Sendable {
         case app(AppSession)
         case extensionHost(ExtensionSession)
         case admin(AdminSession)
+        /// The desktop's search (DESIGN §12): reads what the peer may read, minus hidden bundles.
+        case desktop(DesktopSession)
 
         var name: String {
             switch self {
             case .app: "app"
             case .extensionHost: "extension"
             case .admin: "admin"
+            case .desktop: "desktop"
             }
         }
     }
@@ -194,6 +197,8 @@ final class ClientSession: @unchecked Sendable {
             log.debug("client initialized", ["role": "extension", "label": session.label, "pid": peer.pid, "uid": peer.uid])
         case .app:
             role = .app(AppSession(client: self, bundle: hello.bundleIdentifier ?? ""))
+        case .desktop:
+            role = .desktop(DesktopSession(client: self))
         }
         roleState.withLock { $0 = role }
         if bundle == nil { log.debug("client initialized", ["role": role.name, "pid": peer.pid, "uid": peer.uid]) }
@@ -286,8 +291,12 @@ extension ClientSession.Role {
         case .app(let s): s.handler(for: method)
         case .extensionHost(let s): s.handler(for: method)
         case .admin(let s): s.handler(for: method)
+        case .desktop(let s): s.handler(for: method)
         }
         if let found { return found }
+        if case .desktop = self, method != Method.initialize {
+            throw SearchlightError(.permissionDenied, DesktopSession.refusal + "; \(method.prefix(64)) needs the app or admin role")
+        }
         if method == Method.initialize {
             throw SearchlightError(.invalidRequest, "already initialized; open a new connection for another role")
         }
@@ -305,7 +314,7 @@ extension ClientSession.Role {
         switch self {
         case .app(let s): return (s.bundle, index)
         case .extensionHost(let s): return (s.bundle, index)
-        case .admin:
+        case .admin, .desktop:
             guard let bundle = params["bundle"], !bundle.isNull, let b = try? Names.bundle(bundle) else { return nil }
             return (b, index)
         }

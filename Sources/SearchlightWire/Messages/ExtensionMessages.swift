@@ -210,6 +210,7 @@ public enum WireMessages {
         QuerySearch.self, QueryUser.self, QueryEngaged.self,
         AdminStatus.self, AdminReindex.self, AdminErase.self, AdminCheck.self, AdminSimulate.self, AdminUnits.self,
         AdminRequests.self, AdminMonitor.self, AdminSetIndexing.self, AdminSetOwner.self, AdminRestartExtension.self,
+        DesktopSetHidden.self, DesktopRegister.self, DesktopResolve.self, DesktopSettings.self,
         ExtensionReindexAll.self, ExtensionReindexIdentifiers.self, ExtensionDataForItem.self, ExtensionFileURLForItem.self,
     ]
 

@@ -7,6 +7,8 @@ public struct Initialize: WireRequest, Equatable {
     /// The roles a connection may take.
     public enum Role: String, Sendable, CaseIterable {
         case app, `extension`, admin
+        /// The desktop's search (DESIGN §12): reads what the peer's uid may read, minus hidden bundles.
+        case desktop
     }
 
     public var protocolVersion: Int

@@ -203,12 +203,17 @@ public struct QueryUser: WireRequest, Equatable {
         public var rankedItems: [JSONValue]
         public var suggestions: [Suggestion]
         public var incomplete: Bool
+        /// Role desktop only: for each bundle in the answer, how its items open (nil: by their
+        /// `contentURL`). Every item then carries `bundle`.
+        public var bundles: [String: DesktopOpening?]?
 
-        public init(items: [JSONValue], rankedItems: [JSONValue], suggestions: [Suggestion], incomplete: Bool = false) {
+        public init(items: [JSONValue], rankedItems: [JSONValue], suggestions: [Suggestion], incomplete: Bool = false,
+                    bundles: [String: DesktopOpening?]? = nil) {
             self.items = items
             self.rankedItems = rankedItems
             self.suggestions = suggestions
             self.incomplete = incomplete
+            self.bundles = bundles
         }
 
         public init(result: JSONValue) throws(SearchlightError) {
@@ -216,12 +221,20 @@ public struct QueryUser: WireRequest, Equatable {
             rankedItems = result["rankedItems"]?.arrayValue ?? []
             suggestions = (result["suggestions"]?.arrayValue ?? []).compactMap(Suggestion.init(json:))
             incomplete = result["incomplete"]?.boolValue ?? false
+            if case .object(let o)? = result["bundles"] { bundles = o.mapValues(DesktopOpening.init(json:)) }
         }
 
         public var result: JSONValue {
             var o: [String: JSONValue] = ["items": .array(items), "rankedItems": .array(rankedItems),
                                           "suggestions": .array(suggestions.map(\.json))]
             if incomplete { o["incomplete"] = true }
+            if let bundles {
+                o["bundles"] = .object(bundles.mapValues { opening in
+                    var b = ParamsBuilder()
+                    opening?.write(into: &b)
+                    return b.json
+                })
+            }
             return .object(o)
         }
     }

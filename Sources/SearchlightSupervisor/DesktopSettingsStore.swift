@@ -1,0 +1,78 @@
+import Foundation
+import SearchlightStore
+
+/// Per-bundle settings of the desktop's search (DESIGN §12), in `supervisor.sqlite`: whether a
+/// bundle is hidden from it (`searchlight desktop hide|show`, Spotlight's per-app switch: the
+/// app's own searches are not affected), and the desktop file its items open with when no unit
+/// declares one (`searchlight register BUNDLE --open-with ID`).
+///
+/// A setting belongs to the bundle, not to a viewer: a bundle is readable by its owner (and root)
+/// only, so hiding it is its owner's choice for their own desktop. The settings survive an erase
+/// of the bundle's indexes (they are preferences, not data). Every desktop query asks about every
+/// readable bundle, so the rows are held in memory, written through before they take effect.
+final class DesktopSettingsStore: @unchecked Sendable {
+    struct Entry: Sendable, Equatable {
+        var hidden = false
+        /// A desktop-file id registered with `desktop.register`.
+        var openWith: String?
+    }
+
+    private let db: Database
+    private let lock = NSLock()
+    private var entries: [String: Entry] = [:]
+
+    init(path: String) throws {
+        db = try Database(path: path)
+        _ = try db.scalar("PRAGMA journal_mode=WAL")
+        try db.execute("""
+            PRAGMA synchronous=FULL;
+            CREATE TABLE IF NOT EXISTS desktop_bundles(
+                bundle TEXT PRIMARY KEY,
+                hidden INTEGER NOT NULL DEFAULT 0,
+                open_with TEXT,
+                changed REAL NOT NULL
+            );
+            """)
+        for row in try db.rows("SELECT bundle, hidden, open_with FROM desktop_bundles") {
+            guard let name = row.string(0) else { continue }
+            entries[name] = Entry(hidden: row.int(1) != 0, openWith: row.string(2))
+        }
+    }
+
+    func entry(_ bundle: String) -> Entry { lock.withLock { entries[bundle] ?? Entry() } }
+
+    func isHidden(_ bundle: String) -> Bool { lock.withLock { entries[bundle]?.hidden ?? false } }
+
+    /// Every bundle with a setting, by name.
+    func all() -> [(bundle: String, entry: Entry)] {
+        lock.withLock { entries.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
+    }
+
+    func setHidden(_ bundle: String, _ hidden: Bool) throws {
+        try update(bundle) { $0.hidden = hidden }
+    }
+
+    /// `nil` removes the registration.
+    func setOpenWith(_ bundle: String, _ desktopID: String?) throws {
+        try update(bundle) { $0.openWith = desktopID }
+    }
+
+    /// Under the lock: the row first, then the memory; a bundle back to the defaults loses its row.
+    private func update(_ bundle: String, _ change: (inout Entry) -> Void) throws {
+        try lock.withLock {
+            var entry = entries[bundle] ?? Entry()
+            change(&entry)
+            if entry == Entry() {
+                _ = try db.run("DELETE FROM desktop_bundles WHERE bundle = ?", [.text(bundle)])
+                entries[bundle] = nil
+                return
+            }
+            _ = try db.run("""
+                INSERT INTO desktop_bundles(bundle, hidden, open_with, changed) VALUES (?, ?, ?, ?)
+                ON CONFLICT(bundle) DO UPDATE SET hidden = excluded.hidden, open_with = excluded.open_with, changed = excluded.changed
+                """, [.text(bundle), .integer(entry.hidden ? 1 : 0), entry.openWith.map(SQLValue.text) ?? .null,
+                      .double(Date().timeIntervalSince1970)])
+            entries[bundle] = entry
+        }
+    }
+}

@@ -1,0 +1,72 @@
+import Foundation
+import SearchlightStore
+import SearchlightWire
+
+/// The session of the desktop's search (`initialize {role: "desktop"}`, DESIGN §12,
+/// Docs/Desktop.md): the connection of `searchlight-desktop`, the search provider of GNOME Shell
+/// and KRunner, on behalf of the user it runs as.
+///
+/// It reads only what the peer's uid may read (`BundleAccess`, the same rules as an app's reads),
+/// never a bundle hidden from the desktop (`desktop.setHidden`), and writes nothing but
+/// engagement, so that what the user opens from the desktop ranks higher:
+/// - `query.user` without `bundle` searches every bundle it may show; with `bundle`, that one.
+///   Every item carries `bundle`, and the answer's `bundles` says how each bundle's items open.
+/// - `query.engaged {bundle, identifier | suggestion, …}` on an index that exists.
+/// - `desktop.resolve {bundle, identifier}`: the item and how it opens.
+/// Every other method is refused with permissionDenied (`ClientSession.Role.handler(for:)`).
+final class DesktopSession: BundleSession {
+    let client: ClientSession
+    let calls: BundleCalls
+    var desktop: DesktopCalls { DesktopCalls(calls: calls) }
+
+    init(client: ClientSession) {
+        self.client = client
+        calls = BundleCalls(client: client, caller: .desktop)
+    }
+
+    static let handlers: HandlerTable<DesktopSession> = {
+        var table = HandlerTable<DesktopSession>()
+        table.on(QueryUser.self) { s, r throws(SearchlightError) in try s.userQuery(r) }
+        table.on(QueryEngaged.self) { s, r throws(SearchlightError) in try s.engaged(r) }
+        table.on(DesktopResolve.self) { s, r throws(SearchlightError) in try s.desktop.resolve(r) }
+        return table
+    }()
+
+    static let refusal = "the desktop role may only search (query.user), record engagement (query.engaged) and resolve items (desktop.resolve)"
+
+    private func userQuery(_ r: QueryUser) throws(SearchlightError) -> QueryUser.Response {
+        if let bundle = r.bundle { try desktop.requireVisible(bundle) }
+        var answer = try calls.userQuery(r)
+        // Every item names its bundle (also when the query named one), and `bundles` says how the
+        // items of each bundle in the answer open.
+        var bundles: [String: DesktopOpening?] = [:]
+        func annotate(_ item: JSONValue) -> JSONValue {
+            var item = item
+            if let bundle = r.bundle, item["bundle"] == nil { item = BundleCalls.tag(item, bundle: bundle, index: r.index) }
+            if let b = item["bundle"]?.stringValue, bundles[b] == nil { bundles[b] = .some(desktop.opening(b)) }
+            return item
+        }
+        answer.items = answer.items.map(annotate)
+        answer.rankedItems = answer.rankedItems.map(annotate)
+        answer.bundles = bundles
+        return answer
+    }
+
+    /// Engagement on an item or suggestion of a bundle it may show, in an index that exists:
+    /// never creates an index nor claims a bundle (read access is enough; the store is the
+    /// bundle's own ranking signal, not its data).
+    private func engaged(_ r: QueryEngaged) throws(SearchlightError) -> JSONResponse {
+        guard let bundle = r.bundle else {
+            throw .invalidParams("\"bundle\" is required: the bundle of the item or suggestion engaged with")
+        }
+        try desktop.requireVisible(bundle)
+        guard let store = try calls.store(bundle: bundle, index: r.index, write: false).store else { throw BundleAccess.denied(bundle) }
+        var identifier: String?, suggestion: String?
+        switch r.target {
+        case .identifier(let id): identifier = id
+        case .suggestion(let s): suggestion = s
+        }
+        try store.recordEngagement(identifier: identifier, suggestion: suggestion, weight: r.interaction == .select ? 1 : 0.25)
+        return .empty
+    }
+}

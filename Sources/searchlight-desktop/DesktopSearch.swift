@@ -1,0 +1,151 @@
+import Foundation
+import SearchlightDesktop
+import SearchlightKit
+
+/// The search both D-Bus interfaces serve: the user's terms as one `query.user` across every
+/// bundle the user may read (the daemon's ranking, the same as `searchlight search`), capped per
+/// app and in all, grouped per app in the order of each app's best result. The results of recent
+/// searches are kept, so that GetResultMetas and ActivateResult (which name ids only) need no
+/// further call; an id not kept (the provider restarted meanwhile) is resolved with the daemon.
+actor DesktopSearch {
+    struct Limits: Sendable {
+        /// Results per search (GNOME Shell shows five rows per provider; KRunner more).
+        var total = 10
+        /// Results of one app per search, so that one app cannot fill the list.
+        var perApp = 5
+    }
+
+    let daemon: DaemonClient
+    let limits: Limits
+    let opener: ItemOpener
+    private let locator: DesktopEntryLocator
+    private var kept: [String: SearchResult] = [:]
+    private var keptOrder: [String] = []
+    static let keptLimit = 512
+    /// Apps' desktop entries by desktop-file id, read at most once a minute.
+    private var apps: [String: (entry: DesktopEntry?, read: ContinuousClock.Instant)] = [:]
+
+    /// The attributes a result needs, and no more (`textContent` can be large).
+    static let fetchAttributes = ["title", "displayName", "contentDescription", "contentType", "contentTypeTree",
+                                  "contentURL", "thumbnailURL", "thumbnailData"]
+
+    init(daemon: DaemonClient, limits: Limits, environment: [String: String] = ProcessInfo.processInfo.environment) {
+        self.daemon = daemon
+        self.limits = limits
+        locator = DesktopEntryLocator(environment: environment)
+        opener = ItemOpener(environment: environment)
+    }
+
+    /// The results for `terms` (words, AND-ed by the daemon's user query); empty when the daemon
+    /// is unavailable, which is logged.
+    func search(_ terms: [String]) async -> [SearchResult] {
+        let text = terms.joined(separator: " ").trimmingCharacters(in: .whitespacesAndNewlines)
+        guard !text.isEmpty else { return [] }
+        let answer: QueryUser.Response
+        do {
+            // Room for the per-app cap to leave other apps' results in.
+            let context = QueryUser.Context(enableRankedResults: false, maxResultCount: min(limits.total * 3, 1000),
+                                            maxSuggestionCount: 0, fetchAttributes: Self.fetchAttributes)
+            answer = try await daemon.send(QueryUser(text: String(text.prefix(1024)), context: context))
+        } catch {
+            Log.notice("search answered empty", ["reason": "\(error)"])
+            return []
+        }
+        let openWith = (answer.bundles ?? [:]).compactMapValues { $0?.openWith }
+        var results: [SearchResult] = []
+        var perApp: [String: Int] = [:]
+        for wire in answer.items where results.count < limits.total {
+            guard let bundle = wire["bundle"]?.stringValue, perApp[bundle, default: 0] < limits.perApp,
+                  let result = SearchResult(wire: wire, bundle: bundle, openWith: openWith[bundle], app: app(openWith[bundle]))
+            else { continue }
+            perApp[bundle, default: 0] += 1
+            results.append(result)
+        }
+        let grouped = Self.groupedByApp(results)
+        for r in grouped { keep(r) }
+        return grouped
+    }
+
+    /// Stable grouping: each app's results together, apps in the order of their best result.
+    static func groupedByApp(_ results: [SearchResult]) -> [SearchResult] {
+        var order: [String] = []
+        var groups: [String: [SearchResult]] = [:]
+        for r in results {
+            if groups[r.item.bundleIdentifier] == nil { order.append(r.item.bundleIdentifier) }
+            groups[r.item.bundleIdentifier, default: []].append(r)
+        }
+        return order.flatMap { groups[$0]! }
+    }
+
+    /// The result with this id, to show: kept from a recent search, else resolved with the
+    /// daemon (nil when the id is malformed, the item is gone, or the daemon is unavailable).
+    func result(_ id: String) async -> SearchResult? {
+        if let kept = kept[id] { return kept }
+        return try? await resolve(id)
+    }
+
+    /// The result with this id, to open: resolved with the daemon now, so that a registration or
+    /// a content URL changed since the search counts; the kept one only when the daemon is
+    /// unavailable. Nil when the id is malformed, the item is gone, or the daemon refuses it.
+    func resultForOpening(_ id: String) async -> SearchResult? {
+        do {
+            return try await resolve(id)
+        } catch is DaemonClient.Unavailable {
+            return kept[id]
+        } catch {
+            return nil  // refused: no longer readable, or hidden since
+        }
+    }
+
+    /// Throws when the daemon is unavailable or refuses; nil when there is no such item.
+    private func resolve(_ id: String) async throws -> SearchResult? {
+        guard let item = SearchableItemActivity(resultID: id) else { return nil }
+        let answer: DesktopResolve.Response
+        do {
+            answer = try await daemon.send(DesktopResolve(identifier: item.uniqueIdentifier, bundle: item.bundleIdentifier))
+        } catch {
+            Log.notice("result not resolved", ["id": id, "reason": "\(error)"])
+            throw error
+        }
+        let openWith = answer.opening?.openWith
+        guard let wire = answer.item, let result = SearchResult(wire: wire, bundle: item.bundleIdentifier, openWith: openWith, app: app(openWith))
+        else {
+            kept[id] = nil
+            return nil
+        }
+        keep(result)
+        return result
+    }
+
+    /// Forgets the kept results (KRunner's Teardown: the match session is over).
+    func forget() {
+        kept.removeAll()
+        keptOrder.removeAll()
+    }
+
+    /// Tells the daemon the user opened a result, so that it ranks higher next time.
+    func engaged(_ result: SearchResult, terms: [String]) async {
+        do {
+            _ = try await daemon.send(QueryEngaged(target: .identifier(result.item.uniqueIdentifier), interaction: .select,
+                                                   text: terms.joined(separator: " "), bundle: result.item.bundleIdentifier))
+        } catch {
+            Log.notice("engagement not recorded", ["id": result.id, "reason": "\(error)"])
+        }
+    }
+
+    private func keep(_ result: SearchResult) {
+        if kept.updateValue(result, forKey: result.id) == nil { keptOrder.append(result.id) }
+        if keptOrder.count > Self.keptLimit {
+            for id in keptOrder.prefix(keptOrder.count - Self.keptLimit) { kept[id] = nil }
+            keptOrder.removeFirst(keptOrder.count - Self.keptLimit)
+        }
+    }
+
+    private func app(_ desktopID: String?) -> DesktopEntry? {
+        guard let desktopID else { return nil }
+        if let cached = apps[desktopID], ContinuousClock.now - cached.read < .seconds(60) { return cached.entry }
+        let entry = locator.entry(forDesktopID: desktopID)
+        apps[desktopID] = (entry, .now)
+        return entry
+    }
+}

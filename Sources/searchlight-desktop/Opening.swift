@@ -1,0 +1,62 @@
+import Foundation
+import SearchlightDesktop
+import SearchlightKit
+
+/// Opening results and launching a full search (ActivateResult, Run, LaunchSearch).
+extension DesktopSearch {
+    /// Opens a result in its app (or its content URL with the default handler; only that with
+    /// `contentURLOnly`), then records the engagement. The launcher runs off the cooperative pool:
+    /// it waits for `gio` to hand over.
+    func open(_ result: SearchResult, terms: [String], contentURLOnly: Bool = false) async throws -> ItemOpener.Opened {
+        let opener = self.opener
+        let opened: ItemOpener.Opened = try await withCheckedThrowingContinuation { continuation in
+            DispatchQueue.global().async {
+                do {
+                    continuation.resume(returning: try opener.open(result.item, openWith: contentURLOnly ? nil : result.openWith,
+                                                                   contentURL: result.contentURL))
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+        Log.info("result opened", ["id": result.id, "command": opened.command.joined(separator: " ")])
+        if let note = opened.note { Log.notice("declared desktop file missing; opened the content URL", ["id": result.id, "note": note]) }
+        await engaged(result, terms: terms)
+        return opened
+    }
+
+    /// LaunchSearch: the Searchlight app (`searchlight.desktop`, a terminal search) with the terms.
+    func launchSearch(_ terms: [String]) async throws {
+        let opener = self.opener
+        let uri = SearchTermsURI.uri(for: terms)
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            DispatchQueue.global().async {
+                do {
+                    _ = try opener.launch(desktopID: "searchlight.desktop", uri: uri)
+                    continuation.resume()
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+        Log.info("search launched", ["words": terms.count])  // the terms are the user's: never logged
+    }
+}
+
+/// `searchlight-search:TEXT` (percent-encoded): how LaunchSearch hands the terms to the
+/// Searchlight app (`searchlight.desktop`, whose Exec is `searchlight-desktop --show-search %u`).
+enum SearchTermsURI {
+    static let scheme = "searchlight-search"
+
+    static func uri(for terms: [String]) -> String {
+        var allowed = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: Unicode.Scalar(0)..<Unicode.Scalar(128)))
+        allowed.insert(charactersIn: "-._~")
+        return scheme + ":" + (terms.joined(separator: " ").addingPercentEncoding(withAllowedCharacters: allowed) ?? "")
+    }
+
+    /// The text of such a URI; nil for anything else.
+    static func text(of uri: String) -> String? {
+        guard uri.lowercased().hasPrefix(scheme + ":") else { return nil }
+        return String(uri.dropFirst(scheme.count + 1)).removingPercentEncoding
+    }
+}

@@ -1,0 +1,264 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import Testing
+import SearchlightKit
+
+/// The desktop's search (DESIGN §12, Docs/Desktop.md), end to end: a real `searchlightd`, a real
+/// session bus (`dbus-daemon --session`) that starts `searchlight-desktop` from its shipped service
+/// file, and `gdbus call` as GNOME Shell's and KRunner's stand-in.
+@Suite("Desktop search over D-Bus", .serialized, .enabled(if: SessionBusHarness.missingTools == nil))
+struct DesktopSearchTests {
+    static let notes = [
+        #"{"uniqueIdentifier":"notes/trip plan.md","attributeSet":{"title":"Natural Bridges trip plan","contentDescription":"Camping and hiking in Utah","contentType":"public.plain-text","contentURL":"https://example.org/notes/trip"}}"#,
+        #"{"uniqueIdentifier":"notes/packing.md","attributeSet":{"title":"Packing list for the bridges trip","contentDescription":"tent, stove","contentType":"public.plain-text"}}"#,
+        #"{"uniqueIdentifier":"notes/recipes.md","attributeSet":{"title":"Recipes","contentDescription":"soup","contentType":"public.plain-text"}}"#,
+    ]
+    static let photos = [
+        #"{"uniqueIdentifier":"p1","attributeSet":{"title":"Natural Bridges at dusk","contentType":"public.jpeg","thumbnailURL":"file:///usr/share/pixmaps/dusk.png"}}"#,
+    ]
+    static let tripID = "com.example.notes/notes%2Ftrip%20plan.md"
+    static let packingID = "com.example.notes/notes%2Fpacking.md"
+
+    /// A daemon with the notes and photos, and a bus whose provider searches it.
+    func setUp(daemonArguments: [String] = []) throws -> (DaemonProcess, SessionBusHarness) {
+        let daemon = try DaemonProcess(arguments: daemonArguments)
+        try importItems("com.example.notes", Self.notes, socket: daemon.socket, dir: daemon.dir)
+        try importItems("com.example.photos", Self.photos, socket: daemon.socket, dir: daemon.dir)
+        return (daemon, try SessionBusHarness(daemonSocket: daemon.socket))
+    }
+
+    @Test("the provider is started by D-Bus activation from its service file, and GetInitialResultSet answers across apps, grouped by app")
+    func activationAndInitialResults() throws {
+        let (daemon, bus) = try setUp()
+        #expect(try !bus.nameHasOwner())
+        let ids = try bus.initialResults(["bridges"])
+        #expect(Set(ids) == [Self.tripID, Self.packingID, "com.example.photos/p1"], "\(ids)\n\(bus.busLog)")
+        // Each app's results together.
+        let bundles = ids.map { $0.prefix { $0 != "/" } }
+        #expect(bundles.enumerated().allSatisfy { i, b in i == 0 || bundles[i - 1] == b || !bundles[..<i].contains(b) }, "\(ids)")
+        #expect(try bus.nameHasOwner())
+        let pid = try #require(bus.providerPID())
+        let exe = try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(pid)/exe")
+        #expect(exe.hasSuffix("/searchlight-desktop"), "\(exe)")
+        #expect(bus.busLog.contains("Activating service name='org.searchlight.Searchlight.SearchProvider'"), "\(bus.busLog)")
+        _ = daemon
+    }
+
+    @Test("GetSubsearchResultSet answers for the narrower terms")
+    func subsearch() throws {
+        let (daemon, bus) = try setUp()
+        let previous = try bus.initialResults(["bridges"])
+        let r = try bus.provider("GetSubsearchResultSet", [SessionBusHarness.stringArray(previous), "['bridges', 'packing']"])
+        #expect(r.ok, "\(r.stderr)")
+        #expect(SessionBusHarness.quotedStrings(r.stdout) == [Self.packingID], "\(r.stdout)")
+        // No terms: an empty answer at once (an empty `as` once left the call unanswered).
+        let none = try bus.provider("GetInitialResultSet", ["@as []"])
+        #expect(none.ok && none.stdout.contains("@as []") && none.seconds < 3, "\(none.stdout) \(none.stderr) \(none.seconds)")
+        _ = daemon
+    }
+
+    @Test("GetResultMetas gives each result's id, name, description and an icon GNOME Shell can deserialize")
+    func resultMetas() throws {
+        let (daemon, bus) = try setUp()
+        _ = try bus.initialResults(["bridges"])
+        let r = try bus.provider("GetResultMetas", [SessionBusHarness.stringArray([Self.tripID, "com.example.photos/p1"])])
+        #expect(r.ok, "\(r.stderr)")
+        #expect(r.stdout.contains("'id': <'\(Self.tripID)'>"), "\(r.stdout)")
+        #expect(r.stdout.contains("'name': <'Natural Bridges trip plan'>"))
+        #expect(r.stdout.contains("'description': <'Camping and hiking in Utah — com.example.notes'>"), "\(r.stdout)")
+        #expect(r.stdout.contains("'icon': <('themed', <['text-x-generic']>)>"), "\(r.stdout)")
+        #expect(r.stdout.contains("'clipboardText': <'https://example.org/notes/trip'>"))
+        // A thumbnail URL is a file icon; an image's type gives the theme's image icon otherwise.
+        #expect(r.stdout.contains("'icon': <('file', <'file:///usr/share/pixmaps/dusk.png'>)>"), "\(r.stdout)")
+        // An id the provider never answered (its cache is cold) is resolved with the daemon.
+        let cold = try bus.provider("GetResultMetas", ["['com.example.notes/notes%2Frecipes.md', 'com.example.notes/nothing', 'bad%id']"])
+        #expect(cold.ok && cold.stdout.contains("'name': <'Recipes'>") && !cold.stdout.contains("nothing"), "\(cold.stdout) \(cold.stderr)")
+        _ = daemon
+    }
+
+    @Test("ActivateResult launches the app's registered desktop file with the item's searchlight-item URI, and records the engagement")
+    func activateRegisteredHandler() throws {
+        let (daemon, bus) = try setUp()
+        let record = try bus.installRecorder("org.example.Notes.desktop", name: "Notes")
+        let registered = try runCLI(["register", "com.example.notes", "--open-with", "org.example.Notes.desktop"], socket: daemon.socket)
+        #expect(registered.status == 0, "\(registered.stderr)")
+        _ = try bus.initialResults(["bridges"])
+        let r = try bus.provider("ActivateResult", ["'\(Self.packingID)'", "['bridges']", "0"])
+        #expect(r.ok, "\(r.stderr)\n\(bus.busLog)")
+        #expect(try bus.recorded(record) == ["searchlight-item:\(Self.packingID)"])
+        // The app reads the item back from its argument.
+        let activity = try #require(SearchableItemActivity.fromLaunchArguments(["notes", "searchlight-item:\(Self.packingID)"]))
+        #expect(activity == SearchableItemActivity(bundleIdentifier: "com.example.notes", uniqueIdentifier: "notes/packing.md"))
+        #expect(try engagement(daemon, "com.example.notes", "notes/packing.md") == 1)
+        // The registered app names and draws the results now.
+        let metas = try bus.provider("GetResultMetas", ["['\(Self.packingID)']"])
+        #expect(metas.stdout.contains("— Notes'") && metas.stdout.contains("'accessories-text-editor'"), "\(metas.stdout)")
+    }
+
+    @Test("an extension unit's OpenWith is the desktop file ActivateResult launches")
+    func activateUnitHandler() throws {
+        let dir = TempDir()
+        let units = dir.path + "/units"
+        try FileManager.default.createDirectory(atPath: units + "/control", withIntermediateDirectories: true)
+        var unit = TestUnit("org.example.test.journal", bundle: "org.example.journal")
+        unit.openWith = "org.example.Journal.desktop"
+        try unit.plist(control: units + "/control").write(toFile: units + "/\(unit.label).plist", atomically: true, encoding: .utf8)
+        let daemon = try DaemonProcess(arguments: ["--units-dir", units], dir: dir)
+        try importItems(unit.bundle, [#"{"uniqueIdentifier":"entry-7","attributeSet":{"title":"Evening by the river"}}"#],
+                        socket: daemon.socket, dir: dir)
+        let bus = try SessionBusHarness(daemonSocket: daemon.socket)
+        let record = try bus.installRecorder("org.example.Journal.desktop", name: "Journal")
+        #expect(try bus.initialResults(["river"]) == ["org.example.journal/entry-7"])
+        let r = try bus.provider("ActivateResult", ["'org.example.journal/entry-7'", "['river']", "0"])
+        #expect(r.ok, "\(r.stderr)\n\(bus.busLog)")
+        #expect(try bus.recorded(record) == ["searchlight-item:org.example.journal/entry-7"])
+    }
+
+    @Test("ActivateResult without a declared desktop file opens the item's contentURL with the default handler")
+    func activateContentURL() throws {
+        let (daemon, bus) = try setUp()
+        let record = try bus.installRecorder("org.example.Browser.desktop", name: "Browser", mimeTypes: ["x-scheme-handler/https"])
+        try bus.setDefaultHandler("x-scheme-handler/https", "org.example.Browser.desktop")
+        _ = try bus.initialResults(["bridges"])
+        let r = try bus.provider("ActivateResult", ["'\(Self.tripID)'", "['bridges']", "0"])
+        #expect(r.ok, "\(r.stderr)\n\(bus.busLog)")
+        #expect(try bus.recorded(record) == ["https://example.org/notes/trip"])
+        #expect(try engagement(daemon, "com.example.notes", "notes/trip plan.md") == 1)
+    }
+
+    @Test("ActivateResult of an item that nothing can open fails with a D-Bus error that says why")
+    func activateNothing() throws {
+        let (daemon, bus) = try setUp()
+        let r = try bus.provider("ActivateResult", ["'\(Self.packingID)'", "['packing']", "0"])
+        #expect(!r.ok)
+        #expect(r.stderr.contains("declares no desktop file") && r.stderr.contains("has no contentURL"), "\(r.stderr)")
+        let gone = try bus.provider("ActivateResult", ["'com.example.notes/notes%2Fgone.md'", "[]", "0"])
+        #expect(!gone.ok && gone.stderr.contains("no such result"), "\(gone.stderr) \(gone.seconds)\n\(bus.busLog)")
+        _ = daemon
+    }
+
+    @Test("LaunchSearch opens the Searchlight app with the terms")
+    func launchSearch() throws {
+        let (daemon, bus) = try setUp()
+        let record = try bus.installRecorder("searchlight.desktop", name: "Searchlight")
+        let r = try bus.provider("LaunchSearch", ["['natural', 'bridges']", "0"])
+        #expect(r.ok, "\(r.stderr)\n\(bus.busLog)")
+        #expect(try bus.recorded(record) == ["searchlight-search:natural%20bridges"])
+        _ = daemon
+    }
+
+    @Test("KRunner's Match answers the same search with subtext and the app as category, and Run opens a match")
+    func krunner() throws {
+        let (daemon, bus) = try setUp()
+        let record = try bus.installRecorder("org.example.Browser.desktop", name: "Browser", mimeTypes: ["x-scheme-handler/https"])
+        try bus.setDefaultHandler("x-scheme-handler/https", "org.example.Browser.desktop")
+        let match = try bus.krunner("Match", ["'natural bridges trip plan'"])
+        #expect(match.ok, "\(match.stderr)")
+        #expect(match.stdout.hasPrefix("([('\(Self.tripID)', 'Natural Bridges trip plan', 'text-x-generic', 100, 1.0, {"), "\(match.stdout)")
+        #expect(match.stdout.contains("'subtext': <'Camping and hiking in Utah'>") && match.stdout.contains("'category': <'com.example.notes'>"))
+        #expect(match.stdout.contains("'urls': <['https://example.org/notes/trip']>"))
+        let actions = try bus.krunner("Actions")
+        #expect(actions.stdout.contains("('open-content', 'Open the file or link', 'document-open')"), "\(actions.stdout)")
+        let run = try bus.krunner("Run", ["'\(Self.tripID)'", "''"])
+        #expect(run.ok, "\(run.stderr)")
+        #expect(try bus.recorded(record) == ["https://example.org/notes/trip"])
+        _ = daemon
+    }
+
+    @Test("a hidden bundle never appears in the desktop's search, and the app's own search still finds it")
+    func hiddenBundle() throws {
+        let (daemon, bus) = try setUp()
+        let hide = try runCLI(["desktop", "hide", "com.example.photos"], socket: daemon.socket)
+        #expect(hide.status == 0, "\(hide.stderr)")
+        let ids = try bus.initialResults(["bridges"])
+        #expect(!ids.isEmpty && !ids.contains { $0.hasPrefix("com.example.photos/") }, "\(ids)")
+        let match = try bus.krunner("Match", ["'bridges'"])
+        #expect(!match.stdout.contains("com.example.photos"))
+        let metas = try bus.provider("GetResultMetas", ["['com.example.photos/p1']"])
+        #expect(metas.ok && !metas.stdout.contains("p1"), "\(metas.stdout)")
+        let own = try runCLI(["search", "com.example.photos", "bridges"], socket: daemon.socket)
+        #expect(own.status == 0 && own.stdout.contains("p1"), "\(own.stdout) \(own.stderr)")
+        let show = try runCLI(["desktop", "show", "com.example.photos"], socket: daemon.socket)
+        #expect(show.status == 0)
+        #expect(try bus.initialResults(["bridges"]).contains("com.example.photos/p1"))
+    }
+
+    @Test("a daemon that is down gives empty results at once, and one that hangs gives them within the deadline")
+    func daemonDown() throws {
+        let dir = TempDir()
+        let bus = try SessionBusHarness(daemonSocket: dir.path + "/nobody.sock")
+        let down = try bus.provider("GetInitialResultSet", ["['bridges']"])
+        #expect(down.ok && down.stdout.contains("@as []"), "\(down.stdout) \(down.stderr)")
+        #expect(down.seconds < 3, "\(down.seconds) s")  // includes starting the provider
+        let again = try bus.krunner("Match", ["'bridges'"])
+        #expect(again.ok && again.seconds < 1, "\(again.seconds) s")
+
+        // A daemon that accepts connections and never answers (stopped).
+        let (daemon, hungBus) = try setUp()
+        #expect(try hungBus.initialResults(["bridges"]).count == 3)
+        let pid = try #require(daemon.process?.processIdentifier)
+        kill(pid, SIGSTOP)
+        defer { kill(pid, SIGCONT) }
+        for _ in 0..<3 {
+            let hung = try hungBus.provider("GetInitialResultSet", ["['bridges']"])
+            #expect(hung.ok && hung.stdout.contains("@as []"), "\(hung.stdout) \(hung.stderr)")
+            #expect(hung.seconds < 3, "\(hung.seconds) s")  // the provider's deadline is 1 s
+        }
+        kill(pid, SIGCONT)
+        #expect(try hungBus.initialResults(["bridges"]).count == 3)
+    }
+
+    @Test("the desktop's search never shows, describes or opens a bundle its user cannot read (other uids, system mode)",
+          .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
+    func otherUsersBundles() throws {
+        // Users with a passwd entry: dbus-daemon refuses to run as a uid without one.
+        let alice = try #require(testUser("searchlight-test-a"), "could not create searchlight-test-a with useradd")
+        let bob = try #require(testUser("searchlight-test-b"), "could not create searchlight-test-b with useradd")
+        let dir = TempDir()
+        chmod(dir.path, 0o755)
+        let daemon = try DaemonProcess(arguments: ["--system"], dir: dir)
+        try importItems("com.alice.notes", [#"{"uniqueIdentifier":"a1","attributeSet":{"title":"Alice bridges diary","contentURL":"https://example.org/a1"}}"#],
+                        socket: daemon.socket, asUID: alice, dir: dir)
+        try importItems("com.bob.notes", [#"{"uniqueIdentifier":"b1","attributeSet":{"title":"Bob bridges notes"}}"#],
+                        socket: daemon.socket, asUID: bob, dir: dir)
+        try importItems("com.example.shared", [#"{"uniqueIdentifier":"r1","attributeSet":{"title":"Root bridges manual"}}"#],
+                        socket: daemon.socket, dir: dir)
+
+        let bobsBus = try SessionBusHarness(daemonSocket: daemon.socket, uid: bob)
+        let record = try bobsBus.installRecorder("org.example.Browser.desktop", name: "Browser", mimeTypes: ["x-scheme-handler/https"])
+        try bobsBus.setDefaultHandler("x-scheme-handler/https", "org.example.Browser.desktop")
+        #expect(try bobsBus.initialResults(["bridges"]) == ["com.bob.notes/b1"], "\(bobsBus.busLog)")
+        let match = try bobsBus.krunner("Match", ["'bridges'"])
+        #expect(match.ok && match.stdout.contains("com.bob.notes/b1") && !match.stdout.contains("alice") && !match.stdout.contains("r1"),
+                "\(match.stdout)")
+        // Naming another user's item does not get round the rule: no meta, no opening.
+        let metas = try bobsBus.provider("GetResultMetas", ["['com.alice.notes/a1', 'com.example.shared/r1']"])
+        #expect(metas.ok && !metas.stdout.contains("Alice") && !metas.stdout.contains("Root"), "\(metas.stdout)")
+        let open = try bobsBus.provider("ActivateResult", ["'com.alice.notes/a1'", "['bridges']", "0"])
+        #expect(!open.ok && open.stderr.contains("no such result"), "\(open.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: record), "another user's item was opened")
+        // The provider ran as bob (it connected to the daemon with bob's credentials).
+        let pid = try #require(bobsBus.providerPID())
+        var info = stat()
+        #expect(stat("/proc/\(pid)", &info) == 0 && info.st_uid == bob)
+        bobsBus.stop()
+
+        let alicesBus = try SessionBusHarness(daemonSocket: daemon.socket, uid: alice)
+        #expect(try alicesBus.initialResults(["bridges"]) == ["com.alice.notes/a1"], "\(alicesBus.busLog)")
+    }
+
+    /// The engagement recorded for an item (`items.engagement`, read from the index file).
+    /// With `wait`, waits up to 10 s for a positive value.
+    func engagement(_ daemon: DaemonProcess, _ bundle: String, _ identifier: String, wait: Bool = true) throws -> Double? {
+        let deadline = Date().addingTimeInterval(wait ? 10 : 0)
+        while true {
+            let r = try runCLI(["-readonly", daemon.stateDir + "/indexes/\(bundle)/_default.sqlite",
+                                "SELECT engagement FROM items WHERE uid = '\(identifier)'"], socket: nil, executable: "/usr/bin/sqlite3")
+            if let value = Double(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)), value > 0 || Date() >= deadline { return value }
+            if Date() >= deadline { return nil }
+            usleep(50_000)
+        }
+    }
+}
