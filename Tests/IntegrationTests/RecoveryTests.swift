@@ -90,8 +90,9 @@ struct RecoveryTests {
         return (bench, unit)
     }
 
-    /// With the extension refusing to refill: the index is recovering and queries say so; then it
-    /// may refill, and every item is back.
+    /// With the extension holding its refill halfway (mode `hold`: progress reported, so it is no
+    /// hang, and no attempt fails, so no retry budget runs out however slow the machine): the index
+    /// is recovering and queries say so; then it is released, and every item is back.
     static func expectRefill(_ bench: ExtensionBench, _ unit: TestUnit, after mark: Int) async throws {
         try await bench.waitForLog("index recovery started", "bundle=\(unit.bundle) ", "method=reindexAll", after: mark)
         let during = try await search(bench, unit.bundle)
@@ -103,6 +104,7 @@ struct RecoveryTests {
         let shown = try await bench.cli(["status", unit.bundle])
         #expect(shown.stdout.contains("recovering") && shown.stdout.contains("quarantine/"), "\(shown.stdout)")
         try bench.control(unit.label).setMode("ok")
+        _ = FileManager.default.createFile(atPath: bench.control(unit.label).path + "/release", contents: nil)
         try await bench.waitForLog("index recovered", "bundle=\(unit.bundle) ", "method=reindexAll", after: mark, timeout: 60)
         let after = try await search(bench, unit.bundle)
         #expect(after.ids == expectedIdentifiers(), "every item is back after the acknowledgement")
@@ -125,7 +127,7 @@ struct RecoveryTests {
         let leaves = try file.leafPages("items")
         #expect(leaves.count > 2)
         try file.overwrite(page: leaves[leaves.count / 2])
-        try bench.control(unit.label).setMode("nack")
+        try bench.control(unit.label).setMode("hold")
         try await blocking { try bench.daemon.start() }
         let mark = bench.mark
         // Opening reads the schema and an index, not the items (the client state neither): the
@@ -148,7 +150,7 @@ struct RecoveryTests {
         try file.checkpoint()
         let leaves = try file.leafPages("items")
         try file.overwrite(page: leaves[leaves.count / 2])
-        try bench.control(unit.label).setMode("nack")
+        try bench.control(unit.label).setMode("hold")
         try await blocking { try bench.daemon.start() }
         let mark = bench.mark
         _ = try? await bench.admin(Method.adminSimulate, ["event": "idle", "bundle": .string(unit.bundle)])
@@ -171,7 +173,7 @@ struct RecoveryTests {
         } else {
             try file.truncate(to: file.size / 2)
         }
-        try bench.control(unit.label).setMode("nack")
+        try bench.control(unit.label).setMode("hold")
         try await blocking { try bench.daemon.start() }
         let mark = bench.mark
         let first = try await Self.search(bench, unit.bundle)

@@ -154,16 +154,20 @@ struct TestExtension: IndexExtension {
         }
         try await index.deleteAllSearchableItems()
         var done = 0
-        while done < count {
-            if mode == "flood" || mode == "hold", done == count / 2 {
-                // Halfway, hold until the test says `release`: the test's other requests are
-                // then served while this one is certainly still going.
+        var held = false
+        while true {
+            if mode == "flood" || mode == "hold", !held, done * 2 >= count {
+                held = true
+                // Once half is donated (at a chunk boundary; all of it when there are fewer than
+                // 2 000 items), hold until the test says `release`, before acknowledging: the
+                // test's other requests are then served while this one is certainly still going.
                 Self.record("flood-holding", [:])
                 while !FileManager.default.fileExists(atPath: Self.control + "/release") {
                     await index.reportProgress(completed: done, total: count)
                     try await Task.sleep(for: .milliseconds(20))
                 }
             }
+            guard done < count else { break }
             let chunk = (done..<min(count, done + 1000)).map { Self.item("item-\($0)") }
             try await index.indexSearchableItems(chunk)
             done += chunk.count
