@@ -112,6 +112,7 @@ extension IndexStore {
             if repair, tablesOK {
                 _ = try writeSync { store in
                     try store.writer.execute("INSERT INTO fts(fts) VALUES ('rebuild')")
+                    try store.rankWriter.clear(store.writer)
                     return ApplyResult()
                 }
                 if let remaining = try fullTextProblem() {

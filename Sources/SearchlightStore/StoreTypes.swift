@@ -26,6 +26,13 @@ public struct StoreOptions: Sendable {
     public var streamIndexItems = 100_000
     /// Seconds without a call that end a stream: the cache shrinks back and its memory is returned.
     public var streamIdleSeconds = 2.0
+    /// Whether queries start background builds of the ranked index (`RankMaintainer`); tests that
+    /// want to decide when it is built turn it off and call `buildRankedIndex()`.
+    public var rankedIndexBuilds = true
+    /// A build waits until no client has written for this long…
+    public var rankedIndexIdleSeconds = 1.0
+    /// …but not longer than this after a query asked for it.
+    public var rankedIndexMaxDeferral = 10.0
 
     public init() {}
 }

@@ -63,49 +63,107 @@ struct UserQueryTerms {
     var ftsQuery: String { words.map(ftsTerm).joined(separator: " AND ") }
 }
 
+/// Which ranking a user query uses.
+public enum RankingPath: Sendable {
+    /// The ranked index (top-k without scoring every match) where it can answer, else exhaustive.
+    case automatic
+    /// FTS5 scores every match in SQL: the definition the ranked index must equal (tests).
+    case exhaustive
+}
+
+/// The lexical top-k of a user query, best first: the step that hybrid ranking fuses with others.
+public struct LexicalCandidates: Sendable {
+    public var candidates: [ScoredCandidate]
+    /// True when the ranked index answered, false when the query ran exhaustively.
+    public var usedRankedIndex: Bool
+}
+
 extension IndexStore {
     /// BM25 weights of the FTS columns: title, displayName, alternateNames, contentDescription,
     /// textContent, keywords, authorNames, aux.
-    static let bm25Weights = "10.0, 10.0, 6.0, 3.0, 1.0, 6.0, 3.0, 4.0"
+    static let bm25Weights = BM25.sqlWeights
 
-    /// Runs a user query: ranked items, then suggestions.
-    public func userQuery(_ request: UserQueryRequest) throws(SearchlightError) -> UserQueryResult {
+    /// Runs a user query: ranked items, then suggestions, from one snapshot of the index.
+    public func userQuery(_ request: UserQueryRequest, path: RankingPath = .automatic) throws(SearchlightError) -> UserQueryResult {
         let terms = UserQueryTerms(request.text)
         let now = options.clock().timeIntervalSince1970
         let fetch = request.fetch.map(Set.init)
         return try read { db in
-            var items: [JSONValue] = []
-            var scores: [Double] = []
-            if !terms.words.isEmpty, request.maxResultCount > 0 {
-                let filter = request.filter ?? .all
-                // bm25 is negative (lower is better); boosts multiply it further from zero.
-                let sql = """
-                    SELECT \(ItemRecord.selectColumns),
-                      bm25(fts, \(Self.bm25Weights))
-                      * (1.0 + coalesce(items.ranking_hint, 0) / 100.0)
-                      * (1.0 + CASE WHEN items.last_used IS NULL THEN 0
-                               ELSE 0.5 / (1.0 + max(0, ? - items.last_used) / 604800.0) END)
-                      * (1.0 + items.engagement / (items.engagement + 5.0)) AS score
-                    FROM fts JOIN items ON items.rowid = fts.rowid
-                    WHERE fts MATCH ? AND \(Self.visible) AND (\(filter.sql))
-                    ORDER BY score LIMIT ?
-                    """
-                // A filter query's driver narrows the same full-text walk.
-                let match = filter.ftsMatch.map { "(\(terms.ftsQuery)) AND (\($0))" } ?? terms.ftsQuery
-                let bindings: [SQLValue] = [.double(now), .text(match), .double(now), .double(now)]
-                    + filter.bindings + [.integer(Int64(request.maxResultCount))]
-                for row in try db.rows(sql, bindings) {
-                    items.append(ItemRecord(row: row).wireItem(fetch: fetch))
-                    scores.append(row.double(11) ?? 0)
+            try db.transaction("DEFERRED") {
+                var items: [JSONValue] = []
+                var scores: [Double] = []
+                if !terms.words.isEmpty, request.maxResultCount > 0 {
+                    let top = try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now, path: path)
+                    items.reserveCapacity(top.candidates.count)
+                    for c in top.candidates {
+                        guard let row = try db.rows("SELECT \(ItemRecord.selectColumns) FROM items WHERE items.rowid = ?", [.integer(c.rowID)]).first
+                        else { continue }
+                        items.append(ItemRecord(row: row).wireItem(fetch: fetch))
+                        scores.append(c.score)
+                    }
                 }
+                let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
+                var suggestions: [Suggestion] = []
+                if request.maxSuggestionCount > 0 {
+                    suggestions = try Self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db)
+                }
+                return UserQueryResult(items: items, scores: scores, rankedItems: ranked, suggestions: suggestions)
             }
-            let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
-            var suggestions: [Suggestion] = []
-            if request.maxSuggestionCount > 0 {
-                suggestions = try Self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db)
-            }
-            return UserQueryResult(items: items, scores: scores, rankedItems: ranked, suggestions: suggestions)
         }
+    }
+
+    /// The best `limit` items for the user query `text` (all its words, the last one a prefix while
+    /// it is being typed), with their scores (lower is better), best first; ties go to the lower
+    /// rowid. Every item is visible and passes `filter`. This is the ranking of `userQuery`,
+    /// reusable by callers that fuse it with other rankings.
+    public func lexicalCandidates(_ text: String, limit: Int, filter: SQLFilter? = nil, path: RankingPath = .automatic)
+        throws(SearchlightError) -> LexicalCandidates
+    {
+        let terms = UserQueryTerms(text)
+        let now = options.clock().timeIntervalSince1970
+        guard !terms.words.isEmpty, limit > 0 else { return LexicalCandidates(candidates: [], usedRankedIndex: false) }
+        return try read { db in
+            try db.transaction("DEFERRED") { try lexicalCandidates(db, terms: terms, limit: limit, filter: filter, now: now, path: path) }
+        }
+    }
+
+    func lexicalCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, path: RankingPath)
+        throws -> LexicalCandidates
+    {
+        if path == .automatic, formatVersion >= RankWriter.firstFormat,
+            let phrases = QueryPhrase.phrases(terms, tokenizer: try db.fullTextTokenizer()),
+            let ranked = try RankedTopK(db: db, phrases: phrases, limit: limit, filter: filter, now: now, store: self).run()
+        {
+            return LexicalCandidates(candidates: ranked, usedRankedIndex: true)
+        }
+        return LexicalCandidates(candidates: try Self.exhaustiveCandidates(db, terms: terms, limit: limit, filter: filter, now: now),
+            usedRankedIndex: false)
+    }
+
+    /// The definition of the ranking: FTS5 scores every match with bm25 (`BM25` documents its
+    /// arithmetic), times the boosts; ties go to the lower rowid. A filter query restricts the
+    /// results and never changes a score (its full-text driver only narrows the walk, in a
+    /// subquery of its own, so its phrases are not part of bm25's sum).
+    static func exhaustiveCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double)
+        throws -> [ScoredCandidate]
+    {
+        let filter = filter ?? .all
+        let driver = filter.ftsMatch.map { _ in " AND items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH ?)" } ?? ""
+        // bm25 is negative (lower is better); boosts multiply it further from zero.
+        let sql = """
+            SELECT items.rowid,
+              bm25(fts, \(Self.bm25Weights))
+              * (1.0 + coalesce(items.ranking_hint, 0) / 100.0)
+              * (1.0 + CASE WHEN items.last_used IS NULL THEN 0
+                       ELSE 0.5 / (1.0 + max(0, ? - items.last_used) / 604800.0) END)
+              * (1.0 + items.engagement / (items.engagement + 5.0)) AS score
+            FROM fts JOIN items ON items.rowid = fts.rowid
+            WHERE fts MATCH ? AND \(Self.visible) AND (\(filter.sql))\(driver)
+            ORDER BY score, items.rowid LIMIT ?
+            """
+        let bindings: [SQLValue] = [.double(now), .text(terms.ftsQuery), .double(now), .double(now)] + filter.bindings
+            + (filter.ftsMatch.map { [.text($0)] } ?? []) + [.integer(Int64(limit))]
+        return try db.rows(sql, bindings).map { ScoredCandidate(rowID: $0.int(0) ?? 0, score: $0.double(1) ?? 0) }
     }
 
     // MARK: - Suggestions

@@ -1,0 +1,230 @@
+import Foundation
+
+/// The text of one item as the full-text index holds it: the FTS5 columns in order (`aux` last)
+/// and what a segment records beside the words.
+struct RankedDocument {
+    var rowid: Int64
+    /// `Schema.ftsColumns` order; nil for NULL.
+    var columns: [String?]
+    var boosts: BM25.Boosts
+    var expires: Double
+    var hasRelated: Bool
+}
+
+/// One term's entry of a document: bm25's frequency and the completions' column count.
+struct DocumentTerm {
+    var term: [UInt8]
+    var frequency: UInt32
+    var columns: UInt8
+}
+
+/// Tokenizes documents with FTS5's tokenizer into per-document term lists: the words, their
+/// weighted frequencies, their text-column counts, and the document length, as FTS5 counts them.
+struct DocumentTokenizer {
+    /// Calls `body` for each distinct term of the document (first appearance order), then returns
+    /// the document length. `scratch` is reused between documents.
+    static func tokenize(_ columns: [String?], tokenizer: FullTextTokenizer, table: inout TermTable,
+                         scratch: inout DocumentScratch) -> UInt32 {
+        scratch.reset()
+        var length: UInt32 = 0
+        for (column, text) in columns.enumerated() {
+            guard let text else { continue }
+            let weight = UInt32(BM25.columnWeights[column])
+            let textBit: UInt8 = column < Schema.ftsColumns.count - 1 ? 1 << UInt8(column) : 0
+            tokenizer.tokenize(text) { token in
+                length &+= 1
+                let t = table.intern(token)
+                scratch.add(term: t, weight: weight, columnBit: textBit)
+            }
+        }
+        return length
+    }
+}
+
+/// The terms of the document being tokenized, by term index: first appearance order.
+struct DocumentScratch {
+    var terms: [Int32] = []
+    var frequencies: [UInt32] = []
+    var masks: [UInt8] = []
+    /// Per term index: its slot in this document, valid when `stamp` matches.
+    private var slot: [Int32] = []
+    private var stamp: [UInt32] = []
+    private var current: UInt32 = 0
+
+    mutating func reset() {
+        terms.removeAll(keepingCapacity: true)
+        frequencies.removeAll(keepingCapacity: true)
+        masks.removeAll(keepingCapacity: true)
+        current &+= 1
+        if current == 0 {  // wrapped: forget every stamp
+            for i in stamp.indices { stamp[i] = 0 }
+            current = 1
+        }
+    }
+
+    @inline(__always)
+    mutating func add(term t: Int32, weight: UInt32, columnBit: UInt8) {
+        let i = Int(t)
+        if i >= slot.count {
+            slot.append(contentsOf: repeatElement(0, count: i + 1 - slot.count + 1024))
+            stamp.append(contentsOf: repeatElement(0, count: slot.count - stamp.count))
+        }
+        if stamp[i] != current {
+            stamp[i] = current
+            slot[i] = Int32(terms.count)
+            terms.append(t)
+            frequencies.append(0)
+            masks.append(0)
+        }
+        let s = Int(slot[i])
+        frequencies[s] &+= weight
+        masks[s] |= columnBit
+    }
+}
+
+/// Distinct byte strings (terms) numbered in order of first appearance, in one arena.
+struct TermTable {
+    private(set) var arena: [UInt8] = []
+    private(set) var offsets: [Int] = [0]
+    private var buckets: [Int32] = Array(repeating: -1, count: 1 << 12)
+    private var hashes: [UInt64] = []
+
+    var count: Int { offsets.count - 1 }
+
+    func bytes(_ t: Int) -> ArraySlice<UInt8> { arena[offsets[t]..<offsets[t + 1]] }
+
+    /// The index of `token`, added when new.
+    mutating func intern(_ token: UnsafeRawBufferPointer) -> Int32 {
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in token { h = (h ^ UInt64(b)) &* 0x100_0000_01b3 }
+        let mask = buckets.count - 1
+        var i = Int(truncatingIfNeeded: h ^ (h >> 29)) & mask
+        while true {
+            let t = buckets[i]
+            if t < 0 { break }
+            let ti = Int(t)
+            if hashes[ti] == h, offsets[ti + 1] - offsets[ti] == token.count, equal(ti, token) { return t }
+            i = (i + 1) & mask
+        }
+        let t = Int32(count)
+        arena.append(contentsOf: token)
+        offsets.append(arena.count)
+        hashes.append(h)
+        buckets[i] = t
+        if count * 2 > buckets.count { grow() }
+        return t
+    }
+
+    private func equal(_ t: Int, _ token: UnsafeRawBufferPointer) -> Bool {
+        arena.withUnsafeBytes { a in
+            memcmp(a.baseAddress! + offsets[t], token.baseAddress!, token.count) == 0
+        }
+    }
+
+    private mutating func grow() {
+        buckets = Array(repeating: -1, count: buckets.count * 2)
+        let mask = buckets.count - 1
+        for t in 0..<count {
+            let h = hashes[t]
+            var i = Int(truncatingIfNeeded: h ^ (h >> 29)) & mask
+            while buckets[i] >= 0 { i = (i + 1) & mask }
+            buckets[i] = Int32(t)
+        }
+    }
+}
+
+/// What one segment holds, ready to be written.
+struct SegmentContent {
+    struct Term {
+        var term: [UInt8]
+        var docs: Int
+        var columnDocs: Int
+        var postings: [UInt8]
+    }
+    var lo: Int64
+    var hi: Int64
+    var docs = 0
+    var tokens: Int64 = 0
+    var safeUntil = Double.infinity
+    /// The largest static boost factor and the latest use among the documents (bounds for
+    /// phrases that are not read block by block).
+    var maxStatic = 1.0
+    var latestUse: Double?
+    /// Sorted by term bytes.
+    var terms: [Term] = []
+}
+
+/// Builds a segment from the items of a rowid range, read in rowid order.
+struct SegmentBuilder {
+    /// Documents expiring before this get `extra` (their expiration is checked on their row), so
+    /// that the others expire after `safeUntil` and need no check until then.
+    let horizon: Double
+    private var content: SegmentContent
+    private var table = TermTable()
+    private var scratch = DocumentScratch()
+    /// Per term: its postings so far as varints (doc, frequency << 4 | columns << 1 | extra, length).
+    private var raw: [[UInt8]] = []
+    private var docCounts: [Int32] = []
+    private var columnDocs: [Int32] = []
+    private var boosts: [UInt32: BM25.Boosts] = [:]
+
+    init(lo: Int64, hi: Int64, horizon: Double) {
+        self.horizon = horizon
+        content = SegmentContent(lo: lo, hi: hi)
+    }
+
+    mutating func add(_ doc: RankedDocument, tokenizer: FullTextTokenizer) {
+        let local = UInt32(doc.rowid - content.lo)
+        let length = DocumentTokenizer.tokenize(doc.columns, tokenizer: tokenizer, table: &table, scratch: &scratch)
+        let extra = !doc.boosts.isNone || doc.hasRelated || doc.expires < horizon
+        if extra {
+            if !doc.boosts.isNone { boosts[local] = doc.boosts }
+            content.maxStatic = max(content.maxStatic, doc.boosts.staticFactor)
+            if let l = doc.boosts.lastUsed { content.latestUse = max(content.latestUse ?? l, l) }
+        } else {
+            content.safeUntil = min(content.safeUntil, doc.expires)
+        }
+        content.docs += 1
+        content.tokens += Int64(length)
+        while raw.count < table.count {
+            raw.append([])
+            docCounts.append(0)
+            columnDocs.append(0)
+        }
+        for (k, t) in scratch.terms.enumerated() {
+            let i = Int(t)
+            let columns = UInt8(scratch.masks[k].nonzeroBitCount)
+            Varint.append(UInt64(local), to: &raw[i])
+            Varint.append(UInt64(scratch.frequencies[k]) << 4 | UInt64(columns) << 1 | (extra ? 1 : 0), to: &raw[i])
+            Varint.append(UInt64(length), to: &raw[i])
+            docCounts[i] += 1
+            columnDocs[i] += Int32(columns)
+        }
+    }
+
+    /// The segment, its terms sorted and encoded.
+    mutating func finish() -> SegmentContent {
+        var order = Array(0..<table.count)
+        order.sort { table.bytes($0).lexicographicallyPrecedes(table.bytes($1)) }
+        var out = content
+        out.terms.reserveCapacity(order.count)
+        var postings: [Posting] = []
+        for t in order {
+            postings.removeAll(keepingCapacity: true)
+            raw[t].withUnsafeBufferPointer { b in
+                var pos = 0
+                while pos < b.count {
+                    let doc = UInt32(truncatingIfNeeded: Varint.read(b, &pos))
+                    let packed = Varint.read(b, &pos)
+                    let length = UInt32(truncatingIfNeeded: Varint.read(b, &pos))
+                    postings.append(Posting(doc: doc, frequency: UInt32(truncatingIfNeeded: packed >> 4),
+                        columns: UInt8((packed >> 1) & 7), extra: packed & 1 == 1, length: length))
+                }
+            }
+            raw[t] = []
+            let encoded = PostingListFormat.encode(postings) { boosts[$0] ?? .none }
+            out.terms.append(.init(term: Array(table.bytes(t)), docs: Int(docCounts[t]), columnDocs: Int(columnDocs[t]), postings: encoded))
+        }
+        return out
+    }
+}
