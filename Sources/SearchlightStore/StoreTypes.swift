@@ -33,6 +33,8 @@ public struct StoreOptions: Sendable {
     public var rankedIndexIdleSeconds = 1.0
     /// …but not longer than this after a query asked for it.
     public var rankedIndexMaxDeferral = 10.0
+    /// Documents per segment of the ranked index, at most (tests make it small to get many).
+    public var rankedIndexSegmentDocs = 65_536
 
     public init() {}
 }

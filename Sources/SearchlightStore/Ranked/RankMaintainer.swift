@@ -20,8 +20,6 @@ import SearchlightWire
 public final class RankMaintainer: @unchecked Sendable {
     /// A query whose delta is at least this asks for a build.
     static let deltaBuildThreshold = 64
-    /// Documents per segment at most.
-    static let maxSegmentDocs = 65_536
     /// Rewritten documents that make a segment worth rebuilding: this many, and an eighth of it.
     static let dirtyRebuildThreshold = 64
     /// Terms per write batch.
@@ -87,8 +85,8 @@ public final class RankMaintainer: @unchecked Sendable {
 enum RankBuildPlan {
     /// Delete the rows of segments no longer active (a replaced one, or an interrupted build's).
     case cleanUp(segment: Int64)
-    /// Build a segment of the rowids from `lo`: `extending` reads items above the coverage (up to
-    /// `maxSegmentDocs` documents, the replaced trailing segments included); otherwise exactly `lo...hi`.
+    /// Build a segment of the rowids from `lo`: without `hi`, the items from `lo` on (up to
+    /// `rankedIndexSegmentDocs` documents, the replaced trailing segments included); else `lo...hi`.
     case build(lo: Int64, hi: Int64?, replacing: [Int64])
 }
 
@@ -106,7 +104,10 @@ extension IndexStore {
     func buildRankedIndexStep() throws(SearchlightError) -> Bool {
         guard formatVersion >= RankWriter.firstFormat, !isClosing else { return false }
         let now = options.clock().timeIntervalSince1970
-        let plan = try read { db in try db.transaction("DEFERRED") { try Self.planRankBuild(db, now: now) } }
+        let segmentDocs = options.rankedIndexSegmentDocs
+        let plan = try read { db in
+            try db.transaction("DEFERRED") { try Self.planRankBuild(db, now: now, segmentDocs: segmentDocs) }
+        }
         switch plan {
         case nil:
             return false
@@ -119,13 +120,13 @@ extension IndexStore {
         }
     }
 
-    static func planRankBuild(_ db: Database, now: Double) throws -> RankBuildPlan? {
+    static func planRankBuild(_ db: Database, now: Double, segmentDocs: Int) throws -> RankBuildPlan? {
         if let stale = try db.scalar("SELECT id FROM rank_segments WHERE active = 0 LIMIT 1"), case .integer(let id) = stale {
             return .cleanUp(segment: id)
         }
         let snapshot = try RankSnapshot.read(db)
         let above = try db.intScalar("SELECT count(*) FROM (SELECT 1 FROM items WHERE rowid > ? LIMIT ?)",
-            [.integer(snapshot.covered), .integer(Int64(RankMaintainer.maxSegmentDocs))])
+            [.integer(snapshot.covered), .integer(Int64(segmentDocs))])
         if above > 0 {
             // Absorb trailing segments that are small next to what is being added, so segment
             // sizes grow geometrically and a document is re-read a few times, not at every build.
@@ -133,7 +134,7 @@ extension IndexStore {
             var replacing: [Int64] = []
             var total = above
             for segment in snapshot.segments.reversed() {
-                guard total + segment.docs <= RankMaintainer.maxSegmentDocs, segment.docs <= 4 * total else { break }
+                guard total + segment.docs <= segmentDocs, segment.docs <= 4 * total else { break }
                 lo = segment.lo
                 total += segment.docs
                 replacing.append(segment.id)
@@ -167,6 +168,7 @@ extension IndexStore {
     private func buildSegment(lo: Int64, hi: Int64?, replacing: [Int64], now: Double) throws(SearchlightError) {
         // 1. Register the range with the writer and reserve the segment's id.
         let range = lo...(hi ?? Int64.max)
+        let segmentDocs = options.rankedIndexSegmentDocs
         let reserved = Flag()
         let segmentID = Counter64()
         _ = try maintenanceWrite { store in
@@ -201,7 +203,7 @@ extension IndexStore {
                 let columns = IndexStore.ftsColumnList
                 let tail = "items.ranking_hint, items.last_used, items.engagement, items.expires, items.related IS NOT NULL"
                 let sql = hi == nil
-                    ? "SELECT rowid, \(columns), \(tail) FROM items WHERE rowid >= ? ORDER BY rowid LIMIT \(RankMaintainer.maxSegmentDocs)"
+                    ? "SELECT rowid, \(columns), \(tail) FROM items WHERE rowid >= ? ORDER BY rowid LIMIT \(segmentDocs)"
                     : "SELECT rowid, \(columns), \(tail) FROM items WHERE rowid >= ? AND rowid <= \(hi!) ORDER BY rowid"
                 let n = Int32(Schema.ftsColumns.count)
                 try db.forEachRow(sql, [.integer(lo)]) { s in
