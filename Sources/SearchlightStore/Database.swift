@@ -28,6 +28,8 @@ public final class Database {
     private var isClosed = false
     /// FTS5's tokenizer on this connection, made on first use (`fullTextTokenizer()`).
     private var tokenizer: FullTextTokenizer?
+    /// Scratch arrays of the ranked index's unions on this connection.
+    private(set) lazy var unionScratch = UnionScratchPool()
 
     public init(path: String, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 10_000) throws(DatabaseError) {
         self.path = path
@@ -290,6 +292,13 @@ public final class Statement {
     }
 
     func int64(_ i: Int32) -> Int64 { sqlite3_column_int64(handle, i) }
+
+    /// Column `i`'s bytes (blob or text), copied once, without an `SQLValue` in between.
+    func bytes(_ i: Int32) -> [UInt8] {
+        let n = Int(sqlite3_column_bytes(handle, i))
+        guard n > 0, let p = sqlite3_column_blob(handle, i) else { return [] }
+        return Array(UnsafeRawBufferPointer(start: p, count: n))
+    }
 
     func isNull(_ i: Int32) -> Bool { sqlite3_column_type(handle, i) == SQLITE_NULL }
 }

@@ -27,6 +27,23 @@ enum Varint {
         out.append(UInt8(v))
     }
 
+    /// `read` without bounds checks: the caller guarantees 10 readable bytes at `pos`.
+    @inline(__always)
+    static func readUnchecked(_ base: UnsafePointer<UInt8>, _ pos: inout Int) -> UInt64 {
+        var b = base[pos]
+        pos += 1
+        if b < 0x80 { return UInt64(b) }
+        var result = UInt64(b & 0x7F)
+        var shift: UInt64 = 7
+        repeat {
+            b = base[pos]
+            pos += 1
+            result |= UInt64(b & 0x7F) << shift
+            shift += 7
+        } while b >= 0x80 && shift < 70
+        return result
+    }
+
     /// Reads a varint at `pos`, advancing it. Malformed input (past the end, too long) yields 0 and
     /// puts `pos` at the end: a damaged blob stops a walk instead of trapping.
     @inline(__always)
@@ -156,25 +173,36 @@ enum PostingListFormat {
     }
 }
 
-/// A posting list read from its blob: the directory parsed, entries decoded a block at a time.
+/// A posting list read from its blob: the directory parsed into flat arrays (no allocation per
+/// block), entries decoded a block at a time.
 struct PostingList {
     struct Block {
         var lastDoc: UInt32
         var offset: Int
         var byteLength: Int
         var count: Int
-        var bound: BlockBound?
+        /// The block's frontier pairs are `pairFrequency[pairs]`, `pairLength[pairs]` (multi-block lists).
+        var pairs: Range<Int> = 0..<0
+        /// `BlockBound.staticFactor`, `latestUse` (nil: none) of the block.
+        var staticFactor = 1.0
+        var latestUse: Double?
     }
 
     let bytes: [UInt8]
     let count: Int
     private(set) var blocks: [Block] = []
+    private var pairFrequency: [UInt32] = []
+    private var pairLength: [UInt32] = []
+
+    /// Whether blocks carry bounds (lists of more than one block).
+    var hasBounds: Bool { blocks.count > 1 }
 
     /// Nil when the blob is malformed (a damaged file: the caller falls back to the exhaustive path).
     init?(_ bytes: [UInt8]) {
         self.bytes = bytes
         var parsedCount = 0
         var parsed: [Block] = []
+        var frequencies: [UInt32] = [], lengths: [UInt32] = []
         let ok: Bool = bytes.withUnsafeBufferPointer { b in
             var pos = 0
             let count = Int(Varint.read(b, &pos))
@@ -182,63 +210,122 @@ struct PostingList {
             guard count > 0, blockCount == (count + PostingListFormat.blockSize - 1) / PostingListFormat.blockSize else { return false }
             parsedCount = count
             if blockCount == 1 {
-                parsed = [Block(lastDoc: UInt32.max, offset: pos, byteLength: b.count - pos, count: count, bound: nil)]
+                parsed = [Block(lastDoc: UInt32.max, offset: pos, byteLength: b.count - pos, count: count)]
                 return pos < b.count
             }
-            var entries: [(UInt32, Int, BlockBound)] = []
-            entries.reserveCapacity(blockCount)
-            for _ in 0..<blockCount {
+            parsed.reserveCapacity(blockCount)
+            frequencies.reserveCapacity(blockCount * 4)
+            lengths.reserveCapacity(blockCount * 4)
+            for i in 0..<blockCount {
                 let lastDoc = UInt32(truncatingIfNeeded: Varint.read(b, &pos))
                 let length = Int(Varint.read(b, &pos))
                 let pairCount = Int(Varint.read(b, &pos))
                 guard pairCount <= PostingListFormat.blockSize else { return false }
-                var bound = BlockBound(pairs: [])
+                let start = frequencies.count
                 for _ in 0..<pairCount {
-                    let f = UInt32(truncatingIfNeeded: Varint.read(b, &pos))
-                    let d = UInt32(truncatingIfNeeded: Varint.read(b, &pos))
-                    bound.pairs.append((f, d))
+                    frequencies.append(UInt32(truncatingIfNeeded: Varint.read(b, &pos)))
+                    lengths.append(UInt32(truncatingIfNeeded: Varint.read(b, &pos)))
                 }
                 guard pos < b.count else { return false }
                 let flag = b[pos]
                 pos += 1
+                var block = Block(lastDoc: lastDoc, offset: 0, byteLength: length,
+                    count: i == blockCount - 1 ? count - PostingListFormat.blockSize * (blockCount - 1) : PostingListFormat.blockSize,
+                    pairs: start..<frequencies.count)
                 if flag == 1 {
-                    bound.staticFactor = PostingListFormat.readDouble(b, &pos)
+                    block.staticFactor = PostingListFormat.readDouble(b, &pos)
                     let latest = PostingListFormat.readDouble(b, &pos)
-                    bound.latestUse = latest == -Double.infinity ? nil : latest
+                    block.latestUse = latest == -Double.infinity ? nil : latest
                 }
-                entries.append((lastDoc, length, bound))
+                parsed.append(block)
             }
             var offset = pos
-            for (i, e) in entries.enumerated() {
-                let n = i == blockCount - 1 ? count - PostingListFormat.blockSize * (blockCount - 1) : PostingListFormat.blockSize
-                parsed.append(Block(lastDoc: e.0, offset: offset, byteLength: e.1, count: n, bound: e.2))
-                offset += e.1
+            for i in parsed.indices {
+                parsed[i].offset = offset
+                offset += parsed[i].byteLength
             }
             return offset == b.count
         }
         guard ok else { return nil }
         count = parsedCount
         blocks = parsed
+        pairFrequency = frequencies
+        pairLength = lengths
+    }
+
+    /// The largest addend of a phrase with `idf` in block `b` (multi-block lists).
+    func addendBound(block b: Int, idf: Double, _ bm25: BM25) -> Double {
+        var best = 0.0
+        for k in blocks[b].pairs {
+            best = max(best, BM25.addend(idf: idf, frequency: Double(pairFrequency[k]), norm: bm25.lengthNorm(pairLength[k])))
+        }
+        return best
+    }
+
+    /// The largest boost multiplier in block `b` at `now`.
+    func boostBound(block b: Int, now: Double) -> Double {
+        blocks[b].staticFactor * BM25.recencyBound(latestUse: blocks[b].latestUse, now: now)
     }
 
     /// Decodes block `index` into `out` (replacing its contents). `previousDoc` is the last
     /// document of the block before (ignored for the first).
     func decode(block index: Int, into out: inout [Posting]) {
-        out.removeAll(keepingCapacity: true)
         let block = blocks[index]
-        var doc: Int64 = index == 0 ? -1 : Int64(blocks[index - 1].lastDoc)
+        var doc: UInt64 = index == 0 ? UInt64.max : UInt64(blocks[index - 1].lastDoc)
+        out = bytes.withUnsafeBufferPointer { b in
+            [Posting](unsafeUninitializedCapacity: block.count) { buffer, filled in
+                filled = 0
+                guard let base = b.baseAddress else { return }
+                var pos = block.offset
+                let end = min(b.count, block.offset + block.byteLength)
+                let slice = UnsafeBufferPointer(rebasing: b[0..<end])
+                @inline(__always) func append(_ delta: UInt64, _ packed: UInt64, _ length: UInt64) {
+                    doc &+= delta
+                    (buffer.baseAddress! + filled).initialize(to: Posting(doc: UInt32(truncatingIfNeeded: doc),
+                        frequency: UInt32(truncatingIfNeeded: packed >> 4), columns: UInt8(truncatingIfNeeded: (packed >> 1) & 7),
+                        extra: packed & 1 == 1, length: UInt32(truncatingIfNeeded: length)))
+                    filled += 1
+                }
+                // Unchecked while 30 bytes remain (three varints of at most 10 bytes).
+                while filled < block.count, pos + 30 <= end {
+                    let delta = Varint.readUnchecked(base, &pos)
+                    let packed = Varint.readUnchecked(base, &pos)
+                    append(delta, packed, Varint.readUnchecked(base, &pos))
+                }
+                while filled < block.count, pos < end {
+                    let delta = Varint.read(slice, &pos)
+                    let packed = Varint.read(slice, &pos)
+                    append(delta, packed, Varint.read(slice, &pos))
+                }
+            }
+        }
+    }
+
+    /// Calls `body(doc, frequency, length, extra)` for every posting, in document order, decoding
+    /// the entries in one pass (they are contiguous, and each block's first delta continues the
+    /// previous block's last document). Unions of many lists spend their time here.
+    @inline(__always)
+    func forEachPosting(_ body: (UInt32, UInt32, UInt32, Bool) -> Void) {
+        guard let first = blocks.first else { return }
         bytes.withUnsafeBufferPointer { b in
-            var pos = block.offset
-            let end = min(b.count, block.offset + block.byteLength)
-            let slice = UnsafeBufferPointer(rebasing: b[0..<end])
-            for _ in 0..<block.count {
-                guard pos < end else { break }
-                doc += Int64(Varint.read(slice, &pos))
-                let packed = Varint.read(slice, &pos)
-                let length = Varint.read(slice, &pos)
-                out.append(Posting(doc: UInt32(truncatingIfNeeded: doc), frequency: UInt32(truncatingIfNeeded: packed >> 4),
-                    columns: UInt8(truncatingIfNeeded: (packed >> 1) & 7), extra: packed & 1 == 1,
-                    length: UInt32(truncatingIfNeeded: length)))
+            guard let base = b.baseAddress else { return }
+            var pos = first.offset
+            var doc: Int64 = -1
+            var remaining = count
+            // Three varints of at most 10 bytes each: no bounds check per byte while 30 remain.
+            while remaining > 0, pos + 30 <= b.count {
+                doc += Int64(Varint.readUnchecked(base, &pos))
+                let packed = Varint.readUnchecked(base, &pos)
+                let length = Varint.readUnchecked(base, &pos)
+                body(UInt32(truncatingIfNeeded: doc), UInt32(truncatingIfNeeded: packed >> 4), UInt32(truncatingIfNeeded: length), packed & 1 == 1)
+                remaining -= 1
+            }
+            while remaining > 0, pos < b.count {
+                doc += Int64(Varint.read(b, &pos))
+                let packed = Varint.read(b, &pos)
+                let length = Varint.read(b, &pos)
+                body(UInt32(truncatingIfNeeded: doc), UInt32(truncatingIfNeeded: packed >> 4), UInt32(truncatingIfNeeded: length), packed & 1 == 1)
+                remaining -= 1
             }
         }
     }

@@ -152,8 +152,8 @@ extension IndexStore {
             let done = Flag()
             _ = try maintenanceWrite { store in
                 let n = try store.writer.run("""
-                    DELETE FROM rank_terms WHERE segment = ?1 AND term IN
-                      (SELECT term FROM rank_terms WHERE segment = ?1 LIMIT \(RankMaintainer.batchTerms))
+                    DELETE FROM rank_terms WHERE id IN
+                      (SELECT id FROM rank_terms WHERE segment = ?1 LIMIT \(RankMaintainer.batchTerms))
                     """, [.integer(segment)])
                 if n == 0 {
                     try store.writer.run("DELETE FROM rank_segments WHERE id = ? AND active = 0", [.integer(segment)])

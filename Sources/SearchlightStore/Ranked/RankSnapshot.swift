@@ -99,7 +99,7 @@ enum PhraseSource {
         switch self {
         case .empty: 0
         case .list(let l): l.count
-        case .union(let u): u.docs.count
+        case .union(let u): u.count
         }
     }
 
@@ -108,94 +108,180 @@ enum PhraseSource {
         switch self {
         case .empty: false
         case .list(let l): l.find(doc) != nil
-        case .union(let u): u.index(of: doc) != nil
+        case .union(let u): u.frequency(of: doc) != nil
         }
     }
 
-    /// Reads the phrase's postings in `segment`.
+    /// Reads the phrase's postings in `segment`: a term's list, a prefix's stored list
+    /// (`PrefixLists`), or the lists of the prefix's terms merged. Nil when a blob is malformed.
     static func load(_ phrase: QueryPhrase, segment: RankSnapshot.Segment, db: Database) throws -> PhraseSource? {
+        let exact = try db.statement("SELECT postings FROM rank_terms WHERE segment = ? AND term = ?")
+        func lookup(_ key: [UInt8]) throws -> [UInt8]? {
+            exact.reset()
+            try exact.bind(.integer(segment.id), at: 1)
+            try exact.bind(.blob(key), at: 2)
+            defer { exact.reset() }
+            return try exact.step() ? exact.bytes(0) : nil
+        }
         if !phrase.prefix {
-            guard let row = try db.rows("SELECT postings FROM rank_terms WHERE segment = ? AND term = ?",
-                [.integer(segment.id), .blob(phrase.token)]).first, let blob = row.blob(0) else { return .empty }
+            guard let blob = try lookup(phrase.token) else { return .empty }
             return PostingList(blob).map(PhraseSource.list)
         }
-        let rows = try db.rows("SELECT postings FROM rank_terms WHERE segment = ? AND term >= ? AND term < ?",
-            [.integer(segment.id), .blob(phrase.token), .blob(phrase.prefixEnd)])
-        var lists: [PostingList] = []
-        for row in rows {
-            guard let blob = row.blob(0), let list = PostingList(blob) else { return nil }
-            lists.append(list)
+        if let blob = try lookup(PrefixLists.key(phrase.token)) {
+            return PostingList(blob).map(PhraseSource.list)
         }
+        var lists: [PostingList] = []
+        var malformed = false
+        try db.forEachRow("SELECT postings FROM rank_terms WHERE segment = ? AND term >= ? AND term < ?",
+            [.integer(segment.id), .blob(phrase.token), .blob(phrase.prefixEnd)]) { s in
+            if let list = PostingList(s.bytes(0)) { lists.append(list) } else { malformed = true }
+        }
+        if malformed { return nil }
         switch lists.count {
         case 0: return .empty
         case 1: return .list(lists[0])
-        default: return .union(UnionPostings(lists, span: Int(segment.hi - segment.lo + 1)))
+        default: return .union(db.unionScratch.union(lists, span: Int(segment.hi - segment.lo + 1)))
         }
     }
 }
 
 /// Several posting lists merged: each document once, its frequencies summed (a prefix phrase's
-/// bm25 frequency counts the instances of every term it begins). Sorted by document.
-struct UnionPostings {
-    var docs: [UInt32] = []
-    var frequencies: [UInt32] = []
-    var lengths: [UInt32] = []
-    var extra: [Bool] = []
+/// bm25 frequency counts the instances of every term it begins). Held dense, by document number,
+/// in scratch arrays of the connection (`UnionScratch`, taken from its pool and given back when
+/// the query ends): a lookup is one load, a walk in document order reads the bitmap of documents.
+final class UnionPostings {
+    let scratch: UnionScratch
+    let span: Int
+    private(set) var count = 0
 
-    init(_ lists: [PostingList], span: Int) {
-        let total = lists.reduce(0) { $0 + $1.count }
-        var block: [Posting] = []
-        if span <= total * 8 {
-            // Dense: accumulate by document number, then collect in order.
-            var frequency = [UInt32](repeating: 0, count: span)
-            var length = [UInt32](repeating: 0, count: span)
-            var flags = [Bool](repeating: false, count: span)
-            for list in lists {
-                for b in list.blocks.indices {
-                    list.decode(block: b, into: &block)
-                    for p in block where Int(p.doc) < span {
-                        frequency[Int(p.doc)] += p.frequency
-                        length[Int(p.doc)] = p.length
-                        flags[Int(p.doc)] = p.extra
+    /// Merges `lists` of a segment whose documents are numbered below `span`.
+    init(_ lists: [PostingList], span: Int, scratch: UnionScratch) {
+        self.scratch = scratch
+        self.span = span
+        scratch.prepare(span: span)
+        let f = scratch.frequency, l = scratch.lengthAndExtra, bits = scratch.seen
+        let limit = UInt64(span)
+        var count = 0
+        for list in lists {
+            list.bytes.withUnsafeBufferPointer { b in
+                guard let first = list.blocks.first, let base = b.baseAddress else { return }
+                var pos = first.offset
+                var doc: UInt64 = UInt64.max  // -1: the first delta lands on the first document
+                var remaining = list.count
+                @inline(__always) func add(_ delta: UInt64, _ packed: UInt64, _ length: UInt64) {
+                    doc &+= delta
+                    // A damaged blob must not write out of bounds: documents past the span are dropped.
+                    guard doc < limit else { return }
+                    let d = Int(doc)
+                    if f[d] == 0 {
+                        bits[d >> 6] |= 1 << UInt64(d & 63)
+                        count += 1
                     }
+                    f[d] &+= UInt32(truncatingIfNeeded: packed >> 4)
+                    // The top bit carries `extra` (a document has far fewer than 2^31 tokens).
+                    l[d] = UInt32(truncatingIfNeeded: length) & 0x7FFF_FFFF | UInt32(truncatingIfNeeded: packed & 1) << 31
+                }
+                // Three varints of at most 10 bytes each: no bounds checks while 30 bytes remain.
+                let fastEnd = b.count - 30
+                while remaining > 0, pos <= fastEnd {
+                    let delta = Varint.readUnchecked(base, &pos)
+                    let packed = Varint.readUnchecked(base, &pos)
+                    add(delta, packed, Varint.readUnchecked(base, &pos))
+                    remaining -= 1
+                }
+                while remaining > 0, pos < b.count {
+                    let delta = Varint.read(b, &pos)
+                    let packed = Varint.read(b, &pos)
+                    add(delta, packed, Varint.read(b, &pos))
+                    remaining -= 1
                 }
             }
-            docs.reserveCapacity(min(total, span))
-            for d in 0..<span where frequency[d] > 0 {
-                docs.append(UInt32(d))
-                frequencies.append(frequency[d])
-                lengths.append(length[d])
-                extra.append(flags[d])
-            }
-        } else {
-            var all: [Posting] = []
-            all.reserveCapacity(total)
-            for list in lists {
-                for b in list.blocks.indices {
-                    list.decode(block: b, into: &block)
-                    all += block
-                }
-            }
-            all.sort { $0.doc < $1.doc }
-            for p in all {
-                if let last = docs.last, last == p.doc {
-                    frequencies[frequencies.count - 1] += p.frequency
-                } else {
-                    docs.append(p.doc)
-                    frequencies.append(p.frequency)
-                    lengths.append(p.length)
-                    extra.append(p.extra)
-                }
+        }
+        self.count = count
+    }
+
+    /// The frequency of `doc`, nil when no term of the prefix is in it.
+    @inline(__always)
+    func frequency(of doc: UInt32) -> UInt32? {
+        guard Int(doc) < span else { return nil }
+        let f = scratch.frequency[Int(doc)]
+        return f == 0 ? nil : f
+    }
+
+    /// Calls `body(doc, frequency, length, extra)` in document order.
+    func forEach(_ body: (UInt32, UInt32, UInt32, Bool) throws -> Void) rethrows {
+        let f = scratch.frequency, l = scratch.lengthAndExtra, bits = scratch.seen
+        for w in 0..<((span + 63) >> 6) where bits[w] != 0 {
+            var word = bits[w]
+            while word != 0 {
+                let d = w << 6 | word.trailingZeroBitCount
+                word &= word - 1
+                try body(UInt32(d), f[d], l[d] & 0x7FFF_FFFF, l[d] & 0x8000_0000 != 0)
             }
         }
     }
 
-    func index(of doc: UInt32) -> Int? {
-        var low = 0, high = docs.count
-        while low < high {
-            let mid = (low + high) / 2
-            if docs[mid] < doc { low = mid + 1 } else { high = mid }
+    /// Zeroes what the merge wrote, so the scratch can serve the next union.
+    func clear() {
+        let f = scratch.frequency, bits = scratch.seen
+        for w in 0..<((span + 63) >> 6) where bits[w] != 0 {
+            var word = bits[w]
+            while word != 0 {
+                f[w << 6 | word.trailingZeroBitCount] = 0
+                word &= word - 1
+            }
+            bits[w] = 0
         }
-        return low < docs.count && docs[low] == doc ? low : nil
+    }
+}
+
+/// Arrays for one `UnionPostings`, as large as the largest segment seen, all zero between uses
+/// (a union clears the entries it touched). Raw memory: no copy-on-write checks in the merge
+/// loop, which runs once per posting.
+final class UnionScratch {
+    private(set) var frequency = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
+    private(set) var lengthAndExtra = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
+    private(set) var seen = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
+    private var capacity = 0
+
+    func prepare(span: Int) {
+        guard capacity < span else { return }
+        release()
+        capacity = span
+        frequency = .allocate(capacity: span)
+        frequency.initialize(repeating: 0, count: span)
+        lengthAndExtra = .allocate(capacity: span)
+        lengthAndExtra.initialize(repeating: 0, count: span)
+        seen = .allocate(capacity: (span + 63) >> 6)
+        seen.initialize(repeating: 0, count: (span + 63) >> 6)
+    }
+
+    private func release() {
+        frequency.deallocate()
+        lengthAndExtra.deallocate()
+        seen.deallocate()
+    }
+
+    deinit { release() }
+}
+
+/// A connection's `UnionScratch`es: a query takes one per union and gives them all back at its end.
+final class UnionScratchPool {
+    private var free: [UnionScratch] = []
+    private var lent: [UnionPostings] = []
+
+    func union(_ lists: [PostingList], span: Int) -> UnionPostings {
+        let u = UnionPostings(lists, span: span, scratch: free.popLast() ?? UnionScratch())
+        lent.append(u)
+        return u
+    }
+
+    /// Takes back every union's scratch, zeroed.
+    func reclaim() {
+        for u in lent {
+            u.clear()
+            free.append(u.scratch)
+        }
+        lent.removeAll()
     }
 }

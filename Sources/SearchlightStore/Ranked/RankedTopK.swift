@@ -28,6 +28,8 @@ struct RankedTopK {
     /// a phrase it does not serve, a delta too large, a damaged blob): the caller then runs the
     /// exhaustive query.
     func run() throws -> [ScoredCandidate]? {
+        // Unions borrow the connection's scratch arrays until the query ends.
+        defer { db.unionScratch.reclaim() }
         let snapshot = try RankSnapshot.read(db)
         guard let delta = try deltaDocuments(snapshot) else {
             store.rankMaintainer.request()
@@ -204,17 +206,17 @@ struct Scorer {
         switch source {
         case .empty: return 0
         case .list(let list):
-            if list.blocks.count > 1 {
-                return list.blocks.reduce(0.0) { max($0, $1.bound?.addendBound(idf: idf[i], bm25) ?? idf[i] * (BM25.k1 + 1.0)) }
+            if list.hasBounds {
+                return list.blocks.indices.reduce(0.0) { max($0, list.addendBound(block: $1, idf: idf[i], bm25)) }
             }
             var block: [Posting] = []
             list.decode(block: 0, into: &block)
             return block.reduce(0.0) { max($0, BM25.addend(idf: idf[i], frequency: Double($1.frequency), norm: bm25.lengthNorm($1.length))) }
         case .union(let u):
-            guard u.docs.count <= 4096 else { return idf[i] * (BM25.k1 + 1.0) }
+            guard u.count <= 4096 else { return idf[i] * (BM25.k1 + 1.0) }
             var best = 0.0
-            for k in u.docs.indices {
-                best = max(best, BM25.addend(idf: idf[i], frequency: Double(u.frequencies[k]), norm: bm25.lengthNorm(u.lengths[k])))
+            u.forEach { _, f, length, _ in
+                best = max(best, BM25.addend(idf: idf[i], frequency: Double(f), norm: bm25.lengthNorm(length)))
             }
             return best
         }
@@ -223,74 +225,101 @@ struct Scorer {
     mutating func score(segment: RankSnapshot.Segment, sources: [PhraseSource]) throws {
         let driver = sources.indices.min { sources[$0].count < sources[$1].count }!
         let others = sources.indices.filter { $0 != driver }
-        var readers = sources.map { SourceReader(source: $0) }
         let otherBound = others.reduce(0.0) { $0 + maxAddend($1, sources[$1]) }
-        let safe = now < segment.safeUntil
         let segmentBoost = segment.boostBound(now: now)
-        var frequencies = [UInt32](repeating: 0, count: sources.count)
-
-        func visit(doc: UInt32, frequency: UInt32, length: UInt32, extra: Bool, boost: Double) throws {
-            if segment.isDirty(doc) { return }
-            frequencies[driver] = frequency
-            for o in others {
-                guard let f = readers[o].frequency(of: doc) else { return }
-                frequencies[o] = f
-            }
-            let bm = bm25Score(frequencies, length: length)
-            try offer(rowid: segment.lo + Int64(doc), bm: bm, extra: extra, safe: safe, boostBound: boost)
-        }
+        var scan = SegmentScan(readers: sources.map(SourceReader.init), frequencies: [UInt32](repeating: 0, count: sources.count),
+            driver: driver, others: others, segment: segment, safe: now < segment.safeUntil)
 
         switch sources[driver] {
         case .empty: return
         case .union(let u):
-            for k in u.docs.indices {
-                try visit(doc: u.docs[k], frequency: u.frequencies[k], length: u.lengths[k], extra: u.extra[k], boost: segmentBoost)
+            try u.forEach { doc, f, length, extra in
+                try scan.visit(&self, doc: doc, frequency: f, length: length, extra: extra, boost: segmentBoost)
             }
         case .list(let list):
-            // Blocks best bound first, so the threshold rises early and later blocks are skipped.
+            // Alone, blocks go best bound first, so the threshold rises early and later blocks are
+            // skipped. With other phrases, in document order, so their readers only move forward.
             var order: [(block: Int, bound: Double, boost: Double)] = list.blocks.indices.map { b in
-                guard let bound = list.blocks[b].bound else { return (b, .infinity, segmentBoost) }
-                let boost = bound.boostBound(now: now)
-                return (b, (bound.addendBound(idf: idf[driver], bm25) + otherBound) * boost, boost)
+                guard list.hasBounds else { return (b, .infinity, segmentBoost) }
+                let boost = list.boostBound(block: b, now: now)
+                return (b, (list.addendBound(block: b, idf: idf[driver], bm25) + otherBound) * boost, boost)
             }
-            if order.count > 1 { order.sort { $0.bound > $1.bound } }
+            if order.count > 1, others.isEmpty { order.sort { $0.bound > $1.bound } }
             var block: [Posting] = []
+            block.reserveCapacity(PostingListFormat.blockSize)
             for entry in order {
-                if !mayEnter(best: -entry.bound) { break }
+                if !mayEnter(best: -entry.bound) {
+                    if others.isEmpty { break } else { continue }
+                }
                 list.decode(block: entry.block, into: &block)
                 for p in block {
-                    try visit(doc: p.doc, frequency: p.frequency, length: p.length, extra: p.extra, boost: entry.boost)
+                    try scan.visit(&self, doc: p.doc, frequency: p.frequency, length: p.length, extra: p.extra, boost: entry.boost)
                 }
             }
         }
     }
 }
 
-/// Looks documents up in a phrase's postings, keeping the last decoded block.
+/// One segment's scan: the driver's documents go through `visit`, which finds the other phrases.
+struct SegmentScan {
+    var readers: [SourceReader]
+    var frequencies: [UInt32]
+    let driver: Int
+    let others: [Int]
+    let segment: RankSnapshot.Segment
+    let safe: Bool
+
+    @inline(__always)
+    mutating func visit(_ scorer: inout Scorer, doc: UInt32, frequency: UInt32, length: UInt32, extra: Bool, boost: Double) throws {
+        if segment.isDirty(doc) { return }
+        frequencies[driver] = frequency
+        for o in others {
+            guard let f = readers[o].frequency(of: doc) else { return }
+            frequencies[o] = f
+        }
+        let bm = scorer.bm25Score(frequencies, length: length)
+        if !extra, !scorer.heap.accepts(score: bm, rowid: segment.lo + Int64(doc)) { return }
+        try scorer.offer(rowid: segment.lo + Int64(doc), bm: bm, extra: extra, safe: safe, boostBound: boost)
+    }
+}
+
+/// Looks documents up in a phrase's postings, for documents asked in increasing order (a lookup
+/// of an earlier document still works, by binary search). The list or union is held directly, not
+/// in the enum: taking it out of an enum case copies (and retains) its arrays at every lookup.
 struct SourceReader {
-    let source: PhraseSource
+    private let list: PostingList?
+    private let union: UnionPostings?
     private var cached = -1
     private var block: [Posting] = []
+    private var position = 0
 
-    init(source: PhraseSource) { self.source = source }
+    init(source: PhraseSource) {
+        switch source {
+        case .empty: (list, union) = (nil, nil)
+        case .list(let l): (list, union) = (l, nil)
+        case .union(let u): (list, union) = (nil, u)
+        }
+    }
 
     /// The phrase's frequency in `doc`, nil when the document lacks it.
     mutating func frequency(of doc: UInt32) -> UInt32? {
-        switch source {
-        case .empty: return nil
-        case .union(let u): return u.index(of: doc).map { u.frequencies[$0] }
-        case .list(let list):
-            guard let b = list.blockIndex(containing: doc) else { return nil }
+        if let union { return union.frequency(of: doc) }
+        guard list != nil else { return nil }
+        if cached < 0 || doc > block[block.count - 1].doc || doc < block[0].doc {
+            guard let b = list!.blockIndex(containing: doc) else { return nil }
             if b != cached {
-                list.decode(block: b, into: &block)
+                list!.decode(block: b, into: &block)
                 cached = b
+                guard !block.isEmpty else {
+                    cached = -1
+                    return nil
+                }
             }
-            var low = 0, high = block.count
-            while low < high {
-                let mid = (low + high) / 2
-                if block[mid].doc < doc { low = mid + 1 } else { high = mid }
-            }
-            return low < block.count && block[low].doc == doc ? block[low].frequency : nil
+            position = 0
         }
+        // Forward from the last lookup; back to the block's start only for an earlier document.
+        if position > 0, block[position - 1].doc >= doc { position = 0 }
+        while position < block.count, block[position].doc < doc { position += 1 }
+        return position < block.count && block[position].doc == doc ? block[position].frequency : nil
     }
 }

@@ -167,6 +167,7 @@ struct SegmentBuilder {
     private var docCounts: [Int32] = []
     private var columnDocs: [Int32] = []
     private var boosts: [UInt32: BM25.Boosts] = [:]
+    private var maxLocal: UInt32 = 0
 
     init(lo: Int64, hi: Int64, horizon: Double) {
         self.horizon = horizon
@@ -175,6 +176,7 @@ struct SegmentBuilder {
 
     mutating func add(_ doc: RankedDocument, tokenizer: FullTextTokenizer) {
         let local = UInt32(doc.rowid - content.lo)
+        maxLocal = max(maxLocal, local)
         let length = DocumentTokenizer.tokenize(doc.columns, tokenizer: tokenizer, table: &table, scratch: &scratch)
         let extra = !doc.boosts.isNone || doc.hasRelated || doc.expires < horizon
         if extra {
@@ -202,14 +204,17 @@ struct SegmentBuilder {
         }
     }
 
-    /// The segment, its terms sorted and encoded.
+    /// The segment, its terms sorted and encoded, then the prefix lists (`PrefixLists`).
     mutating func finish() -> SegmentContent {
         var order = Array(0..<table.count)
         order.sort { table.bytes($0).lexicographicallyPrecedes(table.bytes($1)) }
+        let sortedTerms = order.map { Array(table.bytes($0)) }
+        let prefixes = PrefixLists.choose(sortedTerms, docs: order.map { Int(docCounts[$0]) }, segmentDocs: content.docs)
+        var unions = PrefixUnions(prefixes: prefixes, span: Int(maxLocal) + 1, documents: content.docs)
         var out = content
-        out.terms.reserveCapacity(order.count)
+        out.terms.reserveCapacity(order.count + prefixes.count)
         var postings: [Posting] = []
-        for t in order {
+        for (k, t) in order.enumerated() {
             postings.removeAll(keepingCapacity: true)
             raw[t].withUnsafeBufferPointer { b in
                 var pos = 0
@@ -222,8 +227,153 @@ struct SegmentBuilder {
                 }
             }
             raw[t] = []
+            for finished in unions.advance(to: k, termPostings: postings) { out.terms.append(encodeUnion(finished)) }
             let encoded = PostingListFormat.encode(postings) { boosts[$0] ?? .none }
-            out.terms.append(.init(term: Array(table.bytes(t)), docs: Int(docCounts[t]), columnDocs: Int(columnDocs[t]), postings: encoded))
+            out.terms.append(.init(term: sortedTerms[k], docs: Int(docCounts[t]), columnDocs: Int(columnDocs[t]), postings: encoded))
+        }
+        for finished in unions.finishAll() { out.terms.append(encodeUnion(finished)) }
+        return out
+    }
+
+    private func encodeUnion(_ union: (prefix: [UInt8], postings: [Posting])) -> SegmentContent.Term {
+        .init(term: PrefixLists.key(union.prefix), docs: union.postings.count, columnDocs: 0,
+            postings: PostingListFormat.encode(union.postings) { boosts[$0] ?? .none })
+    }
+}
+
+/// Prefix lists: for a prefix that begins many terms, the segment also stores the merged posting
+/// list of all its terms (each document once, frequencies summed: what bm25 reads for the prefix
+/// phrase), under the key 0xFF + prefix, which no term has (UTF-8 never holds 0xFF). A query for
+/// the word being typed then reads one list, with block bounds, instead of thousands of rows
+/// ("lib" begins 9 503 terms of the corpus). Prefixes of fewer terms are merged at query time:
+/// with few rows that costs about as much as reading one list.
+///
+/// Measured on the corpus (64k items, one segment; Docs/Performance.md): every prefix of two
+/// or more terms would add 12.7M postings to the terms' 3.2M; those of at least 64 terms 4.95M,
+/// 128 terms 3.78M (298 prefixes), 256 terms 2.97M.
+enum PrefixLists {
+    /// A prefix gets a list when it begins at least this many terms…
+    static let minTerms = 128
+    /// …or two or more whose postings are at least the segment's documents over this.
+    static let postingsShare = 8
+    /// Prefixes longer than this many bytes are merged at query time.
+    static let maxLength = 12
+
+    static func key(_ prefix: [UInt8]) -> [UInt8] { [0xFF] + prefix }
+
+    /// The prefixes (whole UTF-8 characters) to store, sorted by where their terms begin in
+    /// `sorted` (then shortest first), with that range.
+    static func choose(_ sorted: [[UInt8]], docs: [Int], segmentDocs: Int) -> [(prefix: [UInt8], range: Range<Int>)] {
+        var chosen: [(prefix: [UInt8], range: Range<Int>)] = []
+        let postingsFloor = max(2, segmentDocs / postingsShare)
+        for length in 1...maxLength {
+            var start = 0
+            while start < sorted.count {
+                let term = sorted[start]
+                // Terms shorter than the prefix, or cut inside a character, begin no prefix of this length.
+                guard term.count >= length, term.count == length || term[length] & 0xC0 != 0x80 else {
+                    start += 1
+                    continue
+                }
+                let prefix = term[0..<length]
+                var end = start + 1
+                var postings = docs[start]
+                while end < sorted.count, sorted[end].starts(with: prefix) {
+                    postings += docs[end]
+                    end += 1
+                }
+                if end - start >= minTerms || (end - start >= 2 && postings >= postingsFloor) {
+                    chosen.append((Array(prefix), start..<end))
+                }
+                start = end
+            }
+        }
+        chosen.sort { $0.range.lowerBound != $1.range.lowerBound ? $0.range.lowerBound < $1.range.lowerBound : $0.prefix.count < $1.prefix.count }
+        return chosen
+    }
+}
+
+/// Merges the terms of the chosen prefixes as the sorted terms go by: a prefix's terms are
+/// contiguous, and the prefixes open at one term form a chain.
+struct PrefixUnions {
+    private let prefixes: [(prefix: [UInt8], range: Range<Int>)]
+    private var next = 0
+    private var open: [(prefix: [UInt8], end: Int, accumulator: UnionAccumulator)] = []
+    private let span: Int
+    private let dense: Bool
+
+    init(prefixes: [(prefix: [UInt8], range: Range<Int>)], span: Int, documents: Int) {
+        self.prefixes = prefixes
+        self.span = max(1, span)
+        dense = span <= 4 * max(documents, 1)
+    }
+
+    /// Takes term `k`'s postings; returns the prefixes that ended before it.
+    mutating func advance(to k: Int, termPostings: [Posting]) -> [(prefix: [UInt8], postings: [Posting])] {
+        var done: [(prefix: [UInt8], postings: [Posting])] = []
+        while let last = open.last, last.end <= k {
+            done.append((last.prefix, open.removeLast().accumulator.postings()))
+        }
+        while next < prefixes.count, prefixes[next].range.lowerBound == k {
+            open.append((prefixes[next].prefix, prefixes[next].range.upperBound, UnionAccumulator(span: span, dense: dense)))
+            next += 1
+        }
+        for i in open.indices { open[i].accumulator.add(termPostings) }
+        return done
+    }
+
+    mutating func finishAll() -> [(prefix: [UInt8], postings: [Posting])] {
+        var done: [(prefix: [UInt8], postings: [Posting])] = []
+        while let last = open.popLast() { done.append((last.prefix, last.accumulator.postings())) }
+        return done
+    }
+}
+
+/// One document per entry, frequencies summed.
+struct UnionAccumulator {
+    private var frequency: [UInt32] = []
+    private var length: [UInt32] = []
+    private var extra: [Bool] = []
+    private var sparse: [Posting] = []
+    private let dense: Bool
+
+    init(span: Int, dense: Bool) {
+        self.dense = dense
+        if dense {
+            frequency = Array(repeating: 0, count: span)
+            length = Array(repeating: 0, count: span)
+            extra = Array(repeating: false, count: span)
+        }
+    }
+
+    mutating func add(_ postings: [Posting]) {
+        guard dense else {
+            sparse += postings
+            return
+        }
+        for p in postings {
+            let d = Int(p.doc)
+            frequency[d] += p.frequency
+            length[d] = p.length
+            extra[d] = p.extra
+        }
+    }
+
+    func postings() -> [Posting] {
+        if dense {
+            var out: [Posting] = []
+            for d in frequency.indices where frequency[d] > 0 {
+                out.append(Posting(doc: UInt32(d), frequency: frequency[d], columns: 0, extra: extra[d], length: length[d]))
+            }
+            return out
+        }
+        var out: [Posting] = []
+        for p in sparse.sorted(by: { $0.doc < $1.doc }) {
+            if out.last?.doc == p.doc {
+                out[out.count - 1].frequency += p.frequency
+            } else {
+                out.append(Posting(doc: p.doc, frequency: p.frequency, columns: 0, extra: p.extra, length: p.length))
+            }
         }
         return out
     }
