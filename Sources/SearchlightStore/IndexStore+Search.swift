@@ -47,7 +47,7 @@ extension IndexStore {
         var items: [JSONValue] = []
         items.reserveCapacity(min(rows.count, limit))
         for row in rows.prefix(limit) {
-            items.append(ItemRecord(row: row, offset: 1).wireItem(fetch: fetchSet))
+            items.append(ItemRecord(row: row, offset: 1, fetch: fetchSet).wireItem(fetch: fetchSet))
         }
         let next = rows.count > limit ? rows[limit - 1].int(0).map(String.init) : nil
         return SearchPage(items: items, cursor: next)

@@ -16,6 +16,7 @@ struct ItemRecord {
     var lastUsed: Double?
 
     static let separator = String(AttributeCatalog.arraySeparator)
+    static let textAttributeNames = Set(AttributeCatalog.textAttributes)
 
     /// Where a wire attribute goes in the record, found with one dictionary lookup per attribute
     /// (the hashing of attribute names showed in profiles of donations).
@@ -197,13 +198,19 @@ struct ItemRecord {
         "items.uid, items.domain, items.expires, items.title, items.displayName, items.alternateNames, "
         + "items.contentDescription, items.textContent, items.keywords, items.authorNames, items.attrs"
 
-    init(row: Row, offset: Int = 0) {
+    /// `fetch`: the attributes a query returns; the stored JSON of the others is parsed only when
+    /// one of them is asked for (a result list that shows titles needs none of it).
+    init(row: Row, offset: Int = 0, fetch: Set<String>? = nil) {
         uid = row.string(offset) ?? ""
         domain = row.string(offset + 1)
         expires = row.double(offset + 2) ?? 0
         text = (0..<AttributeCatalog.textAttributes.count).map { row.string(offset + 3 + $0) }
-        let attrsText = row.string(offset + 10) ?? "{}"
-        attrs = (try? JSONValue.parse(attrsText))?.objectValue ?? [:]
+        if let fetch, fetch.isSubset(of: Self.textAttributeNames) {
+            attrs = [:]
+        } else {
+            let attrsText = row.string(offset + 10) ?? "{}"
+            attrs = (try? JSONValue.parse(attrsText))?.objectValue ?? [:]
+        }
         related = attrs["relatedUniqueIdentifier"]?.stringValue
         rankingHint = attrs["rankingHint"]?.doubleValue
         lastUsed = attrs["lastUsedDate"]?.doubleValue

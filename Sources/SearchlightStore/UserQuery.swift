@@ -45,6 +45,8 @@ struct UserQueryTerms {
     }
     var words: [Word]
 
+    init(words: [Word]) { self.words = words }
+
     init(_ text: String) {
         let parts = TextAnalysis.words(text)
         let typing = !(text.last.map { $0.isWhitespace || $0.isPunctuation } ?? true)
@@ -98,14 +100,15 @@ extension IndexStore {
                     for c in top.candidates {
                         guard let row = try db.rows("SELECT \(ItemRecord.selectColumns) FROM items WHERE items.rowid = ?", [.integer(c.rowID)]).first
                         else { continue }
-                        items.append(ItemRecord(row: row).wireItem(fetch: fetch))
+                        items.append(ItemRecord(row: row, fetch: fetch).wireItem(fetch: fetch))
                         scores.append(c.score)
                     }
                 }
                 let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
                 var suggestions: [Suggestion] = []
                 if request.maxSuggestionCount > 0 {
-                    suggestions = try Self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db)
+                    suggestions = try self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db,
+                        path: path)
                 }
                 return UserQueryResult(items: items, scores: scores, rankedItems: ranked, suggestions: suggestions)
             }
@@ -168,26 +171,26 @@ extension IndexStore {
 
     // MARK: - Suggestions
 
-    static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database) throws -> [Suggestion] {
+    /// Suggestions from the ranked index's dictionary where it can answer, else (and on the
+    /// exhaustive path) from FTS5's vocabulary: the same words either way.
+    func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath) throws -> [Suggestion] {
+        if path == .automatic, let vocabulary = try rankedVocabulary(db, terms: terms) {
+            defer { db.unionScratch.reclaim() }
+            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary)
+        }
+        return try Self.suggestions(for: text, terms: terms, limit: limit,
+            vocabulary: FullTextVocabulary(db: db, earlier: terms.words.dropLast().map(terms.ftsTerm)))
+    }
+
+    static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, vocabulary: some SuggestionVocabulary) throws -> [Suggestion] {
         guard let last = terms.words.last else { return [] }
         var out: [Suggestion] = []
-        let earlier = terms.words.dropLast().map(terms.ftsTerm)
         // Completions of the word being typed that still find something with the earlier words.
         if last.isPrefix, !last.folded.isEmpty {
-            // Words people type, from the real text columns: not the auxiliary column's bigrams
-            // and compound-word pieces ("postgre" of "PostgreSQL" is no word to offer).
-            let candidates = try db.rows("""
-                SELECT v.term, sum(v.doc) + coalesce(e.count, 0) * 10 AS weight FROM fts_vocab_col v
-                LEFT JOIN engagement e ON e.kind = 'suggestion' AND e.key = v.term
-                WHERE v.term >= ? AND v.term < ? AND v.col != 'aux' GROUP BY v.term ORDER BY weight DESC LIMIT ?
-                """, [.text(last.folded), .text(last.folded + "\u{10FFFF}"), .integer(Int64(limit * 8))])
-            for row in candidates {
+            for term in try vocabulary.completions(of: last.folded, count: limit * 8) {
                 // A completion adds something: the typed word itself (even with other accents) is no suggestion.
-                guard out.count < limit, let term = row.string(0), term != last.folded else { continue }
-                if !earlier.isEmpty {
-                    let probe = (earlier + [TextAnalysis.ftsQuoted(term)]).joined(separator: " AND ")
-                    guard try db.scalar("SELECT 1 FROM fts WHERE fts MATCH ? LIMIT 1", [.text(probe)]) != nil else { continue }
-                }
+                guard out.count < limit, term != last.folded else { continue }
+                guard try vocabulary.stillFinds(term) else { continue }
                 let prefix = String(text[..<last.range.lowerBound])
                 let start = prefix.utf16.count
                 out.append(Suggestion(text: prefix + term, highlight: [[start, last.text.utf16.count]], kind: "completion"))
@@ -203,8 +206,8 @@ extension IndexStore {
                 corrected += text[cursor..<w.range.lowerBound]
                 cursor = w.range.upperBound
                 var replacement = w.text
-                if !w.isCJK, w.folded.count >= 3, try !hasTerm(w.folded, prefix: w.isPrefix, db: db),
-                    let near = try nearestTerm(to: w.folded, db: db)
+                if !w.isCJK, w.folded.count >= 3, try !vocabulary.hasTerm(w.folded, prefix: w.isPrefix),
+                    let near = try vocabulary.nearestTerm(to: w.folded)
                 {
                     replacement = near
                     changed = true

@@ -64,6 +64,29 @@ enum RankedBench {
                 baseline: Figure([Figure(exhaustive).percentile(0.5)]), higherIsBetter: false))
             rows.append(Row(scenario: "ranked top 20 \"\(text)\" in-process, p99", figure: Figure([p99]), unit: "ms",
                 baseline: Figure([Figure(exhaustive).percentile(0.99)]), higherIsBetter: false))
+            // The whole user query with 5 suggestions (items read, titles), both ways.
+            var request = UserQueryRequest(text: text)
+            request.maxResultCount = 20
+            request.maxSuggestionCount = 5
+            request.fetch = ["title"]
+            var withSuggestions: [Double] = [], exhaustiveSuggestions: [Double] = []
+            for k in 0..<(options.queries + 10) {
+                var a: UserQueryResult?, b: UserQueryResult?
+                let t1 = try milliseconds { a = try store.userQuery(request) }
+                let t2 = options.exhaustiveBaseline || k == 0 ? try milliseconds { b = try store.userQuery(request, path: .exhaustive) } : 0
+                if let b, a!.suggestions != b.suggestions || a!.scores != b.scores {
+                    fatal("\"\(text)\": suggestions or scores differ: \(a!.suggestions) vs \(b.suggestions)")
+                }
+                if k >= 10 {
+                    withSuggestions.append(t1)
+                    exhaustiveSuggestions.append(t2)
+                }
+            }
+            let s50 = Figure(withSuggestions).percentile(0.5), s99 = Figure(withSuggestions).percentile(0.99)
+            progress(String(format: "user query \"%@\" + 5 suggestions: p50 %.3f ms, p99 %.3f ms; exhaustive p50 %.3f ms", text, s50, s99,
+                Figure(exhaustiveSuggestions).percentile(0.5)))
+            rows.append(Row(scenario: "user query \"\(text)\" + 5 suggestions in-process, p50", figure: Figure([s50]), unit: "ms",
+                baseline: Figure([Figure(exhaustiveSuggestions).percentile(0.5)]), higherIsBetter: false))
         }
         return rows
     }

@@ -99,6 +99,8 @@ struct RankedEquivalenceTests {
         var total: [String: Int] = [:]
         var ranked: [String: Int] = [:]
         var mismatches: [String] = []
+        var suggestionQueries = 0
+        var suggestionsOffered = 0
     }
 
     @Test("random queries of every class give the exhaustive ranking's top k, scores and ties included",
@@ -133,6 +135,10 @@ struct RankedEquivalenceTests {
         for i in stride(from: 1, to: corpus.count, by: 53) {
             try f.store.recordEngagement(identifier: corpus[i].uniqueIdentifier, suggestion: nil, weight: Double(i % 5 + 1))
         }
+        // Suggestions people chose: their weight counts in completions.
+        for word in ["library", "libraries", "python3", "parser", "server", "game"] {
+            try f.store.recordEngagement(identifier: nil, suggestion: word, weight: 3)
+        }
         try f.store.buildRankedIndex()
         let vocabulary = try Self.vocabulary(f.store)
         let tally = Tally()
@@ -166,6 +172,7 @@ struct RankedEquivalenceTests {
         for kind in tally.total.keys.sorted() {
             lines.append("\(kind): \(tally.total[kind]!) queries, \(tally.ranked[kind] ?? 0) by the ranked index")
         }
+        lines.append("suggestions compared for \(tally.suggestionQueries) queries (\(tally.suggestionsOffered) suggestions)")
         print("ranked equivalence (\(Self.items) items):\n  " + lines.joined(separator: "\n  "))
         let mismatches = tally.mismatches.count
         #expect(mismatches == 0, "\(tally.mismatches.prefix(10).joined(separator: "\n"))")
@@ -207,7 +214,12 @@ struct RankedEquivalenceTests {
             let n = Int.random(in: 1...max(1, min(6, word.count)), using: &r)
             return String(word.prefix(n))
         }
-        switch Int.random(in: 0..<10, using: &r) {
+        switch Int.random(in: 0..<11, using: &r) {
+        case 10:
+            // A misspelt word: a letter dropped or two swapped (corrections).
+            var w = Array(v.middle.randomElement(using: &r)!)
+            if w.count > 4, Bool.random(using: &r) { w.swapAt(1, 2) } else if w.count > 3 { w.remove(at: w.count / 2) }
+            return Query(kind: "misspelt", text: String(w) + (Bool.random(using: &r) ? " " : ""), limit: limit)
         case 0: return Query(kind: "frequent term", text: v.frequent.randomElement(using: &r)! + " ", limit: limit)
         case 1: return Query(kind: "rare term", text: v.rare.randomElement(using: &r)! + " ", limit: limit)
         case 2: return Query(kind: "middle term", text: v.middle.randomElement(using: &r)!.uppercased() + " ", limit: limit)
@@ -244,6 +256,16 @@ struct RankedEquivalenceTests {
             let exhaustive = try f.store.lexicalCandidates(q.text, limit: q.limit, filter: filter, path: .exhaustive)
             tally.total[q.kind, default: 0] += 1
             if ranked.usedRankedIndex { tally.ranked[q.kind, default: 0] += 1 }
+            if ["prefix", "several words", "frequent and middle", "misspelt", "cjk"].contains(q.kind) {
+                var request = UserQueryRequest(text: q.text)
+                request.maxResultCount = 0
+                request.maxSuggestionCount = 5
+                let fast = try f.store.userQuery(request).suggestions
+                let slow = try f.store.userQuery(request, path: .exhaustive).suggestions
+                tally.suggestionQueries += 1
+                tally.suggestionsOffered += slow.count
+                if fast != slow { tally.mismatches.append("\(phase) suggestions for \"\(q.text)\": \(fast) vs \(slow)") }
+            }
             if ranked.candidates != exhaustive.candidates {
                 let firstDifference = (0..<min(ranked.candidates.count, exhaustive.candidates.count))
                     .first { ranked.candidates[$0] != exhaustive.candidates[$0] } ?? min(ranked.candidates.count, exhaustive.candidates.count)

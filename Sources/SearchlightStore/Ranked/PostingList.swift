@@ -1,5 +1,10 @@
 import Foundation
 
+extension UInt32 {
+    /// A posting's frequency, columns and `extra` as stored: `frequency << 4 | columns << 1 | extra`.
+    init(p: Posting) { self = p.frequency << 4 | UInt32(p.columns & 7) << 1 | (p.extra ? 1 : 0) }
+}
+
 /// One document of a term's posting list in a segment of the ranked index.
 struct Posting: Equatable {
     /// The document's rowid minus the segment's first rowid.
@@ -102,10 +107,13 @@ struct BlockBound {
 ///
 ///     count, blockCount, [directory: per block lastDoc, byteLength, frontier, boost], entries
 ///
-/// Entries are grouped in blocks of `blockSize` documents in document order, each `docDelta
-/// (from the previous document, the first from -1), frequency << 4 | columns << 1 | extra,
-/// length`, all varints. Lists of one block (almost all terms) have no directory: they are read
-/// whole. The directory lets a query skip blocks by document and by bound.
+/// Entries are grouped in blocks of `blockSize` documents in document order. A block holds its
+/// documents as varint deltas (from the previous document, the first from -1), then one byte of
+/// widths (low nibble: bytes per packed value, high nibble: bytes per length), then the packed
+/// values `frequency << 4 | columns << 1 | extra` and the lengths, each at that fixed width,
+/// little-endian. A lookup decodes the documents only and reads the one entry it found; a walk
+/// reads fixed-width fields instead of varints. Lists of one block (almost all terms) have no
+/// directory: they are read whole. The directory lets a query skip blocks by document and bound.
 enum PostingListFormat {
     static let blockSize = 128
 
@@ -124,10 +132,13 @@ enum PostingListFormat {
             let start = data.count
             for p in slice {
                 Varint.append(UInt64(Int64(p.doc) - previous), to: &data)
-                Varint.append(UInt64(p.frequency) << 4 | UInt64(p.columns & 7) << 1 | (p.extra ? 1 : 0), to: &data)
-                Varint.append(UInt64(p.length), to: &data)
                 previous = Int64(p.doc)
             }
+            let packed = slice.map { UInt32(p: $0) }
+            let packedWidth = width(packed.max() ?? 0), lengthWidth = width(slice.map(\.length).max() ?? 0)
+            data.append(UInt8(packedWidth | lengthWidth << 4))
+            for v in packed { appendFixed(v, width: packedWidth, to: &data) }
+            for p in slice { appendFixed(p.length, width: lengthWidth, to: &data) }
             guard blockCount > 1 else { break }
             Varint.append(UInt64(slice.last!.doc), to: &out)
             Varint.append(UInt64(data.count - start), to: &out)
@@ -154,6 +165,25 @@ enum PostingListFormat {
         }
         out += data
         return out
+    }
+
+    /// Bytes needed for `v` (1...4).
+    static func width(_ v: UInt32) -> Int { v < 1 << 8 ? 1 : v < 1 << 16 ? 2 : v < 1 << 24 ? 3 : 4 }
+
+    static func appendFixed(_ v: UInt32, width: Int, to out: inout [UInt8]) {
+        for k in 0..<width { out.append(UInt8(truncatingIfNeeded: v >> (8 * UInt32(k)))) }
+    }
+
+    @inline(__always)
+    static func readFixed(_ base: UnsafePointer<UInt8>, _ at: Int, width: Int) -> UInt32 {
+        switch width {
+        case 1: return UInt32(base[at])
+        case 2: return UInt32(UInt16(base[at]) | UInt16(base[at + 1]) << 8)
+        default:
+            var v: UInt32 = 0
+            for k in 0..<width { v |= UInt32(base[at + k]) << (8 * UInt32(k)) }
+            return v
+        }
     }
 
     static func appendDouble(_ d: Double, to out: inout [UInt8]) {
@@ -267,65 +297,114 @@ struct PostingList {
         blocks[b].staticFactor * BM25.recencyBound(latestUse: blocks[b].latestUse, now: now)
     }
 
-    /// Decodes block `index` into `out` (replacing its contents). `previousDoc` is the last
-    /// document of the block before (ignored for the first).
-    func decode(block index: Int, into out: inout [Posting]) {
+    /// One block's documents, decoded, and where its fixed-width fields are.
+    struct DecodedBlock {
+        var docs: [UInt32] = []
+        var packedAt = 0
+        var packedWidth = 1
+        var lengthAt = 0
+        var lengthWidth = 1
+    }
+
+    /// Decodes block `index`'s documents into `out` (nil fields when the block is malformed).
+    func decodeDocs(block index: Int, into out: inout DecodedBlock) {
         let block = blocks[index]
         var doc: UInt64 = index == 0 ? UInt64.max : UInt64(blocks[index - 1].lastDoc)
-        out = bytes.withUnsafeBufferPointer { b in
-            [Posting](unsafeUninitializedCapacity: block.count) { buffer, filled in
+        bytes.withUnsafeBufferPointer { b in
+            let end = min(b.count, block.offset + block.byteLength)
+            var pos = block.offset
+            let slice = UnsafeBufferPointer(rebasing: b[0..<end])
+            out.docs = [UInt32](unsafeUninitializedCapacity: block.count) { docs, filled in
                 filled = 0
                 guard let base = b.baseAddress else { return }
-                var pos = block.offset
-                let end = min(b.count, block.offset + block.byteLength)
-                let slice = UnsafeBufferPointer(rebasing: b[0..<end])
-                @inline(__always) func append(_ delta: UInt64, _ packed: UInt64, _ length: UInt64) {
-                    doc &+= delta
-                    (buffer.baseAddress! + filled).initialize(to: Posting(doc: UInt32(truncatingIfNeeded: doc),
-                        frequency: UInt32(truncatingIfNeeded: packed >> 4), columns: UInt8(truncatingIfNeeded: (packed >> 1) & 7),
-                        extra: packed & 1 == 1, length: UInt32(truncatingIfNeeded: length)))
+                while filled < block.count, pos + 10 <= end {
+                    doc &+= Varint.readUnchecked(base, &pos)
+                    docs[filled] = UInt32(truncatingIfNeeded: doc)
                     filled += 1
                 }
-                // Unchecked while 30 bytes remain (three varints of at most 10 bytes).
-                while filled < block.count, pos + 30 <= end {
-                    let delta = Varint.readUnchecked(base, &pos)
-                    let packed = Varint.readUnchecked(base, &pos)
-                    append(delta, packed, Varint.readUnchecked(base, &pos))
-                }
                 while filled < block.count, pos < end {
-                    let delta = Varint.read(slice, &pos)
-                    let packed = Varint.read(slice, &pos)
-                    append(delta, packed, Varint.read(slice, &pos))
+                    doc &+= Varint.read(slice, &pos)
+                    docs[filled] = UInt32(truncatingIfNeeded: doc)
+                    filled += 1
                 }
+            }
+            guard out.docs.count == block.count, pos < end else {
+                out.docs = []
+                return
+            }
+            out.packedWidth = Int(max(1, min(4, b[pos] & 0x0F)))
+            out.lengthWidth = Int(max(1, min(4, b[pos] >> 4)))
+            out.packedAt = pos + 1
+            out.lengthAt = out.packedAt + block.count * out.packedWidth
+            if out.lengthAt + block.count * out.lengthWidth > end { out.docs = [] }
+        }
+    }
+
+    /// Entry `i` of a block decoded by `decodeDocs`: the packed value and the length.
+    @inline(__always)
+    func fields(_ block: DecodedBlock, _ i: Int) -> (packed: UInt32, length: UInt32) {
+        bytes.withUnsafeBufferPointer { b in
+            (PostingListFormat.readFixed(b.baseAddress!, block.packedAt + i * block.packedWidth, width: block.packedWidth),
+             PostingListFormat.readFixed(b.baseAddress!, block.lengthAt + i * block.lengthWidth, width: block.lengthWidth))
+        }
+    }
+
+    /// Decodes block `index` into `out` (replacing its contents).
+    func decode(block index: Int, into out: inout [Posting]) {
+        var d = DecodedBlock()
+        decodeDocs(block: index, into: &d)
+        let n = d.docs.count
+        out = bytes.withUnsafeBufferPointer { b in
+            [Posting](unsafeUninitializedCapacity: n) { buffer, filled in
+                guard let base = b.baseAddress else {
+                    filled = 0
+                    return
+                }
+                for i in 0..<n {
+                    let packed = PostingListFormat.readFixed(base, d.packedAt + i * d.packedWidth, width: d.packedWidth)
+                    let length = PostingListFormat.readFixed(base, d.lengthAt + i * d.lengthWidth, width: d.lengthWidth)
+                    (buffer.baseAddress! + i).initialize(to: Posting(doc: d.docs[i], frequency: packed >> 4,
+                        columns: UInt8(truncatingIfNeeded: (packed >> 1) & 7), extra: packed & 1 == 1, length: length))
+                }
+                filled = n
             }
         }
     }
 
-    /// Calls `body(doc, frequency, length, extra)` for every posting, in document order, decoding
-    /// the entries in one pass (they are contiguous, and each block's first delta continues the
-    /// previous block's last document). Unions of many lists spend their time here.
+    /// Calls `body(doc, frequency, length, extra)` for every posting, in document order. No
+    /// allocation: a block's documents are decoded into stack memory (unions of many small lists
+    /// run this once per list).
     @inline(__always)
     func forEachPosting(_ body: (UInt32, UInt32, UInt32, Bool) -> Void) {
-        guard let first = blocks.first else { return }
         bytes.withUnsafeBufferPointer { b in
             guard let base = b.baseAddress else { return }
-            var pos = first.offset
-            var doc: Int64 = -1
-            var remaining = count
-            // Three varints of at most 10 bytes each: no bounds check per byte while 30 remain.
-            while remaining > 0, pos + 30 <= b.count {
-                doc += Int64(Varint.readUnchecked(base, &pos))
-                let packed = Varint.readUnchecked(base, &pos)
-                let length = Varint.readUnchecked(base, &pos)
-                body(UInt32(truncatingIfNeeded: doc), UInt32(truncatingIfNeeded: packed >> 4), UInt32(truncatingIfNeeded: length), packed & 1 == 1)
-                remaining -= 1
-            }
-            while remaining > 0, pos < b.count {
-                doc += Int64(Varint.read(b, &pos))
-                let packed = Varint.read(b, &pos)
-                let length = Varint.read(b, &pos)
-                body(UInt32(truncatingIfNeeded: doc), UInt32(truncatingIfNeeded: packed >> 4), UInt32(truncatingIfNeeded: length), packed & 1 == 1)
-                remaining -= 1
+            withUnsafeTemporaryAllocation(of: UInt32.self, capacity: PostingListFormat.blockSize) { docs in
+                var doc: UInt64 = UInt64.max
+                for block in blocks {
+                    let end = min(b.count, block.offset + block.byteLength)
+                    var pos = block.offset
+                    var n = 0
+                    while n < block.count, pos + 10 <= end {
+                        doc &+= Varint.readUnchecked(base, &pos)
+                        docs[n] = UInt32(truncatingIfNeeded: doc)
+                        n += 1
+                    }
+                    let slice = UnsafeBufferPointer(rebasing: b[0..<end])
+                    while n < block.count, pos < end {
+                        doc &+= Varint.read(slice, &pos)
+                        docs[n] = UInt32(truncatingIfNeeded: doc)
+                        n += 1
+                    }
+                    guard n == block.count, pos < end else { return }
+                    let packedWidth = Int(max(1, min(4, base[pos] & 0x0F))), lengthWidth = Int(max(1, min(4, base[pos] >> 4)))
+                    let packedAt = pos + 1, lengthAt = packedAt + n * packedWidth
+                    guard lengthAt + n * lengthWidth <= end else { return }
+                    for i in 0..<n {
+                        let packed = PostingListFormat.readFixed(base, packedAt + i * packedWidth, width: packedWidth)
+                        let length = PostingListFormat.readFixed(base, lengthAt + i * lengthWidth, width: lengthWidth)
+                        body(docs[i], packed >> 4, length, packed & 1 == 1)
+                    }
+                }
             }
         }
     }

@@ -163,38 +163,17 @@ final class UnionPostings {
         let limit = UInt64(span)
         var count = 0
         for list in lists {
-            list.bytes.withUnsafeBufferPointer { b in
-                guard let first = list.blocks.first, let base = b.baseAddress else { return }
-                var pos = first.offset
-                var doc: UInt64 = UInt64.max  // -1: the first delta lands on the first document
-                var remaining = list.count
-                @inline(__always) func add(_ delta: UInt64, _ packed: UInt64, _ length: UInt64) {
-                    doc &+= delta
-                    // A damaged blob must not write out of bounds: documents past the span are dropped.
-                    guard doc < limit else { return }
-                    let d = Int(doc)
-                    if f[d] == 0 {
-                        bits[d >> 6] |= 1 << UInt64(d & 63)
-                        count += 1
-                    }
-                    f[d] &+= UInt32(truncatingIfNeeded: packed >> 4)
-                    // The top bit carries `extra` (a document has far fewer than 2^31 tokens).
-                    l[d] = UInt32(truncatingIfNeeded: length) & 0x7FFF_FFFF | UInt32(truncatingIfNeeded: packed & 1) << 31
+            list.forEachPosting { doc, frequency, length, extra in
+                // A damaged blob must not write out of bounds: documents past the span are dropped.
+                guard UInt64(doc) < limit else { return }
+                let d = Int(doc)
+                if f[d] == 0 {
+                    bits[d >> 6] |= 1 << UInt64(d & 63)
+                    count += 1
                 }
-                // Three varints of at most 10 bytes each: no bounds checks while 30 bytes remain.
-                let fastEnd = b.count - 30
-                while remaining > 0, pos <= fastEnd {
-                    let delta = Varint.readUnchecked(base, &pos)
-                    let packed = Varint.readUnchecked(base, &pos)
-                    add(delta, packed, Varint.readUnchecked(base, &pos))
-                    remaining -= 1
-                }
-                while remaining > 0, pos < b.count {
-                    let delta = Varint.read(b, &pos)
-                    let packed = Varint.read(b, &pos)
-                    add(delta, packed, Varint.read(b, &pos))
-                    remaining -= 1
-                }
+                f[d] &+= frequency
+                // The top bit carries `extra` (a document has far fewer than 2^31 tokens).
+                l[d] = length & 0x7FFF_FFFF | (extra ? 0x8000_0000 : 0)
             }
         }
         self.count = count

@@ -31,7 +31,7 @@ struct RankedTopK {
         // Unions borrow the connection's scratch arrays until the query ends.
         defer { db.unionScratch.reclaim() }
         let snapshot = try RankSnapshot.read(db)
-        guard let delta = try deltaDocuments(snapshot) else {
+        guard let delta = try Self.deltaDocuments(snapshot, db: db, store: store) else {
             store.rankMaintainer.request()
             return nil
         }
@@ -89,7 +89,7 @@ struct RankedTopK {
 
     /// The items no segment holds in their current version, tokenized (from the cache when their
     /// row is unchanged); nil when there are more than `deltaLimit`.
-    func deltaDocuments(_ snapshot: RankSnapshot) throws -> [DeltaDocument]? {
+    static func deltaDocuments(_ snapshot: RankSnapshot, db: Database, store: IndexStore) throws -> [DeltaDocument]? {
         var versions: [(Int64, Int64)] = []
         let above = try db.rows("SELECT rowid, checksum FROM items WHERE rowid > ? ORDER BY rowid LIMIT ?",
             [.integer(snapshot.covered), .integer(Int64(Self.deltaLimit + 1))])
@@ -290,7 +290,7 @@ struct SourceReader {
     private let list: PostingList?
     private let union: UnionPostings?
     private var cached = -1
-    private var block: [Posting] = []
+    private var block = PostingList.DecodedBlock()
     private var position = 0
 
     init(source: PhraseSource) {
@@ -305,12 +305,12 @@ struct SourceReader {
     mutating func frequency(of doc: UInt32) -> UInt32? {
         if let union { return union.frequency(of: doc) }
         guard list != nil else { return nil }
-        if cached < 0 || doc > block[block.count - 1].doc || doc < block[0].doc {
+        if cached < 0 || block.docs.isEmpty || doc > block.docs[block.docs.count - 1] || doc < block.docs[0] {
             guard let b = list!.blockIndex(containing: doc) else { return nil }
             if b != cached {
-                list!.decode(block: b, into: &block)
+                list!.decodeDocs(block: b, into: &block)
                 cached = b
-                guard !block.isEmpty else {
+                guard !block.docs.isEmpty else {
                     cached = -1
                     return nil
                 }
@@ -318,8 +318,9 @@ struct SourceReader {
             position = 0
         }
         // Forward from the last lookup; back to the block's start only for an earlier document.
-        if position > 0, block[position - 1].doc >= doc { position = 0 }
-        while position < block.count, block[position].doc < doc { position += 1 }
-        return position < block.count && block[position].doc == doc ? block[position].frequency : nil
+        if position > 0, block.docs[position - 1] >= doc { position = 0 }
+        while position < block.docs.count, block.docs[position] < doc { position += 1 }
+        guard position < block.docs.count, block.docs[position] == doc else { return nil }
+        return list!.fields(block, position).packed >> 4
     }
 }

@@ -232,6 +232,15 @@ struct SegmentBuilder {
             out.terms.append(.init(term: sortedTerms[k], docs: Int(docCounts[t]), columnDocs: Int(columnDocs[t]), postings: encoded))
         }
         for finished in unions.finishAll() { out.terms.append(encodeUnion(finished)) }
+        // The best completions of prefixes of many terms (`PrefixLists.topCompletions`).
+        for (prefix, range) in prefixes where range.count >= PrefixLists.minTerms {
+            let best = range.map { k in (term: sortedTerms[k], columnDocs: Int(columnDocs[order[k]])) }
+                .filter { $0.columnDocs > 0 }
+                .sorted { $0.columnDocs != $1.columnDocs ? $0.columnDocs > $1.columnDocs : $0.term.lexicographicallyPrecedes($1.term) }
+                .prefix(PrefixLists.topCompletions)
+            out.terms.append(.init(term: PrefixLists.completionsKey(prefix), docs: best.count, columnDocs: 0,
+                postings: PrefixLists.encodeCompletions(Array(best))))
+        }
         return out
     }
 
@@ -260,6 +269,43 @@ enum PrefixLists {
     static let maxLength = 12
 
     static func key(_ prefix: [UInt8]) -> [UInt8] { [0xFF] + prefix }
+
+    /// Completions kept per prefix of at least `minTerms` terms: its words of the text columns
+    /// with the most `column_docs`, best first (ties by the word), under 0xFE + prefix. A query
+    /// completing "lib" reads them instead of 9 503 rows, when they are enough to prove its
+    /// answer (`RankedVocabulary.completions`).
+    static let topCompletions = 64
+
+    static func completionsKey(_ prefix: [UInt8]) -> [UInt8] { [0xFE] + prefix }
+
+    static func encodeCompletions(_ entries: [(term: [UInt8], columnDocs: Int)]) -> [UInt8] {
+        var out: [UInt8] = []
+        Varint.append(UInt64(entries.count), to: &out)
+        for e in entries {
+            Varint.append(UInt64(e.term.count), to: &out)
+            out += e.term
+            Varint.append(UInt64(e.columnDocs), to: &out)
+        }
+        return out
+    }
+
+    /// Nil when malformed.
+    static func decodeCompletions(_ bytes: [UInt8]) -> [(term: [UInt8], columnDocs: Int)]? {
+        bytes.withUnsafeBufferPointer { b -> [(term: [UInt8], columnDocs: Int)]? in
+            var pos = 0
+            let n = Int(Varint.read(b, &pos))
+            guard n <= topCompletions else { return nil }
+            var out: [(term: [UInt8], columnDocs: Int)] = []
+            for _ in 0..<n {
+                let length = Int(Varint.read(b, &pos))
+                guard length >= 0, pos + length <= b.count else { return nil }
+                let term = Array(b[pos..<(pos + length)])
+                pos += length
+                out.append((term, Int(Varint.read(b, &pos))))
+            }
+            return pos == b.count ? out : nil
+        }
+    }
 
     /// The prefixes (whole UTF-8 characters) to store, sorted by where their terms begin in
     /// `sorted` (then shortest first), with that range.
