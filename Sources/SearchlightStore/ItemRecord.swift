@@ -193,6 +193,17 @@ struct ItemRecord {
 
     var checksum: Int64 { checksum(attrsJSON: attrsJSON) }
 
+    /// `selectColumns` with NULL in place of what `fetch` does not return (a text attribute not
+    /// asked for, the stored JSON when only text attributes are): a result page that shows titles
+    /// then copies titles, not every description and body. Same positions, so `init(row:)` reads it.
+    static func selectColumns(fetch: Set<String>?) -> String {
+        guard let fetch else { return selectColumns }
+        var columns = ["items.uid", "items.domain", "items.expires"]
+        for name in AttributeCatalog.textAttributes { columns.append(fetch.contains(name) ? "items.\(name)" : "NULL") }
+        columns.append(fetch.isSubset(of: textAttributeNames) ? "NULL" : "items.attrs")
+        return columns.joined(separator: ", ")
+    }
+
     /// Columns selected to rebuild a record, in this order.
     static let selectColumns =
         "items.uid, items.domain, items.expires, items.title, items.displayName, items.alternateNames, "

@@ -82,6 +82,21 @@ public struct IndexSummary: Sendable {
     public var fileBytes: Int64
     public var formatVersion: Int
     public var hasClientState: Bool
+    /// The ranked index, nil for a file of an older format.
+    public var rankedIndex: RankedIndexSummary?
+}
+
+/// How much of an index the ranked index holds (`admin.status`).
+public struct RankedIndexSummary: Sendable {
+    /// Segments in use and the items they hold.
+    public var segments: Int
+    public var items: Int
+    /// Items queries read from `items` until a build takes them in: above the coverage, or
+    /// rewritten since their segment was built.
+    public var pending: Int
+    /// Segments built since the store was opened, and the last build's failure.
+    public var builds: Int
+    public var lastError: String?
 }
 
 /// Findings of an integrity check.

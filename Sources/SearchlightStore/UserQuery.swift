@@ -97,8 +97,9 @@ extension IndexStore {
                 if !terms.words.isEmpty, request.maxResultCount > 0 {
                     let top = try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now, path: path)
                     items.reserveCapacity(top.candidates.count)
+                    let columns = ItemRecord.selectColumns(fetch: fetch)
                     for c in top.candidates {
-                        guard let row = try db.rows("SELECT \(ItemRecord.selectColumns) FROM items WHERE items.rowid = ?", [.integer(c.rowID)]).first
+                        guard let row = try db.rows("SELECT \(columns) FROM items WHERE items.rowid = ?", [.integer(c.rowID)]).first
                         else { continue }
                         items.append(ItemRecord(row: row, fetch: fetch).wireItem(fetch: fetch))
                         scores.append(c.score)

@@ -79,7 +79,7 @@ extension BenchRun {
             figure: Figure(readyFull), unit: "ms", higherIsBetter: false, target: "< 200 ms", met: Figure(readyFull).median < 200))
         if let bundle {
             // Open the index and touch it the way users would, then read the resident set.
-            let bench = QueryBench(corpus: corpus, queries: 50)
+            let bench = QueryBench(corpus: corpus, queries: 50, userTexts: RankedBench.queries(corpus))
             _ = try await bench.run(socket: daemon.socket, bundle: bundle, path: daemon.indexPath(bundle: bundle), runs: 1)
         }
         if let sample = ProcessSample(pid: daemon.pid) {

@@ -39,6 +39,24 @@ enum RankedBench {
         progress(String(format: "ranked index of %d items built in %.0f ms", store.count, build))
         rows.append(Row(scenario: "ranked index build, \(sizeLabel(store.count)) items (in-process)", figure: Figure([build / 1000]),
             unit: "s", higherIsBetter: false))
+        // query.search's first page in-process: the query parsed and compiled, the page read, its
+        // answer serialized: what the daemon does for one call besides reading and writing the socket.
+        for (name, query) in [("term", "textContent == \"\(corpus.term)\"cdw"), ("prefix", "title == \"\(corpus.prefix)*\"cdw")]
+        where options.userQueries.isEmpty {
+            var times: [Double] = []
+            for k in 0..<(options.queries + 10) {
+                let t = try milliseconds {
+                    let filter = try QueryFront.filter(query: query, limits: Limits(), now: Date())
+                    let page = try store.search(filter, fetch: ["title"], limit: 20)
+                    _ = JSONValue.object(["items": .array(page.items), "cursor": page.cursor.map(JSONValue.string) ?? .null]).serialized()
+                }
+                if k >= 10 { times.append(t) }
+            }
+            progress(String(format: "query.search %@ first page in-process: p50 %.3f ms, p99 %.3f ms", name,
+                Figure(times).percentile(0.5), Figure(times).percentile(0.99)))
+            rows.append(Row(scenario: "query.search \(name) first page in-process (parse, search, JSON), p50", figure: Figure([Figure(times).percentile(0.5)]),
+                unit: "ms", higherIsBetter: false))
+        }
         for text in options.userQueries.isEmpty ? queries(corpus) : options.userQueries {
             var fast: [Double] = [], exhaustive: [Double] = []
             var answers: (LexicalCandidates, LexicalCandidates)?

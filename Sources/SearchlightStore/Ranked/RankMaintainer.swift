@@ -1,3 +1,4 @@
+import CSQLite
 import Foundation
 import SearchlightWire
 
@@ -72,6 +73,9 @@ public final class RankMaintainer: @unchecked Sendable {
             } catch {
                 lock.withLock { lastError = "\(error)" }
             }
+            // A build's term tables and rows are freed by now: give the heap back, so an idle
+            // daemon stays small.
+            csqlite_release_heap()
         }
         let again: Bool = lock.withLock {
             running = requested != nil && !(store?.isClosing ?? true)
