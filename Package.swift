@@ -1,6 +1,6 @@
 // swift-tools-version:6.0
 // Searchlight: a private, on-device search index service for Linux.
-// No package dependencies by the owner's decision (DESIGN §1): toolchain + system libsqlite3.
+// No package dependencies by the owner's decision (DESIGN §1): toolchain + system libsqlite3 and libopenblas.
 import PackageDescription
 
 let strict: [SwiftSetting] = [.swiftLanguageMode(.v6)]
@@ -11,6 +11,7 @@ let package = Package(
     products: [
         .library(name: "SearchlightKit", targets: ["SearchlightKit"]),
         .library(name: "SearchlightWire", targets: ["SearchlightWire"]),
+        .library(name: "SearchlightSQLite", targets: ["SearchlightSQLite"]),
         .executable(name: "searchlightd", targets: ["searchlightd"]),
         .executable(name: "searchlight", targets: ["searchlight"]),
         .executable(name: "searchlight-bench", targets: ["searchlight-bench"]),
@@ -21,28 +22,52 @@ let package = Package(
             pkgConfig: "sqlite3",
             providers: [.apt(["libsqlite3-dev"])]
         ),
+        // OpenBLAS for the transformer's matrix products; linked by SearchlightSemantic only (DESIGN §1).
+        .systemLibrary(
+            name: "COpenBLAS",
+            pkgConfig: "openblas",
+            providers: [.apt(["libopenblas-dev"])]
+        ),
         .target(name: "SearchlightWire", swiftSettings: strict),
+        // Launchd-like unit files: parser, model, checks (the daemon, the CLI and the fuzzer use it).
+        .target(name: "SearchlightUnits", dependencies: ["SearchlightWire"], swiftSettings: strict),
         .target(name: "SearchlightStore", dependencies: ["CSQLite", "SearchlightWire"], swiftSettings: strict),
+        .target(
+            name: "SearchlightSemantic",
+            dependencies: ["COpenBLAS", "SearchlightWire", "SearchlightStore"],
+            swiftSettings: strict
+        ),
+        // Offline tools of the semantic layer: embeddings for the static table's fit, the
+        // debtags relevance evaluation, speed measurements (Docs/SemanticSearch.md).
+        .executableTarget(
+            name: "searchlight-semantic",
+            dependencies: ["SearchlightSemantic", "SearchlightStore", "SearchlightWire"],
+            swiftSettings: strict
+        ),
         .target(name: "SearchlightKit", dependencies: ["SearchlightWire"], swiftSettings: strict),
+        // The store delegate (DESIGN §10): an app's SQLite database kept in its index. It links the
+        // system SQLite so that the Kit does not: plugin authors who do not use it do not pay for it.
+        .target(name: "SearchlightSQLite", dependencies: ["SearchlightKit", "CSQLite"], swiftSettings: strict),
         .target(name: "CSpawn"),
         .target(
             name: "SearchlightSupervisor",
-            dependencies: ["SearchlightWire", "SearchlightStore", "CSpawn"],
+            dependencies: ["SearchlightWire", "SearchlightUnits", "SearchlightStore", "CSpawn"],
             swiftSettings: strict
         ),
         // The fuzz targets and the deterministic mutation fuzzer (`make test` runs them bounded;
         // `make fuzz` runs them long, under libFuzzer when the toolchain has it).
         .target(
             name: "SearchlightFuzz",
-            dependencies: ["SearchlightWire", "SearchlightStore", "SearchlightSupervisor"],
+            dependencies: ["SearchlightWire", "SearchlightUnits", "SearchlightStore"],
             swiftSettings: strict
         ),
         .executableTarget(name: "searchlight-fuzz", dependencies: ["SearchlightFuzz"], swiftSettings: strict),
         .executableTarget(name: "searchlightd", dependencies: ["SearchlightSupervisor"], swiftSettings: strict),
-        .executableTarget(name: "searchlight", dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightSupervisor"], swiftSettings: strict),
+        // The CLI links the SDK, the wire types and the unit parser (for `units --verify`), never the daemon.
+        .executableTarget(name: "searchlight", dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightUnits"], swiftSettings: strict),
         .executableTarget(
             name: "searchlight-bench",
-            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightStore", "CSQLite"],
+            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightStore", "SearchlightSQLite", "CSQLite"],
             swiftSettings: strict
         ),
         // A fake extension that crashes, hangs, answers garbage … on command, for the integration tests.
@@ -50,9 +75,22 @@ let package = Package(
             name: "searchlight-test-extension", dependencies: ["SearchlightKit"], path: "Tests/TestExtension",
             swiftSettings: strict
         ),
+        // A client process the integration tests run as another user (setpriv): holds connections, fills bundles.
+        .executableTarget(
+            name: "searchlight-test-client", dependencies: ["SearchlightKit"], path: "Tests/TestClient",
+            swiftSettings: strict
+        ),
         .testTarget(name: "SearchlightWireTests", dependencies: ["SearchlightWire"], swiftSettings: strict),
         .testTarget(name: "SearchlightStoreTests", dependencies: ["SearchlightStore", "CSQLite"], swiftSettings: strict),
+        .testTarget(
+            name: "SearchlightSemanticTests",
+            dependencies: ["SearchlightSemantic", "SearchlightStore", "SearchlightWire"],
+            exclude: ["Fixtures"],
+            swiftSettings: strict
+        ),
         .testTarget(name: "SearchlightKitTests", dependencies: ["SearchlightKit"], swiftSettings: strict),
+        .testTarget(name: "SearchlightUnitsTests", dependencies: ["SearchlightUnits"], swiftSettings: strict),
+        .testTarget(name: "SearchlightSQLiteTests", dependencies: ["SearchlightSQLite", "CSQLite"], swiftSettings: strict),
         .testTarget(
             name: "SearchlightSupervisorTests",
             dependencies: ["SearchlightSupervisor"],
@@ -61,7 +99,7 @@ let package = Package(
         .testTarget(name: "SearchlightFuzzTests", dependencies: ["SearchlightFuzz"], swiftSettings: strict),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightFuzz", "SearchlightStore", "CSQLite"],
+            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightFuzz", "SearchlightStore", "SearchlightSQLite", "CSQLite"],
             swiftSettings: strict
         ),
     ]

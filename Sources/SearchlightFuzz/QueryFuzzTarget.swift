@@ -7,7 +7,8 @@ import SearchlightWire
 /// the same text is also run as a user query (free text).
 ///
 /// Invariants: a query that does not parse is an `invalidQuery` whose `offset` lies inside the
-/// query; a query that parses runs without error; a user query never fails.
+/// query; a query that parses runs without error; a user query within `maxQueryTerms` never
+/// fails, and one past it is an `invalidQuery` at one of its words.
 public final class QueryFuzzTarget: FuzzTarget {
     public let name = "query"
     let store: IndexStore
@@ -88,11 +89,20 @@ public final class QueryFuzzTarget: FuzzTarget {
             throw violation("a query that parsed failed to run: \(error)", input)
         }
         do {
+            try UserQueryRequest.check(text, limits: limits)
+        } catch {
+            // More different words than `maxQueryTerms`: refused before the index is read, at a word of the text.
+            guard error.code == .invalidQuery, let offset = error.data?["offset"]?.intValue, (0..<text.utf8.count).contains(offset) else {
+                throw violation("a user query was refused with \(error), not invalidQuery at a word of the text", input)
+            }
+            return true
+        }
+        do {
             var request = UserQueryRequest(text: text)
             request.maxSuggestionCount = 3
             _ = try store.userQuery(request)
         } catch {
-            throw violation("a user query failed: \(error)", input)
+            throw violation("a user query within the limits failed: \(error)", input)
         }
         return true
     }

@@ -1,5 +1,5 @@
 import Foundation
-import SearchlightSupervisor
+import SearchlightUnits
 
 /// The unit-file parser (XML and binary property lists, then every key's validation).
 ///

@@ -17,35 +17,16 @@ final class ExtensionRuntime<Extension: IndexExtension>: Sendable {
     private let exitCode: AsyncStream<Int32>
     private let finish: AsyncStream<Int32>.Continuation
 
-    init(extension implementation: Extension, arguments: [String], environment: [String: String], defaultLabel: String) {
+    convenience init(extension implementation: Extension, arguments: [String], environment: [String: String], defaultLabel: String) {
+        self.init(extension: implementation, options: LaunchOptions(arguments: arguments, environment: environment, defaultLabel: defaultLabel))
+    }
+
+    init(extension implementation: Extension, options: LaunchOptions) {
         self.implementation = implementation
-        var label = environment[ExtensionEnvironment.label].flatMap { $0.isEmpty ? nil : $0 }
-        var socket: String?
-        var problem: String?
-        var rest = arguments.dropFirst()
-        while let arg = rest.popFirst() {
-            switch arg {
-            case "--label": label = rest.popFirst()
-            case "--socket": socket = rest.popFirst()
-            default: break  // the extension's own arguments (from ProgramArguments)
-            }
-        }
-        if label == nil, !defaultLabel.isEmpty { label = defaultLabel }
-        var descriptor: Int32?
-        if let fdText = environment[ExtensionEnvironment.fd] {
-            var info = stat()
-            if let fd = Int32(fdText), fd >= 0, fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK {
-                descriptor = fd
-            } else {
-                problem = "\(ExtensionEnvironment.fd)=\(fdText) is not an inherited socket; unset it to attach to the daemon by label"
-            }
-        } else if label == nil {
-            problem = "no label to attach under: pass --label LABEL (the unit's Label), set \(ExtensionEnvironment.label), or let searchlightd launch the extension"
-        }
-        self.label = label
-        self.socketPath = socket
-        inheritedDescriptor = descriptor
-        usageProblem = problem
+        label = options.context.label.isEmpty ? nil : options.context.label
+        socketPath = options.socketPath
+        inheritedDescriptor = options.inheritedDescriptor
+        usageProblem = options.problem
         (exitCode, finish) = AsyncStream<Int32>.makeStream()
     }
 
@@ -123,39 +104,39 @@ final class ExtensionRuntime<Extension: IndexExtension>: Sendable {
             return $0
         }
         guard let (bundle, connection) = ready else { return }
-        let requestID = params["requestId"]?.stringValue ?? UUID().uuidString
-        let index = SearchableIndex(name: params["index"]?.stringValue ?? "", bundleIdentifier: bundle,
-            connection: connection, requestID: params["requestId"]?.stringValue)
         let implementation = self.implementation
         let work: @Sendable () async throws -> JSONValue
-        switch method {
-        case Method.extensionReindexAll:
-            work = {
-                try await implementation.reindexAllSearchableItems(in: index)
-                return ["requestId": .string(requestID)]
-            }
-        case Method.extensionReindexIdentifiers:
-            guard let ids = params["identifiers"]?.arrayValue?.compactMap(\.stringValue) else {
-                reply(.failure(.invalidParams("\"identifiers\" must be an array of strings")))
+        do {
+            switch method {
+            case Method.extensionReindexAll:
+                let r = try ExtensionReindexAll.decode(params)
+                let index = SearchableIndex(name: r.header.index, bundleIdentifier: bundle, connection: connection, requestID: r.header.requestId)
+                work = {
+                    try await implementation.reindexAllSearchableItems(in: index)
+                    return ["requestId": .string(r.header.requestId)]
+                }
+            case Method.extensionReindexIdentifiers:
+                let r = try ExtensionReindexIdentifiers.decode(params)
+                let index = SearchableIndex(name: r.header.index, bundleIdentifier: bundle, connection: connection, requestID: r.header.requestId)
+                work = {
+                    try await implementation.reindexSearchableItems(withIdentifiers: r.identifiers, in: index)
+                    return ["requestId": .string(r.header.requestId)]
+                }
+            case Method.extensionDataForItem:
+                let r = try ExtensionDataForItem.decode(params)
+                work = { try await IndexFetchData.Response(data: implementation.data(forItem: r.identifier, typeIdentifier: r.typeIdentifier)).result }
+            case Method.extensionFileURLForItem:
+                let r = try ExtensionFileURLForItem.decode(params)
+                work = {
+                    try await IndexFetchFileURL.Response(url: implementation.fileURL(forItem: r.identifier, typeIdentifier: r.typeIdentifier,
+                        inPlace: r.inPlace)).result
+                }
+            default:
+                reply(.failure(SearchlightError(.methodNotFound, "this extension does not serve \(method.prefix(64)); update the SDK")))
                 return
             }
-            work = {
-                try await implementation.reindexSearchableItems(withIdentifiers: ids, in: index)
-                return ["requestId": .string(requestID)]
-            }
-        case Method.extensionDataForItem, Method.extensionFileURLForItem:
-            guard let id = params["identifier"]?.stringValue, let type = params["typeIdentifier"]?.stringValue else {
-                reply(.failure(.invalidParams("\"identifier\" and \"typeIdentifier\" must be strings")))
-                return
-            }
-            if method == Method.extensionDataForItem {
-                work = { ["data": .string(try await implementation.data(forItem: id, typeIdentifier: type).base64EncodedString())] }
-            } else {
-                let inPlace = params["inPlace"]?.boolValue ?? false
-                work = { ["url": .string(try await implementation.fileURL(forItem: id, typeIdentifier: type, inPlace: inPlace).absoluteString)] }
-            }
-        default:
-            reply(.failure(SearchlightError(.methodNotFound, "this extension does not serve \(method.prefix(64)); update the SDK")))
+        } catch {
+            reply(.failure(error))
             return
         }
         let key = UUID().uuidString
@@ -174,5 +155,58 @@ final class ExtensionRuntime<Extension: IndexExtension>: Sendable {
             reply(result)
             _ = self.running.withLock { $0.removeValue(forKey: key) }
         } }
+    }
+}
+
+/// The SDK's part of an extension's command line and environment (DESIGN §5): `--label LABEL`,
+/// `--socket PATH`, `--dump` and `--dump-index NAME` are the SDK's; everything else is the
+/// extension's own (`ExtensionContext.arguments`).
+struct LaunchOptions: Sendable {
+    var context: ExtensionContext
+    var socketPath: String?
+    var inheritedDescriptor: Int32?
+    /// `--dump`: print what a reindex-all of `dumpIndex` would donate, and exit.
+    var dump = false
+    var dumpIndex = ""
+    /// Why the extension cannot run as asked (exit status 2).
+    var problem: String?
+
+    static let sdkOptionsWithValue: Set<String> = ["--label", "--socket", "--dump-index"]
+
+    init(arguments: [String], environment: [String: String], defaultLabel: String) {
+        var label = environment[ExtensionEnvironment.label].flatMap { $0.isEmpty ? nil : $0 }
+        var own: [String] = []
+        var rest = arguments.dropFirst()
+        while let argument = rest.popFirst() {
+            if argument == "--" {
+                own.append(argument)
+                own += rest
+                break
+            }
+            switch argument {
+            case "--label": label = rest.popFirst()
+            case "--socket": socketPath = rest.popFirst()
+            case "--dump": dump = true
+            case "--dump-index": dumpIndex = rest.popFirst() ?? ""
+            default: own.append(argument)  // the extension's own (from ProgramArguments)
+            }
+        }
+        if label == nil, !defaultLabel.isEmpty { label = defaultLabel }
+        var mode = ExtensionContext.LaunchMode.attached
+        if dump {
+            mode = .dump
+        } else if let fdText = environment[ExtensionEnvironment.fd] {
+            var info = stat()
+            if let fd = Int32(fdText), fd >= 0, fstat(fd, &info) == 0, (info.st_mode & S_IFMT) == S_IFSOCK {
+                inheritedDescriptor = fd
+                mode = .launched
+            } else {
+                problem = "\(ExtensionEnvironment.fd)=\(fdText) is not an inherited socket; unset it to attach to the daemon by label"
+            }
+        } else if label == nil {
+            problem = "no label to attach under: pass --label LABEL (the unit's Label), set \(ExtensionEnvironment.label), or let searchlightd launch the extension (or pass --dump to print what it would index)"
+        }
+        context = ExtensionContext(label: label ?? "", bundleIdentifier: environment[ExtensionEnvironment.bundleIdentifier],
+            arguments: own, environment: environment, mode: mode, executable: arguments.first ?? "")
     }
 }

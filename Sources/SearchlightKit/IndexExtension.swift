@@ -4,7 +4,8 @@ import Foundation
 /// `searchlightd` launches when an app's index must be rebuilt, during migration, corruption
 /// recovery or idle maintenance, and when a user asks (`searchlight reindex LABEL --all`).
 ///
-/// Write a type with a no-argument initializer, mark it `@main`, and the SDK owns `main()`:
+/// Write a type, mark it `@main`, and the SDK owns `main()` and the process: it reads its own
+/// options (`--label`, `--socket`, `--dump`) and hands the rest to `init(context:)`:
 ///
 /// ```swift
 /// import SearchlightKit
@@ -19,7 +20,16 @@ import Foundation
 /// Returning from a handler acknowledges the request; throwing acknowledges it negatively and the
 /// supervisor retries it later. Donate through the `SearchableIndex` you are handed: it is the same
 /// API apps use. When the supervisor asks the extension to stop, running handlers are cancelled.
+/// Every extension also answers `--dump`: it prints what a reindex-all would donate, as JSON
+/// lines in the shape `searchlight import` reads, without a daemon.
 public protocol IndexExtension: Sendable {
+    /// Made once per process, with the extension's own arguments and how it was started. The
+    /// default calls `init()`: an extension that needs no context writes neither. A throw ends the
+    /// process with its message (exit status 2: a usage problem).
+    init(context: ExtensionContext) throws
+
+    /// The initializer of an extension that needs no context; not called when `init(context:)`
+    /// is implemented.
     init()
 
     /// Rebuilds every item of `index`: donate them all (deleting what no longer exists).
@@ -47,6 +57,12 @@ public protocol IndexExtension: Sendable {
 }
 
 extension IndexExtension {
+    public init(context: ExtensionContext) throws { self.init() }
+
+    public init() {
+        fatalError("\(Self.self) implements neither init(context:) nor init(): write one of them")
+    }
+
     public func data(forItem identifier: String, typeIdentifier: String) async throws -> Data {
         throw SearchlightError(.indexingUnsupported, "this extension provides no data for items (\(typeIdentifier))")
     }
@@ -61,10 +77,26 @@ extension IndexExtension {
     public static var label: String { "" }
 
     /// The extension's entry point: connects to the supervisor and serves its requests until the
-    /// supervisor asks it to stop or goes away. Exits the process.
+    /// supervisor asks it to stop or goes away (or, with `--dump`, prints what a reindex-all would
+    /// donate). Exits the process.
     public static func main() async {
-        let code = await ExtensionRuntime(extension: Self(), arguments: CommandLine.arguments,
-            environment: ProcessInfo.processInfo.environment, defaultLabel: label).run()
-        exit(code)
+        let options = LaunchOptions(arguments: CommandLine.arguments, environment: ProcessInfo.processInfo.environment,
+            defaultLabel: label)
+        let name = (options.context.executable as NSString).lastPathComponent
+        if let problem = options.problem {
+            FileHandle.standardError.write(Data("\(name): \(problem)\n".utf8))
+            exit(2)
+        }
+        let implementation: Self
+        do {
+            implementation = try Self(context: options.context)
+        } catch {
+            FileHandle.standardError.write(Data("\(name): \(error)\n".utf8))
+            exit(2)
+        }
+        if options.dump {
+            exit(await ItemDump.run(implementation, index: options.dumpIndex, name: name))
+        }
+        exit(await ExtensionRuntime(extension: implementation, options: options).run())
     }
 }

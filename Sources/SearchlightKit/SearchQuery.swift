@@ -56,17 +56,11 @@ public struct SearchQuery: Sendable {
                 while buffer.isEmpty {
                     if finished { return nil }
                     try Task.checkCancellation()
-                    var params: [String: JSONValue] = [
-                        "query": .string(query.queryString), "limit": .number(Double(query.context.pageSize)),
-                    ]
-                    if let fetch = query.context.fetchAttributes { params["fetchAttributes"] = .array(fetch.map(JSONValue.string)) }
-                    if !query.context.filterQueries.isEmpty {
-                        params["filterQueries"] = .array(query.context.filterQueries.map(JSONValue.string))
-                    }
-                    if let cursor { params["cursor"] = .string(cursor) }
-                    let page = try await query.index.call(Method.querySearch, params)
-                    buffer = (page["items"]?.arrayValue ?? []).compactMap(SearchableItem.init(wire:)).reversed()
-                    cursor = page["cursor"]?.stringValue
+                    let page = try await query.index.send(QuerySearch(
+                        query: query.queryString, fetchAttributes: query.context.fetchAttributes,
+                        filterQueries: query.context.filterQueries, limit: query.context.pageSize, cursor: cursor, index: query.index.name))
+                    buffer = page.items.compactMap(SearchableItem.init(wire:)).reversed()
+                    cursor = page.cursor
                     finished = cursor == nil
                 }
                 return buffer.popLast()

@@ -58,9 +58,49 @@ public actor SearchlightConnection {
     }
 
     /// Calls a method and returns its result; a JSON-RPC error answer throws `SearchlightError`.
+    ///
+    /// The daemon closes a connection left idle (`--idle-timeout`), announcing it with `$/closing`
+    /// and reading nothing after: a call that fails because it crossed that close was never
+    /// processed, so it is sent once more on a new connection, and the caller sees nothing of it.
     public func call(_ method: String, _ params: JSONValue = [:]) async throws -> JSONValue {
-        let connection = try await connected()
-        return try await connection.call(method, params)
+        var connection = try await connected()
+        var resent = 0
+        while true {
+            do {
+                return try await connection.call(method, params)
+            } catch let error as SearchlightError where error.code == .remoteConnection && reconnects && resent < Self.maximumResends {
+                // Every message the daemon sent before closing is read before the reader ends.
+                await connection.waitUntilClosed()
+                guard connection.closeAnnouncement != nil else { throw error }
+                resent += 1
+                connection = try await connected()
+            }
+        }
+    }
+
+    /// Times a call is sent again after announced closes. More than one only when the new
+    /// connection itself idles out before the call goes (a very short `--idle-timeout` on a
+    /// loaded machine); each resend is safe, since an announced close processed nothing after it.
+    static let maximumResends = 3
+
+    /// Sends a request whose params are already encoded, at once, and returns its call to await
+    /// later: calls submitted in turn are on the wire in that order (see `RPCConnection.submit`).
+    /// With `previous` (the connection of calls still in flight), the call goes on that connection
+    /// or not at all (`ConnectionChanged`), so that calls in flight on a connection the daemon
+    /// closed can be sent again first and the order holds.
+    func submit(_ method: String, encodedParams: [UInt8], sameConnectionAs previous: RPCConnection? = nil) async throws -> SubmittedCall {
+        if let previous, previous.isClosed || previous.closeAnnouncement != nil { throw ConnectionChanged() }
+        let rpc = try await connected()
+        if let previous, rpc !== previous { throw ConnectionChanged() }
+        return try rpc.submit(method, encodedParams: encodedParams)
+    }
+
+    /// `submit` was asked for the connection of earlier calls, and that one is closed: nothing was sent.
+    struct ConnectionChanged: Error {}
+
+    /// Sends a typed request (SearchlightWire's messages) and decodes its answer.
+    public func send<R: WireRequest>(_ request: R) async throws -> R.Response {
+        try R.Response(result: try await call(R.method, request.params))
     }
 
     /// Sends a notification (no answer).
@@ -86,7 +126,8 @@ public actor SearchlightConnection {
     private var connecting: Task<RPCConnection, any Error>?
 
     private func connected() async throws -> RPCConnection {
-        if let rpc, !rpc.isClosed || !reconnects { return rpc }
+        // A connection whose close the daemon announced is as good as closed.
+        if let rpc, (!rpc.isClosed && rpc.closeAnnouncement == nil) || !reconnects { return rpc }
         if let connecting { return try await connecting.value }
         let task = Task { try await self.openConnection() }
         connecting = task
@@ -122,20 +163,14 @@ public actor SearchlightConnection {
                 break
             }
         }, onClose: { _, _ in closeHandler?() })
-        var params: [String: JSONValue] = ["protocolVersion": .number(Double(Protocol.version)), "capabilities": [:]]
-        switch role {
-        case .app(let bundle):
-            params["role"] = "app"
-            params["bundleIdentifier"] = .string(bundle)
-        case .admin:
-            params["role"] = "admin"
+        let hello: Initialize = switch role {
+        case .app(let bundle): Initialize(role: .app, bundleIdentifier: bundle)
+        case .admin: Initialize(role: .admin)
         case .extension(let label):
-            params["role"] = "extension"
-            params["label"] = .string(label)
-            params["capabilities"] = ["dataForItem": true, "fileURLForItem": true, "progress": true]
+            Initialize(role: .extension, label: label, capabilities: ["dataForItem": true, "fileURLForItem": true, "progress": true])
         }
         do {
-            serverInfo = try await connection.call(Method.initialize, .object(params))
+            serverInfo = try await connection.call(Initialize.method, hello.params)
         } catch {
             connection.close()
             throw error

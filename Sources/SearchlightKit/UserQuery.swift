@@ -1,4 +1,5 @@
 import Foundation
+import SearchlightWire
 
 /// Options of a `UserQuery` (CSUserQueryContext).
 public struct UserQueryContext: Sendable {
@@ -11,16 +12,11 @@ public struct UserQueryContext: Sendable {
 
     public init() {}
 
-    var json: JSONValue {
-        var o: [String: JSONValue] = [
-            "enableRankedResults": .bool(enableRankedResults),
-            "maxRankedResultCount": .number(Double(maxRankedResultCount)),
-            "maxResultCount": .number(Double(maxResultCount)),
-            "maxSuggestionCount": .number(Double(maxSuggestionCount)),
-        ]
-        if !filterQueries.isEmpty { o["filterQueries"] = .array(filterQueries.map(JSONValue.string)) }
-        if let fetchAttributes { o["fetchAttributes"] = .array(fetchAttributes.map(JSONValue.string)) }
-        return .object(o)
+    /// The context on the wire.
+    var wire: QueryUser.Context {
+        QueryUser.Context(enableRankedResults: enableRankedResults, maxRankedResultCount: maxRankedResultCount,
+            maxResultCount: maxResultCount, maxSuggestionCount: maxSuggestionCount, filterQueries: filterQueries,
+            fetchAttributes: fetchAttributes)
     }
 }
 
@@ -55,34 +51,27 @@ public struct UserQuery: Sendable {
     }
 
     public func run() async throws -> Response {
-        let r = try await index.call(Method.queryUser, ["text": .string(text), "context": context.json])
-        func items(_ key: String) -> [SearchableItem] { (r[key]?.arrayValue ?? []).compactMap(SearchableItem.init(wire:)) }
-        let suggestions: [QuerySuggestion] = (r["suggestions"]?.arrayValue ?? []).compactMap { s in
-            guard let text = s["text"]?.stringValue else { return nil }
-            let ranges = (s["highlight"]?.arrayValue ?? []).compactMap { pair -> Range<Int>? in
-                guard let a = pair.arrayValue, a.count == 2, let start = a[0].intValue, let length = a[1].intValue, length >= 0
-                else { return nil }
-                return start..<(start + length)
-            }
-            return QuerySuggestion(text: text, highlight: ranges, kind: QuerySuggestion.Kind(rawValue: s["kind"]?.stringValue ?? "") ?? .completion)
+        let r = try await index.send(QueryUser(text: text, context: context.wire, index: index.name))
+        let suggestions = r.suggestions.map { s in
+            QuerySuggestion(text: s.text, highlight: s.highlight.map { $0[0]..<($0[0] + $0[1]) },
+                kind: QuerySuggestion.Kind(rawValue: s.kind) ?? .completion)
         }
-        return Response(items: items("items"), rankedItems: items("rankedItems"), suggestions: suggestions,
-            isIncomplete: r["incomplete"]?.boolValue ?? false)
+        return Response(items: r.items.compactMap(SearchableItem.init(wire:)), rankedItems: r.rankedItems.compactMap(SearchableItem.init(wire:)),
+            suggestions: suggestions, isIncomplete: r.incomplete)
     }
 
     /// Tells the index the user engaged with an item; it ranks higher in later queries.
     public func userEngaged(_ item: SearchableItem, interaction: Interaction = .select) async throws {
-        _ = try await index.call(Method.queryEngaged, [
-            "identifier": .string(item.uniqueIdentifier), "interaction": .string(interaction.rawValue), "text": .string(text),
-        ])
+        _ = try await index.send(QueryEngaged(target: .identifier(item.uniqueIdentifier), interaction: interaction.wire, text: text, index: index.name))
     }
 
     /// Tells the index the user picked a suggestion; it is offered earlier next time.
     public func userEngaged(_ suggestion: QuerySuggestion, interaction: Interaction = .select) async throws {
-        _ = try await index.call(Method.queryEngaged, [
-            "suggestion": .string(suggestion.text), "interaction": .string(interaction.rawValue), "text": .string(text),
-        ])
+        _ = try await index.send(QueryEngaged(target: .suggestion(suggestion.text), interaction: interaction.wire, text: text, index: index.name))
     }
 
-    public enum Interaction: String, Sendable { case select, focus }
+    public enum Interaction: String, Sendable {
+        case select, focus
+        var wire: QueryEngaged.Interaction { self == .select ? .select : .focus }
+    }
 }

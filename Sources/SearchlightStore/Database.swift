@@ -11,6 +11,17 @@ public struct DatabaseError: Error, Sendable, CustomStringConvertible {
     /// The file is damaged or not a database: the store must be recovered (DESIGN §6).
     public var isCorruption: Bool { code == SQLITE_CORRUPT || code == SQLITE_NOTADB }
     public var isDiskFull: Bool { code == SQLITE_FULL }
+    /// A statement stopped by its progress handler (`Database.withBudget`).
+    public var isInterrupt: Bool { code == SQLITE_INTERRUPT }
+
+    /// SQLite refused the statement for its size, not for the file: an expression deeper than
+    /// 1000, too many variables or terms, a pattern too complex. The query's fault (invalidQuery),
+    /// never the index's.
+    public var isQueryTooLarge: Bool {
+        guard code == SQLITE_ERROR || code == SQLITE_TOOBIG else { return false }
+        let m = message.lowercased()
+        return ["too large", "too many", "too big", "too long", "too complex", "stack overflow", "at most "].contains { m.contains($0) }
+    }
 
     public var description: String {
         var s = "SQLite error \(extendedCode): \(message)"
@@ -159,9 +170,32 @@ public final class Database {
 
     /// Registers the scalar functions the query compiler emits (sl_match, …).
     public func registerFunctions() {
-        SQLFunctions.register(on: handle)
+        clearFunctionCache = SQLFunctions.register(on: handle)
         csqlite_register_fts5_totals(handle)
     }
+
+    /// Forgets what the query functions compiled from past statements' arguments.
+    public private(set) var clearFunctionCache: @Sendable () -> Void = {}
+
+    /// Virtual-machine steps between two checks of a query's budget: a few microseconds of work,
+    /// so a stop takes effect at once and the check (a clock read) costs well under 1 %.
+    static let progressSteps: Int32 = 1000
+
+    /// Runs `body` with every statement interrupted (`SQLITE_INTERRUPT`) once `budget` says stop:
+    /// SQLite's progress handler asks it every `progressSteps` steps. Without a budget, `body` runs
+    /// as it is.
+    public func withBudget<T>(_ budget: QueryBudget?, _ body: () throws -> T) rethrows -> T {
+        guard let budget else { return try body() }
+        sqlite3_progress_handler(handle, Self.progressSteps, budgetProgressHandler, Unmanaged.passUnretained(budget).toOpaque())
+        defer { sqlite3_progress_handler(handle, 0, nil, nil) }
+        return try withExtendedLifetime(budget) { try body() }
+    }
+}
+
+/// SQLite's progress callback: nonzero interrupts the running statement.
+private func budgetProgressHandler(_ context: UnsafeMutableRawPointer?) -> Int32 {
+    guard let context else { return 0 }
+    return Unmanaged<QueryBudget>.fromOpaque(context).takeUnretainedValue().shouldStop() ? 1 : 0
 }
 
 /// A row read from a statement.

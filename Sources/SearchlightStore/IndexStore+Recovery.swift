@@ -73,8 +73,10 @@ extension IndexStore {
     /// `damagedPath` into this index (meant for a fresh one), then rebuilds the full-text index
     /// from them. Unreadable rows are skipped (counted in the report). The client state and the
     /// engagement counts are not copied: an app that keeps a client state then sees none and
-    /// donates everything again.
-    public func salvage(from damagedPath: String) throws(SearchlightError) -> SalvageReport {
+    /// donates everything again. Copying again from the same file (a salvage resumed after a
+    /// restart) adds only the rows not copied yet: a row whose identifier is there is skipped.
+    /// `progress` is told the rows copied so far after each committed window.
+    public func salvage(from damagedPath: String, progress: ((Int) -> Void)? = nil) throws(SearchlightError) -> SalvageReport {
         var report = SalvageReport()
         let source: Database
         do {
@@ -121,7 +123,10 @@ extension IndexStore {
                 }
                 if report.problems.count < 5 { report.problems.append("rows \(low)..<\(high): \(error.message)") }
             }
-            if !rows.isEmpty { report.copied += try insertSalvaged(rows, columns: list, count: columns.count) }
+            if !rows.isEmpty {
+                report.copied += try insertSalvaged(rows, columns: list, count: columns.count)
+                progress?(report.copied)
+            }
             low = high
         }
         _ = try writeSync { store in

@@ -30,8 +30,9 @@ extension IndexStore {
         """
 
     /// One page of items matching `filter`, in a stable order (insertion), resuming after `cursor`.
+    /// With a `budget`, the search stops (`cancelled`) at its deadline or when its client is gone.
     public func search(
-        _ filter: SQLFilter, fetch: [String]? = nil, limit: Int = 1000, cursor: String? = nil
+        _ filter: SQLFilter, fetch: [String]? = nil, limit: Int = 1000, cursor: String? = nil, budget: QueryBudget? = nil
     ) throws(SearchlightError) -> SearchPage {
         var after: Int64 = 0
         if let cursor {
@@ -43,7 +44,7 @@ extension IndexStore {
         let now = options.clock().timeIntervalSince1970
         let fetchSet = fetch.map(Set.init)
         let (sql, bindings) = Self.searchStatement(filter, after: after, now: now, limit: limit + 1, columns: ItemRecord.selectColumns(fetch: fetchSet))
-        let rows = try read { db in try db.rows(sql, bindings) }
+        let rows = try read(budget: budget) { db in try db.rows(sql, bindings) }
         var items: [JSONValue] = []
         items.reserveCapacity(min(rows.count, limit))
         for row in rows.prefix(limit) {

@@ -33,6 +33,8 @@ public final class IndexStore: @unchecked Sendable {
     let writer: Database
     private let queue = NSCondition()
     private var pending: [PendingWrite] = []
+    /// The writer is running a group (taken from `pending`, not yet answered).
+    private var writing = false
     private var stopping = false
     private var writerThread: Thread?
     private let writerDone = DispatchSemaphore(value: 0)
@@ -307,6 +309,7 @@ public final class IndexStore: @unchecked Sendable {
             }
             var group = pending
             pending.removeAll(keepingCapacity: true)
+            writing = true
             queue.unlock()
             let outside = group.filter(\.outsideTransaction)
             var plain = group.filter { !$0.outsideTransaction }
@@ -330,6 +333,9 @@ public final class IndexStore: @unchecked Sendable {
                     write.complete(.failure(mapAndRecord(error)))
                 }
             }
+            queue.lock()
+            writing = false
+            queue.unlock()
         }
     }
 
@@ -439,13 +445,22 @@ public final class IndexStore: @unchecked Sendable {
 
     // MARK: - Reading
 
-    /// Runs `body` on a read connection from the pool.
-    public func read<T>(_ body: (Database) throws -> T) throws(SearchlightError) -> T {
+    /// Runs `body` on a read connection from the pool. With a `budget` (a query), SQLite stops
+    /// the statement once the budget says so and the call answers its `cancelled` error; a
+    /// statement SQLite refuses for its size answers invalidQuery. Neither touches the index's
+    /// health: only corruption is recorded.
+    public func read<T>(budget: QueryBudget? = nil, _ body: (Database) throws -> T) throws(SearchlightError) -> T {
         let db = try checkoutReader()
         defer { checkin(db) }
         do {
-            return try body(db)
+            return try db.withBudget(budget) { try body(db) }
         } catch {
+            if let budget, budget.stop != nil { throw budget.error }
+            if let e = error as? DatabaseError, e.isQueryTooLarge {
+                throw SearchlightError(.invalidQuery,
+                    "the query is too large for the index to run (SQLite: \(e.message)); use fewer filter queries, comparisons or words",
+                    data: ["offset": 0])
+            }
             throw mapAndRecord(error)
         }
     }
@@ -479,6 +494,7 @@ public final class IndexStore: @unchecked Sendable {
     }
 
     private func checkin(_ db: Database) {
+        db.clearFunctionCache()  // the query's compiled patterns go with it
         readers.lock()
         checkedOutReaders -= 1
         if retired {
@@ -492,6 +508,40 @@ public final class IndexStore: @unchecked Sendable {
     }
 
     // MARK: - Lifecycle
+
+    /// True when no write is queued or running and no read is in progress: closing the store now
+    /// waits for nobody and fails no call (the daemon closes idle stores past its open-index bound).
+    public var isIdle: Bool {
+        queue.lock()
+        let writes = writing || !pending.isEmpty
+        queue.unlock()
+        if writes { return false }
+        readers.lock()
+        defer { readers.unlock() }
+        return checkedOutReaders == 0
+    }
+
+    /// The figures of `summary()` read from a file that is not open as a store, through one
+    /// read-only connection (no writer thread, nothing written, no expired item purged).
+    public static func peekSummary(at path: String) throws(SearchlightError) -> IndexSummary {
+        do {
+            let db = try Database(path: path, readOnly: true, busyTimeoutMilliseconds: 2000)
+            defer { db.close() }
+            var format = try db.intScalar("PRAGMA user_version")
+            // As it will be served: opening relabels a format whose tables are the current ones.
+            if format >= Schema.oldestReadableFormat, format < Schema.formatVersion, !Schema.needsRebuild(from: format) {
+                format = Schema.formatVersion
+            }
+            let items = try db.intScalar("SELECT count(*) FROM items")
+            let state = try db.scalar("SELECT value FROM meta WHERE key = 'clientState'")
+            var st = stat()
+            var bytes: Int64 = 0
+            for suffix in ["", "-wal"] where stat(path + suffix, &st) == 0 { bytes += Int64(st.st_size) }
+            return IndexSummary(itemCount: items, fileBytes: bytes, formatVersion: format, hasClientState: { if case .blob? = state { true } else { false } }())
+        } catch {
+            throw map(error, path: path)
+        }
+    }
 
     /// Finishes queued writes, then stops the writer. Idempotent.
     public func close() {

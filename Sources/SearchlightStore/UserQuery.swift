@@ -34,7 +34,16 @@ public struct UserQueryResult: Sendable {
     public var suggestions: [Suggestion]
 }
 
-/// The words of a user query, parsed once.
+extension UserQueryRequest {
+    /// Checks the text against the limits before any index is read: at most
+    /// `Limits.maxQueryTerms` different words (a word repeated counts once).
+    public static func check(_ text: String, limits: Limits) throws(SearchlightError) {
+        _ = try UserQueryTerms(text, maxTerms: limits.maxQueryTerms)
+    }
+}
+
+/// The words of a user query, parsed once. A word repeated is searched once: "lib lib … lib"
+/// (800 times) was an FTS5 AND of 800 phrases, 5 s of work, and a 60 KB text ran for minutes.
 struct UserQueryTerms {
     struct Word {
         var text: String
@@ -43,11 +52,14 @@ struct UserQueryTerms {
         var isCJK: Bool
         var isPrefix: Bool
     }
+    /// Every word as typed, in order (suggestions rebuild the text from them).
     var words: [Word]
+    /// The full-text terms of the different words, in order of first appearance.
+    let terms: [String]
 
-    init(words: [Word]) { self.words = words }
-
-    init(_ text: String) {
+    /// Throws invalidQuery, at the byte offset of the first word past the limit, when the text has
+    /// more than `maxTerms` different words.
+    init(_ text: String, maxTerms: Int = .max) throws(SearchlightError) {
         let parts = TextAnalysis.words(text)
         let typing = !(text.last.map { $0.isWhitespace || $0.isPunctuation } ?? true)
         words = parts.enumerated().map { i, w in
@@ -55,14 +67,46 @@ struct UserQueryTerms {
             return Word(text: String(w), folded: TextAnalysis.fold(String(w)), range: w.startIndex..<w.endIndex,
                 isCJK: aux, isPrefix: !aux && typing && i == parts.count - 1)
         }
+        var seen: Set<String> = []
+        var terms: [String] = []
+        var distinct: [Word] = []
+        for w in words {
+            let term = Self.ftsTerm(w)
+            guard seen.insert(term).inserted else { continue }
+            guard terms.count < maxTerms else {
+                let offset = text.utf8.distance(from: text.startIndex, to: w.range.lowerBound)
+                throw SearchlightError(.invalidQuery,
+                    "the text has more than \(maxTerms) different words (the word at byte \(offset) is one too many); "
+                        + "search for fewer words", data: ["offset": .number(Double(offset)), "limit": .number(Double(maxTerms))])
+            }
+            terms.append(term)
+            distinct.append(w)
+        }
+        self.terms = terms
+        self.distinctWords = distinct
     }
 
-    func ftsTerm(_ w: Word) -> String {
+    /// The query of `words` alone (the earlier words of a suggestion), repeated words searched once.
+    init(words: [Word]) {
+        self.words = words
+        var seen: Set<String> = []
+        distinctWords = words.filter { seen.insert(Self.ftsTerm($0)).inserted }
+        terms = distinctWords.map(Self.ftsTerm)
+    }
+
+    /// The words of `terms`, one per different term, in the same order (what the ranked index scores).
+    let distinctWords: [Word]
+
+    /// The different earlier words as full-text terms (the last word's own term among them only
+    /// when it came earlier too).
+    var earlierTerms: [String] { UserQueryTerms(words: Array(words.dropLast())).terms }
+
+    static func ftsTerm(_ w: Word) -> String {
         if w.isCJK { return TextAnalysis.cjkFTSPhrase(w.text) }
         return TextAnalysis.ftsQuoted(w.folded) + (w.isPrefix ? " *" : "")
     }
 
-    var ftsQuery: String { words.map(ftsTerm).joined(separator: " AND ") }
+    var ftsQuery: String { terms.joined(separator: " AND ") }
 }
 
 /// Which ranking a user query uses.
@@ -85,12 +129,15 @@ extension IndexStore {
     /// textContent, keywords, authorNames, aux.
     static let bm25Weights = BM25.sqlWeights
 
-    /// Runs a user query: ranked items, then suggestions, from one snapshot of the index.
-    public func userQuery(_ request: UserQueryRequest, path: RankingPath = .automatic) throws(SearchlightError) -> UserQueryResult {
-        let terms = UserQueryTerms(request.text)
+    /// Runs a user query: ranked items, then suggestions, from one snapshot of the index. With a
+    /// `budget`, it stops (`cancelled`) at its deadline or when its client is gone.
+    public func userQuery(_ request: UserQueryRequest, path: RankingPath = .automatic, budget: QueryBudget? = nil)
+        throws(SearchlightError) -> UserQueryResult
+    {
+        let terms = try UserQueryTerms(request.text, maxTerms: options.limits.maxQueryTerms)
         let now = options.clock().timeIntervalSince1970
         let fetch = request.fetch.map(Set.init)
-        return try read { db in
+        return try read(budget: budget) { db in
             try db.transaction("DEFERRED") {
                 var items: [JSONValue] = []
                 var scores: [Double] = []
@@ -99,6 +146,7 @@ extension IndexStore {
                     items.reserveCapacity(top.candidates.count)
                     let columns = ItemRecord.selectColumns(fetch: fetch)
                     for c in top.candidates {
+                        try budget?.check()
                         guard let row = try db.rows("SELECT \(columns) FROM items WHERE items.rowid = ?", [.integer(c.rowID)]).first
                         else { continue }
                         items.append(ItemRecord(row: row, fetch: fetch).wireItem(fetch: fetch))
@@ -109,7 +157,7 @@ extension IndexStore {
                 var suggestions: [Suggestion] = []
                 if request.maxSuggestionCount > 0 {
                     suggestions = try self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db,
-                        path: path)
+                        path: path, budget: budget)
                 }
                 return UserQueryResult(items: items, scores: scores, rankedItems: ranked, suggestions: suggestions)
             }
@@ -123,7 +171,7 @@ extension IndexStore {
     public func lexicalCandidates(_ text: String, limit: Int, filter: SQLFilter? = nil, path: RankingPath = .automatic)
         throws(SearchlightError) -> LexicalCandidates
     {
-        let terms = UserQueryTerms(text)
+        let terms = try UserQueryTerms(text, maxTerms: options.limits.maxQueryTerms)
         let now = options.clock().timeIntervalSince1970
         guard !terms.words.isEmpty, limit > 0 else { return LexicalCandidates(candidates: [], usedRankedIndex: false) }
         return try read { db in
@@ -172,23 +220,33 @@ extension IndexStore {
 
     // MARK: - Suggestions
 
+    /// Different words of one text looked up for a correction, at most: each lookup scans the
+    /// vocabulary near the word, and a text of many misspelt words would scan it again and again.
+    /// Words without a match past the first `maxCorrectedWords` stay as typed.
+    static let maxCorrectedWords = 8
+
     /// Suggestions from the ranked index's dictionary where it can answer, else (and on the
     /// exhaustive path) from FTS5's vocabulary: the same words either way.
-    func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath) throws -> [Suggestion] {
-        if path == .automatic, let vocabulary = try rankedVocabulary(db, terms: terms) {
+    func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath, budget: QueryBudget? = nil)
+        throws -> [Suggestion]
+    {
+        if path == .automatic, let vocabulary = try rankedVocabulary(db, terms: terms, budget: budget) {
             defer { db.unionScratch.reclaim() }
-            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary)
+            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget)
         }
         return try Self.suggestions(for: text, terms: terms, limit: limit,
-            vocabulary: FullTextVocabulary(db: db, earlier: terms.words.dropLast().map(terms.ftsTerm)))
+            vocabulary: FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget), budget: budget)
     }
 
-    static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, vocabulary: some SuggestionVocabulary) throws -> [Suggestion] {
+    static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, vocabulary: some SuggestionVocabulary,
+        budget: QueryBudget? = nil) throws -> [Suggestion]
+    {
         guard let last = terms.words.last else { return [] }
         var out: [Suggestion] = []
         // Completions of the word being typed that still find something with the earlier words.
         if last.isPrefix, !last.folded.isEmpty {
             for term in try vocabulary.completions(of: last.folded, count: limit * 8) {
+                try budget?.check()
                 // A completion adds something: the typed word itself (even with other accents) is no suggestion.
                 guard out.count < limit, term != last.folded else { continue }
                 guard try vocabulary.stillFinds(term) else { continue }
@@ -203,16 +261,29 @@ extension IndexStore {
             var highlight: [[Int]] = []
             var changed = false
             var cursor = text.startIndex
+            // Each different word is looked up once, however often it is repeated.
+            var lookedUp: [String: String?] = [:]
+            var nearestLookups = 0
             for w in terms.words {
                 corrected += text[cursor..<w.range.lowerBound]
                 cursor = w.range.upperBound
                 var replacement = w.text
-                if !w.isCJK, w.folded.count >= 3, try !vocabulary.hasTerm(w.folded, prefix: w.isPrefix),
-                    let near = try vocabulary.nearestTerm(to: w.folded)
-                {
-                    replacement = near
-                    changed = true
-                    highlight.append([corrected.utf16.count, near.utf16.count])
+                if !w.isCJK, w.folded.count >= 3 {
+                    let key = w.folded + (w.isPrefix ? "*" : "")
+                    if lookedUp[key] == nil {
+                        try budget?.check()
+                        if try vocabulary.hasTerm(w.folded, prefix: w.isPrefix) || nearestLookups >= maxCorrectedWords {
+                            lookedUp[key] = .some(nil)
+                        } else {
+                            nearestLookups += 1
+                            lookedUp[key] = .some(try vocabulary.nearestTerm(to: w.folded))
+                        }
+                    }
+                    if case let near?? = lookedUp[key] {
+                        replacement = near
+                        changed = true
+                        highlight.append([corrected.utf16.count, near.utf16.count])
+                    }
                 }
                 corrected += replacement
             }
@@ -233,7 +304,7 @@ extension IndexStore {
     /// The indexed word (from the text columns) nearest to `word` (Damerau–Levenshtein, at most 1 edit for short words and
     /// 2 for longer ones), preferring the most frequent. Looks only at words with the same first
     /// letter and a similar length, which bounds the scan.
-    static func nearestTerm(to word: String, db: Database) throws -> String? {
+    static func nearestTerm(to word: String, db: Database, budget: QueryBudget? = nil) throws -> String? {
         guard let first = word.unicodeScalars.first else { return nil }
         let maxDistance = word.count <= 4 ? 1 : 2
         let low = String(first)
@@ -244,7 +315,8 @@ extension IndexStore {
             """, [.text(low), .text(high), .integer(Int64(word.count - maxDistance)), .integer(Int64(word.count + maxDistance))])
         var best: (term: String, distance: Int, doc: Int64)?
         let target = Array(word.unicodeScalars)
-        for row in rows {
+        for (n, row) in rows.enumerated() {
+            if n & 255 == 255 { try budget?.check() }
             guard let term = row.string(0) else { continue }
             let d = editDistance(target, Array(term.unicodeScalars), limit: maxDistance)
             guard d <= maxDistance else { continue }

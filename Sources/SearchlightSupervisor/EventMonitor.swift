@@ -46,6 +46,10 @@ final class EventMonitor: @unchecked Sendable {
 
     var subscriberCount: Int { lock.withLock { subscribers.count } }
 
+    func isSubscribed(_ connection: RPCConnection) -> Bool {
+        lock.withLock { subscribers[ObjectIdentifier(connection)] != nil }
+    }
+
     /// Told of every event, subscribers or not (the systemd STATUS= line follows them).
     private var observer: (@Sendable (String) -> Void)?
     func observe(_ observer: @escaping @Sendable (String) -> Void) { lock.withLock { self.observer = observer } }

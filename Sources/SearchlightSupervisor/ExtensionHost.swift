@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import SearchlightUnits
 import SearchlightWire
 
 /// One extension unit's process and its connection (DESIGN §5, §6): launched on demand with the
@@ -284,7 +285,7 @@ final class ExtensionHost: @unchecked Sendable {
                 if let cgroup {
                     cgroups?.retire(cgroup, label: label)
                 } else {
-                    ExtensionSession.kill(child.pid)
+                    SessionProcesses.kill(child.pid)
                 }
                 outputs.finish()
             }

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Synchronization
+import SearchlightUnits
 import SearchlightWire
 
 /// Retry and relaunch delays: `base` doubling per attempt up to `cap`, with ±10 % jitter so that
@@ -161,7 +162,7 @@ struct ExtensionOutput: Sendable {
 
 /// The fallback when an extension has no cgroup: the processes still in its session once it has
 /// exited (started by it, and not gone off into a session of their own) are killed.
-enum ExtensionSession {
+enum SessionProcesses {
     /// SIGKILLs every process whose session id is `sid`, found in /proc; returns how many. A
     /// session id stays allocated while any member lives, so it cannot name a stranger's session.
     @discardableResult

@@ -38,10 +38,16 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
 
     weak var context: ServiceContext?
     let quarantine: Quarantine
+    /// Recoveries whose refill is not done, durable (`supervisor.sqlite`): resumed at start.
+    let records: RecoveryRecords
     let log: Logger
+    /// Test seam (`--test-pause-salvage-after`): a salvage stops for good after this many rows.
+    let pauseSalvageAfter: Int?
     private let queue = DispatchQueue(label: "index-recovery")
-    private let lock = NSCondition()
-    private var active: [IndexRegistry.Key: Record] = [:]
+    /// Salvages run here, so that a long one never holds up the diagnosis of another index.
+    let salvageQueue = DispatchQueue(label: "index-salvage")
+    let lock = NSCondition()
+    var active: [IndexRegistry.Key: Record] = [:]
     /// Keys whose damage is being diagnosed (the damaged file still served).
     private var diagnosing: Set<IndexRegistry.Key> = []
     /// Diagnoses finished per key: a waiter that sees it change knows the outcome is in.
@@ -49,21 +55,47 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
     private var last: [IndexRegistry.Key: Record] = [:]
     private var quarantineTimes: [IndexRegistry.Key: [Date]] = [:]
 
-    init(quarantine: Quarantine, log: Logger) {
+    init(quarantine: Quarantine, records: RecoveryRecords, log: Logger, pauseSalvageAfter: Int? = nil) {
         self.quarantine = quarantine
+        self.records = records
         self.log = log
+        self.pauseSalvageAfter = pauseSalvageAfter
     }
 
-    private static func name(_ index: String) -> String { index.isEmpty ? "_default" : index }
+    static func name(_ index: String) -> String { index.isEmpty ? "_default" : index }
 
     // MARK: - IndexDamageHandler
 
-    func setAside(path: String, bundle: String, index: String) throws(SearchlightError) -> String {
+    /// Journals the recovery, then moves the file into the quarantine (under a short hashed
+    /// name, its bundle and index in the sidecar). A kill after the journal entry finds it at the
+    /// next start: the move is finished and the refill done then.
+    func setAside(path: String, bundle: String, index: String, reason: String) throws(SearchlightError) -> String {
         let key = IndexRegistry.Key(bundle: bundle, index: index)
-        let name = try quarantine.setAside(path: path, bundle: bundle, index: index)
+        let name = quarantine.newName(bundle: bundle, index: index)
+        let method: Method = extensionRefills(key) ? .reindexAll : .salvage
+        do {
+            try records.save(RecoveryRecord(quarantined: name, bundle: bundle, index: index, method: method.rawValue, reason: reason, started: Date()))
+        } catch {
+            throw SearchlightError(.indexUnavailable, "cannot record the recovery of \(bundle) in supervisor.sqlite (\(error)); the damaged file stays in place: check the state directory's free space")
+        }
+        do {
+            try quarantine.setAside(path: path, as: name, bundle: bundle, index: index, reason: reason)
+        } catch {
+            // Nothing moved: nothing to resume. A piece moved: the next start finishes the move.
+            if !Quarantine.suffixes.contains(where: { FileManager.default.fileExists(atPath: quarantine.directory + "/" + name + $0) }) {
+                records.remove(quarantined: name)
+            }
+            throw error
+        }
         lock.withLock { quarantineTimes[key, default: []].append(Date()) }
-        log.notice("damaged index set aside", ["bundle": bundle, "index": Self.name(index), "quarantined": name])
+        log.notice("damaged index set aside", ["bundle": bundle, "index": Self.name(index), "quarantined": name, "method": method.rawValue])
         return name
+    }
+
+    /// Whether an index extension refills this index (else its rows are salvaged).
+    func extensionRefills(_ key: IndexRegistry.Key) -> Bool {
+        guard let context, context.scheduler != nil, let unit = context.catalog.unit(forBundle: key.bundle) else { return false }
+        return unit.indexExtension.indexNames.contains(key.index)
     }
 
     func damageFound(_ damage: IndexDamage) {
@@ -154,7 +186,7 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
         }
         var aside = ""
         let fresh = try context.registry.replace(bundle: key.bundle, index: key.index) { (path) throws(SearchlightError) in
-            aside = try setAside(path: path, bundle: key.bundle, index: key.index)
+            aside = try setAside(path: path, bundle: key.bundle, index: key.index, reason: reason)
         }
         lock.withLock { lock.broadcast() }  // callers waiting on the damaged store retry on the fresh one
         return refill(key, reason: reason, quarantined: aside, store: fresh, started: started)
@@ -168,6 +200,8 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
         if let unit, unit.indexExtension.indexNames.contains(key.index), let scheduler = context.scheduler {
             do {
                 let id = try scheduler.enqueue(bundle: key.bundle, index: key.index, kind: .all, identifiers: [], reason: "corruption", background: true).id
+                // The journal carries the refill from here (resumed at start like any request).
+                records.remove(quarantined: quarantined)
                 let record = Record(method: .reindexAll, reason: reason, started: started, quarantined: quarantined, requestID: id, label: unit.label)
                 lock.withLock { active[key] = record }
                 context.registry.setCondition(IndexCondition(.recovering,
@@ -183,37 +217,60 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
             }
         }
         let record = Record(method: .salvage, reason: reason, started: started, quarantined: quarantined)
+        // Journaled as a salvage (it may have been journaled for an extension that is gone, or
+        // whose request could not be journaled): a restart resumes it.
+        try? records.save(RecoveryRecord(quarantined: quarantined, bundle: key.bundle, index: key.index, method: Method.salvage.rawValue,
+            reason: reason, started: started))
         lock.withLock { active[key] = record }
         context.registry.setCondition(IndexCondition(.recovering,
             reason: "corruption (\(reason)); no index extension serves it: salvaging the readable rows of quarantine/\(quarantined)", since: started),
             bundle: key.bundle, index: key.index)
         log.notice("index recovery started", ["bundle": key.bundle, "index": Self.name(key.index), "method": Method.salvage.rawValue, "quarantined": quarantined])
         emit("index.recovering", key, ["reason": .string(reason), "method": .string(Method.salvage.rawValue), "quarantined": .string(quarantined)])
-        queue.async { self.salvage(key, into: store, record: record) }
+        salvageQueue.async { self.salvage(key, into: store, record: record) }
         return record
     }
 
-    private func salvage(_ key: IndexRegistry.Key, into store: IndexStore, record: Record) {
-        let source = quarantine.directory + "/" + (record.quarantined ?? "")
+    /// Copies the readable rows of the quarantined file into the fresh index. Its journal record
+    /// goes only once they are all in (then the file may rotate away); a failure keeps it, so the
+    /// next start tries again, and the index stays `recovering` meanwhile.
+    func salvage(_ key: IndexRegistry.Key, into store: IndexStore, record: Record) {
+        let name = record.quarantined ?? ""
+        let source = quarantine.directory + "/" + name
         do {
-            let report = try store.salvage(from: source)
+            let report = try store.salvage(from: source) { [self] copied in pauseForTests(key, copied: copied) }
+            records.remove(quarantined: name)
+            quarantine.prune()
             let elapsed = Date().timeIntervalSince(record.started)
             log.notice("index salvaged", ["bundle": key.bundle, "index": Self.name(key.index), "copied": report.copied,
-                "unreadable_rows": report.unreadableRows, "elapsed_s": String(format: "%.3f", elapsed),
+                "unreadable_rows": report.unreadableRows, "elapsed_s": String(format: "%.3f", elapsed), "quarantined": name,
                 "problems": report.problems.isEmpty ? "none" : report.problems.joined(separator: "; ")])
-            var outcome = "salvaged \(report.copied) items from quarantine/\(record.quarantined ?? "")"
+            // Another salvage of the same index still waits (two quarantines before a restart): it finishes it.
+            guard !records.all().contains(where: { $0.bundle == key.bundle && $0.index == key.index }) else { return }
+            var outcome = "salvaged \(report.copied) items from quarantine/\(name)"
             if report.unreadableRows > 0 { outcome += "; \(report.unreadableRows) unreadable rows are lost" }
             if !report.problems.isEmpty, report.copied == 0 { outcome += " (\(report.problems[0]))" }
             outcome += "; the client state was not kept, so the app donates again"
             finish(key, record, outcome: outcome, items: store.count)
         } catch {
-            log.error("index salvage failed", ["bundle": key.bundle, "index": Self.name(key.index), "error": error.message])
-            finish(key, record, outcome: "salvage failed: \(error.message); the index holds what was donated since", items: store.count)
+            log.error("index salvage failed", ["bundle": key.bundle, "index": Self.name(key.index), "quarantined": name, "error": error.message])
+            context?.registry.setCondition(IndexCondition(.recovering,
+                reason: "corruption: the salvage from quarantine/\(name) failed (\(error.message)); the file is kept and the salvage runs again at the next start of searchlightd",
+                since: record.started), bundle: key.bundle, index: key.index)
+            emit("index.recoveryFailed", key, ["message": .string(error.message), "quarantined": .string(name)])
         }
     }
 
+    /// The `--test-pause-salvage-after` seam: past that many rows the salvage logs a line and
+    /// stops for good, so that a test can kill the daemon in the middle of it.
+    private func pauseForTests(_ key: IndexRegistry.Key, copied: Int) {
+        guard let limit = pauseSalvageAfter, copied >= limit else { return }
+        log.notice("salvage paused (test seam)", ["bundle": key.bundle, "index": Self.name(key.index), "copied": copied])
+        while true { sleep(3600) }
+    }
+
     /// The recovery is over: the index is ready again.
-    private func finish(_ key: IndexRegistry.Key, _ record: Record, outcome: String, items: Int) {
+    func finish(_ key: IndexRegistry.Key, _ record: Record, outcome: String, items: Int) {
         var done = record
         done.finished = Date()
         done.outcome = outcome
@@ -239,7 +296,7 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
         guard let record = lock.withLock({ active[key] }), let id = record.requestID, request.id >= id else { return }
         switch outcome {
         case .acknowledged:
-            let items = (try? context?.registry.store(bundle: key.bundle, index: key.index, create: false))??.count ?? 0
+            let items = (try? context?.registry.withStore(bundle: key.bundle, index: key.index, create: false) { $0?.count })?.flatMap { $0 } ?? 0
             finish(key, record, outcome: "refilled by \(record.label ?? "its extension")'s reindex-all", items: items)
         case .failed(let message):
             let label = record.label ?? key.bundle
@@ -248,24 +305,6 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
                 since: record.started, requestID: id), bundle: key.bundle, index: key.index)
             log.error("index refill failed", ["bundle": key.bundle, "index": Self.name(key.index), "request": id, "error": message])
             emit("index.recoveryFailed", key, ["requestId": .number(Double(id)), "message": .string(message)])
-        }
-    }
-
-    /// At start: indexes whose recovery's reindex-all is still journaled are recovering again.
-    func resume() {
-        guard let context else { return }
-        for request in context.journal.all() where request.kind == .all && request.reason == "corruption" {
-            let key = IndexRegistry.Key(bundle: request.bundle, index: request.index)
-            let label = context.catalog.unit(forBundle: request.bundle)?.label
-            lock.withLock {
-                active[key] = Record(method: .reindexAll, reason: "resumed after a restart", started: request.created, requestID: request.id, label: label)
-            }
-            let reason = request.state == .failed
-                ? "corruption: the refill failed (\(request.lastError ?? "?")); ask again with `searchlight reindex \(label ?? request.bundle) --all`"
-                : "corruption: refill resumed after a restart"
-            context.registry.setCondition(IndexCondition(.recovering, reason: reason, since: request.created, requestID: request.id),
-                bundle: request.bundle, index: request.index)
-            log.notice("index recovery resumed", ["bundle": request.bundle, "index": Self.name(request.index), "request": request.id])
         }
     }
 
@@ -301,7 +340,7 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
         return .object(o)
     }
 
-    private func emit(_ event: String, _ key: IndexRegistry.Key, _ fields: [String: JSONValue]) {
+    func emit(_ event: String, _ key: IndexRegistry.Key, _ fields: [String: JSONValue]) {
         var f = fields
         f["bundle"] = .string(key.bundle)
         f["index"] = .string(key.index)

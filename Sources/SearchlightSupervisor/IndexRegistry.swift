@@ -3,21 +3,45 @@ import SearchlightStore
 import SearchlightWire
 
 /// The open index stores, one per (bundle, index name), at
-/// `<state>/indexes/<bundle>/<index or _default>.sqlite` (DESIGN §2). Opened on first use.
+/// `<state>/indexes/<bundle>/<index or _default>.sqlite` (DESIGN §2). Opened on first use, and
+/// closed again when more than `maxOpen` are open (the least recently used idle one goes first;
+/// IndexRegistry+Leases.swift): each open store holds a writer thread and up to
+/// `StoreOptions.maxReaders` + 1 connections, so the bound caps the daemon's threads and
+/// descriptors however many bundles exist. Whoever uses a store holds a lease on it
+/// (`IndexLeases`) for as long as it does; a leased store is never closed under it.
 final class IndexRegistry: @unchecked Sendable {
     struct Key: Hashable {
         var bundle: String
         var index: String
     }
 
+    /// An open store and what the bound needs to know of it.
+    final class OpenIndex {
+        let store: IndexStore
+        /// Leases held on it (guarded by the registry's lock).
+        var leases = 0
+        /// When it was last leased, on the registry's use clock.
+        var lastUse: UInt64 = 0
+        init(_ store: IndexStore) { self.store = store }
+    }
+
     let root: String
     let options: StoreOptions
     let log: Logger
-    let lock = NSLock()
-    private var stores: [Key: IndexStore] = [:]
+    /// Open stores past which idle ones are closed.
+    let maxOpen: Int
+    /// Guards every table below; waited on while a file is being closed or read outside it.
+    let lock = NSCondition()
+    var openStores: [Key: OpenIndex] = [:]
+    var useClock: UInt64 = 0
+    /// Indexes whose file is being closed or peeked at without the lock: nobody opens, moves or
+    /// replaces that file until it is done (`waitUntilSettled`).
+    var settling: Set<Key> = []
+    /// What `admin.status` shows for indexes that are not open (recorded when one is closed).
+    var closedSummaries: [Key: IndexSummary] = [:]
     private var conditions: [Key: IndexCondition] = [:]
     /// While an index is rebuilt into a shadow file: that file's store, written with the open one
-    /// (IndexRegistry+Swap.swift).
+    /// (IndexRegistry+Swap.swift). Shadows are never closed by the bound.
     var shadows: [Key: IndexStore] = [:]
     /// Why a shadow missed a donation (it must be refilled before it may replace the file).
     var shadowFaults: [Key: String] = [:]
@@ -25,35 +49,48 @@ final class IndexRegistry: @unchecked Sendable {
     /// back until the new file is open, so no call ever meets a closed store.
     let gate = ServiceGate()
 
-    init(stateDirectory: String, options: StoreOptions, log: Logger) throws {
+    init(stateDirectory: String, options: StoreOptions, maxOpen: Int = 256, log: Logger) throws {
         root = stateDirectory + "/indexes"
         self.options = options
+        self.maxOpen = max(1, maxOpen)
         self.log = log
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
     }
 
     func path(bundle: String, index: String) -> String { "\(root)/\(bundle)/\(Names.fileName(index: index))" }
 
+    /// Whether a bundle has files (its directory exists), open or not.
+    func bundleExists(_ bundle: String) -> Bool { FileManager.default.fileExists(atPath: "\(root)/\(bundle)") }
+
     /// Told about damage (DESIGN §6 Triggers): found on open (the file was set aside and a fresh
     /// one opened) or at run time (a call or the scrub met it). Set once before serving.
     weak var damageHandler: (any IndexDamageHandler)?
 
-    /// The store served for an index if it is open; never opens one.
+    /// The store served for an index if it is open; never opens one, and leases nothing: for
+    /// telling whether the store a call used is still the one served.
     func servedStore(bundle: String, index: String) -> IndexStore? {
-        lock.withLock { stores[Key(bundle: bundle, index: index)] }
+        lock.withLock { openStores[Key(bundle: bundle, index: index)]?.store }
     }
 
-    /// The store for a bundle's index. With `create: false`, nil when it does not exist yet
-    /// (a query of an index nobody wrote finds nothing, and creates nothing). A damaged file is
-    /// set aside by the damage handler and a fresh one answers at once.
-    func store(bundle: String, index: String, create: Bool) throws(SearchlightError) -> IndexStore? {
+    /// The store for a bundle's index, leased to `lease` until it is released. With
+    /// `create: false`, nil when it does not exist yet (a query of an index nobody wrote finds
+    /// nothing, and creates nothing). A damaged file is set aside by the damage handler and a
+    /// fresh one answers at once.
+    func store(bundle: String, index: String, create: Bool, lease: IndexLeases) throws(SearchlightError) -> IndexStore? {
         let key = Key(bundle: bundle, index: index)
         var found: IndexDamage?
-        // Declared before the lock's defer, so it runs after the unlock: the handler may call back.
+        var evicted: [(Key, IndexStore)] = []
+        // Declared before the lock's defer, so they run after the unlock: the handler may call
+        // back, and closing a store may take a checkpoint's time.
         defer { if let found { damageHandler?.damageFound(found) } }
+        defer { closeEvicted(evicted) }
         lock.lock()
         defer { lock.unlock() }
-        if let s = stores[key] { return s }
+        waitUntilSettled(key)
+        if let o = openStores[key] {
+            take(o, key, into: lease)
+            return o.store
+        }
         let p = path(bundle: bundle, index: index)
         let existed = FileManager.default.fileExists(atPath: p)
         if !create, !existed { return nil }
@@ -68,10 +105,18 @@ final class IndexRegistry: @unchecked Sendable {
                 (s, found) = try openFresh(key, path: p, reason: reason, failure: error)
             }
         }
-        install(s, key)
-        log.info("index opened", ["bundle": bundle, "index": index.isEmpty ? "_default" : index, "items": s.count])
+        take(install(s, key), key, into: lease)
+        log.info("index opened", ["bundle": bundle, "index": index.isEmpty ? "_default" : index, "items": s.count, "open": openStores.count])
         purgeExpired(s, key)
+        evicted = evictLocked()
         return s
+    }
+
+    /// Runs `body` with the store of an index leased (nil as `store` returns it), then releases it.
+    func withStore<T>(bundle: String, index: String, create: Bool, _ body: (IndexStore?) throws(SearchlightError) -> T) throws(SearchlightError) -> T {
+        let lease = IndexLeases(self)
+        defer { lease.release() }
+        return try body(try store(bundle: bundle, index: index, create: create, lease: lease))
     }
 
     /// The file at `path` is damaged and not open: the handler sets it aside, a fresh one replaces it.
@@ -80,23 +125,29 @@ final class IndexRegistry: @unchecked Sendable {
             throw failure ?? SearchlightError(.indexUnavailable, "index file \(path) is damaged (\(reason)); move it away and restart searchlightd")
         }
         log.error("index damaged on open", ["bundle": key.bundle, "index": key.index.isEmpty ? "_default" : key.index, "reason": reason])
-        let aside = try handler.setAside(path: path, bundle: key.bundle, index: key.index)
+        let aside = try handler.setAside(path: path, bundle: key.bundle, index: key.index, reason: reason)
         let s = try IndexStore(path: path, options: options)
         return (s, IndexDamage(bundle: key.bundle, index: key.index, reason: reason, store: s, setAside: aside))
     }
 
-    /// Serves `store` for `key`, telling the damage handler of damage met at run time.
-    private func install(_ store: IndexStore, _ key: Key) {
+    /// Serves `store` for `key` (under the lock), telling the damage handler of damage met at run time.
+    @discardableResult
+    private func install(_ store: IndexStore, _ key: Key) -> OpenIndex {
         store.onDamage = { [weak self, weak store] error in
             // Off this thread: it may be the writer of a store that `replace` is closing under
             // the lock. Only the store still served is recovered, never one already replaced.
             guard let self, let store else { return }
             DispatchQueue.global().async {
-                guard self.lock.withLock({ self.stores[key] === store }) else { return }
+                guard self.lock.withLock({ self.openStores[key]?.store === store }) else { return }
                 self.damageHandler?.damageFound(IndexDamage(bundle: key.bundle, index: key.index, reason: error.message, store: store, setAside: nil))
             }
         }
-        stores[key] = store
+        let o = OpenIndex(store)
+        useClock += 1
+        o.lastUse = useClock
+        openStores[key] = o
+        closedSummaries[key] = nil
+        return o
     }
 
     /// Replaces the file of an open (or closed) index while nobody uses it: closes the open store
@@ -117,7 +168,8 @@ final class IndexRegistry: @unchecked Sendable {
         let p = path(bundle: bundle, index: index)
         lock.lock()
         defer { lock.unlock() }
-        if let old = stores.removeValue(forKey: key), !old.shutDown() {
+        waitUntilSettled(key)
+        if let old = openStores.removeValue(forKey: key), !old.store.shutDown() {
             log.warning("index replaced while a read was still running", ["bundle": bundle, "index": index.isEmpty ? "_default" : index])
         }
         var swapError: SearchlightError?
@@ -153,14 +205,16 @@ final class IndexRegistry: @unchecked Sendable {
         // Held throughout, so nobody reopens a file while it is being deleted.
         lock.lock()
         defer { lock.unlock() }
-        let doomed = stores.filter { $0.key.bundle == bundle }
-        for key in doomed.keys { stores[key] = nil }
+        while settling.contains(where: { $0.bundle == bundle }) { lock.wait() }
+        let doomed = openStores.filter { $0.key.bundle == bundle }
+        for key in doomed.keys { openStores[key] = nil }
         // A rebuild in progress loses its shadow (its file goes with the directory) and ends.
         let shadowed = shadows.filter { $0.key.bundle == bundle }
         for key in shadowed.keys { shadows[key] = nil }
         for store in shadowed.values { store.shutDown() }
         conditions = conditions.filter { $0.key.bundle != bundle }
-        for store in doomed.values { store.close() }
+        closedSummaries = closedSummaries.filter { $0.key.bundle != bundle }
+        for o in doomed.values { o.store.close() }
         let dir = "\(root)/\(bundle)"
         let count = indexes(of: bundle).count
         try? FileManager.default.removeItem(atPath: dir)
@@ -171,6 +225,9 @@ final class IndexRegistry: @unchecked Sendable {
     func condition(bundle: String, index: String) -> IndexCondition? {
         lock.withLock { conditions[Key(bundle: bundle, index: index)] }
     }
+
+    /// Under the lock: whether an index is being rebuilt (the bound never closes it meanwhile).
+    func hasConditionLocked(_ key: Key) -> Bool { conditions[key] != nil }
 
     /// How many indexes are in each phase (migrating, recovering, filling), for the systemd status line.
     var conditionCounts: [IndexCondition.Phase: Int] {
@@ -194,8 +251,9 @@ final class IndexRegistry: @unchecked Sendable {
 
     func closeAll() {
         lock.lock()
-        let all = Array(stores.values) + Array(shadows.values)
-        stores.removeAll()
+        while !settling.isEmpty { lock.wait() }
+        let all = openStores.values.map(\.store) + Array(shadows.values)
+        openStores.removeAll()
         shadows.removeAll()
         lock.unlock()
         for s in all { s.close() }
@@ -216,7 +274,7 @@ struct IndexDamage: Sendable {
 protocol IndexDamageHandler: AnyObject, Sendable {
     /// Moves a damaged, closed index file out of the way; returns where it went. Called under
     /// the registry's lock: it must not call the registry.
-    func setAside(path: String, bundle: String, index: String) throws(SearchlightError) -> String
+    func setAside(path: String, bundle: String, index: String, reason: String) throws(SearchlightError) -> String
     /// Starts recovery; called with no lock held, from any thread (it must not block).
     func damageFound(_ damage: IndexDamage)
 }

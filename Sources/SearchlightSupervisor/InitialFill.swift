@@ -1,4 +1,5 @@
 import Foundation
+import SearchlightUnits
 import SearchlightWire
 
 /// A new bundle's first fill by its extension (DESIGN §6 Triggers: "a new bundle with an extension

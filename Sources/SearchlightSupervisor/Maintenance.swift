@@ -1,5 +1,6 @@
 import Foundation
 import SearchlightStore
+import SearchlightUnits
 import SearchlightWire
 
 /// Idle maintenance (DESIGN §6 *Idle*): at most every `--maintenance-interval`, once the machine
@@ -149,8 +150,11 @@ final class Maintenance: @unchecked Sendable {
         let name = index.isEmpty ? "_default" : index
         // Another trigger is rebuilding it: its file is not the one to scrub.
         if context.registry.condition(bundle: bundle, index: index) != nil { return }
+        // Leased for every step: the open-index bound does not close it under the scrub.
+        let lease = IndexLeases(context.registry)
+        defer { lease.release() }
         do {
-            guard let store = try context.registry.store(bundle: bundle, index: index, create: false) else { return }
+            guard let store = try context.registry.store(bundle: bundle, index: index, create: false, lease: lease) else { return }
             if store.detectedDamage != nil { return }  // recovery's business
             summary.indexes += 1
             let purged = try store.purgeExpired()

@@ -1,5 +1,6 @@
 import Foundation
 import SearchlightStore
+import SearchlightUnits
 import SearchlightWire
 
 /// Migration (DESIGN §6 Triggers): an index file of an older store format, or a unit whose
@@ -78,7 +79,7 @@ final class Migrator: @unchecked Sendable {
             return
         }
         do {
-            _ = try registry.store(bundle: record.bundle, index: record.index, create: false)
+            try registry.withStore(bundle: record.bundle, index: record.index, create: false) { _ in }
             let shadow = try registry.beginShadow(bundle: record.bundle, index: record.index, resume: true)
             lock.withLock {
                 active[key] = Active(path: .extension, shadow: shadow, requestID: id, reason: record.reason,
@@ -109,7 +110,7 @@ final class Migrator: @unchecked Sendable {
                 let file = registry.path(bundle: bundle, index: index)
                 var version = IndexStore.recordedFormatVersion(at: file)
                 if version == nil, IndexStore.fileDamage(at: file, deep: false) == nil {
-                    version = (try? registry.store(bundle: bundle, index: index, create: false))??.formatVersion
+                    version = (try? registry.withStore(bundle: bundle, index: index, create: false) { $0?.formatVersion }) ?? nil
                 }
                 guard let version, version >= Schema.oldestReadableFormat, Schema.needsRebuild(from: version) else { continue }
                 start(bundle: bundle, index: index, reason: "store format \(version) -> \(Schema.formatVersion)")
@@ -172,7 +173,7 @@ final class Migrator: @unchecked Sendable {
     private func migrateByExtension(_ key: IndexRegistry.Key, reason: String, targetVersion: Int?) {
         do {
             guard let scheduler = context.scheduler else { return }
-            _ = try registry.store(bundle: key.bundle, index: key.index, create: false)
+            try registry.withStore(bundle: key.bundle, index: key.index, create: false) { _ in }
             let shadow = try registry.beginShadow(bundle: key.bundle, index: key.index, resume: false)
             let started = Date()
             // Held until `active` knows the request: its outcome may come at once.
@@ -193,7 +194,10 @@ final class Migrator: @unchecked Sendable {
 
     private func migrateLocally(_ key: IndexRegistry.Key, reason: String) {
         do {
-            guard let old = try registry.store(bundle: key.bundle, index: key.index, create: false) else { return }
+            // Leased until the copy is done: the store it copies from stays open meanwhile.
+            let lease = IndexLeases(registry)
+            defer { lease.release() }
+            guard let old = try registry.store(bundle: key.bundle, index: key.index, create: false, lease: lease) else { return }
             let shadow = try registry.beginShadow(bundle: key.bundle, index: key.index, resume: false)
             let a = Active(path: .local, shadow: shadow, requestID: nil, reason: reason, targetVersion: nil, started: Date())
             lock.withLock { active[key] = a }

@@ -1,4 +1,5 @@
 import Foundation
+import SearchlightUnits
 import SearchlightWire
 
 /// Sends journaled reindex requests to extensions and acts on their acknowledgements (DESIGN §6).

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import SearchlightStore
+import SearchlightUnits
 import SearchlightWire
 
 /// What every client session shares: configuration, indexes, bundle records, counters.
@@ -21,6 +22,9 @@ final class ServiceContext: @unchecked Sendable {
     let adminGID: gid_t?
     private let lock = NSLock()
     private var _connections = 0
+    /// Connections of peers that are not administrators, in all and per uid.
+    private var _userConnections = 0
+    private var _connectionsByUID: [UInt32: Int] = [:]
     private var _requests = 0
     private weak var _scheduler: RequestScheduler?
     private var _maintenance: Maintenance?
@@ -31,13 +35,17 @@ final class ServiceContext: @unchecked Sendable {
         self.log = log
         try FileManager.default.createDirectory(atPath: config.stateDirectory, withIntermediateDirectories: true,
             attributes: [.posixPermissions: 0o700])
-        registry = try IndexRegistry(stateDirectory: config.stateDirectory, options: config.storeOptions, log: log)
-        state = try SupervisorState(path: config.stateDirectory + "/supervisor.sqlite")
+        let maxOpen = config.maxOpenIndexes ?? IndexRegistry.defaultMaxOpen(options: config.storeOptions, connections: config.maxConnections)
+        registry = try IndexRegistry(stateDirectory: config.stateDirectory, options: config.storeOptions, maxOpen: maxOpen, log: log)
+        state = try SupervisorState(path: config.stateDirectory + "/supervisor.sqlite", exists: registry.bundleExists)
         journal = try RequestJournal(path: config.stateDirectory + "/supervisor.sqlite")
         catalog = UnitCatalog(directories: config.unitDirectories, system: config.system)
         events = EventMonitor(log: log)
         initialFill = InitialFill(registry: registry, journal: journal, catalog: catalog, log: log)
-        recovery = IndexRecovery(quarantine: Quarantine(stateDirectory: config.stateDirectory, limit: config.quarantineLimit), log: log)
+        let recoveries = try RecoveryRecords(path: config.stateDirectory + "/supervisor.sqlite")
+        recovery = IndexRecovery(
+            quarantine: Quarantine(stateDirectory: config.stateDirectory, limit: config.quarantineLimit, pinned: { recoveries.pinned }),
+            records: recoveries, log: log, pauseSalvageAfter: config.testPauseSalvageAfter)
         if let group = config.adminGroup {
             guard let gr = getgrnam(group) else { throw SystemError("getgrnam(\(group)): no such group", errno: ENOENT) }
             adminGID = gr.pointee.gr_gid
@@ -84,15 +92,42 @@ final class ServiceContext: @unchecked Sendable {
     var connections: Int { lock.withLock { _connections } }
     var requests: Int { lock.withLock { _requests } }
 
-    /// Takes a connection slot; false when the limit is reached.
-    func connectionOpened() -> Bool {
+    /// Why a connection was refused a slot.
+    enum ConnectionRefusal: Error {
+        /// Every slot is taken (for a non-administrator: every slot but the administrators' reserve).
+        case daemonFull
+        /// The peer's uid holds `--max-connections-per-user` connections already.
+        case userFull
+    }
+
+    /// Takes a connection slot for a peer. Administrators (`admin`) may use every slot, and are
+    /// not limited per uid; other peers may use all but `adminReservedConnections`, at most
+    /// `maxConnectionsPerUser` per uid, so that one user cannot lock out the others or root.
+    func connectionOpened(uid: UInt32, admin: Bool) throws(ConnectionRefusal) {
+        lock.lock()
+        defer { lock.unlock() }
+        if admin {
+            guard _connections < config.maxConnections else { throw .daemonFull }
+        } else {
+            guard _connections < config.maxConnections, _userConnections < config.maxConnections - config.adminReservedConnections else {
+                throw .daemonFull
+            }
+            guard _connectionsByUID[uid, default: 0] < config.maxConnectionsPerUser else { throw .userFull }
+            _userConnections += 1
+            _connectionsByUID[uid, default: 0] += 1
+        }
+        _connections += 1
+    }
+
+    func connectionClosed(uid: UInt32, admin: Bool) {
         lock.withLock {
-            guard _connections < config.maxConnections else { return false }
-            _connections += 1
-            return true
+            _connections -= 1
+            guard !admin else { return }
+            _userConnections -= 1
+            _connectionsByUID[uid, default: 1] -= 1
+            if _connectionsByUID[uid] == 0 { _connectionsByUID[uid] = nil }
         }
     }
-    func connectionClosed() { lock.withLock { _connections -= 1 } }
     func countRequest() { lock.withLock { _requests += 1 } }
 
     /// Admin: root, the daemon's own user, or a member of `--admin-group`.

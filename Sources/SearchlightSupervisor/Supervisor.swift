@@ -27,6 +27,8 @@ public final class Supervisor: @unchecked Sendable {
         signal(SIGPIPE, SIG_IGN)
         let context = try ServiceContext(config: config, log: log)
         context.cgroups = ExtensionCgroups.make(mode: config.extensionCgroups, log: log)
+        // Before anything opens an index: a set-aside the last run was killed in is finished.
+        context.recovery.finishSetAsides(registry: context.registry)
         let scheduler = RequestScheduler(context: context, journal: context.journal, catalog: context.catalog)
         context.scheduler = scheduler
         let maintenance = try Maintenance(context: context)
@@ -70,7 +72,9 @@ public final class Supervisor: @unchecked Sendable {
             "activated": activated != nil, "state": config.stateDirectory, "pid": getpid(),
             "units": context.catalog.units.filter { !$0.disabled }.count, "notify": notifier.isEnabled,
             "watchdog_s": notifier.watchdogInterval.map { "\($0 * 2)" } ?? "off",
-            "watchdog_loops": probes.map(\.name).joined(separator: ","), "status": status,
+            "watchdog_loops": probes.map(\.name).joined(separator: ","), "max_open_indexes": context.registry.maxOpen,
+            "max_connections": config.maxConnections, "max_connections_per_user": config.maxConnectionsPerUser,
+            "idle_timeout_s": config.idleTimeout, "status": status,
         ])
         stopped.wait()
         log.notice("searchlightd stopping")

@@ -14,11 +14,20 @@ final class SupervisorState: @unchecked Sendable {
         var indexingEnabled: Bool
     }
 
+    /// A claim refused because the uid owns as many bundles as it may (`--max-bundles-per-user`).
+    struct OwnedTooMany: Error {
+        var owned: Int
+    }
+
     private let db: Database
     private let lock = NSLock()
     private var records: [String: Bundle] = [:]
+    /// The bundles each uid's per-user limit counts: those it owns whose files existed at start,
+    /// or that it claimed since and were not erased since.
+    private var owned: [UInt32: Set<String>] = [:]
 
-    init(path: String) throws {
+    /// `exists` says whether a bundle has files (read once, at start).
+    init(path: String, exists: (String) -> Bool = { _ in true }) throws {
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         if fd >= 0 { close(fd) }
         db = try Database(path: path)
@@ -34,7 +43,9 @@ final class SupervisorState: @unchecked Sendable {
             """)
         for row in try db.rows("SELECT bundle, owner_uid, indexing_enabled FROM bundles") {
             guard let name = row.string(0) else { continue }
-            records[name] = Bundle(bundle: name, ownerUID: row.int(1).map { UInt32($0) }, indexingEnabled: row.int(2) != 0)
+            let owner = row.int(1).map { UInt32($0) }
+            records[name] = Bundle(bundle: name, ownerUID: owner, indexingEnabled: row.int(2) != 0)
+            if let owner, exists(name) { owned[owner, default: []].insert(name) }
         }
     }
 
@@ -42,16 +53,46 @@ final class SupervisorState: @unchecked Sendable {
 
     func allBundles() -> [Bundle] { lock.withLock { records.values.sorted { $0.bundle < $1.bundle } } }
 
-    /// Records `uid` as the owner if the bundle has none yet; returns the owner.
-    func claim(_ name: String, uid: UInt32) throws -> UInt32 {
+    /// Records `uid` as the owner if the bundle has none yet; returns the owner. With `limit`, a
+    /// uid whose limit already counts that many bundles is refused with `OwnedTooMany`: counted
+    /// and claimed in one step, so that concurrent claims cannot pass the limit together.
+    func claim(_ name: String, uid: UInt32, limit: Int? = nil) throws -> UInt32 {
         try lock.withLock {
             if let owner = records[name]?.ownerUID { return owner }
-            try db.run("""
-                INSERT INTO bundles(bundle, owner_uid, created) VALUES (?, ?, ?)
-                ON CONFLICT(bundle) DO UPDATE SET owner_uid = excluded.owner_uid
-                """, [.text(name), .integer(Int64(uid)), .double(Date().timeIntervalSince1970)])
-            records[name, default: Bundle(bundle: name, ownerUID: nil, indexingEnabled: true)].ownerUID = uid
+            if let limit {
+                let count = owned[uid]?.count ?? 0
+                if count >= limit { throw OwnedTooMany(owned: count) }
+            }
+            try writeOwner(name, uid)
             return uid
+        }
+    }
+
+    /// Records `uid` as the owner, replacing any other: the user of the unit that serves the
+    /// bundle (its writes), or the owner an administrator gives it (`admin.setOwner`).
+    func setOwner(_ name: String, uid: UInt32) throws {
+        try lock.withLock {
+            if records[name]?.ownerUID == uid { return }
+            try writeOwner(name, uid)
+        }
+    }
+
+    /// Under the lock: the row first, then the memory.
+    private func writeOwner(_ name: String, _ uid: UInt32) throws {
+        try db.run("""
+            INSERT INTO bundles(bundle, owner_uid, created) VALUES (?, ?, ?)
+            ON CONFLICT(bundle) DO UPDATE SET owner_uid = excluded.owner_uid
+            """, [.text(name), .integer(Int64(uid)), .double(Date().timeIntervalSince1970)])
+        if let previous = records[name]?.ownerUID { owned[previous]?.remove(name) }
+        records[name, default: Bundle(bundle: name, ownerUID: nil, indexingEnabled: true)].ownerUID = uid
+        owned[uid, default: []].insert(name)
+    }
+
+    /// The bundle's files were erased: it no longer counts against its owner's limit (the owner
+    /// stays recorded, so the name is not free for others).
+    func erased(_ name: String) {
+        lock.withLock {
+            if let owner = records[name]?.ownerUID { owned[owner]?.remove(name) }
         }
     }
 

@@ -5,6 +5,13 @@ public struct Limits: Sendable, Equatable {
     public var maxIdentifiersPerCall = 10_000
     public var maxQueryBytes = 64 << 10
     public var maxQueryDepth = 64
+    /// Distinct words of a `query.user` text (a word repeated counts once).
+    public var maxQueryTerms = 64
+    /// Comparisons in a `query.search` query and its filter queries together; `*` counts once per
+    /// attribute it searches (`QueryCost`). Bounds the work done for every item scanned.
+    public var maxQueryPredicates = 256
+    /// Filter queries in one call (`filterQueries` of `query.search` and `query.user`).
+    public var maxFilterQueries = 64
     public var maxClientStateBytes = 250
     public var maxItemsPerIndex = 1_000_000
     public var maxIdentifierBytes = 1024

@@ -27,6 +27,8 @@ public enum Method {
     public static let adminSetIndexing = "admin.setIndexing"
     /// Stops an extension's running copy gracefully and launches it again (`units restart`).
     public static let adminRestartExtension = "admin.restartExtension"
+    /// `admin.setOwner {bundle, uid}`: gives a bundle an owner (DESIGN §6 Security).
+    public static let adminSetOwner = "admin.setOwner"
 
     /// Supervisor -> extension requests; the answer is the acknowledgement.
     public static let extensionReindexAll = "extension.reindexAll"
@@ -41,6 +43,10 @@ public enum Method {
     public static let progress = "$/progress"
     /// Supervisor -> admin client: one event of `admin.monitor`'s stream.
     public static let adminEvent = "admin.event"
+    /// Supervisor -> client, just before it closes the connection: `{reason: "idle", seconds}`.
+    /// Nothing sent after it is read, so a call that then fails was never processed and the SDK
+    /// sends it again on a new connection.
+    public static let closing = "$/closing"
 }
 
 /// The environment a supervisor-launched extension finds (DESIGN §5).

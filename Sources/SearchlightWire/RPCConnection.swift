@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// One JSON-RPC peer over a stream socket, used by both ends (daemon, SDK, CLI, extensions).
 ///
@@ -14,6 +15,12 @@ public final class RPCConnection: @unchecked Sendable {
         /// A frame was begun and not finished within the socket's receive timeout.
         case incompleteFrame(seconds: Int)
         case readError(String)
+        /// Nothing came or went for this long, and the idle policy allowed the close.
+        case idle(seconds: Int)
+        /// An answer could not be written: the peer stopped reading (the send timeout passed) or vanished.
+        case unreadAnswers(String)
+        /// This many malformed frames in a row, each owed an error answer: the peer is not a client.
+        case malformedFrames(count: Int)
 
         public var description: String {
             switch self {
@@ -22,9 +29,30 @@ public final class RPCConnection: @unchecked Sendable {
             case .frameTooLarge(let limit): "frame larger than \(limit) bytes"
             case .incompleteFrame(let seconds): "a frame was left unfinished for \(seconds) s"
             case .readError(let e): "read error: \(e)"
+            case .idle(let seconds): "idle for \(seconds) s"
+            case .unreadAnswers(let e): "an answer could not be written (the peer does not read it): \(e)"
+            case .malformedFrames(let count): "\(count) malformed frames in a row"
             }
         }
     }
+
+    /// When a connection may be closed for idleness (the daemon's side): after `seconds` with
+    /// nothing received or sent, if `mayClose` (asked on the reader thread, between frames) agrees.
+    public struct IdlePolicy: Sendable {
+        public var seconds: Int
+        public var mayClose: @Sendable () -> Bool
+        public init(seconds: Int, mayClose: @escaping @Sendable () -> Bool) {
+            self.seconds = seconds
+            self.mayClose = mayClose
+        }
+    }
+
+    /// Error answers to malformed frames a peer may cause in a row (with no well-formed message
+    /// between) before the connection is closed. A junk writer that does not read is cut off
+    /// after this many answers, before they fill the socket buffer; one that slips a well-formed
+    /// message in now and then is cut off when an answer cannot be written within the send
+    /// timeout. (Clients that make mistakes send one bad frame, not a hundred in a row.)
+    public static let maxMalformedFramesInARow = 100
 
     public typealias MessageHandler = @Sendable (RPCConnection, RPCMessage) -> Void
     public typealias CloseHandler = @Sendable (RPCConnection, CloseReason) -> Void
@@ -39,8 +67,17 @@ public final class RPCConnection: @unchecked Sendable {
     private let writeLock = NSLock()
     private var nextID = 1
     private var pending: [RPCID: CheckedContinuation<JSONValue, any Error>] = [:]
+    /// Calls sent with `submit`, whose answers are awaited later (pipelining).
+    private var submitted: [RPCID: SubmittedCall] = [:]
     private var closed: CloseReason?
     private var closeRequested = false
+    /// Why the connection is being closed from this side, when there is more to say than "locally".
+    private var closeReason: CloseReason?
+    /// The last time a message came or went (for the idle policy).
+    private var lastActivity = Date()
+    private var idlePolicy: IdlePolicy?
+    /// The reason the peer gave in a `$/closing` notification before it closed the connection.
+    private var announcedClose: String?
 
     public init(socket: UnixSocket, maxFrameBytes: Int = 16 << 20, maxDepth: Int = 128, incompleteFrameTimeout: Int? = nil) {
         self.socket = socket
@@ -55,6 +92,21 @@ public final class RPCConnection: @unchecked Sendable {
     }
 
     public var isClosed: Bool { lock.withLock { closed != nil } }
+
+    /// The reason of the peer's `$/closing` notification, once one arrived: the peer read nothing
+    /// sent after it (the daemon announces an idle close this way).
+    public var closeAnnouncement: String? { lock.withLock { announcedClose } }
+
+    /// Closes the connection when it has been idle as `policy` says. Set before `start`.
+    public func setIdlePolicy(_ policy: IdlePolicy) { lock.withLock { idlePolicy = policy } }
+
+    /// Returns once the reader thread has ended and every outstanding call has failed (at most
+    /// `timeout` seconds): by then every message the peer sent before closing was handled.
+    public func waitUntilClosed(timeout: TimeInterval = 2) async {
+        // Only after a call failed, when the close is under way: a short poll is enough.
+        let deadline = Date().addingTimeInterval(timeout)
+        while !isClosed, Date() < deadline { try? await Task.sleep(for: .milliseconds(5)) }
+    }
 
     /// Starts the reader thread. `onMessage` receives requests, notifications and undecodable
     /// frames already answered; `onClose` runs once, after every outstanding call has failed.
@@ -75,6 +127,8 @@ public final class RPCConnection: @unchecked Sendable {
         defer { chunk.deallocate() }
         // When the unfinished frame in the decoder began: a trickle of bytes does not reset it.
         var partialSince: Date?
+        var malformed = 0
+        let closedHere = { [self] () -> CloseReason in lock.withLock { closeReason ?? .closedLocally } }
         while true {
             let n: Int
             do {
@@ -82,21 +136,34 @@ public final class RPCConnection: @unchecked Sendable {
             } catch is UnixSocket.ReceiveTimeout {
                 n = -1
             } catch {
-                return lock.withLock { closeRequested } ? .closedLocally : .readError("\(error)")
+                return lock.withLock { closeRequested } ? closedHere() : .readError("\(error)")
             }
-            if n == 0 { return lock.withLock { closeRequested } ? .closedLocally : .peerClosed }
+            if n == 0 { return lock.withLock { closeRequested } ? closedHere() : .peerClosed }
             if n > 0 {
+                lock.withLock { lastActivity = Date() }
                 decoder.append(UnsafeRawBufferPointer(rebasing: chunk[0..<n]))
                 do {
                     while let frame = try decoder.next() {
                         partialSince = nil
-                        dispatch(frame, onMessage: onMessage)
+                        if dispatch(frame, onMessage: onMessage) {
+                            malformed = 0
+                        } else {
+                            malformed += 1
+                            if malformed >= Self.maxMalformedFramesInARow { return .malformedFrames(count: malformed) }
+                        }
+                        if lock.withLock({ closeRequested }) { return closedHere() }
                     }
                 } catch {
                     switch error {
                     case .frameTooLarge(let limit): return .frameTooLarge(limit: limit)
                     }
                 }
+            }
+            if n < 0, decoder.pendingByteCount == 0, let seconds = idleFor() {
+                // Announced first, so that a peer which sent a call meanwhile (never read now)
+                // knows it was not processed and may send it again.
+                try? send(.notification(method: Method.closing, params: ["reason": "idle", "seconds": .number(Double(seconds))]))
+                return .idle(seconds: seconds)
             }
             if decoder.pendingByteCount == 0 {
                 partialSince = nil
@@ -108,38 +175,64 @@ public final class RPCConnection: @unchecked Sendable {
         }
     }
 
-    private func dispatch(_ frame: ArraySlice<UInt8>, onMessage: MessageHandler) {
+    /// The seconds of idleness that allow closing the connection now, if its policy says so.
+    private func idleFor() -> Int? {
+        let (policy, last) = lock.withLock { (idlePolicy, lastActivity) }
+        guard let policy, Date().timeIntervalSince(last) >= Double(policy.seconds) else { return nil }
+        guard policy.mayClose() else {
+            // Busy (a call outstanding, a batch, a stream): the idle time counts from now.
+            lock.withLock { lastActivity = Date() }
+            return nil
+        }
+        return policy.seconds
+    }
+
+    /// Handles one frame; false when it was malformed (and answered with an error).
+    private func dispatch(_ frame: ArraySlice<UInt8>, onMessage: MessageHandler) -> Bool {
         let message: RPCMessage
         do {
             message = try RPCMessage.decode(frame, maxDepth: maxDepth)
         } catch {
             // Bad input gets an error answer and the connection stays usable (DESIGN §4); a bad
             // response gets none (JSON-RPC: never answer a response).
-            if error.isResponse { return }
-            try? send(.response(id: error.id ?? .number(0), result: .failure(error.error)), nullID: error.id == nil)
-            return
+            if error.isResponse { return false }
+            do {
+                try send(.response(id: error.id ?? .number(0), result: .failure(error.error)), nullID: error.id == nil)
+            } catch {
+                // The peer does not read its answers (the send timeout passed): stop here rather
+                // than wait out the timeout once per line it sent.
+                close(reason: .unreadAnswers("\(error)"))
+            }
+            return false
+        }
+        if case .notification(let method, let params) = message, method == Method.closing {
+            lock.withLock { announcedClose = params["reason"]?.stringValue ?? "unspecified" }
         }
         if case .response(let id, let result) = message {
-            let continuation = lock.withLock { pending.removeValue(forKey: id) }
+            let (continuation, call) = lock.withLock { (pending.removeValue(forKey: id), submitted.removeValue(forKey: id)) }
+            call?.complete(result.mapError { $0 as any Error })
             switch result {
             case .success(let value): continuation?.resume(returning: value)
             case .failure(let error): continuation?.resume(throwing: error)
             }
-            return
+            return true
         }
         onMessage(self, message)
+        return true
     }
 
     private func finish(_ reason: CloseReason) {
-        let waiting: [CheckedContinuation<JSONValue, any Error>] = lock.withLock {
+        let (waiting, calls): ([CheckedContinuation<JSONValue, any Error>], [SubmittedCall]) = lock.withLock {
             if closed == nil { closed = reason }
-            let all = Array(pending.values)
-            pending.removeAll()
-            return all
+            defer {
+                pending.removeAll()
+                submitted.removeAll()
+            }
+            return (Array(pending.values), Array(submitted.values))
         }
-        for c in waiting {
-            c.resume(throwing: SearchlightError(.remoteConnection, "connection lost before the answer arrived (\(reason)); retry"))
-        }
+        let lost = SearchlightError(.remoteConnection, "connection lost before the answer arrived (\(reason)); retry")
+        for c in waiting { c.resume(throwing: lost) }
+        for call in calls { call.complete(.failure(lost)) }
         socket.close()
     }
 
@@ -158,6 +251,7 @@ public final class RPCConnection: @unchecked Sendable {
             }
             try socket.writeAll(bytes)
         }
+        lock.withLock { lastActivity = Date() }
     }
 
     /// Answers a request. If the answer cannot be written (the peer stopped reading until the send
@@ -166,7 +260,7 @@ public final class RPCConnection: @unchecked Sendable {
         do {
             try send(.response(id: id, result: result))
         } catch {
-            close()
+            close(reason: .unreadAnswers("\(error)"))
         }
     }
 
@@ -207,9 +301,91 @@ public final class RPCConnection: @unchecked Sendable {
         }
     }
 
+    /// Sends a request whose params are already encoded (a JSON object's bytes), at once, and
+    /// returns its call, whose answer is awaited later. Calls submitted one after another from
+    /// one task are on the wire in that order, so several can be in flight (pipelined) while
+    /// the peer handles them in order; encoding the params once, straight into the frame, also
+    /// saves building a `JSONValue` tree for large calls (a chunk of items).
+    public func submit(_ method: String, encodedParams: [UInt8]) throws -> SubmittedCall {
+        let (id, call): (RPCID, SubmittedCall) = try lock.withLock {
+            if let closed { throw SearchlightError(.remoteConnection, "the connection is closed (\(closed)); reconnect") }
+            defer { nextID += 1 }
+            let id = RPCID.number(nextID)
+            let call = SubmittedCall(method: method, connection: self)
+            submitted[id] = call
+            return (id, call)
+        }
+        var frame: [UInt8] = []
+        frame.reserveCapacity(encodedParams.count + method.utf8.count + 48)
+        frame += Array(#"{"jsonrpc":"2.0","id":"#.utf8)
+        frame += Array(id.description.utf8)
+        frame += Array(#","method":"#.utf8)
+        JSONValue.string(method).write(to: &frame)
+        frame += Array(#","params":"#.utf8)
+        frame += encodedParams
+        frame += [UInt8(ascii: "}"), 0x0A]
+        do {
+            try writeLock.withLock {
+                if lock.withLock({ closed != nil }) { throw SearchlightError(.remoteConnection, "the connection is closed; reconnect") }
+                try socket.writeAll(frame)
+            }
+        } catch {
+            _ = lock.withLock { submitted.removeValue(forKey: id) }
+            // Part of the frame may be on the wire: the stream is no longer in a known state.
+            close()
+            throw SearchlightError(.remoteConnection, "could not send \(method): \(error)")
+        }
+        return call
+    }
+
     /// Closes the connection: the reader thread wakes, outstanding calls fail, `onClose` runs.
     public func close() {
         lock.withLock { closeRequested = true }
         socket.shutdown()
+    }
+
+    /// Closes the connection, telling `onClose` why (the first reason given wins).
+    public func close(reason: CloseReason) {
+        lock.withLock {
+            if closeReason == nil, !closeRequested { closeReason = reason }
+            closeRequested = true
+        }
+        socket.shutdown()
+    }
+}
+
+/// A request sent with `RPCConnection.submit`: its answer, once it comes (or the connection's
+/// loss). `value()` may be awaited once or several times, from any task.
+public final class SubmittedCall: Sendable {
+    public let method: String
+    /// The connection it went on: after a `remoteConnection` failure, its `closeAnnouncement`
+    /// says whether the peer announced the close (then the call was never processed).
+    public let connection: RPCConnection
+    private let state = Mutex<(result: Result<JSONValue, any Error>?, waiters: [CheckedContinuation<JSONValue, any Error>])>((nil, []))
+
+    init(method: String, connection: RPCConnection) {
+        self.method = method
+        self.connection = connection
+    }
+
+    func complete(_ result: Result<JSONValue, any Error>) {
+        let waiters: [CheckedContinuation<JSONValue, any Error>] = state.withLock { state in
+            guard state.result == nil else { return [] }
+            state.result = result
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume(with: result) }
+    }
+
+    /// The answer; a JSON-RPC error answer throws `SearchlightError`.
+    public func value() async throws -> JSONValue {
+        try await withCheckedThrowingContinuation { continuation in
+            let done: Result<JSONValue, any Error>? = state.withLock { state in
+                if state.result == nil { state.waiters.append(continuation) }
+                return state.result
+            }
+            if let done { continuation.resume(with: done) }
+        }
     }
 }

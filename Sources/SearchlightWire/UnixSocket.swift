@@ -190,6 +190,18 @@ public final class UnixSocket: @unchecked Sendable {
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
     }
 
+    /// True when the connection is gone for good: the peer closed its end (or shut down both
+    /// directions), this end was shut down or closed, or the socket failed. A peer that only
+    /// stopped writing (`shutdown(SHUT_WR)`, and still reads its answers) is not hung up. One
+    /// `poll` with no wait; the daemon asks it while a query runs, to stop work nobody awaits.
+    public var isHungUp: Bool {
+        let f = fd
+        guard f >= 0 else { return true }
+        var p = pollfd(fd: f, events: 0, revents: 0)
+        guard poll(&p, 1, 0) >= 0 else { return false }
+        return p.revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0
+    }
+
     /// Stops both directions without releasing the descriptor (wakes a blocked reader).
     public func shutdown() {
         let f = fd

@@ -9,6 +9,9 @@ import SearchlightKit
 struct Bench {
     static func main() async throws {
         signal(SIGPIPE, SIG_IGN)
+        if CommandLine.arguments.dropFirst().first == "delegate-writer" {
+            DelegateBench.writerMain(Array(CommandLine.arguments.dropFirst(2)))
+        }
         let options = Options.parse(Array(CommandLine.arguments.dropFirst()))
         let corpus = try options.corpus.map(Corpus.load(path:)) ?? Corpus.synthetic(count: options.synthetic)
         progress("corpus: \(corpus.name), \(corpus.entries.count) items; \(options.runs) runs per figure; "
@@ -38,6 +41,9 @@ struct Bench {
         if options.scenarios.contains(.daemon) { try await run.daemonCost() }
         if options.scenarios.contains(.throttle) { try await run.throttleReaction() }
         if options.scenarios.contains(.maintenance) { try await run.maintenanceCost() }
+        if options.scenarios.contains(.delegate) {
+            run.rows += try await DelegateBench(daemon: run.daemon, dir: run.dir, runs: options.runs).run()
+        }
         print("\n" + Report.table(run.rows))
         try Report.write(run.rows, corpus: corpus, options: options)
         print("\nwrote \(options.output) and \(options.chart)")

@@ -10,6 +10,9 @@ struct Options {
         case store
         /// The reindex-all write path in-process, filled to the largest size (`StoreFill`). Not in the default set.
         case fill
+        /// The store delegate (SearchlightSQLite): its triggers' cost in the app's inserts, a
+        /// history backlog's throughput, commit-to-indexed lag (same process and another one).
+        case delegate
         /// The ranked index in-process: its build and its top 20 against the exhaustive ranking (`RankedBench`). Not in the default set.
         case ranked
     }
@@ -26,7 +29,7 @@ struct Options {
     var queries = 300
     var clients = [1, 4, 16]
     var batch = 500
-    var scenarios: Set<Scenario> = [.donation, .query, .reindex, .daemon, .throttle, .maintenance]
+    var scenarios: Set<Scenario> = [.donation, .query, .reindex, .daemon, .throttle, .maintenance, .delegate]
     /// Seconds of the idle window in which the daemon's CPU and wakeups are counted.
     var idleSeconds = 30.0
     var output = "bench-results.json"
@@ -44,7 +47,7 @@ struct Options {
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
-                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,store,fill,ranked]
+                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked]
                                  [--idle-seconds S] [--quick] [--keep] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)

@@ -96,10 +96,12 @@ struct ParsedArguments: Sendable {
     }
 
     /// A duration option in seconds (DESIGN §7: durations given as flags are in seconds).
-    func seconds(_ name: String) throws(UsageError) -> Double? {
+    /// A duration flag: positive seconds up to `max` (a week by default: `Duration` traps on
+    /// values like 1e308, and nothing waits that long).
+    func seconds(_ name: String, max: Double = 7 * 86400) throws(UsageError) -> Double? {
         guard let text = value(name) else { return nil }
-        guard let s = Double(text), s.isFinite, s > 0 else {
-            throw UsageError("--\(name) must be a positive number of seconds, not '\(text)'")
+        guard let s = Double(text), s.isFinite, s >= 0.001, s <= max else {
+            throw UsageError("--\(name) must be a number of seconds from 0.001 to \(Int(max)), not '\(text)'")
         }
         return s
     }

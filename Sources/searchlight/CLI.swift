@@ -92,20 +92,25 @@ struct CommandContext: Sendable {
         SearchableIndex(name: name, bundleIdentifier: bundle, socketPath: socket)
     }
 
-    /// Calls an admin method and returns its answer.
-    func admin(
-        _ method: String, _ params: [String: JSONValue] = [:],
-        onNotification: SearchlightConnection.NotificationHandler? = nil
-    ) async throws -> JSONValue {
+    /// Sends a typed request (SearchlightWire's messages) on an admin connection and returns its
+    /// answer; `onNotification` receives what the daemon sends meanwhile (progress).
+    func admin<R: WireRequest>(_ request: R, onNotification: SearchlightConnection.NotificationHandler? = nil) async throws -> R.Response {
         let connection = adminConnection(onNotification: onNotification)
         do {
-            let answer = try await connection.call(method, .object(params))
+            let answer = try await connection.send(request)
             await connection.close()
             return answer
         } catch {
             await connection.close()
             throw error
         }
+    }
+
+    /// An admin method whose answer is a report read as JSON.
+    func admin<R: WireRequest>(_ request: R, onNotification: SearchlightConnection.NotificationHandler? = nil) async throws -> JSONValue
+        where R.Response == JSONResponse {
+        let response: JSONResponse = try await admin(request, onNotification: onNotification)
+        return response.result
     }
 }
 
@@ -116,7 +121,7 @@ enum CLI {
         StatusCommands.status, ReindexCommands.reindex, QueryCommands.query, QueryCommands.search,
         ImportCommand.command, DeleteCommands.delete, DeleteCommands.erase, StatusCommands.check,
         ReindexCommands.simulate, ReindexCommands.units, ReindexCommands.requests, ReindexCommands.monitor,
-        StatusCommands.indexing, StatusCommands.version,
+        StatusCommands.indexing, StatusCommands.owner, StatusCommands.version,
     ]
 
     static func command(named name: String) -> Command? { commands.first { $0.spec.name == name } }

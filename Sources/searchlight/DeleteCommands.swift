@@ -61,7 +61,7 @@ enum DeleteCommands {
         run: { args, context in
             let bundle = args.positionals[0]
             // The daemon refuses --reindex before erasing when no extension could rebuild the app.
-            let answer = try await context.admin(Method.adminErase, ["bundle": .string(bundle), "reindex": .bool(args.flag("reindex"))])
+            let answer = try await context.admin(AdminErase(bundle: bundle, reindex: args.flag("reindex")))
             if context.json {
                 Console.out(answer)
             } else {

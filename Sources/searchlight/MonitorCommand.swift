@@ -44,10 +44,8 @@ enum MonitorCommand {
             closing.finish()
         })
         defer { connection.close() }
-        _ = try await connection.call(Method.initialize, [
-            "protocolVersion": .number(Double(Protocol.version)), "role": "admin", "capabilities": [:],
-        ])
-        _ = try await connection.call(Method.adminMonitor)
+        _ = try await connection.call(Initialize.method, Initialize(role: .admin).params)
+        _ = try await connection.call(AdminMonitor.method, AdminMonitor().params)
         // On stderr, so stdout carries only events; it also tells a script the stream has begun.
         Console.errorLine("following the events of searchlightd at \(context.socket); press Ctrl-C to stop")
         let ended = try await Interrupt.race { () -> RPCConnection.CloseReason in

@@ -154,27 +154,14 @@ enum QueryCommands {
             }
             return SearchAnswer(items: hits(r.items), ranked: hits(r.rankedItems), suggestions: suggestions, incomplete: r.isIncomplete)
         }
-        var params: [String: JSONValue] = ["text": .string(text), "context": wireContext(userContext)]
-        if !index.isEmpty { params["index"] = .string(index) }
-        let r = try await context.admin(Method.queryUser, params)
-        func hits(_ key: String) -> [Hit] {
-            (r[key]?.arrayValue ?? []).compactMap { wire in
-                SearchableItem(wire: wire).map { Hit(item: $0, bundle: wire["bundle"]?.stringValue, wire: wire) }
-            }
+        let c = userContext
+        let r = try await context.admin(QueryUser(text: text, context: QueryUser.Context(
+            enableRankedResults: c.enableRankedResults, maxRankedResultCount: c.maxRankedResultCount, maxResultCount: c.maxResultCount,
+            maxSuggestionCount: c.maxSuggestionCount, filterQueries: c.filterQueries, fetchAttributes: c.fetchAttributes), index: index))
+        func hits(_ items: [JSONValue]) -> [Hit] {
+            items.compactMap { wire in SearchableItem(wire: wire).map { Hit(item: $0, bundle: wire["bundle"]?.stringValue, wire: wire) } }
         }
-        return SearchAnswer(items: hits("items"), ranked: hits("rankedItems"), suggestions: r["suggestions"]?.arrayValue ?? [],
-            incomplete: r["incomplete"]?.boolValue ?? false)
-    }
-
-    static func wireContext(_ c: UserQueryContext) -> JSONValue {
-        var o: [String: JSONValue] = [
-            "enableRankedResults": .bool(c.enableRankedResults),
-            "maxRankedResultCount": .number(Double(c.maxRankedResultCount)),
-            "maxResultCount": .number(Double(c.maxResultCount)),
-            "maxSuggestionCount": .number(Double(c.maxSuggestionCount)),
-        ]
-        if let fetch = c.fetchAttributes { o["fetchAttributes"] = .array(fetch.map(JSONValue.string)) }
-        return .object(o)
+        return SearchAnswer(items: hits(r.items), ranked: hits(r.rankedItems), suggestions: r.suggestions.map(\.json), incomplete: r.incomplete)
     }
 
     static func printSearch(_ answer: SearchAnswer, text: String) {

@@ -43,9 +43,8 @@ enum ReindexCommands {
             guard ["migration", "corruption", "idle"].contains(event) else {
                 throw UsageError("the event must be migration, corruption or idle, not '\(event)'")
             }
-            var params: [String: JSONValue] = ["event": .string(event)]
-            if args.positionals.count > 1 { params["bundle"] = .string(args.positionals[1]) }
-            let answer = try await context.admin(Method.adminSimulate, params)
+            guard let kind = AdminSimulate.Event(rawValue: event) else { throw UsageError("the event must be migration, corruption or idle") }
+            let answer = try await context.admin(AdminSimulate(event: kind, bundle: args.positionals.count > 1 ? args.positionals[1] : nil))
             if event == "idle", !context.json {
                 MaintenanceOutput.printSummary(answer)
             } else if context.json || answer.objectValue?.isEmpty == false {
@@ -84,20 +83,14 @@ struct ReindexRun {
         let deadline = timeout.map { ContinuousClock.now + .seconds($0) }
         let parts = Self.parts(of: selection)
         for (number, part) in parts.enumerated() {
-            var params = baseParams()
-            switch part {
-            case .all: params["all"] = true
-            case .identifiers(let ids): params["identifiers"] = .array(ids.map(JSONValue.string))
-            }
             // What is left of --timeout, to the millisecond (the first part gets all of it).
             let remaining = deadline.map { deadline in
                 let left = ContinuousClock.now.duration(to: deadline)
                 let seconds = Double(left.components.seconds) + Double(left.components.attoseconds) / 1e18
                 return max((seconds * 1000).rounded() / 1000, 0.001)
             }
-            if let remaining { params["timeout"] = .number(remaining) }
             let suffix = parts.count > 1 ? " (part \(number + 1) of \(parts.count))" : ""
-            let answer = try await send(params, context, timeout: remaining, suffix: suffix)
+            let answer = try await send(request(part, timeout: remaining), context, timeout: remaining, suffix: suffix)
             report(answer, context, suffix: suffix)
         }
     }
@@ -114,14 +107,14 @@ struct ReindexRun {
         return .identifiers(args.values("identifiers"))
     }
 
-    func baseParams() -> [String: JSONValue] {
-        let background = args.flag("background")
-        var params: [String: JSONValue] = [
-            "target": .string(target), "wait": .bool(wait),
-            "reason": background ? "background" : "manual", "background": .bool(background),
-        ]
-        if let index = args.value("index") { params["index"] = .string(index) }
-        return params
+    /// The `admin.reindex` request of one part.
+    func request(_ part: Selection, timeout: Double?) -> AdminReindex {
+        let selection: AdminReindex.Selection = switch part {
+        case .all: .all
+        case .identifiers(let ids): .identifiers(ids)
+        }
+        return AdminReindex(target: target, selection: selection, index: args.value("index") ?? "",
+            background: args.flag("background"), wait: wait, timeout: timeout)
     }
 
     /// A long identifier list goes in several requests: one call may carry at most
@@ -133,16 +126,19 @@ struct ReindexRun {
     }
 
     /// Sends one request; while waiting, shows the `$/progress` the daemon relays.
-    func send(_ params: [String: JSONValue], _ context: CommandContext, timeout: Double?, suffix: String) async throws -> JSONValue {
-        guard wait else { return try await context.admin(Method.adminReindex, params) }
+    func send(_ request: AdminReindex, _ context: CommandContext, timeout: Double?, suffix: String) async throws -> JSONValue {
+        guard wait else { return try await context.admin(request) }
         let progress = ReindexProgress(label: "reindex \(target)\(suffix)")
         defer { progress.finish() }
         let call: @Sendable () async throws -> JSONValue = {
-            try await context.admin(Method.adminReindex, params) { method, params in
+            try await context.admin(request) { method, params in
                 guard method == Method.progress else { return }
                 if let message = params["message"]?.stringValue { progress.note("\(target): \(message)") }
-                guard let completed = params["completed"]?.intValue else { return }
-                progress.update(completed: completed, total: params["total"]?.intValue)
+                // Counts out of range (relayed from an extension by an older daemon) are dropped, not drawn.
+                guard let completed = try? NumericParameter.integer(params["completed"], field: "completed", in: 0...NumericParameter.maxCount)
+                else { return }
+                let total = try? NumericParameter.integer(params["total"], field: "total", in: 0...NumericParameter.maxCount)
+                progress.update(completed: completed, total: total)
             }
         }
         let outcome: JSONValue?

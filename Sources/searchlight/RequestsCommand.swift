@@ -14,7 +14,7 @@ extension ReindexCommands {
                 """
         ),
         run: { _, context in
-            let answer = try await context.admin(Method.adminRequests)
+            let answer = try await context.admin(AdminRequests())
             if context.json {
                 Console.out(answer)
             } else {

@@ -10,10 +10,8 @@ enum StatusCommands {
             discussion: "--json prints admin.status's answer as one JSON object."
         ),
         run: { args, context in
-            var params: [String: JSONValue] = [:]
             let bundle = args.positionals.first
-            if let bundle { params["bundle"] = .string(bundle) }
-            let answer = try await context.admin(Method.adminStatus, params)
+            let answer = try await context.admin(AdminStatus(bundle: bundle))
             if context.json {
                 Console.out(answer)
                 return
@@ -89,6 +87,24 @@ enum StatusCommands {
         // Why an index is migrating or recovering (the quarantined file, a failed refill, ...).
         if !notes.isEmpty { Console.out("") }
         for note in notes { Console.out(note) }
+        printQuarantine(answer)
+    }
+
+    /// The damaged files set aside, whose names are hashes: the bundle and index they held.
+    static func printQuarantine(_ answer: JSONValue) {
+        let files = answer["quarantine"]?.arrayValue ?? []
+        guard !files.isEmpty else { return }
+        Console.out("")
+        Console.out("quarantine (\(answer["stateDirectory"]?.stringValue ?? "<state>")/quarantine): \(files.count) damaged file\(files.count == 1 ? "" : "s")")
+        var table = Table([.left, .left, .left, .left])
+        for f in files {
+            table.append([
+                f["file"]?.stringValue ?? "?", f["bundle"]?.stringValue ?? "(unknown)",
+                Format.indexName(f["index"]?.stringValue ?? ""),
+                f["pinned"]?.boolValue == true ? "kept until its rows are restored" : "",
+            ])
+        }
+        table.print()
     }
 
     /// ` 40/100` while the request filling a migrating or recovering index reports progress.
@@ -129,9 +145,7 @@ enum StatusCommands {
             discussion: "Exits with status 1 when a problem remains."
         ),
         run: { args, context in
-            var params: [String: JSONValue] = ["repair": .bool(args.flag("repair"))]
-            if let bundle = args.positionals.first { params["bundle"] = .string(bundle) }
-            let answer = try await context.admin(Method.adminCheck, params)
+            let answer = try await context.admin(AdminCheck(bundle: args.positionals.first, repair: args.flag("repair")))
             let indexes = answer["indexes"]?.arrayValue ?? []
             if context.json {
                 Console.out(answer)
@@ -164,8 +178,37 @@ enum StatusCommands {
             let setting = args.positionals[0]
             guard setting == "on" || setting == "off" else { throw UsageError("say 'on' or 'off', not '\(setting)'") }
             let bundle = args.positionals[1]
-            let answer = try await context.admin(Method.adminSetIndexing, ["bundle": .string(bundle), "enabled": .bool(setting == "on")])
+            let answer = try await context.admin(AdminSetIndexing(bundle: bundle, enabled: setting == "on"))
             if context.json { Console.out(answer) } else { Console.out("indexing is \(setting) for \(bundle)") }
+        }
+    )
+
+    static let owner = Command(
+        spec: CommandSpec(
+            name: "owner", abstract: "give a bundle an owner (a user name or uid)", usage: "BUNDLE USER|UID",
+            positionals: [.required("BUNDLE", "the app"), .required("USER|UID", "the user who may read and write it from now on")],
+            discussion: "A bundle written before owners were recorded on every write has none: only administrators may "
+                + "use it until one is given. While an extension unit serves the bundle, the unit's user stays its owner."
+        ),
+        run: { args, context in
+            let bundle = args.positionals[0], user = args.positionals[1]
+            let uid: UInt32
+            if let n = UInt32(user), n < UInt32.max {
+                uid = n
+            } else if let pw = getpwnam(user) {
+                uid = pw.pointee.pw_uid
+            } else {
+                throw UsageError("no user named '\(user)'; give a user name or a numeric uid")
+            }
+            let answer = try await context.admin(AdminSetOwner(bundle: bundle, uid: UInt32(uid)))
+            if context.json {
+                Console.out(answer)
+                return
+            }
+            Console.out("\(bundle) now belongs to uid \(uid)")
+            if let label = answer["servedBy"]?.stringValue, let unitOwner = answer["unitOwnerUID"]?.intValue, unitOwner != Int(uid) {
+                Console.out("while \(label) serves it, its unit's user (uid \(unitOwner)) is the owner that counts")
+            }
         }
     )
 
@@ -178,7 +221,7 @@ enum StatusCommands {
             var daemon: String?
             var why = ""
             do {
-                daemon = try await context.admin(Method.adminStatus)["version"]?.stringValue
+                daemon = try await context.admin(AdminStatus())["version"]?.stringValue
             } catch let error as SearchlightError {
                 why = error.code == .remoteConnection ? "not reachable at \(context.socket)" : error.message
             }

@@ -2,7 +2,7 @@
 import Glibc
 #endif
 import SearchlightKit
-import SearchlightSupervisor
+import SearchlightUnits
 
 /// `searchlight units --verify FILE...`: checks unit files with the daemon's own parser, offline,
 /// so an author can fix a unit before installing it. As root it applies the system-mode rules

@@ -41,7 +41,7 @@ extension ReindexCommands {
 /// Renders `admin.units` and the extension rows of `admin.status`.
 enum UnitsCommand {
     static func list(_ context: CommandContext) async throws {
-        let answer = try await context.admin(Method.adminUnits)
+        let answer = try await context.admin(AdminUnits())
         if context.json {
             Console.out(answer)
             return
@@ -66,7 +66,7 @@ enum UnitsCommand {
     }
 
     static func restart(_ label: String, _ context: CommandContext) async throws {
-        let answer = try await context.admin(Method.adminRestartExtension, ["label": .string(label)])
+        let answer = try await context.admin(AdminRestartExtension(label: label))
         if context.json {
             Console.out(answer)
             return

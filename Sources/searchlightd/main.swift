@@ -19,6 +19,18 @@ let usage = """
             --max-query-bytes N (65536)  --max-query-depth N (64)  --max-client-state N (250)
             --max-items-per-index N (1000000)  --max-connections N (512)
             --incomplete-frame-timeout SECONDS (60): close a client that leaves a frame half-sent
+    per user: --max-connections-per-user N (64): connections one uid may hold (administrators aside)
+            --max-bundles-per-user N (1000): bundles one uid may own (administrators aside)
+            --max-indexes-per-bundle N (64): index names an app may create in one bundle
+            --idle-timeout SECONDS (300): close a client connection idle this long (the SDK reconnects)
+            --send-timeout SECONDS (30): close a client that does not read its answers this long
+    resources: --max-open-indexes N (256, fewer under a low open-file limit): index stores kept
+            open; the least recently used idle one is closed past it and reopened when next used
+    queries: --query-timeout SECONDS (10): stop a query running longer, answer cancelled
+            --slow-query SECONDS (1): log a query still running after this long
+            --max-query-terms N (64): different words of a user query
+            --max-query-predicates N (256): comparisons of a query and its filters ('*' counts 8)
+            --max-filter-queries N (64): filter queries per call
     extensions: --units-dir DIR (repeatable; replaces the default unit directories, first match wins)
             --backoff SECONDS (10): first retry/relaunch delay after a failure, doubling to 5 min
             --max-request-attempts N (8): then a reindex request is reported as failed
@@ -92,6 +104,20 @@ func parseArguments(_ args: [String]) -> Configuration {
         case "--max-items-per-index": config.limits.maxItemsPerIndex = positive(flag)
         case "--max-connections": config.maxConnections = positive(flag)
         case "--incomplete-frame-timeout": config.incompleteFrameTimeout = positive(flag)
+        case "--max-connections-per-user": config.maxConnectionsPerUser = positive(flag)
+        case "--max-bundles-per-user": config.maxBundlesPerUser = positive(flag)
+        case "--max-indexes-per-bundle": config.maxIndexesPerBundle = positive(flag)
+        case "--idle-timeout": config.idleTimeout = Int(seconds(flag, max: 30 * 86400).rounded(.up))
+        case "--send-timeout": config.sendTimeout = Int(seconds(flag, max: 3600).rounded(.up))
+        case "--max-open-indexes": config.maxOpenIndexes = positive(flag)
+        case "--query-timeout": config.queryTimeout = seconds(flag, max: 86400)
+        case "--slow-query": config.slowQuery = seconds(flag, max: 86400)
+        case "--max-query-terms": config.limits.maxQueryTerms = positive(flag)
+        case "--max-query-predicates": config.limits.maxQueryPredicates = positive(flag)
+        case "--max-filter-queries": config.limits.maxFilterQueries = positive(flag)
+        // Test seams, left out of --help (Docs/Reliability.md, "Test seams").
+        case "--test-query-step-delay": config.testQueryStepDelay = seconds(flag, max: 1)
+        case "--test-pause-salvage-after": config.testPauseSalvageAfter = positive(flag)
         case "--no-full-sync": config.fullSync = false
         case "--units-dir": unitDirectories.append(value(flag))
         case "--backoff":

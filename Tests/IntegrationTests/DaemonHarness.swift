@@ -39,17 +39,20 @@ final class DaemonProcess: @unchecked Sendable {
     let extraArguments: [String]
     /// A command the daemon is started through (e.g. `setpriv … --`), its path appended last.
     let launcher: [String]
+    /// Variables added to the daemon's environment (and so to its extensions').
+    let environment: [String: String]
     private(set) var process: Process?
     private let lock = NSCondition()
     private var logLines: [String] = []
     private var logDrained: DispatchSemaphore?
 
-    init(arguments: [String] = [], dir: TempDir = TempDir(), launcher: [String] = []) throws {
+    init(arguments: [String] = [], dir: TempDir = TempDir(), launcher: [String] = [], environment: [String: String] = [:]) throws {
         self.dir = dir
         socket = dir.path + "/d.sock"
         stateDir = dir.path + "/state"
         extraArguments = arguments
         self.launcher = launcher
+        self.environment = environment
         try start()
     }
 
@@ -72,6 +75,7 @@ final class DaemonProcess: @unchecked Sendable {
             p.arguments = launcher.dropFirst() + [Products.path("searchlightd")] + (p.arguments ?? [])
             p.executableURL = URL(fileURLWithPath: command)
         }
+        if !environment.isEmpty { p.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         let pipe = Pipe()
         p.standardError = pipe
         p.standardOutput = FileHandle.nullDevice

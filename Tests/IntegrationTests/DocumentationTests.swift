@@ -154,10 +154,11 @@ struct DocSnippet: Sendable {
             arguments += ["-swift-version", "5", "-I", toolchain.manifestAPI, "-package-description-version", "6.0"]
             files.append(("Package.swift", code))
         } else {
-            arguments += ["-swift-version", "6", "-I", toolchain.modules]
+            // The store delegate's module needs the system SQLite's module map (its `CSQLite`).
+            arguments += ["-swift-version", "6", "-I", toolchain.modules, "-I", DocumentationTests.repository + "/Sources/CSQLite"]
             let imports = code.components(separatedBy: "\n").filter { $0.hasPrefix("import ") }
             let rest = code.components(separatedBy: "\n").filter { !$0.hasPrefix("import ") }.joined(separator: "\n")
-            let header = (["import Foundation", "import SearchlightKit"] + imports).joined(separator: "\n")
+            let header = (["import Foundation", "import SearchlightKit", "import SearchlightSQLite"] + imports).joined(separator: "\n")
             if !context.isEmpty { files.append(("DocContext.swift", header + "\n" + context)) }
             if let parameters = bodyParameters {
                 files.append(("Snippet.swift", header + "\nfunc documentationSnippet(\(parameters)) async throws {\n\(rest)\n}\n"))
@@ -165,6 +166,9 @@ struct DocSnippet: Sendable {
             } else if code.contains("@main") {
                 files.append(("Snippet.swift", code))
                 arguments.append("-parse-as-library")
+            } else if !context.isEmpty || !code.contains("import ") {
+                // A fragment without imports of its own gets the documentation's usual ones.
+                files.append(("main.swift", header + "\n" + rest))
             } else {
                 files.append(("main.swift", code))
             }

@@ -12,9 +12,11 @@ import Testing
 struct SampleExtensionTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
     static let units = root + "/launchd-like-units/extensions"
-    static let samples = ["journal": "Journal", "notes": "Notes", "packages": "Packages"]
+    static let samples = ["journal": "Journal", "notes": "Notes", "packages": "Packages", "tags": "Tags"]
 
-    /// The daemon with the sample units, after all three initial reindexes are acknowledged.
+    /// The daemon with the sample units, after all four initial reindexes are acknowledged. As
+    /// `make run` does, the Tags app's store is seeded with the demo photos first (here in a temp
+    /// `XDG_DATA_HOME`, where the daemon's extensions find it).
     func daemonWithSamples() throws -> DaemonProcess {
         for (name, folder) in Self.samples {
             let program = "\(Self.root)/Extensions/\(folder)/.build/debug/\(name)-extension"
@@ -22,9 +24,21 @@ struct SampleExtensionTests {
                 throw HarnessError("\(program) is not built; run `make extensions` (make test does) before the tests")
             }
         }
-        let daemon = try DaemonProcess(arguments: ["--units-dir", Self.units])
+        let dir = TempDir()
+        let dataHome = dir.path + "/data"
+        let seed = Process()
+        seed.executableURL = URL(fileURLWithPath: Self.root + "/Extensions/Tags/Sample/demo.sh")
+        seed.arguments = [Self.root + "/Extensions/Tags/.build/debug/tags"]
+        seed.environment = ProcessInfo.processInfo.environment.merging(
+            ["XDG_DATA_HOME": dataHome, "SEARCHLIGHT_SOCKET": dir.path + "/no-daemon-yet.sock"]) { $1 }
+        seed.standardOutput = FileHandle.nullDevice
+        try seed.run()
+        seed.waitUntilExit()
+        guard seed.terminationStatus == 0 else { throw HarnessError("Extensions/Tags/Sample/demo.sh failed (\(seed.terminationStatus))") }
+        let daemon = try DaemonProcess(arguments: ["--units-dir", Self.units], dir: dir, environment: ["XDG_DATA_HOME": dataHome])
+        let order = ["journal": 1, "notes": 2, "packages": 3, "tags": 4]
         for name in Self.samples.keys {
-            try daemon.waitForLog("reindex request acknowledged id=\(["journal": 1, "notes": 2, "packages": 3][name]!) label=org.searchlight.sample.\(name)", timeout: 120)
+            try daemon.waitForLog("reindex request acknowledged id=\(order[name]!) label=org.searchlight.sample.\(name)", timeout: 120)
         }
         return daemon
     }
@@ -46,6 +60,18 @@ struct SampleExtensionTests {
         #expect(r.status == 0, "\(r.stderr)")
         let bundles = Set((try JSONValue.parse(r.stdout)["items"]?.arrayValue ?? []).compactMap { $0["bundle"]?.stringValue })
         #expect(bundles.isSuperset(of: ["org.searchlight.sample.journal", "org.searchlight.sample.notes"]), "\(r.stdout.prefix(2000))")
+    }
+
+    @Test("make run's tour: the Tags demo photos are indexed, and \"natural bridges\" finds the tag and its photos")
+    func tagsDemo() throws {
+        let daemon = try daemonWithSamples()
+        let r = try runCLI(["search", "natural bridges", "--json"], socket: daemon.socket)
+        #expect(r.status == 0, "\(r.stderr)")
+        let items = (try JSONValue.parse(r.stdout)["items"]?.arrayValue ?? []).filter { $0["bundle"]?.stringValue == "org.searchlight.sample.tags" }
+        let names = Set(items.compactMap { $0["attributeSet"]?["displayName"]?.stringValue })
+        #expect(names.contains("Natural Bridges State Park"), "the tag: \(r.stdout.prefix(2000))")
+        #expect(names.contains("Sipapu Bridge at sunset"), "a photo tagged with it: \(r.stdout.prefix(2000))")
+        #expect(try count("org.searchlight.sample.tags", daemon) == 4 + 4)  // 4 photos, 4 tags
     }
 
     @Test("the Packages sample indexes every installed package of dpkg's status file")
@@ -72,5 +98,23 @@ struct SampleExtensionTests {
         let answer = try client.call(2, Method.indexFetchData, ["identifier": "2024-01-09-parser-crash", "typeIdentifier": "public.plain-text"])
         let data = answer?["result"]?["data"]?.stringValue.flatMap { Data(base64Encoded: $0) }
         #expect(data.map { String(decoding: $0, as: UTF8.self) }?.contains("JSON parser") == true, "\(String(describing: answer))")
+    }
+
+    @Test("every sample answers --dump (from the SDK, not its own code) with what its reindex-all donates, as import lines",
+        arguments: [("journal", "Journal", "Extensions/Journal/Sample/journal.json"), ("notes", "Notes", "Extensions/Notes/Sample/notes"),
+                    ("packages", "Packages", "/var/lib/dpkg/status")])
+    func dump(name: String, folder: String, data: String) throws {
+        let program = "\(Self.root)/Extensions/\(folder)/.build/debug/\(name)-extension"
+        let path = data.hasPrefix("/") ? data : Self.root + "/" + data
+        let r = try runCLI(["--dump", path], socket: nil, executable: program)
+        #expect(r.status == 0, "\(r.stderr)")
+        let lines = r.stdout.split(separator: "\n")
+        let items = lines.compactMap { try? JSONValue.parse(String($0)) }
+        #expect(items.count == lines.count && !items.isEmpty, "every line is one item: \(r.stdout.prefix(500))")
+        #expect(items.allSatisfy { $0["uniqueIdentifier"]?.stringValue != nil && $0["attributeSet"]?.objectValue != nil })
+        #expect(r.stderr.contains("--dump: \(items.count) items"), "\(r.stderr)")
+        // What --dump prints is what a reindex-all donates: the same count the daemon indexes.
+        let daemon = try daemonWithSamples()
+        #expect(try count("org.searchlight.sample.\(name)", daemon) == items.count)
     }
 }

@@ -88,6 +88,41 @@ struct ClientTests {
         #expect(daemon.calls(Method.indexDeleteAll).count >= 2)
     }
 
+    @Test("a call that crosses the daemon's idle close ($/closing) is sent again on a new connection, and the caller sees nothing of it")
+    func idleCloseIsTransparent() async throws {
+        let daemon = try FakeDaemon { method, _ in method == Method.indexFetchLastClientState ? .success(["clientState": .null]) : .success([:]) }
+        defer { daemon.stop() }
+        let index = SearchableIndex(bundleIdentifier: "org.example.kit", socketPath: daemon.path)
+        try await index.deleteAllSearchableItems()
+        daemon.closeAsIdle(nextCalls: 1)
+        // Sent on the open connection, which the daemon closes unread: no error reaches the app.
+        #expect(try await index.fetchLastClientState() == nil)
+        await index.close()
+        let calls = daemon.messages.filter { $0.method == Method.indexFetchLastClientState }
+        #expect(calls.map(\.connection) == [1, 2], "sent once more, on a second connection")
+        #expect(daemon.messages.filter { $0.method == Method.initialize }.count == 2)
+    }
+
+    @Test("a call on a connection that closed without announcing it is not sent again (it may have been processed)")
+    func unannouncedCloseIsReported() async throws {
+        // The call is being handled (its answer held back) when the connection drops.
+        let held = DispatchSemaphore(value: 0)
+        let daemon = try FakeDaemon { method, _ in
+            if method == Method.indexDeleteAll { held.wait() }
+            return .success([:])
+        }
+        defer { daemon.stop() }
+        let index = SearchableIndex(bundleIdentifier: "org.example.kit", socketPath: daemon.path)
+        try await index.deleteSearchableItems(withDomainIdentifiers: ["warm"])
+        let call = Task { try await index.deleteAllSearchableItems() }
+        while daemon.calls(Method.indexDeleteAll).isEmpty { try await Task.sleep(for: .milliseconds(5)) }
+        daemon.dropConnections()
+        held.signal()
+        await #expect(throws: SearchlightError.self) { try await call.value }
+        #expect(daemon.calls(Method.indexDeleteAll).count == 1)
+        await index.close()
+    }
+
     @Test("a batch ends with the new client state in base64, and the expected one as base64 or null")
     func batchClientState() async throws {
         let stored = Data([0, 1, 2, 250])

@@ -21,6 +21,7 @@ final class FakeDaemon: @unchecked Sendable {
     private let lock = NSLock()
     private var received: [Received] = []
     private var connections: [RPCConnection] = []
+    private var idleCloses = 0
 
     init(answer: @escaping @Sendable (String, JSONValue) -> Result<JSONValue, SearchlightError> = { _, _ in .success([:]) }) throws {
         directory = NSTemporaryDirectory() + "sl-kit-\(getpid())-\(UUID().uuidString.prefix(8))"
@@ -44,7 +45,12 @@ final class FakeDaemon: @unchecked Sendable {
                 switch message {
                 case .request(let id, let method, let params):
                     record(number, method, params)
-                    if method == Method.initialize {
+                    if method != Method.initialize, takeIdleClose() {
+                        // As the daemon does when it found the connection idle just before this
+                        // request arrived: announce the close and read (and answer) nothing more.
+                        try? rpc.notify(Method.closing, ["reason": "idle", "seconds": 1])
+                        rpc.close()
+                    } else if method == Method.initialize {
                         rpc.reply(to: id, .success(["protocolVersion": .number(Double(Protocol.version)), "capabilities": [:]]))
                     } else {
                         rpc.reply(to: id, answer(method, params))
@@ -60,6 +66,17 @@ final class FakeDaemon: @unchecked Sendable {
 
     private func record(_ connection: Int, _ method: String, _ params: JSONValue) {
         lock.withLock { received.append(Received(connection: connection, method: method, params: params)) }
+    }
+
+    /// The next `count` calls (other than `initialize`) each meet an idle close instead of an answer.
+    func closeAsIdle(nextCalls count: Int) { lock.withLock { idleCloses = count } }
+
+    private func takeIdleClose() -> Bool {
+        lock.withLock {
+            guard idleCloses > 0 else { return false }
+            idleCloses -= 1
+            return true
+        }
     }
 
     /// Every request and notification received so far, in order, `initialize` included.

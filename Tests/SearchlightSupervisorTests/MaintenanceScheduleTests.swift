@@ -129,9 +129,8 @@ struct MaintenanceRunTests {
             context = try ServiceContext(config: config, log: Logger(label: "test", level: .error))
             maintenance = try Maintenance(context: context, now: start)
             for bundle in ["org.example.a", "org.example.b"] {
-                let store = try #require(try context.registry.store(bundle: bundle, index: "", create: true))
                 let item = try ItemValidator().validate(item: ["uniqueIdentifier": "x", "attributeSet": ["title": "an item"]])
-                _ = try store.applySync([.items([item])])
+                try context.registry.withStore(bundle: bundle, index: "", create: true) { (store) throws(SearchlightError) in _ = try store?.applySync([.items([item])]) }
             }
         }
 

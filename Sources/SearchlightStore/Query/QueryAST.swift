@@ -125,3 +125,12 @@ public enum QueryValue: Sendable, Equatable {
     case bool(Bool)
     case date(Date)
 }
+
+/// The weight of a comparison against `Limits.maxQueryPredicates`: how many attribute checks it
+/// adds for every item a search looks at (the residual `sl_match`/`sl_compare` calls).
+public enum QueryCost {
+    /// `*` checks every full-text attribute and the custom strings.
+    public static let anyText = AttributeCatalog.textAttributes.count + 1
+
+    public static func of(_ attribute: QueryAttribute) -> Int { attribute == .anyText ? anyText : 1 }
+}

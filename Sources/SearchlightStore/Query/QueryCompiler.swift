@@ -48,10 +48,20 @@ public struct QueryCompiler: Sendable {
         for expr in exprs {
             // Under a driver, prefilters would only materialize matches the walk does not need.
             let compiled = QueryCompiler().compile(expr, prefilters: driver == nil)
-            sql.append(exprs.count == 1 ? compiled.sql : "(\(compiled.sql))")
+            sql.append(compiled.sql)
             bindings += compiled.bindings
         }
-        return SQLFilter(sql: sql.joined(separator: " AND "), bindings: bindings, ftsMatch: driver)
+        // Balanced like the operands of one query: a flat chain of a thousand filter queries
+        // was deeper than SQLite's expression limit ("Expression tree is too large").
+        return SQLFilter(sql: balanced(sql, "AND"), bindings: bindings, ftsMatch: driver)
+    }
+
+    /// Joins operands as a balanced tree, so that thousands of operands stay far below
+    /// SQLite's expression depth limit (1000). Each operand is parenthesized.
+    static func balanced(_ parts: [String], _ op: String) -> String {
+        if parts.count == 1 { return parts[0] }
+        let mid = parts.count / 2
+        return "(\(balanced(Array(parts[..<mid]), op))) \(op) (\(balanced(Array(parts[mid...]), op)))"
     }
 
     /// The FTS5 expression every item matching `expr` matches, or nil when there is none: a
@@ -196,13 +206,7 @@ private struct SQLBuilder {
         }
     }
 
-    /// Joins operands as a balanced tree, so that thousands of operands stay far below
-    /// SQLite's expression depth limit.
-    private func balanced(_ parts: [String], _ op: String) -> String {
-        if parts.count == 1 { return parts[0] }
-        let mid = parts.count / 2
-        return "(\(balanced(Array(parts[..<mid]), op))) \(op) (\(balanced(Array(parts[mid...]), op)))"
-    }
+    private func balanced(_ parts: [String], _ op: String) -> String { QueryCompiler.balanced(parts, op) }
 
     // MARK: Equality
 

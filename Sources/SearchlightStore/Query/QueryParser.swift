@@ -19,14 +19,30 @@ public struct QueryParser: Sendable {
     public var time: QueryTime
     public var maxBytes: Int
     public var maxDepth: Int
+    /// The comparisons this query may hold, each weighted by `QueryCost.of` (the work it adds for
+    /// every item scanned); past it the parse fails at the comparison that crossed it.
+    public var maxPredicates: Int
+    /// The weight already spent by earlier texts of the same call (the query before its filter
+    /// queries), counted against `maxPredicates` too.
+    public var predicatesBefore = 0
+    /// What the predicate limit counts, for its message ("the query", "the query and its filter
+    /// queries together").
+    public var predicateScope = "the query"
 
-    public init(now: Date = Date(), calendar: Calendar = .current, maxBytes: Int = 64 * 1024, maxDepth: Int = 64) {
+    public init(now: Date = Date(), calendar: Calendar = .current, maxBytes: Int = 64 * 1024, maxDepth: Int = 64,
+                maxPredicates: Int = .max) {
         self.time = QueryTime(now: now, calendar: calendar)
         self.maxBytes = maxBytes
         self.maxDepth = maxDepth
+        self.maxPredicates = maxPredicates
     }
 
     public func parse(_ query: String) throws(SearchlightError) -> QueryExpr {
+        try parseCounting(query).expr
+    }
+
+    /// `parse`, also giving the weight of the comparisons found (what `maxPredicates` bounds).
+    public func parseCounting(_ query: String) throws(SearchlightError) -> (expr: QueryExpr, cost: Int) {
         let bytes = Array(query.utf8)
         guard bytes.count <= maxBytes else {
             throw QueryParser.error("the query is \(bytes.count) bytes, over the limit of \(maxBytes); shorten it", at: maxBytes)
@@ -48,7 +64,7 @@ public struct QueryParser: Sendable {
             throw QueryParser.error(
                 "unexpected \(state.describe(trailing)); expected '&&', '||' or the end of the query", at: trailing.offset)
         }
-        return expr
+        return (expr, state.cost)
     }
 
     static func error(_ message: String, at offset: Int) -> SearchlightError {
@@ -244,6 +260,8 @@ struct ParseState {
     let bytes: [UInt8]
     let parser: QueryParser
     var position = 0
+    /// The weight of the comparisons parsed so far (`QueryCost`).
+    var cost = 0
 
     init(tokens: [QueryToken], bytes: [UInt8], parser: QueryParser) {
         self.tokens = tokens
@@ -264,6 +282,18 @@ struct ParseState {
         if token.kind == .end { return "end of the query" }
         let text = String(decoding: bytes[token.offset..<(token.offset + min(token.length, 40))], as: UTF8.self)
         return "'\(text)'"
+    }
+
+    /// Counts a comparison; past `maxPredicates`, fails at it (checked as it is read, so a query
+    /// of thousands of alternatives is refused before any of them is compiled or run).
+    private mutating func count(_ attribute: QueryAttribute, at token: QueryToken) throws(SearchlightError) {
+        cost += QueryCost.of(attribute)
+        guard parser.predicatesBefore + cost > parser.maxPredicates else { return }
+        throw QueryParser.error(
+            "too many comparisons in \(parser.predicateScope): more than \(parser.maxPredicates) (each '*' counts \(QueryCost.anyText): "
+                + "one per attribute it searches); every comparison is checked on each item searched, so use fewer: "
+                + "one pattern instead of many alternatives (\"*rep*\"cd), a word query the full-text index answers "
+                + "(title == \"report*\"cdw), or several calls", at: token.offset)
     }
 
     private func checkDepth(_ depth: Int, at token: QueryToken) throws(SearchlightError) {
@@ -325,6 +355,7 @@ struct ParseState {
     private mutating func parseComparison() throws(SearchlightError) -> QueryExpr {
         let attrToken = advance()
         let attribute = try resolveAttribute(attrToken)
+        try count(attribute, at: attrToken)
         let opToken = advance()
         guard case .op(let op) = opToken.kind else {
             throw QueryParser.error(
@@ -349,6 +380,7 @@ struct ParseState {
                 at: attrToken.offset)
         }
         let attribute = try resolveAttribute(attrToken)
+        try count(attribute, at: attrToken)
         try expect(.comma, "',' after the attribute of InRange")
         let lowToken = advance()
         let low = try typed(try parseValue(lowToken, after: "',' in InRange"), for: attribute, at: lowToken)

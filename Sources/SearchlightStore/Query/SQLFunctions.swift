@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import CSQLite
 
 /// The SQL functions the compiled queries call, registered on each connection:
@@ -8,23 +11,60 @@ import CSQLite
 ///   `>=`, `==`, `!=`) `literal` in `c`/`d`-folded order.
 /// - `sl_range(value, low, high, modifiers)` → 1 when some element lies in `[low, high]`.
 ///
-/// Compiled patterns and folded literals are cached on the statement (sqlite3 auxdata), so a
-/// scan compiles them once, not once per row.
+/// Compiled patterns and folded literals are cached per connection, by the argument's text
+/// (`ArgumentCache`), so a scan compiles them once, not once per row.
 public enum SQLFunctions {
-    public static func register(on db: OpaquePointer) {
+    /// Registers the functions; the answer empties the connection's cache of compiled arguments
+    /// (`Database` calls it after each read, so a connection keeps nothing of past queries).
+    @discardableResult
+    public static func register(on db: OpaquePointer) -> @Sendable () -> Void {
         let flags = SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS
-        sqlite3_create_function_v2(db, "sl_match", 3, flags, nil, slMatch, nil, nil, nil)
-        sqlite3_create_function_v2(db, "sl_compare", 4, flags, nil, slCompare, nil, nil, nil)
-        sqlite3_create_function_v2(db, "sl_range", 4, flags, nil, slRange, nil, nil, nil)
+        let cache = ArgumentCache()
+        // One reference per function, each released by SQLite when the function goes (xDestroy).
+        func retained() -> UnsafeMutableRawPointer { Unmanaged.passRetained(cache).toOpaque() }
+        let release: @convention(c) (UnsafeMutableRawPointer?) -> Void = { pointer in
+            guard let pointer else { return }
+            Unmanaged<ArgumentCache>.fromOpaque(pointer).release()
+        }
+        sqlite3_create_function_v2(db, "sl_match", 3, flags, retained(), slMatch, nil, nil, release)
+        sqlite3_create_function_v2(db, "sl_compare", 4, flags, retained(), slCompare, nil, nil, release)
+        sqlite3_create_function_v2(db, "sl_range", 4, flags, retained(), slRange, nil, nil, release)
+        return { [weak cache] in cache?.clear() }
     }
 }
 
-private final class Cached<Value> {
-    let value: Value
-    let key: String
-    init(_ value: Value, key: String) {
-        self.value = value
-        self.key = key
+/// What a connection made of pattern and literal arguments, by the address of the argument's
+/// text, checked against its bytes (and the modifiers') before use. It replaced sqlite3's
+/// auxdata, which lives on the statement in a list searched linearly at every call: with one
+/// entry per `sl_match` of the query, a query of P alternatives cost P² per row (2 400 ORed
+/// substrings on 20 000 items: 29 s). Used by one thread at a time, like its connection.
+private final class ArgumentCache: @unchecked Sendable {
+    struct Entry<Value> {
+        var source: [UInt8]
+        var modifiers: [UInt8]
+        var value: Value
+    }
+    var patterns: [UInt: Entry<TextPattern>] = [:]
+    var literals: [UInt: Entry<[UInt8]>] = [:]
+    /// Bytes of argument text held: past `capacity` the cache starts over (a query's arguments
+    /// are at most its 64 KiB; entries of earlier statements are only ever stale).
+    var bytes = 0
+    static let capacity = 1 << 20
+
+    func clear() {
+        patterns.removeAll()
+        literals.removeAll()
+        bytes = 0
+    }
+
+    /// Room for an entry of `count` bytes of text.
+    func make(room count: Int) {
+        if bytes + count > Self.capacity { clear() }
+        bytes += count
+    }
+
+    static func of(_ ctx: OpaquePointer?) -> ArgumentCache {
+        Unmanaged<ArgumentCache>.fromOpaque(sqlite3_user_data(ctx)).takeUnretainedValue()
     }
 }
 
@@ -39,29 +79,50 @@ private func bytes(_ v: OpaquePointer?) -> UnsafeBufferPointer<UInt8>? {
     return UnsafeBufferPointer(start: p, count: Int(sqlite3_value_bytes(v)))
 }
 
-/// The value built from argument `index` (keyed by the modifiers), from the statement's cache
-/// when the argument is a constant.
-private func cached<Value>(
-    _ ctx: OpaquePointer?, _ argv: UnsafeMutablePointer<OpaquePointer?>, _ index: Int32, key: String,
-    _ make: (String) -> Value
-) -> Value? {
-    if let aux = sqlite3_get_auxdata(ctx, index) {
-        let box = Unmanaged<Cached<Value>>.fromOpaque(aux).takeUnretainedValue()
-        if box.key == key { return box.value }
+private func same(_ stored: [UInt8], _ current: UnsafeBufferPointer<UInt8>) -> Bool {
+    stored.count == current.count && stored.withUnsafeBufferPointer { s in
+        current.count == 0 || memcmp(s.baseAddress!, current.baseAddress!, current.count) == 0
     }
-    guard let source = text(argv[Int(index)]) else { return nil }
-    let box = Cached(make(source), key: key)
-    sqlite3_set_auxdata(ctx, index, Unmanaged.passRetained(box).toOpaque()) { pointer in
-        guard let pointer else { return }
-        Unmanaged<AnyObject>.fromOpaque(pointer).release()
-    }
-    return box.value
 }
+
+/// The pattern made of argument `index` with `modifiers`, from the connection's cache when the
+/// same text (at the same address) was seen before; nil when the argument is NULL. (Written out
+/// for each kind, without a key path: this runs for every row and every comparison.)
+private func cachedPattern(
+    _ ctx: OpaquePointer?, _ argv: UnsafeMutablePointer<OpaquePointer?>, _ index: Int, modifiers: UnsafeBufferPointer<UInt8>
+) -> TextPattern? {
+    guard let source = bytes(argv[index]) else { return nil }
+    let cache = ArgumentCache.of(ctx)
+    let key = UInt(bitPattern: source.baseAddress)
+    if let entry = cache.patterns[key], same(entry.source, source), same(entry.modifiers, modifiers) { return entry.value }
+    let value = TextPattern(String(decoding: source, as: UTF8.self), modifiers: String(decoding: modifiers, as: UTF8.self))
+    cache.make(room: source.count)
+    cache.patterns[key] = ArgumentCache.Entry(source: Array(source), modifiers: Array(modifiers), value: value)
+    return value
+}
+
+/// The folded literal of argument `index`, cached like `cachedPattern`.
+private func cachedLiteral(
+    _ ctx: OpaquePointer?, _ argv: UnsafeMutablePointer<OpaquePointer?>, _ index: Int, modifiers: UnsafeBufferPointer<UInt8>,
+    _ order: TextOrder
+) -> [UInt8]? {
+    guard let source = bytes(argv[index]) else { return nil }
+    let cache = ArgumentCache.of(ctx)
+    let key = UInt(bitPattern: source.baseAddress)
+    if let entry = cache.literals[key], same(entry.source, source), same(entry.modifiers, modifiers) { return entry.value }
+    let value = order.folded(String(decoding: source, as: UTF8.self))
+    cache.make(room: source.count)
+    cache.literals[key] = ArgumentCache.Entry(source: Array(source), modifiers: Array(modifiers), value: value)
+    return value
+}
+
+/// A NULL modifiers argument: no modifiers.
+private var noModifiers: UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(start: nil, count: 0) }
 
 private func slMatch(_ ctx: OpaquePointer?, _ argc: Int32, _ argv: UnsafeMutablePointer<OpaquePointer?>?) {
     guard let argv, let value = bytes(argv[0]) else { return sqlite3_result_int(ctx, 0) }
-    let modifiers = text(argv[2]) ?? ""
-    guard let pattern = cached(ctx, argv, 1, key: modifiers, { TextPattern($0, modifiers: modifiers) }) else {
+    let modifierBytes = bytes(argv[2]) ?? noModifiers
+    guard let pattern = cachedPattern(ctx, argv, 1, modifiers: modifierBytes) else {
         return sqlite3_result_int(ctx, 0)
     }
     sqlite3_result_int(ctx, pattern.matches(utf8: value) ? 1 : 0)
@@ -69,9 +130,9 @@ private func slMatch(_ ctx: OpaquePointer?, _ argc: Int32, _ argv: UnsafeMutable
 
 private func slCompare(_ ctx: OpaquePointer?, _ argc: Int32, _ argv: UnsafeMutablePointer<OpaquePointer?>?) {
     guard let argv, let value = bytes(argv[0]), let op = text(argv[1]) else { return sqlite3_result_int(ctx, 0) }
-    let modifiers = text(argv[3]) ?? ""
-    let order = TextOrder(modifiers: modifiers)
-    guard let literal = cached(ctx, argv, 2, key: modifiers, { order.folded($0) }) else {
+    let modifierBytes = bytes(argv[3]) ?? noModifiers
+    let order = TextOrder(modifiers: String(decoding: modifierBytes, as: UTF8.self))
+    guard let literal = cachedLiteral(ctx, argv, 2, modifiers: modifierBytes, order) else {
         return sqlite3_result_int(ctx, 0)
     }
     let found = order.forEachElement(value) { element in
@@ -91,10 +152,10 @@ private func slCompare(_ ctx: OpaquePointer?, _ argc: Int32, _ argv: UnsafeMutab
 
 private func slRange(_ ctx: OpaquePointer?, _ argc: Int32, _ argv: UnsafeMutablePointer<OpaquePointer?>?) {
     guard let argv, let value = bytes(argv[0]) else { return sqlite3_result_int(ctx, 0) }
-    let modifiers = text(argv[3]) ?? ""
-    let order = TextOrder(modifiers: modifiers)
-    guard let low = cached(ctx, argv, 1, key: modifiers, { order.folded($0) }),
-        let high = cached(ctx, argv, 2, key: modifiers, { order.folded($0) })
+    let modifierBytes = bytes(argv[3]) ?? noModifiers
+    let order = TextOrder(modifiers: String(decoding: modifierBytes, as: UTF8.self))
+    guard let low = cachedLiteral(ctx, argv, 1, modifiers: modifierBytes, order),
+        let high = cachedLiteral(ctx, argv, 2, modifiers: modifierBytes, order)
     else { return sqlite3_result_int(ctx, 0) }
     let found = order.forEachElement(value) { TextOrder.compare($0, low) >= 0 && TextOrder.compare($0, high) <= 0 }
     sqlite3_result_int(ctx, found ? 1 : 0)

@@ -7,10 +7,11 @@ struct QueryPhrase: Equatable {
     var token: [UInt8]
     var prefix: Bool
 
-    /// The phrases of `terms` in query order, or nil when one of them is not a single token.
+    /// The phrases of `terms` in query order (a repeated word once, as in `UserQueryTerms.terms`),
+    /// or nil when one of them is not a single token.
     static func phrases(_ terms: UserQueryTerms, tokenizer: FullTextTokenizer) -> [QueryPhrase]? {
         var out: [QueryPhrase] = []
-        for w in terms.words {
+        for w in terms.distinctWords {
             let text: String, prefix: Bool
             if w.isCJK {
                 // `cjkFTSPhrase`: two or more characters are a phrase of bigrams; one is a prefix.

@@ -21,6 +21,8 @@ struct FullTextVocabulary: SuggestionVocabulary {
     let db: Database
     /// The earlier words as FTS5 phrases.
     let earlier: [String]
+    /// The query's budget: the nearest-word scan checks it in its loop.
+    var budget: QueryBudget? = nil
 
     func completions(of prefix: String, count: Int) throws -> [String] {
         // Words people type, from the real text columns: not the auxiliary column's bigrams
@@ -43,7 +45,7 @@ struct FullTextVocabulary: SuggestionVocabulary {
     }
 
     func nearestTerm(to word: String) throws -> String? {
-        try IndexStore.nearestTerm(to: word, db: db)
+        try IndexStore.nearestTerm(to: word, db: db, budget: budget)
     }
 }
 
@@ -59,8 +61,12 @@ final class RankedVocabulary: SuggestionVocabulary {
     private var earlierMatches: [[UInt32]]?
     private var earlierDelta: [TokenizedDocument] = []
 
-    init(db: Database, snapshot: RankSnapshot, delta: [RankedTopK.DeltaDocument], earlier: [QueryPhrase]) {
+    /// The query's budget: the nearest-word scan checks it in its loop.
+    let budget: QueryBudget?
+
+    init(db: Database, snapshot: RankSnapshot, delta: [RankedTopK.DeltaDocument], earlier: [QueryPhrase], budget: QueryBudget? = nil) {
         self.db = db
+        self.budget = budget
         self.snapshot = snapshot
         self.delta = delta
         self.earlier = earlier
@@ -351,6 +357,7 @@ final class RankedVocabulary: SuggestionVocabulary {
             }
             seen += 1
             if seen > 50_000 { break }
+            if seen & 255 == 0 { try budget?.check() }
             let d = IndexStore.editDistance(target, Array(term.unicodeScalars), limit: maxDistance)
             guard d <= maxDistance else { continue }
             if best == nil || d < best!.distance || (d == best!.distance && e.columnDocs > best!.doc) {
@@ -364,12 +371,12 @@ final class RankedVocabulary: SuggestionVocabulary {
 extension IndexStore {
     /// The ranked index's dictionary for this query, or nil when it cannot answer (an older file,
     /// a delta too large, an earlier word that is not one token).
-    func rankedVocabulary(_ db: Database, terms: UserQueryTerms) throws -> RankedVocabulary? {
+    func rankedVocabulary(_ db: Database, terms: UserQueryTerms, budget: QueryBudget? = nil) throws -> RankedVocabulary? {
         guard formatVersion >= RankWriter.firstFormat,
               let earlier = QueryPhrase.phrases(UserQueryTerms(words: Array(terms.words.dropLast())), tokenizer: try db.fullTextTokenizer())
         else { return nil }
         let snapshot = try RankSnapshot.read(db)
         guard let delta = try RankedTopK.deltaDocuments(snapshot, db: db, store: self) else { return nil }
-        return RankedVocabulary(db: db, snapshot: snapshot, delta: delta, earlier: earlier)
+        return RankedVocabulary(db: db, snapshot: snapshot, delta: delta, earlier: earlier, budget: budget)
     }
 }

@@ -6,41 +6,30 @@ import SearchlightKit
 ///
 /// A rebuild is one batch that ends with a fingerprint of the file as the client state, so the
 /// index never shows half a journal and the app can tell whether the index matches its file.
+@main
 struct JournalIndexer: IndexExtension {
-    /// Items per `indexSearchableItems` call: large enough to be cheap, small enough to report progress.
-    static let chunkSize = 500
-
     let journalURL: URL
 
-    init() {
-        let arguments = ExtensionArguments(CommandLine.arguments)
-        journalURL = URL(fileURLWithPath: arguments.path ?? "journal.json")
+    /// `journal-extension [JOURNAL.json]` (default `journal.json`); `--dump` prints the items.
+    init(context: ExtensionContext) {
+        journalURL = URL(fileURLWithPath: ArgumentExtractor(context.arguments).positionalArguments.first ?? "journal.json")
     }
 
     func reindexAllSearchableItems(in index: SearchableIndex) async throws {
         let journal = try JournalFile.read(journalURL)
         journal.warnAboutSkippedEntries()
+        await index.reportProgress(completed: 0, total: journal.entries.count)
         // If anything below throws, the daemon discards the open batch: nothing of it is applied.
         try await index.beginBatch()
         try await index.deleteAllSearchableItems()
-        var done = 0
-        for start in stride(from: 0, to: journal.entries.count, by: Self.chunkSize) {
-            try Task.checkCancellation()
-            let chunk = journal.entries[start..<min(start + Self.chunkSize, journal.entries.count)]
-            try await index.indexSearchableItems(chunk.map(\.searchableItem))
-            done += chunk.count
-            await index.reportProgress(completed: done, total: journal.entries.count)
-        }
+        try await index.indexSearchableItems(journal.entries.lazy.map(\.searchableItem))
         try await index.endBatch(newClientState: journal.fingerprint)
     }
 
     func reindexSearchableItems(withIdentifiers identifiers: [String], in index: SearchableIndex) async throws {
         let entries = try JournalFile.read(journalURL).entriesByID
-        let present = identifiers.compactMap { entries[$0] }
+        try await index.indexSearchableItems(identifiers.lazy.compactMap { entries[$0]?.searchableItem })
         let vanished = identifiers.filter { entries[$0] == nil }
-        for start in stride(from: 0, to: present.count, by: Self.chunkSize) {
-            try await index.indexSearchableItems(present[start..<min(start + Self.chunkSize, present.count)].map(\.searchableItem))
-        }
         if !vanished.isEmpty { try await index.deleteSearchableItems(withIdentifiers: vanished) }
     }
 

@@ -3,31 +3,26 @@ import SearchlightKit
 
 /// Indexes a folder of Markdown and text notes for the bundle `org.searchlight.sample.notes`:
 /// one item per file, identified by its path relative to the folder.
+@main
 struct NotesIndexer: IndexExtension {
-    /// A chunk ends at this many items or this many encoded bytes, whichever comes first, so a
-    /// folder of large notes stays far below the 16 MiB frame limit.
-    static let chunkItems = 200
-    static let chunkBytes = 4 << 20
-
     let folder: NotesFolder
 
-    init() {
-        folder = NotesFolder(path: ExtensionArguments(CommandLine.arguments).path ?? "notes")
+    /// `notes-extension [FOLDER]` (default `notes`); `--dump` prints the items.
+    init(context: ExtensionContext) {
+        folder = NotesFolder(path: ArgumentExtractor(context.arguments).positionalArguments.first ?? "notes")
     }
 
     func reindexAllSearchableItems(in index: SearchableIndex) async throws {
         let identifiers = try folder.identifiers()
+        await index.reportProgress(completed: 0, total: identifiers.count)
         try await index.deleteAllSearchableItems()
-        var done = 0
-        try await donate(identifiers, to: index) { count in
-            done += count
-            await index.reportProgress(completed: done, total: identifiers.count)
-        }
+        try await index.indexSearchableItems(notes(identifiers, vanished: VanishedNotes()))
     }
 
     func reindexSearchableItems(withIdentifiers identifiers: [String], in index: SearchableIndex) async throws {
-        let vanished = try await donate(identifiers, to: index) { _ in }
-        if !vanished.isEmpty { try await index.deleteSearchableItems(withIdentifiers: vanished) }
+        let vanished = VanishedNotes()
+        try await index.indexSearchableItems(notes(identifiers, vanished: vanished))
+        if !vanished.identifiers.isEmpty { try await index.deleteSearchableItems(withIdentifiers: vanished.identifiers) }
     }
 
     func data(forItem identifier: String, typeIdentifier: String) async throws -> Data {
@@ -50,35 +45,17 @@ struct NotesIndexer: IndexExtension {
         return url
     }
 
-    /// Reads and donates the notes named by `identifiers`, in chunks; `chunkDonated` runs after each.
-    /// Returns the identifiers that name no note (vanished, or refused as unsafe).
-    @discardableResult
-    private func donate(_ identifiers: [String], to index: SearchableIndex,
-                        chunkDonated: (Int) async -> Void) async throws -> [String] {
-        var vanished: [String] = []
-        var chunk: [SearchableItem] = []
-        var chunkSize = 0
-        for identifier in identifiers {
-            try Task.checkCancellation()
+    /// The notes named by `identifiers` as items, each read when the SDK asks for it (a folder of
+    /// large notes is never all in memory); those that name no note (vanished, or refused as
+    /// unsafe) are noted in `vanished`.
+    private func notes(_ identifiers: [String], vanished: VanishedNotes) -> some Sequence<SearchableItem> {
+        identifiers.lazy.compactMap { [folder] identifier in
             guard let url = folder.file(for: identifier), let note = Note(identifier: identifier, url: url) else {
-                vanished.append(identifier)
-                continue
+                vanished.identifiers.append(identifier)
+                return nil
             }
-            let item = note.searchableItem
-            chunk.append(item)
-            chunkSize += item.json.serializedByteCount
-            if chunk.count >= Self.chunkItems || chunkSize >= Self.chunkBytes {
-                try await index.indexSearchableItems(chunk)
-                await chunkDonated(chunk.count)
-                chunk.removeAll(keepingCapacity: true)
-                chunkSize = 0
-            }
+            return note.searchableItem
         }
-        if !chunk.isEmpty {
-            try await index.indexSearchableItems(chunk)
-            await chunkDonated(chunk.count)
-        }
-        return vanished
     }
 
     /// Whether a note of UTI `type` can be handed out as `requested` (the UTIs it conforms to).
@@ -87,4 +64,9 @@ struct NotesIndexer: IndexExtension {
                           "public.plain-text": ["public.text", "public.data", "public.content", "public.item"]]
         return requested == type || supertypes[type, default: []].contains(requested)
     }
+}
+
+/// The identifiers of a reindex that name no note any more (filled while the items are read).
+final class VanishedNotes {
+    var identifiers: [String] = []
 }

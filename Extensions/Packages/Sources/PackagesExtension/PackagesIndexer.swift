@@ -5,81 +5,46 @@ import SearchlightKit
 /// dpkg's status file: one item per package, searchable by name, synopsis, long description,
 /// section, debtags and priority.
 ///
-/// Built for size: the file is parsed as a byte stream and donated while it is parsed, so a
-/// million packages take seconds and constant memory.
+/// Built for size: the file is parsed as a byte stream while the SDK donates it, so a million
+/// packages take seconds and constant memory.
+@main
 struct PackagesIndexer: IndexExtension {
-    static let chunkSize = 1000
-
     let statusPath: String
     /// Packages of this architecture keep their bare name as identifier (see `InstalledPackage.identifier`).
     let nativeArchitecture: String
 
-    init() {
-        let arguments = ExtensionArguments(CommandLine.arguments, valueOptions: ["--native-arch"])
-        statusPath = arguments.path ?? "/var/lib/dpkg/status"
-        nativeArchitecture = arguments.values["--native-arch"] ?? Self.buildArchitecture
+    /// `packages-extension [STATUS-FILE] [--native-arch ARCH]` (default `/var/lib/dpkg/status`);
+    /// `--dump` prints the items.
+    init(context: ExtensionContext) {
+        var arguments = ArgumentExtractor(context.arguments)
+        nativeArchitecture = arguments.extractOption(named: "native-arch").last ?? Self.buildArchitecture
+        statusPath = arguments.positionalArguments.first ?? "/var/lib/dpkg/status"
     }
 
     func reindexAllSearchableItems(in index: SearchableIndex) async throws {
         // The total first, by a quick scan, so that progress means something from the start.
-        let total = try StatusFileReader.countInstalled(path: statusPath)
-        await index.reportProgress(completed: 0, total: total)
+        await index.reportProgress(completed: 0, total: try StatusFileReader.countInstalled(path: statusPath))
         try await index.deleteAllSearchableItems()
-        var pipeline = DonationPipeline(index: index)
-        do {
-            try await forEachChunk { chunk in
-                if try await pipeline.donate(chunk) {
-                    await index.reportProgress(completed: pipeline.donated, total: max(total, pipeline.donated))
-                }
-            }
-            try await pipeline.finish()
-        } catch {
-            pipeline.cancel()
-            throw error
-        }
-        await index.reportProgress(completed: pipeline.donated, total: max(total, pipeline.donated))
+        try await donate(to: index)
     }
 
     func reindexSearchableItems(withIdentifiers identifiers: [String], in index: SearchableIndex) async throws {
-        var missing = Set(identifiers)
-        var pipeline = DonationPipeline(index: index)
-        do {
-            try await forEachChunk(where: { missing.contains($0) }) { chunk in
-                for item in chunk { missing.remove(item.uniqueIdentifier) }
-                try await pipeline.donate(chunk)
-            }
-            try await pipeline.finish()
-        } catch {
-            pipeline.cancel()
-            throw error
-        }
+        let wanted = Set(identifiers)
+        let donated = try await donate(to: index, where: { wanted.contains($0) })
+        let missing = wanted.subtracting(donated)
         if !missing.isEmpty { try await index.deleteSearchableItems(withIdentifiers: Array(missing)) }
     }
 
-    /// Parses the status file and hands over its installed packages as items, `chunkSize` at a
-    /// time, keeping those whose identifier passes `filter`. Runs on the caller's actor, so
-    /// `body` may mutate the caller's state.
-    func forEachChunk(isolation: isolated (any Actor)? = #isolation, where filter: (String) -> Bool = { _ in true },
-                      _ body: ([SearchableItem]) async throws -> Void) async throws {
-        let reader = try StatusFileReader(path: statusPath)
-        var refused = RefusedPackages()
-        var chunk: [SearchableItem] = []
-        chunk.reserveCapacity(Self.chunkSize)
-        while let paragraph = try reader.nextParagraph() {
-            guard let package = InstalledPackage(ControlParagraph(paragraph)) else { continue }
-            let identifier = package.identifier(nativeArchitecture: nativeArchitecture)
-            guard filter(identifier) else { continue }
-            let item = package.searchableItem(nativeArchitecture: nativeArchitecture)
-            guard refused.accepts(item, from: paragraph) else { continue }
-            chunk.append(item)
-            if chunk.count == Self.chunkSize {
-                try Task.checkCancellation()
-                try await body(chunk)
-                chunk.removeAll(keepingCapacity: true)
-            }
-        }
-        if !chunk.isEmpty { try await body(chunk) }
-        refused.report(path: statusPath)
+    /// Donates the installed packages whose identifier passes `filter`, parsed as the SDK sends
+    /// them (a million packages take seconds and constant memory); returns their identifiers
+    /// when a filter is given.
+    @discardableResult
+    private func donate(to index: SearchableIndex, where filter: (@Sendable (String) -> Bool)? = nil) async throws -> Set<String> {
+        let packages = try InstalledPackageItems(path: statusPath, nativeArchitecture: nativeArchitecture, filter: filter)
+        try await index.indexSearchableItems(packages)
+        if let error = packages.error { throw error }
+        packages.refused.report(path: statusPath)
+        return packages.donated
     }
 
     /// dpkg's name for the architecture this extension was built for: dpkg's native
@@ -102,5 +67,39 @@ struct PackagesIndexer: IndexExtension {
         #else
         "unknown"
         #endif
+    }
+}
+
+/// The installed packages of a status file as items, each parsed when the SDK asks for the next
+/// one. A read error ends the sequence and is kept in `error`.
+final class InstalledPackageItems: Sequence, IteratorProtocol {
+    private let reader: StatusFileReader
+    private let nativeArchitecture: String
+    private let filter: ((String) -> Bool)?
+    private(set) var refused = RefusedPackages()
+    private(set) var error: StatusFileError?
+    /// The identifiers handed out, when a filter chose them.
+    private(set) var donated: Set<String> = []
+
+    init(path: String, nativeArchitecture: String, filter: ((String) -> Bool)?) throws {
+        reader = try StatusFileReader(path: path)
+        self.nativeArchitecture = nativeArchitecture
+        self.filter = filter
+    }
+
+    func next() -> SearchableItem? {
+        do {
+            while let paragraph = try reader.nextParagraph() {
+                guard let package = InstalledPackage(ControlParagraph(paragraph)) else { continue }
+                if let filter, !filter(package.identifier(nativeArchitecture: nativeArchitecture)) { continue }
+                let item = package.searchableItem(nativeArchitecture: nativeArchitecture)
+                guard refused.accepts(item, from: paragraph) else { continue }
+                if filter != nil { donated.insert(item.uniqueIdentifier) }
+                return item
+            }
+        } catch {
+            self.error = error
+        }
+        return nil
     }
 }

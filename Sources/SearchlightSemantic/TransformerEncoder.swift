@@ -1,0 +1,269 @@
+import COpenBLAS
+import Foundation
+
+/// all-MiniLM-L6-v2 in Swift: embeddings and LayerNorm, 6 layers of 12-head self-attention and a
+/// GELU feed-forward, mean pooling, L2 normalisation; the 384-dimensional sentence embedding of
+/// sentence-transformers. Matrix products go through OpenBLAS (`cblas_sgemm`).
+///
+/// A batch is *packed*: the tokens of all its texts are the rows of one matrix, so every linear
+/// layer is one product over the whole batch and no row is padding. Attention runs per text
+/// over that text's rows only, which is exactly what the reference's padding plus attention mask
+/// computes (a masked position gets weight 0), without the wasted work on pad rows; mean pooling
+/// likewise averages each text's own rows (the mask's ones).
+///
+/// Immutable after loading; `embed` may be called from several threads at once (each call has
+/// its own scratch memory).
+public final class TransformerEncoder: Sendable {
+    public let tokenizer: WordPieceTokenizer
+    /// Token limit per text, `[CLS]` and `[SEP]` included (sentence-transformers' max_seq_length).
+    public let maxLength: Int
+    let weights: MiniLMWeights
+
+    public var dimension: Int { weights.configuration.hidden }
+
+    /// Threads that share one short text's products (a query): OpenBLAS runs a product of a few
+    /// rows on one thread, so the encoder splits its output columns itself. 1 turns it off.
+    public let queryThreads: Int
+    /// Up to this many rows a pass counts as short.
+    static let shortPassRows = 48
+
+    /// Rows per forward pass: a bigger batch is cut into passes of at most this many tokens, which
+    /// bounds the scratch memory (the feed-forward's rows are 1536 floats each).
+    static let maxRowsPerPass = 4096
+
+    public convenience init(directory: ModelDirectory, maxLength: Int = 256, queryThreads: Int = 2) throws(SemanticError) {
+        try self.init(weightsFile: directory.weightsFile, vocabularyFile: directory.vocabularyFile, maxLength: maxLength,
+                      queryThreads: queryThreads)
+    }
+
+    public init(weightsFile: String, vocabularyFile: String, maxLength: Int = 256, queryThreads: Int = 2) throws(SemanticError) {
+        let c = MiniLMConfiguration.allMiniLML6v2
+        guard (3...c.maxPositions).contains(maxLength) else {
+            throw SemanticError(.invalidArgument, "maxLength \(maxLength) is outside 3…\(c.maxPositions)")
+        }
+        tokenizer = try WordPieceTokenizer(vocabularyFile: vocabularyFile)
+        guard tokenizer.vocabulary.count == c.vocabularySize else {
+            throw SemanticError(.badFormat, "\(vocabularyFile) has \(tokenizer.vocabulary.count) tokens, expected \(c.vocabularySize); run `make model`")
+        }
+        weights = try MiniLMWeights(file: SafetensorsFile(path: weightsFile), configuration: c)
+        self.maxLength = maxLength
+        self.queryThreads = max(1, min(queryThreads, 8))
+    }
+
+    /// OpenBLAS's thread count for every encoder in the process (it is a library-wide setting).
+    public static func setThreads(_ count: Int) {
+        openblas_set_num_threads(Int32(max(1, count)))
+    }
+
+    public func embed(_ text: String) -> [Float] {
+        embed([text])[0]
+    }
+
+    /// One unit vector per text, in order.
+    public func embed(_ texts: [String]) -> [[Float]] {
+        embed(tokenIDs: texts.map { tokenizer.encode($0, maxLength: maxLength) })
+    }
+
+    /// One unit vector per sequence of ids (as `WordPieceTokenizer.encode` makes them). Ids outside
+    /// the vocabulary count as `[UNK]`; a sequence longer than `maxLength` is cut to it.
+    public func embed(tokenIDs: [[Int32]]) -> [[Float]] {
+        var out: [[Float]] = []
+        out.reserveCapacity(tokenIDs.count)
+        var start = 0
+        while start < tokenIDs.count {
+            var end = start
+            var rows = 0
+            while end < tokenIDs.count {
+                let n = max(1, min(tokenIDs[end].count, maxLength))
+                if end > start && rows + n > Self.maxRowsPerPass { break }
+                rows += n
+                end += 1
+            }
+            out += forward(Array(tokenIDs[start..<end]))
+            start = end
+        }
+        return out
+    }
+
+    private func forward(_ batch: [[Int32]]) -> [[Float]] {
+        let c = weights.configuration
+        let h = c.hidden
+        let vocabulary = Int32(c.vocabularySize)
+        let sequences = batch.map { ids -> [Int32] in
+            let cut = ids.isEmpty ? [tokenizer.clsID] : Array(ids.prefix(maxLength))
+            return cut.map { $0 >= 0 && $0 < vocabulary ? $0 : tokenizer.unkID }
+        }
+        var offsets: [Int] = []
+        var rows = 0
+        for s in sequences {
+            offsets.append(rows)
+            rows += s.count
+        }
+        let longest = sequences.map(\.count).max() ?? 1
+        let scratch = Scratch(rows: rows, configuration: c, longest: longest)
+        defer { scratch.free() }
+
+        embedTokens(sequences, into: scratch.x)
+        for layer in weights.layers {
+            attention(layer, sequences: sequences, offsets: offsets, rows: rows, scratch: scratch)
+            feedForward(layer, rows: rows, scratch: scratch)
+        }
+        return sequences.indices.map { i in
+            var v = [Float](repeating: 0, count: h)
+            let n = sequences[i].count
+            for r in offsets[i]..<(offsets[i] + n) {
+                let row = scratch.x + r * h
+                for j in 0..<h { v[j] += row[j] }
+            }
+            var norm: Float = 0
+            for j in 0..<h {
+                v[j] /= Float(n)
+                norm += v[j] * v[j]
+            }
+            let scale = 1 / max(norm.squareRoot(), 1e-12)
+            for j in 0..<h { v[j] *= scale }
+            return v
+        }
+    }
+
+    /// Word + position + token-type (0) embeddings, then LayerNorm, one row per token.
+    private func embedTokens(_ sequences: [[Int32]], into x: UnsafeMutablePointer<Float>) {
+        let c = weights.configuration
+        let h = c.hidden
+        var row = 0
+        for s in sequences {
+            for (position, id) in s.enumerated() {
+                let out = x + row * h
+                let word = weights.wordEmbeddings.pointer + Int(id) * h
+                let pos = weights.positionEmbeddings.pointer + position * h
+                let type = weights.tokenTypeEmbeddings.pointer
+                for j in 0..<h { out[j] = word[j] + pos[j] + type[j] }
+                row += 1
+            }
+        }
+        layerNorm(x, rows: row, weight: weights.embeddingNormWeight, bias: weights.embeddingNormBias)
+    }
+
+    private func attention(_ layer: MiniLMLayer, sequences: [[Int32]], offsets: [Int], rows: Int, scratch: Scratch) {
+        let c = weights.configuration
+        let h = c.hidden, dh = c.headDimension, stride = 3 * h
+        linear(scratch.x, rows: rows, inputs: h, weight: layer.qkvWeight, bias: layer.qkvBias, outputs: stride, into: scratch.qkv)
+        let scale = 1 / Float(dh).squareRoot()
+        for (s, sequence) in sequences.enumerated() {
+            let n = sequence.count, o = offsets[s]
+            for head in 0..<c.heads {
+                let q = scratch.qkv + o * stride + head * dh
+                let k = q + h
+                let v = q + 2 * h
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(n), Int32(n), Int32(dh),
+                            scale, q, Int32(stride), k, Int32(stride), 0, scratch.scores, Int32(n))
+                for r in 0..<n { softmax(scratch.scores + r * n, count: n) }
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, Int32(n), Int32(dh), Int32(n),
+                            1, scratch.scores, Int32(n), v, Int32(stride), 0, scratch.context + o * h + head * dh, Int32(h))
+            }
+        }
+        linear(scratch.context, rows: rows, inputs: h, weight: layer.attentionOutWeight, bias: layer.attentionOutBias,
+               outputs: h, into: scratch.sum)
+        addAndNormalize(rows: rows, scratch: scratch, weight: layer.attentionNormWeight, bias: layer.attentionNormBias)
+    }
+
+    private func feedForward(_ layer: MiniLMLayer, rows: Int, scratch: Scratch) {
+        let c = weights.configuration
+        linear(scratch.x, rows: rows, inputs: c.hidden, weight: layer.intermediateWeight, bias: layer.intermediateBias,
+               outputs: c.intermediate, into: scratch.intermediate)
+        gelu(scratch.intermediate, count: rows * c.intermediate)
+        linear(scratch.intermediate, rows: rows, inputs: c.intermediate, weight: layer.outputWeight, bias: layer.outputBias,
+               outputs: c.hidden, into: scratch.sum)
+        addAndNormalize(rows: rows, scratch: scratch, weight: layer.outputNormWeight, bias: layer.outputNormBias)
+    }
+
+    /// out = input · weightᵀ + bias (PyTorch's Linear: the weight is [outputs × inputs]).
+    /// A short pass (a query) splits the output columns over `queryThreads` threads.
+    private func linear(_ input: UnsafeMutablePointer<Float>, rows: Int, inputs: Int, weight: FloatTensor, bias: FloatTensor,
+                        outputs: Int, into out: UnsafeMutablePointer<Float>) {
+        for r in 0..<rows { (out + r * outputs).update(from: bias.pointer, count: outputs) }
+        let parts = rows <= Self.shortPassRows ? queryThreads : 1
+        if parts == 1 {
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(outputs), Int32(inputs),
+                        1, input, Int32(inputs), weight.pointer, Int32(inputs), 1, out, Int32(outputs))
+            return
+        }
+        // Each part: its columns of `out` (ldc stays `outputs`) from its rows of the weight.
+        let pointers = Pointers(input: input, weight: weight.pointer, out: out)
+        DispatchQueue.concurrentPerform(iterations: parts) { part in
+            let start = outputs * part / parts, end = outputs * (part + 1) / parts
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, Int32(rows), Int32(end - start), Int32(inputs),
+                        1, pointers.input, Int32(inputs), pointers.weight + start * inputs, Int32(inputs), 1,
+                        pointers.out + start, Int32(outputs))
+        }
+    }
+
+    /// x = LayerNorm(x + sum): the residual connection after attention and after the feed-forward.
+    private func addAndNormalize(rows: Int, scratch: Scratch, weight: FloatTensor, bias: FloatTensor) {
+        let count = rows * weights.configuration.hidden
+        for i in 0..<count { scratch.x[i] += scratch.sum[i] }
+        layerNorm(scratch.x, rows: rows, weight: weight, bias: bias)
+    }
+
+    private func layerNorm(_ x: UnsafeMutablePointer<Float>, rows: Int, weight: FloatTensor, bias: FloatTensor) {
+        let h = weights.configuration.hidden
+        let epsilon = weights.configuration.layerNormEpsilon
+        for r in 0..<rows {
+            let row = x + r * h
+            var mean: Float = 0
+            for j in 0..<h { mean += row[j] }
+            mean /= Float(h)
+            var variance: Float = 0
+            for j in 0..<h {
+                let d = row[j] - mean
+                variance += d * d
+            }
+            variance /= Float(h)
+            let inverse = 1 / (variance + epsilon).squareRoot()
+            for j in 0..<h { row[j] = (row[j] - mean) * inverse * weight.pointer[j] + bias.pointer[j] }
+        }
+    }
+
+    private func softmax(_ row: UnsafeMutablePointer<Float>, count: Int) {
+        var top = -Float.infinity
+        for j in 0..<count { top = max(top, row[j]) }
+        var total: Float = 0
+        for j in 0..<count {
+            row[j] = expf(row[j] - top)
+            total += row[j]
+        }
+        let inverse = 1 / total
+        for j in 0..<count { row[j] *= inverse }
+    }
+
+    /// BERT's exact GELU: x · Φ(x) = 0.5 · x · (1 + erf(x / √2)).
+    private func gelu(_ x: UnsafeMutablePointer<Float>, count: Int) {
+        let inverseRoot2: Float = 0.707_106_77
+        for i in 0..<count { x[i] = 0.5 * x[i] * (1 + erff(x[i] * inverseRoot2)) }
+    }
+}
+
+/// Raw pointers handed to the threads of one split product: each writes disjoint columns.
+private struct Pointers: @unchecked Sendable {
+    let input: UnsafeMutablePointer<Float>
+    let weight: UnsafeMutablePointer<Float>
+    let out: UnsafeMutablePointer<Float>
+}
+
+/// The working matrices of one forward pass.
+private struct Scratch {
+    let x, qkv, context, sum, intermediate, scores: UnsafeMutablePointer<Float>
+
+    init(rows: Int, configuration c: MiniLMConfiguration, longest: Int) {
+        x = .allocate(capacity: rows * c.hidden)
+        qkv = .allocate(capacity: rows * 3 * c.hidden)
+        context = .allocate(capacity: rows * c.hidden)
+        sum = .allocate(capacity: rows * c.hidden)
+        intermediate = .allocate(capacity: rows * c.intermediate)
+        scores = .allocate(capacity: longest * longest)
+    }
+
+    func free() {
+        for p in [x, qkv, context, sum, intermediate, scores] { p.deallocate() }
+    }
+}

@@ -1,0 +1,303 @@
+import Foundation
+
+/// The BERT uncased tokenizer of all-MiniLM-L6-v2, giving the same ids as the reference
+/// (Hugging Face `tokenizers`: `BertNormalizer(clean_text, handle_chinese_chars, strip_accents,
+/// lowercase)`, `BertPreTokenizer`, `WordPiece(max_input_chars_per_word: 100)`, then
+/// `[CLS] … [SEP]`). Steps, in the reference's order:
+///
+/// 0. the special tokens (`[CLS]`, `[SEP]`, `[UNK]`, `[PAD]`, `[MASK]`) written in the raw text are
+///    those tokens, and split it (the reference's added tokens);
+/// 1. clean: drop U+0000, U+FFFD and control characters (categories Cc, Cf, Co, Cs, except
+///    tab, newline and carriage return); every other White_Space character becomes a space;
+/// 2. CJK ideographs get a space on each side (each is a word of its own);
+/// 3. NFD, then nonspacing marks (Mn) removed: accents go;
+/// 4. lowercase, character by character (full mappings, no context);
+/// 5. split on whitespace, and every punctuation character (ASCII punctuation or a P* category)
+///    is a word of its own;
+/// 6. WordPiece: greedy longest match from the start, continuation pieces as `##piece`; a word
+///    with a piece that matches nothing, or longer than 100 characters, is one `[UNK]`.
+///
+/// ASCII text takes a byte loop that does all six steps in one pass (most documents are ASCII).
+public struct WordPieceTokenizer: Sendable {
+    public let vocabulary: Vocabulary
+    public let clsID: Int32
+    public let sepID: Int32
+    public let unkID: Int32
+    public let padID: Int32
+    public let maxInputCharsPerWord = 100
+    private let specialNames: [([UInt8], Int32)]
+
+    public init(vocabulary: Vocabulary) throws(SemanticError) {
+        func special(_ t: String) throws(SemanticError) -> Int32 {
+            guard let id = vocabulary.id(of: t) else {
+                throw SemanticError(.badFormat, "the vocabulary has no \(t) token; is vocab.txt a BERT vocabulary?")
+            }
+            return id
+        }
+        self.vocabulary = vocabulary
+        clsID = try special("[CLS]")
+        sepID = try special("[SEP]")
+        unkID = try special("[UNK]")
+        padID = try special("[PAD]")
+        specialNames = ["[CLS]", "[SEP]", "[UNK]", "[PAD]", "[MASK]"].compactMap { t in
+            vocabulary.id(of: t).map { (Array(t.utf8), $0) }
+        }
+    }
+
+    public init(vocabularyFile: String) throws(SemanticError) {
+        try self.init(vocabulary: Vocabulary(file: vocabularyFile))
+    }
+
+    /// The ids of `text` between `[CLS]` and `[SEP]`, the word pieces cut so that the whole is at
+    /// most `maxLength` ids (the reference's truncation: the first pieces are kept).
+    public func encode(_ text: String, maxLength: Int = 256) -> [Int32] {
+        var ids: [Int32] = [clsID]
+        ids.reserveCapacity(min(maxLength, text.utf8.count / 3 + 8))
+        appendPieces(of: text, to: &ids, limit: max(0, maxLength - 2) + 1)
+        if ids.count > maxLength - 1 { ids.removeLast(ids.count - max(1, maxLength - 1)) }
+        ids.append(sepID)
+        return ids
+    }
+
+    /// The word-piece ids of `text`, without `[CLS]`/`[SEP]` and without truncation.
+    public func tokenize(_ text: String) -> [Int32] {
+        var ids: [Int32] = []
+        appendPieces(of: text, to: &ids, limit: .max)
+        return ids
+    }
+
+    /// Appends the pieces of `text` to `ids` until `ids` holds `limit` ids.
+    public func appendPieces(of text: String, to ids: inout [Int32], limit: Int) {
+        var text = text
+        let specials: [(Range<Int>, Int32)] = text.withUTF8(specialTokens)
+        guard !specials.isEmpty else {
+            appendSegment(text, to: &ids, limit: limit)
+            return
+        }
+        let utf8 = Array(text.utf8)
+        var start = 0
+        for (range, id) in specials {
+            appendSegment(String(decoding: utf8[start..<range.lowerBound], as: UTF8.self), to: &ids, limit: limit)
+            if ids.count < limit { ids.append(id) }
+            start = range.upperBound
+        }
+        appendSegment(String(decoding: utf8[start...], as: UTF8.self), to: &ids, limit: limit)
+    }
+
+    /// Where the raw text names a special token, left to right.
+    private func specialTokens(_ utf8: UnsafeBufferPointer<UInt8>) -> [(Range<Int>, Int32)] {
+        var found: [(Range<Int>, Int32)] = []
+        var i = 0
+        while i < utf8.count {
+            if utf8[i] == 0x5B, let (length, id) = specialToken(at: i, in: utf8) {
+                found.append((i..<(i + length), id))
+                i += length
+            } else {
+                i += 1
+            }
+        }
+        return found
+    }
+
+    private func specialToken(at i: Int, in utf8: UnsafeBufferPointer<UInt8>) -> (Int, Int32)? {
+        for (name, id) in specialNames {
+            let n = name.count
+            guard i + n <= utf8.count else { continue }
+            var equal = true
+            for k in 0..<n where utf8[i + k] != name[k] {
+                equal = false
+                break
+            }
+            if equal { return (n, id) }
+        }
+        return nil
+    }
+
+    private func appendSegment(_ text: String, to ids: inout [Int32], limit: Int) {
+        var word = WordBuffer()
+        var text = text
+        let handledASCII = text.withUTF8 { utf8 -> Bool in
+            for b in utf8 where b >= 0x80 { return false }
+            for b in utf8 {
+                if ids.count >= limit { return true }
+                switch ASCIIClass.table[Int(b)] {
+                case .drop: continue
+                case .space:
+                    flush(&word, into: &ids)
+                case .punctuation:
+                    flush(&word, into: &ids)
+                    word.append(b)
+                    flush(&word, into: &ids)
+                case .upper: word.append(b | 0x20)
+                case .keep: word.append(b)
+                }
+            }
+            return true
+        }
+        if !handledASCII { appendPiecesUnicode(of: text, to: &ids, word: &word, limit: limit) }
+        if ids.count < limit { flush(&word, into: &ids) }
+        if ids.count > limit { ids.removeLast(ids.count - limit) }
+    }
+
+    private func appendPiecesUnicode(of text: String, to ids: inout [Int32], word: inout WordBuffer, limit: Int) {
+        // Steps 1-2 on the original characters, then 3 on the whole string, as the reference does.
+        var cleaned = String.UnicodeScalarView()
+        for c in text.unicodeScalars {
+            if c.value == 0 || c.value == 0xFFFD || UnicodeClass.isControl(c) { continue }
+            if UnicodeClass.isWhitespace(c) {
+                cleaned.append(" ")
+            } else if UnicodeClass.isCJK(c) {
+                cleaned.append(" ")
+                cleaned.append(c)
+                cleaned.append(" ")
+            } else {
+                cleaned.append(c)
+            }
+        }
+        let decomposed = String(cleaned).decomposedStringWithCanonicalMapping
+        for c in decomposed.unicodeScalars {
+            if ids.count >= limit { return }
+            if c.properties.generalCategory == .nonspacingMark { continue }
+            for l in UnicodeClass.lowercase(c) {
+                if UnicodeClass.isWhitespace(l) {
+                    flush(&word, into: &ids)
+                } else if UnicodeClass.isPunctuation(l) {
+                    flush(&word, into: &ids)
+                    word.append(l)
+                    flush(&word, into: &ids)
+                } else {
+                    word.append(l)
+                }
+            }
+        }
+    }
+
+    /// WordPiece on the word in `word` (then emptied).
+    private func flush(_ word: inout WordBuffer, into ids: inout [Int32]) {
+        guard !word.bytes.isEmpty else { return }
+        defer { word.removeAll() }
+        if word.characterCount > maxInputCharsPerWord {
+            ids.append(unkID)
+            return
+        }
+        let firstOutput = ids.count
+        var start = 0
+        let bytes = word.bytes
+        let count = bytes.count
+        while start < count {
+            var end = count
+            var found: Int32?
+            while end > start {
+                if let id = vocabulary.lookup(bytes[start..<end], continuation: start > 0) {
+                    found = id
+                    break
+                }
+                // Back to the previous character boundary (UTF-8 continuation bytes are 10xxxxxx).
+                end -= 1
+                while end > start && bytes[end] & 0xC0 == 0x80 { end -= 1 }
+            }
+            guard let id = found else {
+                ids.removeLast(ids.count - firstOutput)
+                ids.append(unkID)
+                return
+            }
+            ids.append(id)
+            start = end
+        }
+    }
+}
+
+/// One word's UTF-8 bytes and its character count, reused across words.
+struct WordBuffer {
+    var bytes: [UInt8] = []
+    var characterCount = 0
+
+    init() { bytes.reserveCapacity(64) }
+
+    @inline(__always) mutating func append(_ b: UInt8) {
+        bytes.append(b)
+        characterCount += 1
+    }
+
+    mutating func append(_ c: Unicode.Scalar) {
+        characterCount += 1
+        if c.isASCII {
+            bytes.append(UInt8(c.value))
+        } else {
+            bytes.append(contentsOf: String(c).utf8)
+        }
+    }
+
+    mutating func removeAll() {
+        bytes.removeAll(keepingCapacity: true)
+        characterCount = 0
+    }
+}
+
+/// What the ASCII fast path does with each byte.
+enum ASCIIClass: UInt8 {
+    case drop, space, punctuation, upper, keep
+
+    static let table: [ASCIIClass] = (0..<128).map { b -> ASCIIClass in
+        switch b {
+        case 0x09, 0x0A, 0x0D, 0x20: .space
+        // Other C0 controls and DEL are Cc: the reference's clean step removes them (even VT and FF).
+        case 0x00..<0x20, 0x7F: .drop
+        case 0x21...0x2F, 0x3A...0x40, 0x5B...0x60, 0x7B...0x7E: .punctuation
+        case 0x41...0x5A: .upper
+        default: .keep
+        }
+    }
+}
+
+/// The character classes of the reference tokenizer, on Unicode scalars.
+enum UnicodeClass {
+    /// Cc, Cf, Co, Cs, except tab, newline and carriage return (counted as whitespace). Unassigned
+    /// code points (Cn) stay, as in the reference: they become `[UNK]`.
+    static func isControl(_ c: Unicode.Scalar) -> Bool {
+        switch c.value {
+        case 0x09, 0x0A, 0x0D: return false
+        default: break
+        }
+        switch c.properties.generalCategory {
+        case .control, .format, .privateUse, .surrogate: return true
+        default: return false
+        }
+    }
+
+    /// Tab, newline, carriage return, or the White_Space property (Rust's `char::is_whitespace`).
+    static func isWhitespace(_ c: Unicode.Scalar) -> Bool {
+        c.value == 0x09 || c.value == 0x0A || c.value == 0x0D || c.properties.isWhitespace
+    }
+
+    /// ASCII punctuation (which includes symbols such as `$+<=>^|~`) or a P* category.
+    static func isPunctuation(_ c: Unicode.Scalar) -> Bool {
+        if c.isASCII {
+            let b = c.value
+            return (0x21...0x2F).contains(b) || (0x3A...0x40).contains(b) || (0x5B...0x60).contains(b) || (0x7B...0x7E).contains(b)
+        }
+        switch c.properties.generalCategory {
+        case .connectorPunctuation, .dashPunctuation, .openPunctuation, .closePunctuation,
+             .initialPunctuation, .finalPunctuation, .otherPunctuation: return true
+        default: return false
+        }
+    }
+
+    /// The CJK Unified Ideographs blocks the reference pads with spaces.
+    static func isCJK(_ c: Unicode.Scalar) -> Bool {
+        switch c.value {
+        case 0x4E00...0x9FFF, 0x3400...0x4DBF, 0x20000...0x2A6DF, 0x2A700...0x2B73F,
+             0x2B740...0x2B81F, 0x2B820...0x2CEAF, 0xF900...0xFAFF, 0x2F800...0x2FA1F: return true
+        default: return false
+        }
+    }
+
+    /// The full lowercase mapping of one scalar (no context, as Rust's `char::to_lowercase`).
+    static func lowercase(_ c: Unicode.Scalar) -> String.UnicodeScalarView {
+        if c.isASCII {
+            let v = c.value
+            return String.UnicodeScalarView([(0x41...0x5A).contains(v) ? Unicode.Scalar(v | 0x20)! : c])
+        }
+        return c.properties.lowercaseMapping.unicodeScalars
+    }
+}

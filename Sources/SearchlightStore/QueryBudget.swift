@@ -1,0 +1,113 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightWire
+
+/// How long one query may work, and whether anyone still waits for its answer. SQLite asks it
+/// from a progress handler every `Database.progressSteps` virtual-machine steps
+/// (`Database.withBudget`), the Swift loops of a query (suggestions, corrections) at each
+/// candidate; once it says stop, the statement is interrupted and the query answers `cancelled`.
+/// A 60 KB query once ran for ten minutes after its client had gone; now it stops at its deadline
+/// or, sooner, when the client disconnects.
+///
+/// Used by the one thread that runs the query (the session's), so it needs no lock.
+public final class QueryBudget: @unchecked Sendable {
+    /// Why a query must stop.
+    public enum Stop: Sendable, Equatable {
+        /// It ran past its deadline (`--query-timeout`).
+        case deadline(seconds: Double)
+        /// Nobody waits for the answer any more: the client disconnected, or the daemon stops.
+        case abandoned
+    }
+
+    /// What a query that answered too slowly looked like, for the operator's log.
+    public typealias SlowObserver = @Sendable (_ elapsedSeconds: Double) -> Void
+
+    let timeout: Double?
+    let slowAfter: Double?
+    let onSlow: SlowObserver?
+    let isAbandoned: (@Sendable () -> Bool)?
+    let stepDelay: Double
+    private let started: UInt64
+    private var lastAbandonCheck: UInt64
+    private var reportedSlow = false
+    /// Why the query was stopped (sticky), nil while it may go on.
+    public private(set) var stop: Stop?
+
+    /// How often, at most, `isAbandoned` is asked (it is a system call): 20 ms.
+    static let abandonCheckInterval: UInt64 = 20_000_000
+
+    /// - Parameters:
+    ///   - timeout: seconds the query may run; nil for no deadline.
+    ///   - slowAfter: seconds after which `onSlow` is told, once, while the query still runs.
+    ///   - isAbandoned: whether the answer is still awaited (checked at most every 20 ms).
+    ///   - stepDelay: a test seam: seconds slept at each check, so that a small query runs long.
+    public init(timeout: Double?, slowAfter: Double? = nil, onSlow: SlowObserver? = nil,
+                isAbandoned: (@Sendable () -> Bool)? = nil, stepDelay: Double = 0) {
+        self.timeout = timeout
+        self.slowAfter = slowAfter
+        self.onSlow = onSlow
+        self.isAbandoned = isAbandoned
+        self.stepDelay = stepDelay
+        started = Self.now()
+        lastAbandonCheck = started
+    }
+
+    /// Monotonic nanoseconds (CLOCK_MONOTONIC: a vDSO call, cheap enough for every check).
+    static func now() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+
+    /// Seconds since the query started.
+    public var elapsed: Double { Double(Self.now() - started) / 1e9 }
+
+    /// True when the query must stop (then `stop` says why). Cheap: a clock read, and a `poll`
+    /// of the client's socket at most every 20 ms.
+    public func shouldStop() -> Bool {
+        if stop != nil { return true }
+        if stepDelay > 0 { usleep(useconds_t(stepDelay * 1e6)) }
+        let now = Self.now()
+        let seconds = Double(now - started) / 1e9
+        if let timeout, seconds >= timeout {
+            stop = .deadline(seconds: timeout)
+            return true
+        }
+        if let isAbandoned, now - lastAbandonCheck >= Self.abandonCheckInterval {
+            lastAbandonCheck = now
+            if isAbandoned() {
+                stop = .abandoned
+                return true
+            }
+        }
+        if !reportedSlow, let slowAfter, seconds >= slowAfter {
+            reportedSlow = true
+            onSlow?(seconds)
+        }
+        return false
+    }
+
+    /// For Swift loops: throws the `cancelled` error once the query must stop.
+    public func check() throws(SearchlightError) {
+        if shouldStop() { throw error }
+    }
+
+    /// The answer for a stopped query.
+    public var error: SearchlightError {
+        switch stop {
+        case .deadline(let seconds)?:
+            SearchlightError(.cancelled,
+                "the query ran longer than searchlightd's limit of \(Self.format(seconds)) s for one query and was stopped; narrow it "
+                    + "(fewer words or alternatives, a more specific attribute, a filter query) and retry",
+                data: ["reason": "deadline", "limitSeconds": .number(seconds)])
+        case .abandoned?, nil:
+            SearchlightError(.cancelled, "the query was stopped: its client disconnected", data: ["reason": "disconnected"])
+        }
+    }
+
+    static func format(_ seconds: Double) -> String {
+        seconds.rounded() == seconds ? String(Int(seconds)) : String(format: "%.3g", seconds)
+    }
+}

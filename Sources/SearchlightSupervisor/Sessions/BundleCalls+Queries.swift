@@ -1,0 +1,182 @@
+import Foundation
+import SearchlightStore
+import SearchlightWire
+import Synchronization
+
+/// When the last line of each rate-limited query event was logged, and how many were held back.
+private let queryLogGates = Mutex<[String: (last: Date, count: Int)]>([:])
+
+/// The query methods of every role. Every query runs under a `QueryBudget`: the daemon's `--query-timeout`,
+/// and the connection's socket polled for a hang-up, so a query whose client disconnected stops
+/// at once instead of working on for nobody. Its size is bounded before it runs (bytes, depth,
+/// comparisons, filter queries, words: `Limits`).
+extension BundleCalls {
+    func search(_ r: QuerySearch) throws(SearchlightError) -> QuerySearch.Response {
+        let filter = try QueryFront.filter(query: r.query, filterQueries: r.filterQueries, limits: limits, now: Date())
+        let budget = queryBudget(Method.querySearch)
+        return try budgeted(Method.querySearch, budget) { () throws(SearchlightError) -> QuerySearch.Response in
+            if !acrossBundles(r.bundle) {
+                var out = QuerySearch.Response(items: [])
+                let incomplete = try forEachQueryTarget(bundle: r.bundle, index: r.index) { (_, _, store) throws(SearchlightError) -> Bool in
+                    let page = try store.search(filter, fetch: r.fetchAttributes, limit: max(r.limit, 1), cursor: r.cursor, budget: budget)
+                    out.items = page.items
+                    out.cursor = page.cursor
+                    return true
+                }
+                out.incomplete = incomplete
+                return out
+            }
+            // Admin search across bundles: each item says where it lives; no cursor.
+            var items: [JSONValue] = []
+            let incomplete = try forEachQueryTarget(bundle: r.bundle, index: r.index) { (bundle, index, store) throws(SearchlightError) -> Bool in
+                guard items.count < r.limit else { return false }
+                let page = try store.search(filter, fetch: r.fetchAttributes, limit: r.limit - items.count, cursor: nil, budget: budget)
+                items += page.items.map { Self.tag($0, bundle: bundle, index: index) }
+                return items.count < r.limit
+            }
+            return QuerySearch.Response(items: items, incomplete: incomplete)
+        }
+    }
+
+    func userQuery(_ r: QueryUser) throws(SearchlightError) -> QueryUser.Response {
+        try UserQueryRequest.check(r.text, limits: limits)
+        var request = UserQueryRequest(text: r.text)
+        request.enableRankedResults = r.context.enableRankedResults
+        request.maxRankedResultCount = r.context.maxRankedResultCount
+        request.maxResultCount = r.context.maxResultCount
+        request.maxSuggestionCount = r.context.maxSuggestionCount
+        request.fetch = r.context.fetchAttributes
+        if !r.context.filterQueries.isEmpty {
+            request.filter = try QueryFront.filter(query: nil, filterQueries: r.context.filterQueries, limits: limits, now: Date())
+        }
+        let tagged = acrossBundles(r.bundle)
+        let budget = queryBudget(Method.queryUser)
+        var scored: [(Double, JSONValue)] = []
+        var suggestions: [Suggestion] = []
+        var targets = 0
+        let incomplete = try budgeted(Method.queryUser, budget) { () throws(SearchlightError) -> Bool in
+            try forEachQueryTarget(bundle: r.bundle, index: r.index) { (bundle, index, store) throws(SearchlightError) -> Bool in
+                targets += 1
+                let result = try store.userQuery(request, budget: budget)
+                for (item, score) in zip(result.items, result.scores) {
+                    scored.append((score, tagged ? Self.tag(item, bundle: bundle, index: index) : item))
+                }
+                for s in result.suggestions where !suggestions.contains(where: { $0.text == s.text }) { suggestions.append(s) }
+                return true
+            }
+        }
+        if targets > 1 { scored.sort { $0.0 < $1.0 } }
+        let items = Array(scored.prefix(request.maxResultCount).map(\.1))
+        let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
+        return QueryUser.Response(items: items, rankedItems: ranked,
+            suggestions: suggestions.prefix(request.maxSuggestionCount).map { QueryUser.Suggestion(text: $0.text, highlight: $0.highlight, kind: $0.kind) },
+            incomplete: incomplete)
+    }
+
+    func engaged(_ r: QueryEngaged) throws(SearchlightError) -> JSONResponse {
+        guard let store = try store(bundle: r.bundle, index: r.index, write: true).store else { return .empty }
+        var identifier: String?, suggestion: String?
+        switch r.target {
+        case .identifier(let id): identifier = id
+        case .suggestion(let s): suggestion = s
+        }
+        try store.recordEngagement(identifier: identifier, suggestion: suggestion, weight: r.interaction == .select ? 1 : 0.25)
+        return .empty
+    }
+
+    // MARK: - Budget
+
+    /// The budget of one query call: the deadline (`--query-timeout`), a log line once it runs
+    /// past `--slow-query` (while it still runs: an operator sees who is busy), and the
+    /// connection's socket polled for a hang-up.
+    private func queryBudget(_ method: String) -> QueryBudget {
+        let config = context.config
+        let socket = client.connection.socket
+        let log = self.log, peer = client.peer
+        return QueryBudget(
+            timeout: config.queryTimeout, slowAfter: config.slowQuery,
+            onSlow: { elapsed in
+                Self.gatedLog("slow query") { suppressed in
+                    log.warning("slow query", ["method": method, "pid": peer.pid, "uid": peer.uid,
+                        "elapsed_s": String(format: "%.3f", elapsed), "similar_since_last": suppressed])
+                }
+            },
+            isAbandoned: { socket.isHungUp }, stepDelay: config.testQueryStepDelay)
+    }
+
+    /// Runs the query's work; a stop (deadline, disconnection) is logged once, rate-limited,
+    /// and answered `cancelled`.
+    private func budgeted<T>(_ method: String, _ budget: QueryBudget, _ body: () throws(SearchlightError) -> T) throws(SearchlightError) -> T {
+        do {
+            return try body()
+        } catch {
+            guard error.code == .cancelled, let stop = budget.stop else { throw error }
+            let reason = stop == .abandoned ? "disconnected" : "deadline"
+            let log = self.log, peer = client.peer, elapsed = budget.elapsed
+            Self.gatedLog("query cancelled " + reason) { suppressed in
+                log.log(stop == .abandoned ? .info : .notice, "query cancelled", ["reason": reason, "method": method, "pid": peer.pid,
+                    "uid": peer.uid, "elapsed_s": String(format: "%.3f", elapsed), "similar_since_last": suppressed])
+            }
+            throw error
+        }
+    }
+
+    /// At most one line per second for each query event: a client sending expensive queries in
+    /// a loop must not flood the log. `write` gets how many lines were held back since the last.
+    static func gatedLog(_ key: String, _ write: (Int) -> Void) {
+        let now = Date()
+        let suppressed: Int? = queryLogGates.withLock { gates in
+            var gate = gates[key] ?? (.distantPast, 0)
+            defer { gates[key] = gate }
+            guard now.timeIntervalSince(gate.last) >= 1 else {
+                gate.count += 1
+                return nil
+            }
+            defer { gate = (now, 0) }
+            return gate.count
+        }
+        if let suppressed { write(suppressed) }
+    }
+
+    // MARK: - Helpers
+
+    /// An administrator's query without "bundle" reads every bundle's index.
+    private func acrossBundles(_ bundle: String?) -> Bool {
+        if case .admin = caller { return bundle == nil }
+        return false
+    }
+
+    /// Runs `body` on each store a query reads: the caller's bundle, or for an admin without
+    /// "bundle", every bundle's, one at a time (each leased only while it is read, so a search
+    /// across ten thousand bundles keeps the open-index bound). `body` returns false to stop.
+    /// Returns whether one of them is being refilled (DESIGN §4 `incomplete`).
+    @discardableResult
+    private func forEachQueryTarget(bundle requested: String?, index: String,
+                                    _ body: (_ bundle: String, _ index: String, _ store: IndexStore) throws(SearchlightError) -> Bool) throws(SearchlightError) -> Bool {
+        var incomplete = false
+        func visit(_ bundle: String, _ index: String, _ store: IndexStore) throws(SearchlightError) -> Bool {
+            if context.registry.condition(bundle: bundle, index: index)?.incomplete ?? false { incomplete = true }
+            return try body(bundle, index, store)
+        }
+        guard acrossBundles(requested) else {
+            let t = try store(bundle: requested, index: index, write: false)
+            if let s = t.store { _ = try visit(t.bundle, t.index, s) }
+            return incomplete
+        }
+        for b in context.registry.bundles() {
+            let more = try context.registry.withStore(bundle: b, index: index, create: false) { (s) throws(SearchlightError) -> Bool in
+                guard let s else { return true }
+                return try visit(b, index, s)
+            }
+            if !more { break }
+        }
+        return incomplete
+    }
+
+    static func tag(_ item: JSONValue, bundle: String, index: String) -> JSONValue {
+        guard case .object(var o) = item else { return item }
+        o["bundle"] = .string(bundle)
+        if !index.isEmpty { o["index"] = .string(index) }
+        return .object(o)
+    }
+}

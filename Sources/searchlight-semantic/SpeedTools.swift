@@ -1,0 +1,106 @@
+import Foundation
+import SearchlightSemantic
+
+/// The static encoder's documents/s on one core (this thread), and, given transformer
+/// embeddings of held-out documents (`--held-out-embeddings F.f32 --held-out-ids F.txt`), the
+/// cosine between its vectors and the transformer's.
+func staticSpeed(_ options: ToolOptions) throws {
+    let table = try StaticEncoder(file: options.staticTablePath)
+    let docs = try loadCorpus(options.corpusPath)
+    print("static table \(options.staticTablePath): \(table.tokenizer.vocabulary.count) tokens × \(table.reducedDimension) → \(table.dimension)\n")
+    print("| documents | count | avg pieces | wall docs/s | CPU docs/s (one thread) |")
+    print("|---|---|---|---|---|")
+    for (name, texts) in [("short (title. synopsis)", docs.map { "\($0.title). \($0.synopsis)" }), ("full (title. synopsis. description)", docs.map(\.text))] {
+        let pieces = texts.prefix(2000).map { table.tokenizer.tokenize($0).count }.reduce(0, +) / 2000
+        var walls: [Double] = [], cpus: [Double] = []
+        for _ in 0..<3 {
+            var sink: Float = 0
+            var wall = 0.0
+            cpus.append(cpuTime { wall = time { for t in texts { sink += table.embed(t)[0] } } })
+            walls.append(wall)
+            if sink.isNaN { print("") }
+        }
+        print("| \(name) | \(texts.count) | \(pieces) | \(format(Double(texts.count) / median(walls), 0)) | \(format(Double(texts.count) / median(cpus), 0)) |")
+    }
+    if let embeddings = options["held-out-embeddings"], let idsFile = options["held-out-ids"] {
+        let ids = try String(contentsOfFile: idsFile, encoding: .utf8).split(separator: "\n").map(String.init)
+        let floats = try readFloats(embeddings)
+        let count = min(options.int("held-out", 1000), ids.count)
+        let byID = Dictionary(uniqueKeysWithValues: docs.map { ($0.id, $0) })
+        var cosines: [Double] = []
+        for i in 0..<count {
+            guard let d = byID[ids[i]] else { continue }
+            let s = table.embed(d.text)
+            var dot: Float = 0
+            for j in 0..<384 { dot += s[j] * floats[i * 384 + j] }
+            cosines.append(Double(dot))
+        }
+        print("\ncosine(static, transformer) on \(cosines.count) held-out documents: mean \(format(cosines.reduce(0, +) / Double(cosines.count))), "
+            + "median \(format(median(cosines))), p10 \(format(percentile(cosines, 0.1))), min \(format(cosines.min() ?? 0))")
+    }
+}
+
+/// Vector search time and the prefilter's recall@10 against exact search. The 64k index holds
+/// the corpus's static vectors; larger ones add mixtures of two corpus vectors plus noise
+/// (normalize(a + 0.3·b + 0.05·g)), so that they keep the corpus's clustering.
+func indexSpeed(_ options: ToolOptions) throws {
+    let table = try StaticEncoder(file: options.staticTablePath)
+    let docs = try loadCorpus(options.corpusPath)
+    let judgements = (try? loadJudgements("Scripts/semantic/relevance/debtags-judgements.jsonl")) ?? []
+    var base: [[Float]] = docs.map { table.embed($0.text) }
+    let queries = judgements.map { table.embed($0.query) } + docs.suffix(200).map { table.embed("\($0.title) \($0.synopsis)") }
+    base.removeLast(200)
+    var random = SplitMix(state: 18)
+    print("| index size | mode | wall p50 | wall p99 | CPU p50 | CPU p99 | recall@10 vs exact |")
+    print("|---|---|---|---|---|---|---|")
+    for size in options.counts("sizes", [64_000, 1_000_000]).sorted() {
+        var index = VectorIndex(dimension: table.dimension)
+        for i in 0..<size {
+            let v: [Float]
+            if i < base.count {
+                v = base[i]
+            } else {
+                let a = base[Int(random.next() % UInt64(base.count))], b = base[Int(random.next() % UInt64(base.count))]
+                var m = a.indices.map { a[$0] + 0.3 * b[$0] + 0.05 * random.gaussian() }
+                let n = m.reduce(0) { $0 + $1 * $1 }.squareRoot()
+                for j in m.indices { m[j] /= n }
+                v = m
+            }
+            try index.set(Int64(i), QuantizedVector(v))
+        }
+        let exact = queries.map { index.search($0, k: 10, mode: .exact) }
+        var modes: [(String, VectorIndex.Mode)] = [("exact", .exact), ("automatic", .automatic)]
+        for c in options.counts("candidates", []) { modes.append(("prefilter \(c)", .prefiltered(candidates: c))) }
+        for (name, mode) in modes {
+            var times: [Double] = [], cpus: [Double] = []
+            var found = 0
+            for (qi, q) in queries.enumerated() {
+                var hits: [VectorMatch] = []
+                var wall = 0.0
+                cpus.append(cpuTime { wall = time { hits = index.search(q, k: 10, mode: mode) } })
+                times.append(wall)
+                let truth = Set(exact[qi].map(\.rowid))
+                found += hits.filter { truth.contains($0.rowid) }.count
+            }
+            print("| \(size) | \(name) | \(format(median(times) * 1000, 2)) ms | \(format(percentile(times, 0.99) * 1000, 2)) ms | "
+                + "\(format(median(cpus) * 1000, 2)) ms | \(format(percentile(cpus, 0.99) * 1000, 2)) ms | "
+                + "\(format(Double(found) / Double(queries.count * 10))) |")
+        }
+    }
+}
+
+struct SplitMix {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+
+    mutating func gaussian() -> Float {
+        let u = max(Float(next() >> 40) / Float(1 << 24), 1e-7), v = Float(next() >> 40) / Float(1 << 24)
+        return (-2 * logf(u)).squareRoot() * cosf(2 * .pi * v)
+    }
+}

@@ -1,0 +1,44 @@
+import Foundation
+import SearchlightSemantic
+
+// searchlight-semantic: the semantic layer's offline tools (Docs/SemanticSearch.md). Measurements
+// here are meant for release builds: `swift build -c release --product searchlight-semantic`.
+
+let usage = """
+    usage: searchlight-semantic COMMAND [options]
+
+      embed-vocabulary --output FILE.f32         every vocabulary token alone through the transformer
+                                                 ([CLS] token [SEP], mean-pooled): the static table's input
+      encoder-speed [--threads 1,2]              query embedding time (16 tokens) and documents/s
+      static-speed [--table FILE]                static encoder documents/s on one core, and its
+                                                 cosine to the transformer on held-out corpus documents
+      index-speed [--sizes 64k,1m]               vector search time and recall@10 of the prefilter
+      evaluate [--judgements FILE] [--transformer-subset N]
+                                                 nDCG@10 and recall@100: BM25, vector, hybrid (RRF k=60)
+
+    common options: --model-dir DIR (default: SEARCHLIGHT_MODEL_DIR, else the user-mode model folder),
+                    --corpus FILE.jsonl.gz (default ../shared/corpus/debian-packages.jsonl.gz)
+    """
+
+var arguments = Array(CommandLine.arguments.dropFirst())
+guard let command = arguments.first else {
+    print(usage)
+    exit(2)
+}
+arguments.removeFirst()
+let options = ToolOptions(arguments)
+do {
+    switch command {
+    case "embed-vocabulary": try embedVocabulary(options)
+    case "encoder-speed": try encoderSpeed(options)
+    case "static-speed": try staticSpeed(options)
+    case "index-speed": try indexSpeed(options)
+    case "evaluate": try evaluate(options)
+    default:
+        FileHandle.standardError.write(Data("searchlight-semantic: unknown command \(command)\n\(usage)\n".utf8))
+        exit(2)
+    }
+} catch {
+    FileHandle.standardError.write(Data("searchlight-semantic: \(error)\n".utf8))
+    exit(1)
+}

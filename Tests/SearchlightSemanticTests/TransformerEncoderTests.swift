@@ -1,0 +1,86 @@
+import Foundation
+import Testing
+@testable import SearchlightSemantic
+
+/// The encoder is loaded once for the suite (90 MB of weights). OpenBLAS on one thread: the suite
+/// runs beside the integration tests, whose timing-bounded checks (a fork bomb's process peak)
+/// should not lose a core to BLAS threads spinning.
+private let encoder: TransformerEncoder? = {
+    TransformerEncoder.setThreads(1)
+    return try? TransformerEncoder(directory: TestModel.directory)
+}()
+
+func cosine(_ a: [Float], _ b: [Float]) -> Float {
+    var dot: Float = 0, na: Float = 0, nb: Float = 0
+    for i in a.indices {
+        dot += a[i] * b[i]
+        na += a[i] * a[i]
+        nb += b[i] * b[i]
+    }
+    return dot / max((na * nb).squareRoot(), 1e-12)
+}
+
+@Suite("Transformer encoder (all-MiniLM-L6-v2)", .enabled(if: TestModel.available, TestModel.skipReason))
+struct TransformerEncoderTests {
+    static func reference() throws -> [(String, [Float])] {
+        try TestModel.jsonLines("Tests/SearchlightSemanticTests/Fixtures/embedding-reference.jsonl").map {
+            ($0["text"] as! String, ($0["embedding"] as! [NSNumber]).map(\.floatValue))
+        }
+    }
+
+    @Test("embeddings match sentence-transformers' (cosine >= 0.999 for every fixture text)")
+    func matchesReference() throws {
+        let e = try #require(encoder)
+        let cases = try Self.reference()
+        #expect(cases.count >= 100)
+        let mine = e.embed(cases.map(\.0))
+        var worst: Float = 1
+        for (i, c) in cases.enumerated() {
+            let similarity = cosine(mine[i], c.1)
+            worst = min(worst, similarity)
+            if similarity < 0.999 { Issue.record("cosine \(similarity) for \(c.0.prefix(80).debugDescription)") }
+        }
+        #expect(worst >= 0.999)
+        // One at a time, a short text's products are split over two threads: the same answers.
+        for c in cases.prefix(30) where e.tokenizer.encode(c.0).count <= TransformerEncoder.shortPassRows {
+            #expect(cosine(e.embed(c.0), c.1) >= 0.999, "split products differ for \(c.0.prefix(60).debugDescription)")
+        }
+    }
+
+    @Test("a text embeds the same alone and inside a batch of texts of other lengths")
+    func batching() throws {
+        let e = try #require(encoder)
+        let texts = ["json parser", "a library for reading and writing PNG images, with a long description that has many more tokens", "x"]
+        let batch = e.embed(texts)
+        for (i, t) in texts.enumerated() {
+            #expect(cosine(batch[i], e.embed(t)) > 0.99999)
+        }
+    }
+
+    @Test("vectors are unit length and have 384 dimensions; related texts are nearer than unrelated ones")
+    func geometry() throws {
+        let e = try #require(encoder)
+        let v = e.embed(["play music files", "audio player", "compiler for the C language"])
+        for x in v {
+            #expect(x.count == 384)
+            #expect(abs(cosine(x, x) - 1) < 1e-5)
+            #expect(abs(x.reduce(0) { $0 + $1 * $1 } - 1) < 1e-4)
+        }
+        #expect(cosine(v[0], v[1]) > cosine(v[0], v[2]))
+    }
+
+    @Test("a damaged weights file is refused with an error naming the file, not a crash")
+    func damagedFile() throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("sl-sem-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let weights = dir.appendingPathComponent("model.safetensors").path
+        let original = try Data(contentsOf: URL(fileURLWithPath: TestModel.directory.weightsFile), options: .alwaysMapped)
+        try original.prefix(1_000_000).write(to: URL(fileURLWithPath: weights))
+        #expect {
+            try TransformerEncoder(weightsFile: weights, vocabularyFile: TestModel.directory.vocabularyFile)
+        } throws: { error in
+            (error as? SemanticError)?.kind == .badFormat && "\(error)".contains(weights)
+        }
+    }
+}

@@ -1,0 +1,151 @@
+import Foundation
+import Testing
+@testable import SearchlightStore
+import SearchlightWire
+
+/// What bounds the work of one query (issue 13): its budget (deadline, abandonment) interrupts
+/// SQLite, its size is checked before it runs, and SQLite's own size refusals are the query's
+/// fault, never the index's.
+@Suite("Query budgets and limits")
+struct QueryBudgetTests {
+    static func filled(_ n: Int = 300) throws -> StoreFixture {
+        let f = try StoreFixture()
+        let items = try (0..<n).map { try f.item("i\($0)", ["title": .string("library \($0)"), "textContent": "lib tools and more words"]) }
+        _ = try f.store.applySync([.items(items)])
+        return f
+    }
+
+    @Test("a search past its deadline is interrupted and answers cancelled; the index is untouched and answers the next query")
+    func deadline() throws {
+        let f = try Self.filled()
+        let scan = try QueryFront.filter(query: #"* == "*zz*"cd"#, limits: Limits(), now: Date())
+        let budget = QueryBudget(timeout: 0)
+        #expect(throws: SearchlightError.self) { try f.store.search(scan, budget: budget) }
+        do {
+            _ = try f.store.search(scan, budget: QueryBudget(timeout: 0))
+        } catch {
+            #expect(error.code == .cancelled)
+            #expect(error.data?["reason"] == "deadline")
+            #expect(error.message.contains("limit of 0 s for one query"), "\(error.message)")
+        }
+        #expect(f.store.detectedDamage == nil)
+        #expect(try f.store.search(scan, budget: QueryBudget(timeout: 60)).items.isEmpty)
+        #expect(try f.ids().count == 300)
+    }
+
+    @Test("a query whose client is gone stops at the next check and answers cancelled (disconnected)")
+    func abandoned() throws {
+        let f = try Self.filled()
+        let scan = try QueryFront.filter(query: #"* == "*zz*"cd"#, limits: Limits(), now: Date())
+        // Asked at most every 20 ms: the step delay makes the scan last long enough to be asked.
+        let budget = QueryBudget(timeout: nil, isAbandoned: { true }, stepDelay: 0.005)
+        do {
+            _ = try f.store.search(scan, budget: budget)
+            Issue.record("the abandoned query answered")
+        } catch {
+            #expect(error.code == .cancelled)
+            #expect(error.data?["reason"] == "disconnected")
+        }
+        #expect(budget.stop == .abandoned)
+    }
+
+    @Test("a user query of one word repeated is searched as one term, with the same answer")
+    func repeatedWords() throws {
+        let f = try Self.filled()
+        let once = try f.user("lib")
+        let repeated = try f.user(Array(repeating: "lib", count: 800).joined(separator: " ") + " ", suggestions: 3)
+        #expect(repeated.items.count == once.items.count)
+        let terms = try UserQueryTerms(Array(repeating: "lib", count: 15_000).joined(separator: " "))
+        #expect(terms.words.count == 15_000)
+        #expect(terms.terms == [#""lib""#, #""lib" *"#], "the words before the last, and the last one being typed (a prefix)")
+    }
+
+    @Test("more different words than maxQueryTerms is invalidQuery at the byte offset of the first one too many")
+    func tooManyWords() throws {
+        var limits = Limits()
+        limits.maxQueryTerms = 3
+        #expect(throws: Never.self) { try UserQueryRequest.check("a b c a b c c ", limits: limits) }
+        do {
+            try UserQueryRequest.check("aa bb cc aa dd", limits: limits)
+            Issue.record("accepted four words")
+        } catch {
+            #expect(error.code == .invalidQuery)
+            #expect(error.data?["offset"] == 12)
+            #expect(error.message.contains("more than 3 different words"))
+        }
+    }
+
+    @Test("comparisons past maxQueryPredicates are refused at the one that crossed it, '*' counting once per attribute")
+    func predicateLimit() throws {
+        var limits = Limits()
+        limits.maxQueryPredicates = 20
+        let ors = (0..<21).map { #"title == "*x\#($0)*"c"# }.joined(separator: " || ")
+        do {
+            _ = try QueryFront.filter(query: ors, limits: limits, now: Date())
+            Issue.record("accepted 21 comparisons")
+        } catch {
+            #expect(error.code == .invalidQuery)
+            #expect(error.message.contains("too many comparisons in the query: more than 20"), "\(error.message)")
+            #expect(error.data?["offset"]?.intValue == ors.utf8.count - #"title == "*x20*"c"#.utf8.count)
+        }
+        // Two '*' and four others: 2 × 8 + 4 = 20, at the limit; one more in a filter query crosses it.
+        let stars = #"* == "a"cd && * == "b"cd && rankingHint > 1 && rankingHint < 9 && title == "t" && title != "u""#
+        #expect(throws: Never.self) { _ = try QueryFront.filter(query: stars, limits: limits, now: Date()) }
+        do {
+            _ = try QueryFront.filter(query: stars, filterQueries: ["rankingHint == 2"], limits: limits, now: Date())
+            Issue.record("accepted 21 with the filter query")
+        } catch {
+            #expect(error.message.hasPrefix("filterQueries[0]: too many comparisons in the query and its filter queries together"), "\(error.message)")
+        }
+    }
+
+    @Test("more filter queries than maxFilterQueries is invalidQuery saying what to do")
+    func filterQueryLimit() throws {
+        do {
+            _ = try QueryFront.filter(query: "rankingHint > 1", filterQueries: Array(repeating: "rankingHint != 5", count: 1000),
+                limits: Limits(), now: Date())
+            Issue.record("accepted 1000 filter queries")
+        } catch {
+            #expect(error.code == .invalidQuery)
+            #expect(error.message.contains("filterQueries has 1000 entries; at most 64"))
+        }
+    }
+
+    @Test("a thousand filter queries, allowed by raised limits, compile to an AND tree SQLite accepts")
+    func balancedFilters() throws {
+        let f = try Self.filled(20)
+        var limits = Limits()
+        limits.maxFilterQueries = 1000
+        limits.maxQueryPredicates = 2000
+        let filter = try QueryFront.filter(query: #"title == "library*"c"#, filterQueries: Array(repeating: "rankingHint != 5", count: 1000),
+            limits: limits, now: Date())
+        #expect(try f.store.search(filter).items.count == 20)
+    }
+
+    @Test("one pattern text under different modifiers, and the same text in the next query, each match as written (the per-connection cache of compiled patterns)")
+    func patternCache() throws {
+        let f = try StoreFixture()
+        try f.donate(try f.item("b", ["title": "Bridge"]), try f.item("l", ["title": "bridge"]))
+        let both = try QueryFront.filter(query: #"title == "bridge"c && title != "bridge""#, limits: Limits(), now: Date())
+        #expect(try f.ids(both) == ["b"])
+        let exact = try QueryFront.filter(query: #"title == "bridge""#, limits: Limits(), now: Date())
+        #expect(try f.ids(exact) == ["l"])
+        let folded = try QueryFront.filter(query: #"title == "bridge"c"#, limits: Limits(), now: Date())
+        #expect(try f.ids(folded) == ["b", "l"])
+    }
+
+    @Test("a statement SQLite refuses for its size is invalidQuery, and the index keeps its health")
+    func sqliteSizeErrors() throws {
+        let f = try Self.filled(20)
+        let deep = SQLFilter(sql: Array(repeating: "items.rowid > 0", count: 1200).joined(separator: " AND "), bindings: [])
+        do {
+            _ = try f.store.search(deep)
+            Issue.record("SQLite accepted an expression 1200 deep")
+        } catch {
+            #expect(error.code == .invalidQuery)
+            #expect(error.message.contains("Expression tree is too large"), "\(error.message)")
+        }
+        #expect(f.store.detectedDamage == nil)
+        #expect(try f.ids().count == 20)
+    }
+}
