@@ -9,7 +9,7 @@ import Testing
 /// reaches the index, and that each history range is applied exactly once whatever fails when.
 @Suite("store delegate", .timeLimit(.minutes(1)))
 struct DelegateTests {
-    static let wait: Duration = .seconds(20)
+    static let wait: Duration = .seconds(60)
 
     @Test("a fresh database: start indexes the rows already there, then inserts, updates and deletes")
     func freshDatabase() async throws {

@@ -142,7 +142,7 @@ final class SchedulerBench: Sendable {
     }
 
     /// Waits (at most `timeout` seconds of real time) until `condition` holds.
-    func until(_ what: String, timeout: TimeInterval = 10, _ condition: () async throws -> Bool) async throws {
+    func until(_ what: String, timeout: TimeInterval = 90, _ condition: () async throws -> Bool) async throws {
         let deadline = Date().addingTimeInterval(timeout)
         while try await !condition() {
             guard Date() < deadline else { throw Timeout(description: "timed out waiting for \(what); log:\n" + logs.suffix(40).joined()) }
