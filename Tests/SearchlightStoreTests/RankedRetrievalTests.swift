@@ -66,6 +66,37 @@ struct RankedRetrievalTests {
     }
 }
 
+/// Result pages select only the attributes a query fetches (`ItemRecord.selectColumns(fetch:)`):
+/// what they return must be exactly the full record's attributes, cut to those asked for.
+@Suite("Fetched attributes")
+struct FetchedAttributeTests {
+    @Test("a page fetching some attributes returns the full record's values of exactly those, by search and by user query")
+    func partialFetch() throws {
+        let f = try StoreFixture(rankedBuilds: false)
+        try f.donate(
+            try f.item("a", ["title": "json parser", "textContent": "a fast json parser", "keywords": ["devel", "json"], "rankingHint": 50]),
+            try f.item("b", ["title": "yaml", "contentDescription": "json and yaml", "authorNames": ["Ann"], "contentType": "public.text"]),
+            try f.item("c", ["displayName": "Jsön", "textContent": "json json", "lastUsedDate": "2026-01-02T03:04:05Z"]))
+        func cut(_ items: [JSONValue], _ fetch: [String]) -> [JSONValue] {
+            items.map { item in
+                var o = item.objectValue ?? [:]
+                let attributes = o["attributeSet"]?.objectValue ?? [:]
+                o["attributeSet"] = .object(attributes.filter { fetch.contains($0.key) })
+                return .object(o)
+            }
+        }
+        let full = try f.store.search(.all).items
+        var query = UserQueryRequest(text: "json")
+        let fullRanked = try f.store.userQuery(query).items
+        #expect(full.count == 3 && fullRanked.count == 3)
+        for fetch in [["title"], ["title", "rankingHint"], ["textContent", "keywords", "contentType"], ["lastUsedDate"], ["authorNames", "displayName"], []] {
+            #expect(try f.store.search(.all, fetch: fetch).items == cut(full, fetch), "search, fetch \(fetch)")
+            query.fetch = fetch
+            #expect(try f.store.userQuery(query).items == cut(fullRanked, fetch), "user query, fetch \(fetch)")
+        }
+    }
+}
+
 /// A seeded generator (SplitMix64): the same queries run after run.
 struct SeededRandom: RandomNumberGenerator {
     var state: UInt64
