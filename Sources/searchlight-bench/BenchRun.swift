@@ -136,9 +136,10 @@ final class BenchRun {
             rows.append(row)
         }
         let texts = options.userQueries.isEmpty ? RankedBench.queries(corpus) : options.userQueries
-        let bench = QueryBench(corpus: corpus, queries: options.queries, userTexts: texts)
-        let results = try await bench.run(socket: daemon.socket, bundle: bundle, path: daemon.indexPath(bundle: bundle), runs: options.runs)
+        var bench = QueryBench(corpus: corpus, queries: options.queries, userTexts: texts)
         let large = size > 200_000
+        if large { bench.baselineLimit = 60 }
+        let results = try await bench.run(socket: daemon.socket, bundle: bundle, path: daemon.indexPath(bundle: bundle), runs: options.runs)
         for r in results {
             progress(String(format: "query %@ at %@: p50 %.3f ms, p99 %.3f ms (in-process p50 %.3f ms, p99 %.3f ms)", r.name, sizeLabel(size),
                 Figure(r.p50).median, Figure(r.p99).median, Figure(r.baselineP50).median, Figure(r.baselineP99).median))
