@@ -1,7 +1,81 @@
 #include <sqlite3.h>
+#include <string.h>
 // SQLITE_TRANSIENT is a macro that casts -1 to a function pointer; Swift cannot import it.
 static inline sqlite3_destructor_type csqlite_transient(void) { return SQLITE_TRANSIENT; }
 
 #include <malloc.h>
 // glibc's malloc_trim, to hand freed heap back to the system after a large stream of writes.
 static inline void csqlite_release_heap(void) { malloc_trim(0); }
+
+// MARK: - FTS5's own tokenizer and statistics, through its public API (fts5_api)
+//
+// The ranked index (SearchlightStore/Ranked) must see exactly the tokens FTS5 indexed and the
+// statistics its bm25() reads, so it asks FTS5 instead of imitating it: the table's tokenizer
+// (`unicode61 remove_diacritics 2`) through fts5_api.xFindTokenizer, and the row count and token
+// total through an auxiliary function calling xRowCount / xColumnTotalSize.
+
+/// The connection's fts5_api (https://sqlite.org/fts5.html#extending_fts5), or NULL.
+static inline fts5_api *csqlite_fts5_api(sqlite3 *db) {
+    fts5_api *api = 0;
+    sqlite3_stmt *stmt = 0;
+    if (sqlite3_prepare_v2(db, "SELECT fts5(?1)", -1, &stmt, 0) == SQLITE_OK) {
+        sqlite3_bind_pointer(stmt, 1, (void *)&api, "fts5_api_ptr", 0);
+        sqlite3_step(stmt);
+    }
+    sqlite3_finalize(stmt);
+    return api;
+}
+
+/// An instance of one of FTS5's tokenizers, made with the arguments of a table's `tokenize=`.
+typedef struct csqlite_tokenizer {
+    fts5_tokenizer methods;
+    Fts5Tokenizer *instance;
+} csqlite_tokenizer;
+
+/// Creates the tokenizer `name` with `args` (e.g. "unicode61", {"remove_diacritics", "2"}).
+static inline int csqlite_tokenizer_open(sqlite3 *db, const char *name, const char **args, int nargs, csqlite_tokenizer *out) {
+    memset(out, 0, sizeof *out);
+    fts5_api *api = csqlite_fts5_api(db);
+    if (!api) return SQLITE_ERROR;
+    void *user = 0;
+    int rc = api->xFindTokenizer(api, name, &user, &out->methods);
+    if (rc != SQLITE_OK) return rc;
+    return out->methods.xCreate(user, args, nargs, &out->instance);
+}
+
+static inline void csqlite_tokenizer_close(csqlite_tokenizer *t) {
+    if (t->instance) t->methods.xDelete(t->instance);
+    t->instance = 0;
+}
+
+typedef int (*csqlite_token_callback)(void *context, int flags, const char *token, int length, int start, int end);
+
+/// Tokenizes `text` as FTS5 does for `flags` (FTS5_TOKENIZE_DOCUMENT or _QUERY), calling `callback`.
+static inline int csqlite_tokenize(csqlite_tokenizer *t, int flags, const char *text, int length, void *context,
+                                   csqlite_token_callback callback) {
+    return t->methods.xTokenize(t->instance, context, flags, text, length, callback);
+}
+
+/// sl_fts_totals(fts): "rows tokens" of the FTS5 table, from the same record bm25() reads.
+static inline void csqlite_fts5_totals(const Fts5ExtensionApi *api, Fts5Context *fts, sqlite3_context *ctx, int n,
+                                       sqlite3_value **values) {
+    (void)n;
+    (void)values;
+    sqlite3_int64 rows = 0, tokens = 0;
+    int rc = api->xRowCount(fts, &rows);
+    if (rc == SQLITE_OK) rc = api->xColumnTotalSize(fts, -1, &tokens);
+    if (rc != SQLITE_OK) {
+        sqlite3_result_error_code(ctx, rc);
+        return;
+    }
+    char text[48];
+    sqlite3_snprintf(sizeof text, text, "%lld %lld", rows, tokens);
+    sqlite3_result_text(ctx, text, -1, SQLITE_TRANSIENT);
+}
+
+/// Registers sl_fts_totals on the connection's FTS5.
+static inline int csqlite_register_fts5_totals(sqlite3 *db) {
+    fts5_api *api = csqlite_fts5_api(db);
+    if (!api) return SQLITE_ERROR;
+    return api->xCreateFunction(api, "sl_fts_totals", 0, csqlite_fts5_totals, 0);
+}

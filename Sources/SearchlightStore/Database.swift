@@ -37,6 +37,10 @@ public final class Database {
     let handle: OpaquePointer
     private var cache: [String: Statement] = [:]
     private var isClosed = false
+    /// FTS5's tokenizer on this connection, made on first use (`fullTextTokenizer()`).
+    private var tokenizer: FullTextTokenizer?
+    /// Scratch arrays of the ranked index's unions on this connection.
+    private(set) lazy var unionScratch = UnionScratchPool()
 
     public init(path: String, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 10_000) throws(DatabaseError) {
         self.path = path
@@ -63,6 +67,8 @@ public final class Database {
         guard !isClosed else { return }
         isClosed = true
         cache.removeAll()
+        tokenizer = nil  // belongs to the connection's FTS5 module: freed before it
+
         sqlite3_close_v2(handle)
     }
 
@@ -100,6 +106,22 @@ public final class Database {
         while try s.step() {}
         s.reset()
         return Int(sqlite3_changes(handle))
+    }
+
+    /// Steps through the rows of a query without collecting them (large reads).
+    public func forEachRow(_ sql: String, _ bindings: [SQLValue] = [], _ body: (Statement) throws -> Void) throws {
+        let s = try statement(sql)
+        try s.bind(bindings)
+        defer { s.reset() }
+        while try s.step() { try body(s) }
+    }
+
+    /// FTS5's tokenizer as the full-text table uses it, on this connection.
+    func fullTextTokenizer() throws(DatabaseError) -> FullTextTokenizer {
+        if let tokenizer { return tokenizer }
+        let t = try FullTextTokenizer(self)
+        tokenizer = t
+        return t
     }
 
     /// All rows of a query.
@@ -149,6 +171,7 @@ public final class Database {
     /// Registers the scalar functions the query compiler emits (sl_match, …).
     public func registerFunctions() {
         clearFunctionCache = SQLFunctions.register(on: handle)
+        csqlite_register_fts5_totals(handle)
     }
 
     /// Forgets what the query functions compiled from past statements' arguments.
@@ -291,4 +314,25 @@ public final class Statement {
     }
 
     public func row() -> Row { Row(values: (0..<columnCount).map(value)) }
+
+    /// Column `i` as text, nil for NULL (no `SQLValue` in between: large reads).
+    func string(_ i: Int32) -> String? {
+        guard sqlite3_column_type(handle, i) != SQLITE_NULL, let p = sqlite3_column_text(handle, i) else { return nil }
+        return String(decoding: UnsafeBufferPointer(start: p, count: Int(sqlite3_column_bytes(handle, i))), as: UTF8.self)
+    }
+
+    func double(_ i: Int32) -> Double? {
+        sqlite3_column_type(handle, i) == SQLITE_NULL ? nil : sqlite3_column_double(handle, i)
+    }
+
+    func int64(_ i: Int32) -> Int64 { sqlite3_column_int64(handle, i) }
+
+    /// Column `i`'s bytes (blob or text), copied once, without an `SQLValue` in between.
+    func bytes(_ i: Int32) -> [UInt8] {
+        let n = Int(sqlite3_column_bytes(handle, i))
+        guard n > 0, let p = sqlite3_column_blob(handle, i) else { return [] }
+        return Array(UnsafeRawBufferPointer(start: p, count: n))
+    }
+
+    func isNull(_ i: Int32) -> Bool { sqlite3_column_type(handle, i) == SQLITE_NULL }
 }

@@ -95,6 +95,7 @@ extension IndexStore {
     public func rebuildFullText() throws(SearchlightError) -> String? {
         _ = try writeSync { store in
             try store.writer.execute("INSERT INTO fts(fts) VALUES ('rebuild')")
+            try store.rankWriter.clear(store.writer)
             return ApplyResult()
         }
         return try fullTextProblem()

@@ -37,6 +37,7 @@ extension IndexStore {
                 INSERT OR IGNORE INTO main.engagement SELECT * FROM source.engagement;
                 INSERT INTO main.fts(fts) VALUES ('rebuild');
                 """)
+            try store.rankWriter.clear(w)
             store.itemCount = try w.intScalar("SELECT count(*) FROM main.items")
             var r = ApplyResult()
             r.indexed = n
@@ -55,6 +56,8 @@ extension IndexStore {
                     FROM (SELECT uid AS usedUID, engagement AS used FROM source.items WHERE engagement > 0) AS s
                     WHERE main.items.uid = s.usedUID;
                 """)
+            // Engagement is part of the score: the segments read it before.
+            try store.rankWriter.clear(store.writer)
             return ApplyResult()
         }
     }

@@ -131,6 +131,7 @@ extension IndexStore {
         }
         _ = try writeSync { store in
             try store.writer.execute("INSERT INTO fts(fts) VALUES ('rebuild')")
+            try store.rankWriter.clear(store.writer)
             return ApplyResult()
         }
         return report

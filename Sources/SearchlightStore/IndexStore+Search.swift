@@ -43,12 +43,12 @@ extension IndexStore {
         }
         let now = options.clock().timeIntervalSince1970
         let fetchSet = fetch.map(Set.init)
-        let (sql, bindings) = Self.searchStatement(filter, after: after, now: now, limit: limit + 1)
+        let (sql, bindings) = Self.searchStatement(filter, after: after, now: now, limit: limit + 1, columns: ItemRecord.selectColumns(fetch: fetchSet))
         let rows = try read(budget: budget) { db in try db.rows(sql, bindings) }
         var items: [JSONValue] = []
         items.reserveCapacity(min(rows.count, limit))
         for row in rows.prefix(limit) {
-            items.append(ItemRecord(row: row, offset: 1).wireItem(fetch: fetchSet))
+            items.append(ItemRecord(row: row, offset: 1, fetch: fetchSet).wireItem(fetch: fetchSet))
         }
         let next = rows.count > limit ? rows[limit - 1].int(0).map(String.init) : nil
         return SearchPage(items: items, cursor: next)
@@ -57,20 +57,20 @@ extension IndexStore {
     /// The statement behind `search`: rows of `items.rowid` then `ItemRecord.selectColumns`.
     /// With a driver, FTS5 is the outer loop (`CROSS JOIN` fixes the order) and hands rows over in
     /// rowid order, honouring `rowid > after` itself, so no sort is needed and LIMIT stops the walk.
-    static func searchStatement(_ filter: SQLFilter, after: Int64, now: Double, limit: Int)
+    static func searchStatement(_ filter: SQLFilter, after: Int64, now: Double, limit: Int, columns: String = ItemRecord.selectColumns)
         -> (sql: String, bindings: [SQLValue])
     {
         let tail: [SQLValue] = [.double(now), .double(now)] + filter.bindings + [.integer(Int64(limit))]
         guard let match = filter.ftsMatch else {
             let sql = """
-                SELECT items.rowid, \(ItemRecord.selectColumns) FROM items
+                SELECT items.rowid, \(columns) FROM items
                 WHERE items.rowid > ? AND \(Self.visible) AND (\(filter.sql))
                 ORDER BY items.rowid LIMIT ?
                 """
             return (sql, [.integer(after)] + tail)
         }
         let sql = """
-            SELECT items.rowid, \(ItemRecord.selectColumns) FROM fts CROSS JOIN items ON items.rowid = fts.rowid
+            SELECT items.rowid, \(columns) FROM fts CROSS JOIN items ON items.rowid = fts.rowid
             WHERE fts MATCH ? AND fts.rowid > ? AND \(Self.visible) AND (\(filter.sql))
             ORDER BY fts.rowid LIMIT ?
             """
@@ -98,7 +98,19 @@ extension IndexStore {
         var st = stat()
         var bytes: Int64 = 0
         for suffix in ["", "-wal"] where stat(path + suffix, &st) == 0 { bytes += Int64(st.st_size) }
-        return IndexSummary(itemCount: count, fileBytes: bytes, formatVersion: formatVersion, hasClientState: state != nil)
+        var ranked: RankedIndexSummary?
+        if formatVersion >= RankWriter.firstFormat {
+            ranked = try read { db in
+                let snapshot = try RankSnapshot.read(db)
+                let above = try db.intScalar("SELECT count(*) FROM items WHERE rowid > ?", [.integer(snapshot.covered)])
+                let rewritten = snapshot.dirty.filter { $0 <= snapshot.covered }.count
+                let stats = rankMaintainer.statistics
+                return RankedIndexSummary(segments: snapshot.segments.count, items: snapshot.segments.reduce(0) { $0 + $1.docs },
+                    pending: above + rewritten, builds: stats.builds, lastError: stats.lastError)
+            }
+        }
+        return IndexSummary(itemCount: count, fileBytes: bytes, formatVersion: formatVersion, hasClientState: state != nil,
+            rankedIndex: ranked)
     }
 
     /// Runs SQLite's and FTS5's own integrity checks. With `repair`, a damaged full-text index is
@@ -113,6 +125,7 @@ extension IndexStore {
             if repair, tablesOK {
                 _ = try writeSync { store in
                     try store.writer.execute("INSERT INTO fts(fts) VALUES ('rebuild')")
+                    try store.rankWriter.clear(store.writer)
                     return ApplyResult()
                 }
                 if let remaining = try fullTextProblem() {

@@ -124,7 +124,9 @@ extension IndexStore {
                     try insert.bind(row.columns, from: 2)
                     try insert.run()
                     if writer.changes == 1 {
-                        try ftsInsert(rowid: writer.lastInsertRowID, row, statements)
+                        let rowid = writer.lastInsertRowID
+                        try ftsInsert(rowid: rowid, row, statements)
+                        try rankWriter.touched(rowid, writer)
                         itemCount += 1
                         result.indexed += 1
                         continue
@@ -166,6 +168,7 @@ extension IndexStore {
         try update.bind(.integer(rowid), at: Int32(row.columns.count + 1))
         try update.run()
         try ftsInsert(rowid: rowid, row, statements)
+        try rankWriter.touched(rowid, writer)
     }
 
     private func ftsInsert(rowid: Int64, _ row: StoredRow, _ statements: WriterStatements) throws {
@@ -194,6 +197,7 @@ extension IndexStore {
             for row in rows {
                 guard let rowid = row.int(0), let uid = row.string(1) else { continue }
                 try ftsDelete(rowid: rowid, oldText: row.values[2...])
+                try rankWriter.touched(rowid, writer)
                 doomed.append(uid)
             }
         }
@@ -216,6 +220,7 @@ extension IndexStore {
             DELETE FROM meta WHERE key = 'clientState';
             DELETE FROM engagement;
             """)
+        try rankWriter.clear(writer)
         itemCount = 0
         return n
     }
@@ -236,7 +241,11 @@ extension IndexStore {
         let now = options.clock().timeIntervalSince1970
         _ = try writeSync { store in
             if let identifier {
-                try store.writer.run("UPDATE items SET engagement = engagement + ? WHERE uid = ?", [.double(weight), .text(identifier)])
+                // The engagement is part of the score: a segment that read the item needs it again.
+                for row in try store.writer.rows("UPDATE items SET engagement = engagement + ? WHERE uid = ? RETURNING rowid",
+                    [.double(weight), .text(identifier)]) {
+                    if let rowid = row.int(0) { try store.rankWriter.touched(rowid, store.writer) }
+                }
             }
             if let suggestion {
                 try store.writer.run("""

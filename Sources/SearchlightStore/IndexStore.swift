@@ -26,6 +26,8 @@ public final class IndexStore: @unchecked Sendable {
         /// Runs on the writer thread between groups, outside any transaction (a WAL checkpoint
         /// cannot run inside one).
         var outsideTransaction = false
+        /// The ranked index's own writes: they do not count as activity that a build waits out.
+        var maintenance = false
     }
 
     let writer: Database
@@ -40,6 +42,13 @@ public final class IndexStore: @unchecked Sendable {
     /// The writer thread's prepared statements, made on first use.
     private var preparedWriterStatements: WriterStatements?
 
+    /// What the writer knows of the ranked index (owned by the writer thread; see `RankWriter`).
+    var rankWriter = RankWriter()
+    /// Builds the ranked index's segments in the background (Ranked/RankMaintainer).
+    private(set) lazy var rankMaintainer = RankMaintainer(store: self)
+    /// Documents above the ranked index's coverage or written since, tokenized (Ranked/DeltaDocuments).
+    let deltaCache = DeltaCache()
+
     func writerStatements() throws -> WriterStatements {
         if let s = preparedWriterStatements { return s }
         let s = try WriterStatements(writer)
@@ -53,6 +62,8 @@ public final class IndexStore: @unchecked Sendable {
     var damage: DatabaseError?
     private var commits = 0
     private var committedCalls = 0
+    /// When a group with a client's write last committed (the ranked index builds once it is quiet).
+    private var lastClientWrite = Date.distantPast
     /// Owned by the writer thread: whether a stream of large calls runs (see "Streams").
     private var inStream = false
     private var streams = (started: 0, ended: 0)
@@ -83,6 +94,7 @@ public final class IndexStore: @unchecked Sendable {
             try writer.execute("PRAGMA cache_size=-\(options.cacheKiB); PRAGMA journal_size_limit=\(Self.walSizeLimit);")
             formatVersion = try Self.prepareSchema(writer, path: path)
             itemCount = try writer.intScalar("SELECT count(*) FROM items")
+            if formatVersion >= RankWriter.firstFormat { try rankWriter.load(writer) }
         } catch let e as DatabaseError {
             throw Self.map(e, path: path)
         } catch let e as SearchlightError {
@@ -134,7 +146,7 @@ public final class IndexStore: @unchecked Sendable {
             throw SearchlightError(.indexUnavailable,
                 "\(path) has store format \(version), older than this build reads (\(Schema.oldestReadableFormat)); erase it and reindex")
         } else if version < Schema.formatVersion, !Schema.needsRebuild(from: version) {
-            try db.execute("PRAGMA user_version=\(Schema.formatVersion)")
+            _ = try db.transaction { try db.execute(Schema.upgradeInPlace) }
             return Schema.formatVersion
         }
         return version
@@ -186,6 +198,16 @@ public final class IndexStore: @unchecked Sendable {
     /// Streams of large calls started and ended (see "Streams").
     public var streamStatistics: (started: Int, ended: Int) { stateLock.withLock { streams } }
 
+    /// Seconds since a client's write last committed.
+    var secondsSinceClientWrite: TimeInterval { Date().timeIntervalSince(stateLock.withLock { lastClientWrite }) }
+
+    /// Set once `close` or `shutDown` began: background work stops.
+    var isClosing: Bool {
+        queue.lock()
+        defer { queue.unlock() }
+        return stopping
+    }
+
     /// Calls waiting for the writer (tests use it to line up a group deterministically).
     var pendingCount: Int {
         queue.lock()
@@ -197,14 +219,15 @@ public final class IndexStore: @unchecked Sendable {
 
     /// Queues work for the writer; `complete` runs after the group containing it committed.
     func enqueue(items: Int = 0, _ work: @escaping (IndexStore) throws -> ApplyResult, outsideTransaction: Bool = false,
-                 complete: @escaping @Sendable (Result<ApplyResult, SearchlightError>) -> Void) {
+                 maintenance: Bool = false, complete: @escaping @Sendable (Result<ApplyResult, SearchlightError>) -> Void) {
         queue.lock()
         if stopping {
             queue.unlock()
             complete(.failure(SearchlightError(.indexUnavailable, "index \(path) is closing; retry")))
             return
         }
-        pending.append(PendingWrite(items: items, work: work, complete: complete, outsideTransaction: outsideTransaction))
+        pending.append(PendingWrite(items: items, work: work, complete: complete, outsideTransaction: outsideTransaction,
+            maintenance: maintenance))
         queue.signal()
         queue.unlock()
     }
@@ -248,6 +271,13 @@ public final class IndexStore: @unchecked Sendable {
         return try box.wait().get()
     }
 
+    /// Runs the ranked index's work through the group-commit queue (not counted as client activity).
+    func maintenanceWrite(_ work: @escaping (IndexStore) throws -> ApplyResult) throws(SearchlightError) -> ApplyResult {
+        let box = ResultBox()
+        enqueue(work, maintenance: true) { box.set($0) }
+        return try box.wait().get()
+    }
+
     /// Runs work on the writer thread outside any transaction, after the group queued with it.
     func writeOutsideTransaction(_ work: @escaping (IndexStore) throws -> ApplyResult) throws(SearchlightError) -> ApplyResult {
         let box = ResultBox()
@@ -288,6 +318,7 @@ public final class IndexStore: @unchecked Sendable {
             group.removeAll()
             if !plain.isEmpty {
                 let results = commit(plain)
+                if plain.contains(where: { !$0.maintenance }) { stateLock.withLock { lastClientWrite = Date() } }
                 // The writer lets go of the calls' work (and the prepared rows it holds) before it
                 // answers them, so the callers, who hold the rows too, free them on their own threads:
                 // freeing a group's rows cost the writer about 5 000 instructions per item (3%).
@@ -326,6 +357,7 @@ public final class IndexStore: @unchecked Sendable {
             // A storage failure (disk full, I/O error, corruption) fails the whole group: nothing
             // in it was committed, so nothing is acknowledged.
             if writer.isInTransaction { try? writer.execute("ROLLBACK") }
+            rankWriter.reload(writer)
             itemCount = countBefore
             let mapped = mapAndRecord(error)
             results = group.map { _ in .failure(mapped) }
@@ -381,6 +413,7 @@ public final class IndexStore: @unchecked Sendable {
                 results.append(.success(try write.work(self)))
             } catch let e as SearchlightError {
                 try writer.execute("ROLLBACK")
+                rankWriter.reload(writer)
                 itemCount = countBefore
                 return group.count == 1 ? [.failure(e)] : nil
             }
@@ -401,6 +434,7 @@ public final class IndexStore: @unchecked Sendable {
                 try writer.execute("RELEASE call")
             } catch let e as SearchlightError {
                 try writer.execute("ROLLBACK TO call; RELEASE call")
+                rankWriter.reload(writer)
                 itemCount = saved
                 results.append(.failure(e))
             }
@@ -543,6 +577,7 @@ public final class IndexStore: @unchecked Sendable {
         for db in idle { db.close() }
         // The writer thread has stopped (close waited for it): its statements and connection are ours.
         preparedWriterStatements = nil
+        rankWriter.close()
         writer.close()
         return drained
     }

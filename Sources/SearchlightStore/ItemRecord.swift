@@ -16,6 +16,7 @@ struct ItemRecord {
     var lastUsed: Double?
 
     static let separator = String(AttributeCatalog.arraySeparator)
+    static let textAttributeNames = Set(AttributeCatalog.textAttributes)
 
     /// Where a wire attribute goes in the record, found with one dictionary lookup per attribute
     /// (the hashing of attribute names showed in profiles of donations).
@@ -192,18 +193,35 @@ struct ItemRecord {
 
     var checksum: Int64 { checksum(attrsJSON: attrsJSON) }
 
+    /// `selectColumns` with NULL in place of what `fetch` does not return (a text attribute not
+    /// asked for, the stored JSON when only text attributes are): a result page that shows titles
+    /// then copies titles, not every description and body. Same positions, so `init(row:)` reads it.
+    static func selectColumns(fetch: Set<String>?) -> String {
+        guard let fetch else { return selectColumns }
+        var columns = ["items.uid", "items.domain", "items.expires"]
+        for name in AttributeCatalog.textAttributes { columns.append(fetch.contains(name) ? "items.\(name)" : "NULL") }
+        columns.append(fetch.isSubset(of: textAttributeNames) ? "NULL" : "items.attrs")
+        return columns.joined(separator: ", ")
+    }
+
     /// Columns selected to rebuild a record, in this order.
     static let selectColumns =
         "items.uid, items.domain, items.expires, items.title, items.displayName, items.alternateNames, "
         + "items.contentDescription, items.textContent, items.keywords, items.authorNames, items.attrs"
 
-    init(row: Row, offset: Int = 0) {
+    /// `fetch`: the attributes a query returns; the stored JSON of the others is parsed only when
+    /// one of them is asked for (a result list that shows titles needs none of it).
+    init(row: Row, offset: Int = 0, fetch: Set<String>? = nil) {
         uid = row.string(offset) ?? ""
         domain = row.string(offset + 1)
         expires = row.double(offset + 2) ?? 0
         text = (0..<AttributeCatalog.textAttributes.count).map { row.string(offset + 3 + $0) }
-        let attrsText = row.string(offset + 10) ?? "{}"
-        attrs = (try? JSONValue.parse(attrsText))?.objectValue ?? [:]
+        if let fetch, fetch.isSubset(of: Self.textAttributeNames) {
+            attrs = [:]
+        } else {
+            let attrsText = row.string(offset + 10) ?? "{}"
+            attrs = (try? JSONValue.parse(attrsText))?.objectValue ?? [:]
+        }
         related = attrs["relatedUniqueIdentifier"]?.stringValue
         rankingHint = attrs["rankingHint"]?.doubleValue
         lastUsed = attrs["lastUsedDate"]?.doubleValue

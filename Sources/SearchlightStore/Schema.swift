@@ -12,7 +12,8 @@ import Foundation
 /// the names of date-valued custom attributes listed in `customDates`.
 public enum Schema {
     /// The store format this build writes. Files with an older version are migrated (issue 4):
-    /// rebuilt into a shadow file of this format, which then replaces them.
+    /// rebuilt into a shadow file of this format, which then replaces them, unless only tables
+    /// were added since (`needsRebuild`).
     ///
     /// - 1: the first format.
     /// - 2: the FTS5 table kept prefix indexes (`prefix='2 3 4'`), so that a prefix term (`pars*`)
@@ -22,10 +23,16 @@ public enum Schema {
     ///   the raw FTS5 insert instead of 0.69x; `prefix='3'` alone 0.50x) and the file 77 % larger,
     ///   for prefix queries 10-45 % faster that met their targets without them
     ///   (Docs/Performance.md, "Store formats").
+    /// - 4: the ranked index (`rankTables`, SearchlightStore/Ranked): segments of per-term posting
+    ///   lists with bm25 bounds, derived from the items and built lazily, beside the full-text
+    ///   index. A file of format 1 or 3 gets the (empty) tables when opened and is relabelled: the
+    ///   index is built from the items already there, so no reindex-all is needed. The version is
+    ///   raised all the same, so that an older build, which would write without marking what the
+    ///   ranked index must re-read, refuses the file instead of leaving the index stale.
     ///
-    /// Every format has the same tables and columns, so an older file is read and written by the
-    /// same SQL while it waits for its migration. A format-1 file needs none (`needsRebuild`).
-    public static let formatVersion = 3
+    /// Every format has the same `items` and `fts` columns, so an older file is read and written by
+    /// the same SQL while it waits for its migration. Formats 1 and 3 need none (`needsRebuild`).
+    public static let formatVersion = 4
 
     /// The oldest format this build opens (and migrates).
     public static let oldestReadableFormat = 1
@@ -36,11 +43,14 @@ public enum Schema {
     ]
 
     /// Whether a file of `format` must be rebuilt (migrated) to become this build's format. One
-    /// whose schema is this build's exactly (format 1 is format 3's) is only relabelled when it
-    /// is opened: a rebuild would cost a reindex-all and change nothing.
+    /// whose full-text table is this build's (formats 1 and 3) is upgraded in place when it is
+    /// opened (`upgradeInPlace`): a rebuild would cost a reindex-all for tables that start empty.
     public static func needsRebuild(from format: Int) -> Bool {
-        format < formatVersion && create(format: format) != create
+        format < formatVersion && ftsOptions(format: format) != ftsOptions(format: formatVersion)
     }
+
+    /// What turns a file of an older format that needs no rebuild into this build's format.
+    static var upgradeInPlace: String { rankTables + "PRAGMA user_version=\(formatVersion);" }
 
     /// The schema of this build's format.
     public static var create: String { create(format: formatVersion) }
@@ -48,8 +58,11 @@ public enum Schema {
     /// The schema each format's build made, exactly: the full-text table's options are all that
     /// differ. Tests make files of older formats with it.
     public static func create(format: Int) -> String {
-        createTemplate.replacingOccurrences(of: "$FTS_OPTIONS", with: format == 2 ? ", prefix='2 3 4'" : "")
+        createTemplate.replacingOccurrences(of: "$FTS_OPTIONS", with: ftsOptions(format: format))
+            + (format >= 4 ? rankTables : "")
     }
+
+    private static func ftsOptions(format: Int) -> String { format == 2 ? ", prefix='2 3 4'" : "" }
 
     /// SQL that turns a file of this build's format into one of an older `format`, the way that
     /// build made it (the full-text table recreated with that format's options and rebuilt, the
@@ -57,6 +70,8 @@ public enum Schema {
     public static func rewrite(toFormat format: Int) -> String {
         """
         DROP TABLE fts_vocab; DROP TABLE fts_vocab_col; DROP TABLE fts;
+        DROP INDEX IF EXISTS rank_terms_key; DROP TABLE IF EXISTS rank_terms; DROP TABLE IF EXISTS rank_segments; DROP TABLE IF EXISTS rank_dirty;
+        DELETE FROM meta WHERE key LIKE 'rank_%';
         \(create(format: format))
         INSERT INTO fts(fts) VALUES ('rebuild');
         PRAGMA user_version=\(format);
@@ -97,6 +112,42 @@ public enum Schema {
             kind TEXT NOT NULL, key TEXT NOT NULL, count REAL NOT NULL, last REAL NOT NULL,
             PRIMARY KEY(kind, key)
         ) WITHOUT ROWID;
+        """
+}
+
+extension Schema {
+    /// The ranked index (format 4; SearchlightStore/Ranked, Docs/Architecture.md "Ranked
+    /// retrieval"), derived from `items` like the full-text index but built lazily, off the
+    /// donation path:
+    ///
+    /// - `rank_segments`: one row per segment, a contiguous range of item rowids `lo...hi` read at
+    ///   one moment: its documents, their tokens (bm25's D summed), `safe_until` (every document
+    ///   without the `extra` flag expires after it), the largest boost of its documents
+    ///   (`max_static`, `latest_use`) and `active` (0 while it is written, or retired and waiting
+    ///   to be deleted). Active segments cover the rowids 1 to the
+    ///   `rank_covered` value of `meta` without gap or overlap.
+    /// - `rank_terms`: per segment and term (FTS5's token, bytes), the documents that hold it, the
+    ///   completions' weight (`column_docs`, documents counted once per text column) and the
+    ///   posting list (`PostingListFormat`). A rowid table with an index on the key, not a
+    ///   WITHOUT ROWID table: an index b-tree compares a search key with a whole cell, so a large
+    ///   posting list in the key's b-tree was read in full at every comparison (a miss among
+    ///   the prefix lists cost 40 µs, a hit on "lib" 200 µs, measured).
+    /// - `rank_dirty`: rowids at or below `rank_covered` (or in a segment being built) written since
+    ///   their segment read them: the writer adds them in the same transaction as the write, and
+    ///   queries read these items, and the ones above `rank_covered`, from `items` itself.
+    static let rankTables = """
+        CREATE TABLE IF NOT EXISTS rank_segments(
+            id INTEGER PRIMARY KEY, lo INTEGER NOT NULL, hi INTEGER NOT NULL, docs INTEGER NOT NULL,
+            tokens INTEGER NOT NULL, safe_until REAL NOT NULL, max_static REAL NOT NULL, latest_use REAL,
+            active INTEGER NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS rank_terms(
+            id INTEGER PRIMARY KEY, segment INTEGER NOT NULL, term BLOB NOT NULL, docs INTEGER NOT NULL,
+            column_docs INTEGER NOT NULL, postings BLOB NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS rank_terms_key ON rank_terms(segment, term, docs, column_docs);
+        CREATE TABLE IF NOT EXISTS rank_dirty(rowid INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
+
         """
 }
 

@@ -26,6 +26,15 @@ public struct StoreOptions: Sendable {
     public var streamIndexItems = 100_000
     /// Seconds without a call that end a stream: the cache shrinks back and its memory is returned.
     public var streamIdleSeconds = 2.0
+    /// Whether queries start background builds of the ranked index (`RankMaintainer`); tests that
+    /// want to decide when it is built turn it off and call `buildRankedIndex()`.
+    public var rankedIndexBuilds = true
+    /// A build waits until no client has written for this long…
+    public var rankedIndexIdleSeconds = 1.0
+    /// …but not longer than this after a query asked for it.
+    public var rankedIndexMaxDeferral = 10.0
+    /// Documents per segment of the ranked index, at most (tests make it small to get many).
+    public var rankedIndexSegmentDocs = 65_536
 
     public init() {}
 }
@@ -73,6 +82,21 @@ public struct IndexSummary: Sendable {
     public var fileBytes: Int64
     public var formatVersion: Int
     public var hasClientState: Bool
+    /// The ranked index, nil for a file of an older format.
+    public var rankedIndex: RankedIndexSummary?
+}
+
+/// How much of an index the ranked index holds (`admin.status`).
+public struct RankedIndexSummary: Sendable {
+    /// Segments in use and the items they hold.
+    public var segments: Int
+    public var items: Int
+    /// Items queries read from `items` until a build takes them in: above the coverage, or
+    /// rewritten since their segment was built.
+    public var pending: Int
+    /// Segments built since the store was opened, and the last build's failure.
+    public var builds: Int
+    public var lastError: String?
 }
 
 /// Findings of an integrity check.

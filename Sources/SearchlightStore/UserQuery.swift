@@ -69,6 +69,7 @@ struct UserQueryTerms {
         }
         var seen: Set<String> = []
         var terms: [String] = []
+        var distinct: [Word] = []
         for w in words {
             let term = Self.ftsTerm(w)
             guard seen.insert(term).inserted else { continue }
@@ -79,9 +80,26 @@ struct UserQueryTerms {
                         + "search for fewer words", data: ["offset": .number(Double(offset)), "limit": .number(Double(maxTerms))])
             }
             terms.append(term)
+            distinct.append(w)
         }
         self.terms = terms
+        self.distinctWords = distinct
     }
+
+    /// The query of `words` alone (the earlier words of a suggestion), repeated words searched once.
+    init(words: [Word]) {
+        self.words = words
+        var seen: Set<String> = []
+        distinctWords = words.filter { seen.insert(Self.ftsTerm($0)).inserted }
+        terms = distinctWords.map(Self.ftsTerm)
+    }
+
+    /// The words of `terms`, one per different term, in the same order (what the ranked index scores).
+    let distinctWords: [Word]
+
+    /// The different earlier words as full-text terms (the last word's own term among them only
+    /// when it came earlier too).
+    var earlierTerms: [String] { UserQueryTerms(words: Array(words.dropLast())).terms }
 
     static func ftsTerm(_ w: Word) -> String {
         if w.isCJK { return TextAnalysis.cjkFTSPhrase(w.text) }
@@ -91,50 +109,113 @@ struct UserQueryTerms {
     var ftsQuery: String { terms.joined(separator: " AND ") }
 }
 
+/// Which ranking a user query uses.
+public enum RankingPath: Sendable {
+    /// The ranked index (top-k without scoring every match) where it can answer, else exhaustive.
+    case automatic
+    /// FTS5 scores every match in SQL: the definition the ranked index must equal (tests).
+    case exhaustive
+}
+
+/// The lexical top-k of a user query, best first: the step that hybrid ranking fuses with others.
+public struct LexicalCandidates: Sendable {
+    public var candidates: [ScoredCandidate]
+    /// True when the ranked index answered, false when the query ran exhaustively.
+    public var usedRankedIndex: Bool
+}
+
 extension IndexStore {
     /// BM25 weights of the FTS columns: title, displayName, alternateNames, contentDescription,
     /// textContent, keywords, authorNames, aux.
-    static let bm25Weights = "10.0, 10.0, 6.0, 3.0, 1.0, 6.0, 3.0, 4.0"
+    static let bm25Weights = BM25.sqlWeights
 
-    /// Runs a user query: ranked items, then suggestions. With a `budget`, it stops (`cancelled`)
-    /// at its deadline or when its client is gone.
-    public func userQuery(_ request: UserQueryRequest, budget: QueryBudget? = nil) throws(SearchlightError) -> UserQueryResult {
+    /// Runs a user query: ranked items, then suggestions, from one snapshot of the index. With a
+    /// `budget`, it stops (`cancelled`) at its deadline or when its client is gone.
+    public func userQuery(_ request: UserQueryRequest, path: RankingPath = .automatic, budget: QueryBudget? = nil)
+        throws(SearchlightError) -> UserQueryResult
+    {
         let terms = try UserQueryTerms(request.text, maxTerms: options.limits.maxQueryTerms)
         let now = options.clock().timeIntervalSince1970
         let fetch = request.fetch.map(Set.init)
         return try read(budget: budget) { db in
-            var items: [JSONValue] = []
-            var scores: [Double] = []
-            if !terms.words.isEmpty, request.maxResultCount > 0 {
-                let filter = request.filter ?? .all
-                // bm25 is negative (lower is better); boosts multiply it further from zero.
-                let sql = """
-                    SELECT \(ItemRecord.selectColumns),
-                      bm25(fts, \(Self.bm25Weights))
-                      * (1.0 + coalesce(items.ranking_hint, 0) / 100.0)
-                      * (1.0 + CASE WHEN items.last_used IS NULL THEN 0
-                               ELSE 0.5 / (1.0 + max(0, ? - items.last_used) / 604800.0) END)
-                      * (1.0 + items.engagement / (items.engagement + 5.0)) AS score
-                    FROM fts JOIN items ON items.rowid = fts.rowid
-                    WHERE fts MATCH ? AND \(Self.visible) AND (\(filter.sql))
-                    ORDER BY score LIMIT ?
-                    """
-                // A filter query's driver narrows the same full-text walk.
-                let match = filter.ftsMatch.map { "(\(terms.ftsQuery)) AND (\($0))" } ?? terms.ftsQuery
-                let bindings: [SQLValue] = [.double(now), .text(match), .double(now), .double(now)]
-                    + filter.bindings + [.integer(Int64(request.maxResultCount))]
-                for row in try db.rows(sql, bindings) {
-                    items.append(ItemRecord(row: row).wireItem(fetch: fetch))
-                    scores.append(row.double(11) ?? 0)
+            try db.transaction("DEFERRED") {
+                var items: [JSONValue] = []
+                var scores: [Double] = []
+                if !terms.words.isEmpty, request.maxResultCount > 0 {
+                    let top = try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now, path: path)
+                    items.reserveCapacity(top.candidates.count)
+                    let columns = ItemRecord.selectColumns(fetch: fetch)
+                    for c in top.candidates {
+                        try budget?.check()
+                        guard let row = try db.rows("SELECT \(columns) FROM items WHERE items.rowid = ?", [.integer(c.rowID)]).first
+                        else { continue }
+                        items.append(ItemRecord(row: row, fetch: fetch).wireItem(fetch: fetch))
+                        scores.append(c.score)
+                    }
                 }
+                let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
+                var suggestions: [Suggestion] = []
+                if request.maxSuggestionCount > 0 {
+                    suggestions = try self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db,
+                        path: path, budget: budget)
+                }
+                return UserQueryResult(items: items, scores: scores, rankedItems: ranked, suggestions: suggestions)
             }
-            let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
-            var suggestions: [Suggestion] = []
-            if request.maxSuggestionCount > 0 {
-                suggestions = try Self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db, budget: budget)
-            }
-            return UserQueryResult(items: items, scores: scores, rankedItems: ranked, suggestions: suggestions)
         }
+    }
+
+    /// The best `limit` items for the user query `text` (all its words, the last one a prefix while
+    /// it is being typed), with their scores (lower is better), best first; ties go to the lower
+    /// rowid. Every item is visible and passes `filter`. This is the ranking of `userQuery`,
+    /// reusable by callers that fuse it with other rankings.
+    public func lexicalCandidates(_ text: String, limit: Int, filter: SQLFilter? = nil, path: RankingPath = .automatic)
+        throws(SearchlightError) -> LexicalCandidates
+    {
+        let terms = try UserQueryTerms(text, maxTerms: options.limits.maxQueryTerms)
+        let now = options.clock().timeIntervalSince1970
+        guard !terms.words.isEmpty, limit > 0 else { return LexicalCandidates(candidates: [], usedRankedIndex: false) }
+        return try read { db in
+            try db.transaction("DEFERRED") { try lexicalCandidates(db, terms: terms, limit: limit, filter: filter, now: now, path: path) }
+        }
+    }
+
+    func lexicalCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, path: RankingPath)
+        throws -> LexicalCandidates
+    {
+        if path == .automatic, formatVersion >= RankWriter.firstFormat,
+            let phrases = QueryPhrase.phrases(terms, tokenizer: try db.fullTextTokenizer()),
+            let ranked = try RankedTopK(db: db, phrases: phrases, limit: limit, filter: filter, now: now, store: self).run()
+        {
+            return LexicalCandidates(candidates: ranked, usedRankedIndex: true)
+        }
+        return LexicalCandidates(candidates: try Self.exhaustiveCandidates(db, terms: terms, limit: limit, filter: filter, now: now),
+            usedRankedIndex: false)
+    }
+
+    /// The definition of the ranking: FTS5 scores every match with bm25 (`BM25` documents its
+    /// arithmetic), times the boosts; ties go to the lower rowid. A filter query restricts the
+    /// results and never changes a score (its full-text driver only narrows the walk, in a
+    /// subquery of its own, so its phrases are not part of bm25's sum).
+    static func exhaustiveCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double)
+        throws -> [ScoredCandidate]
+    {
+        let filter = filter ?? .all
+        let driver = filter.ftsMatch.map { _ in " AND items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH ?)" } ?? ""
+        // bm25 is negative (lower is better); boosts multiply it further from zero.
+        let sql = """
+            SELECT items.rowid,
+              bm25(fts, \(Self.bm25Weights))
+              * (1.0 + coalesce(items.ranking_hint, 0) / 100.0)
+              * (1.0 + CASE WHEN items.last_used IS NULL THEN 0
+                       ELSE 0.5 / (1.0 + max(0, ? - items.last_used) / 604800.0) END)
+              * (1.0 + items.engagement / (items.engagement + 5.0)) AS score
+            FROM fts JOIN items ON items.rowid = fts.rowid
+            WHERE fts MATCH ? AND \(Self.visible) AND (\(filter.sql))\(driver)
+            ORDER BY score, items.rowid LIMIT ?
+            """
+        let bindings: [SQLValue] = [.double(now), .text(terms.ftsQuery), .double(now), .double(now)] + filter.bindings
+            + (filter.ftsMatch.map { [.text($0)] } ?? []) + [.integer(Int64(limit))]
+        return try db.rows(sql, bindings).map { ScoredCandidate(rowID: $0.int(0) ?? 0, score: $0.double(1) ?? 0) }
     }
 
     // MARK: - Suggestions
@@ -144,30 +225,31 @@ extension IndexStore {
     /// Words without a match past the first `maxCorrectedWords` stay as typed.
     static let maxCorrectedWords = 8
 
-    static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, budget: QueryBudget? = nil) throws -> [Suggestion] {
+    /// Suggestions from the ranked index's dictionary where it can answer, else (and on the
+    /// exhaustive path) from FTS5's vocabulary: the same words either way.
+    func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath, budget: QueryBudget? = nil)
+        throws -> [Suggestion]
+    {
+        if path == .automatic, let vocabulary = try rankedVocabulary(db, terms: terms, budget: budget) {
+            defer { db.unionScratch.reclaim() }
+            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget)
+        }
+        return try Self.suggestions(for: text, terms: terms, limit: limit,
+            vocabulary: FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget), budget: budget)
+    }
+
+    static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, vocabulary: some SuggestionVocabulary,
+        budget: QueryBudget? = nil) throws -> [Suggestion]
+    {
         guard let last = terms.words.last else { return [] }
         var out: [Suggestion] = []
-        // The different earlier words (the last one's own term left out, unless it came earlier too).
-        var earlier = terms.terms
-        let lastTerm = UserQueryTerms.ftsTerm(last)
-        if terms.words.dropLast().allSatisfy({ UserQueryTerms.ftsTerm($0) != lastTerm }) { earlier.removeAll { $0 == lastTerm } }
         // Completions of the word being typed that still find something with the earlier words.
         if last.isPrefix, !last.folded.isEmpty {
-            // Words people type, from the real text columns: not the auxiliary column's bigrams
-            // and compound-word pieces ("postgre" of "PostgreSQL" is no word to offer).
-            let candidates = try db.rows("""
-                SELECT v.term, sum(v.doc) + coalesce(e.count, 0) * 10 AS weight FROM fts_vocab_col v
-                LEFT JOIN engagement e ON e.kind = 'suggestion' AND e.key = v.term
-                WHERE v.term >= ? AND v.term < ? AND v.col != 'aux' GROUP BY v.term ORDER BY weight DESC LIMIT ?
-                """, [.text(last.folded), .text(last.folded + "\u{10FFFF}"), .integer(Int64(limit * 8))])
-            for row in candidates {
+            for term in try vocabulary.completions(of: last.folded, count: limit * 8) {
                 try budget?.check()
                 // A completion adds something: the typed word itself (even with other accents) is no suggestion.
-                guard out.count < limit, let term = row.string(0), term != last.folded else { continue }
-                if !earlier.isEmpty {
-                    let probe = (earlier + [TextAnalysis.ftsQuoted(term)]).joined(separator: " AND ")
-                    guard try db.scalar("SELECT 1 FROM fts WHERE fts MATCH ? LIMIT 1", [.text(probe)]) != nil else { continue }
-                }
+                guard out.count < limit, term != last.folded else { continue }
+                guard try vocabulary.stillFinds(term) else { continue }
                 let prefix = String(text[..<last.range.lowerBound])
                 let start = prefix.utf16.count
                 out.append(Suggestion(text: prefix + term, highlight: [[start, last.text.utf16.count]], kind: "completion"))
@@ -190,11 +272,11 @@ extension IndexStore {
                     let key = w.folded + (w.isPrefix ? "*" : "")
                     if lookedUp[key] == nil {
                         try budget?.check()
-                        if try hasTerm(w.folded, prefix: w.isPrefix, db: db) || nearestLookups >= maxCorrectedWords {
+                        if try vocabulary.hasTerm(w.folded, prefix: w.isPrefix) || nearestLookups >= maxCorrectedWords {
                             lookedUp[key] = .some(nil)
                         } else {
                             nearestLookups += 1
-                            lookedUp[key] = .some(try nearestTerm(to: w.folded, db: db, budget: budget))
+                            lookedUp[key] = .some(try vocabulary.nearestTerm(to: w.folded))
                         }
                     }
                     if case let near?? = lookedUp[key] {

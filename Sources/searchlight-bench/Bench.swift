@@ -18,8 +18,9 @@ struct Bench {
             + "reindex sizes \(options.sizes.map(sizeLabel).joined(separator: ", ")); \(ProcessInfo.processInfo.activeProcessorCount) cores")
         // The in-process scenarios alone start no daemon, so they run under valgrind (whose
         // reserved descriptors break Foundation's `Process`).
-        if options.scenarios.isSubset(of: [.store, .fill]) {
+        if options.scenarios.isSubset(of: [.store, .fill, .ranked]) {
             var rows: [Row] = []
+            if options.scenarios.contains(.ranked) { rows += try RankedBench.run(options: options, corpus: corpus) }
             if options.scenarios.contains(.store) { rows += try BenchRun.storeOnly(options: options, corpus: corpus) }
             if options.scenarios.contains(.fill) { rows += try StoreFill.run(options: options, corpus: corpus) }
             print("\n" + Report.table(rows))

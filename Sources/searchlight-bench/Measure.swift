@@ -40,6 +40,8 @@ struct Row {
     var met: Bool?
     /// False for figures that are only charted (and kept in the JSON).
     var inTable = true
+    /// A note kept in the JSON beside the figure (a per-query p99).
+    var detail: String?
 
     /// Ratios measured pairwise (each value against the baseline measured right around it); when
     /// set, `ratio` is their median, which a machine whose load changes during the run disturbs least.

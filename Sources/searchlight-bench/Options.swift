@@ -13,6 +13,8 @@ struct Options {
         /// The store delegate (SearchlightSQLite): its triggers' cost in the app's inserts, a
         /// history backlog's throughput, commit-to-indexed lag (same process and another one).
         case delegate
+        /// The ranked index in-process: its build and its top 20 against the exhaustive ranking (`RankedBench`). Not in the default set.
+        case ranked
     }
 
     /// A corpus file (`--corpus`, or `SEARCHLIGHT_CORPUS`); nil: a synthetic corpus.
@@ -36,11 +38,17 @@ struct Options {
     var packagesExtension = "Extensions/Packages/.build/release/packages-extension"
     /// Leave the daemon's directory (indexes, status file, unit) in place, to look at afterwards.
     var keep = false
+    /// `--scenarios ranked`: an existing index file to open instead of filling one (it is written to).
+    var indexFile: String?
+    /// The user queries of the query and ranked scenarios (`--user-query`, repeatable); empty: the default set.
+    var userQueries: [String] = []
+    /// `--scenarios ranked` without the exhaustive query beside each (to profile the ranked path alone).
+    var exhaustiveBaseline = true
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
-                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill]
-                                 [--idle-seconds S] [--quick] [--keep] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
+                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked]
+                                 [--idle-seconds S] [--quick] [--keep] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)
                         or wire items; without it a synthetic corpus with Zipf word frequencies
@@ -48,6 +56,9 @@ struct Options {
           --sizes       reindex-all sizes through the Packages extension; the largest is the large query size
           --quick       1 run, sizes 10k,100k, 100 queries, 5 s idle window: for iterating
           --keep        leave the daemon's state directory (its indexes) in /tmp and print its path
+          --index       with --scenarios ranked: an index file to open (written to) instead of filling one
+          --user-query  a user query of the query and ranked scenarios instead of the default set (repeatable)
+          --no-exhaustive  with --scenarios ranked: time the ranked index alone (for profiling)
         """
 
     static func parse(_ arguments: [String]) -> Options {
@@ -81,6 +92,9 @@ struct Options {
             case "--idle-seconds": o.idleSeconds = Double(count(a))
             case "--extension": o.packagesExtension = value(a)
             case "--keep": o.keep = true
+            case "--index": o.indexFile = value(a)
+            case "--user-query": o.userQueries.append(value(a))
+            case "--no-exhaustive": o.exhaustiveBaseline = false
             case "--output": o.output = value(a)
             case "--chart": o.chart = value(a)
             case "--quick":

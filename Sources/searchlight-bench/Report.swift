@@ -8,6 +8,7 @@ enum Report {
         switch unit {
         case "items/s", "wakeups/min": return grouped(Int(v.rounded()))
         case "MiB": return String(format: "%.1f", v)
+        case "ratio": return String(format: "%.2f", v)
         case "ms": return v < 10 ? String(format: "%.3f", v) : String(format: "%.1f", v)
         default: return String(format: "%.3f", v)
         }
@@ -68,6 +69,7 @@ enum Report {
                 if let series = r.series { e["series"] = .string(series) }
                 if let target = r.target { e["target"] = .string(target) }
                 if let met = r.met { e["met"] = .bool(met) }
+                if let detail = r.detail { e["detail"] = .string(detail) }
                 return .object(e)
             }),
         ]

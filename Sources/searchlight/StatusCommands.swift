@@ -72,6 +72,12 @@ enum StatusCommands {
                 if let reason = index["reason"]?.stringValue {
                     notes.append("\(name) \(Format.indexName(index["name"]?.stringValue ?? "")) \(index["state"]?.stringValue ?? ""): \(reason)")
                 }
+                if let ranked = index["rankedIndex"], let pending = ranked["pending"]?.intValue, pending > 0 || ranked["lastError"] != nil {
+                    // Queries answer exhaustively (slower, same results) for the items the ranked index lacks.
+                    var note = "\(name) \(Format.indexName(index["name"]?.stringValue ?? "")): ranked index holds \(ranked["items"]?.intValue ?? 0) items, \(pending) waiting for its next build"
+                    if let e = ranked["lastError"]?.stringValue { note += "; last build failed: \(e)" }
+                    notes.append(note)
+                }
                 if let error = index["migrationError"]?.stringValue {
                     notes.append("\(name) \(Format.indexName(index["name"]?.stringValue ?? "")): last migration failed, the old index stays in service: \(error)")
                 }

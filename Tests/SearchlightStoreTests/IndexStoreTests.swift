@@ -26,22 +26,27 @@ final class StoreFixture: @unchecked Sendable {
     let clock = TestClock()
     var store: IndexStore
 
-    init(maxItems: Int? = nil) throws {
+    let rankedBuilds: Bool
+
+    /// `rankedBuilds: false`: the ranked index is built only when the test calls `buildRankedIndex()`.
+    init(maxItems: Int? = nil, rankedBuilds: Bool = true) throws {
         dir = NSTemporaryDirectory() + "slstore-" + UUID().uuidString
-        store = try IndexStore(path: dir + "/b/_default.sqlite", options: Self.options(clock, maxItems: maxItems))
+        self.rankedBuilds = rankedBuilds
+        store = try IndexStore(path: dir + "/b/_default.sqlite", options: Self.options(clock, maxItems: maxItems, rankedBuilds: rankedBuilds))
     }
 
-    static func options(_ clock: TestClock, maxItems: Int?) -> StoreOptions {
+    static func options(_ clock: TestClock, maxItems: Int?, rankedBuilds: Bool = true) -> StoreOptions {
         var o = StoreOptions()
         o.clock = { clock.now }
         o.fullSync = false
+        o.rankedIndexBuilds = rankedBuilds
         if let maxItems { o.limits.maxItemsPerIndex = maxItems }
         return o
     }
 
     func reopen() throws {
         store.close()
-        store = try IndexStore(path: dir + "/b/_default.sqlite", options: Self.options(clock, maxItems: nil))
+        store = try IndexStore(path: dir + "/b/_default.sqlite", options: Self.options(clock, maxItems: nil, rankedBuilds: rankedBuilds))
     }
 
     deinit {

@@ -161,6 +161,23 @@ struct TextAnalysisTests {
         #expect(TextAnalysis.fold("星球") == "星球")
     }
 
+    @Test("folding UTF-8 bytes gives fold's text, byte for byte, for every combination of c and d")
+    func foldedBytes() {
+        // Latin with precomposed and combining diacritics, German, Turkish dotted/dotless i,
+        // Greek (final sigma), Cyrillic, CJK, Hangul, emoji, ASCII punctuation and digits.
+        let pieces = ["ÉCOLE", "Straße", "Ǖber", "e\u{301}", "İstanbul", "ıI", "ΟΔΟΣ", "Москва", "星球大战", "한국어", "👍🏽", "A-Z_09 ", "Việt", "ǅ", "ﬁ"]
+        var random = SeededRandom(state: 17)
+        for _ in 0..<300 {
+            let text = (0..<Int.random(in: 1...6, using: &random)).map { _ in pieces.randomElement(using: &random)! }.joined()
+            for (c, d) in [(true, true), (true, false), (false, true), (false, false)] {
+                let bytes = Array(text.utf8).withUnsafeBufferPointer {
+                    TextAnalysis.foldedUTF8($0, caseInsensitive: c, diacriticInsensitive: d)
+                }
+                #expect(bytes == Array(TextAnalysis.fold(text, caseInsensitive: c, diacriticInsensitive: d).utf8), "\(text) c=\(c) d=\(d)")
+            }
+        }
+    }
+
     @Test("FTS quoting doubles quotes")
     func quoting() {
         #expect(TextAnalysis.ftsQuoted("say \"hi\"") == "\"say \"\"hi\"\"\"")

@@ -1,3 +1,7 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Testing
 @testable import SearchlightWire
 
@@ -198,5 +202,31 @@ struct ISO8601Tests {
         #expect(ISO8601.parse("2026-13-01") == nil)
         #expect(ISO8601.parse("2026-11-22T10:15") == nil)
         #expect(ISO8601.format(ISO8601.parse("2026-11-22T10:15:30.250Z")!) == "2026-11-22T10:15:30.250Z")
+    }
+}
+
+@Suite("ISO 8601 formatting")
+struct ISO8601FormatTests {
+    @Test("the arithmetic formatter writes what gmtime writes, from 1970 to 9999, milliseconds rounded")
+    func formatMatchesGmtime() {
+        var state: UInt64 = 0x1234_5678
+        func next() -> UInt64 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return state >> 11
+        }
+        var samples: [Double] = [0, 0.9995, 59.9999, 86_399.9996, 951_782_400, 1_709_208_000.5, 253_402_300_799.999, 253_402_300_799.9996]
+        for _ in 0..<20_000 { samples.append(Double(next() % 253_402_300_800_000) / 1000) }
+        for t in samples {
+            let fast = ISO8601.format(Date(timeIntervalSince1970: t))
+            var seconds = time_t(t.rounded(.down))
+            var millis = Int(((t - Double(seconds)) * 1000).rounded())
+            if millis >= 1000 { seconds += 1; millis -= 1000 }
+            var tm = Glibc.tm()
+            gmtime_r(&seconds, &tm)
+            let expected = String(format: "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", Int(tm.tm_year) + 1900, Int(tm.tm_mon) + 1,
+                Int(tm.tm_mday), Int(tm.tm_hour), Int(tm.tm_min), Int(tm.tm_sec), millis)
+            #expect(fast == expected, "\(t)")
+            if fast != expected { break }
+        }
     }
 }

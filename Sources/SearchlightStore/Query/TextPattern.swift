@@ -131,10 +131,8 @@ public struct TextPattern: Sendable {
             for i in folded.indices where folded[i] >= 0x41 && folded[i] <= 0x5A { folded[i] += 0x20 }
             return folded.withUnsafeBufferPointer { glob.matches($0) }
         }
-        var folded = TextAnalysis.fold(
-            String(decoding: element, as: UTF8.self), caseInsensitive: caseInsensitive,
-            diacriticInsensitive: diacriticInsensitive)
-        return folded.withUTF8 { glob.matches($0) }
+        let folded = TextAnalysis.foldedUTF8(element, caseInsensitive: caseInsensitive, diacriticInsensitive: diacriticInsensitive)
+        return folded.withUnsafeBufferPointer { glob.matches($0) }
     }
 
     // MARK: Word mode
@@ -143,24 +141,35 @@ public struct TextPattern: Sendable {
         if !element.contains(where: { $0 >= 0x80 }) { return matchesASCIIWords(element) }
         // Folding maps letters to letters and drops only marks, so the tokens of the folded
         // value are the folded tokens.
-        var folded = TextAnalysis.fold(
-            String(decoding: element, as: UTF8.self), caseInsensitive: caseInsensitive,
-            diacriticInsensitive: diacriticInsensitive)
-        guard folded.withUTF8({ mayMatch($0) }) else { return false }
+        let folded = TextAnalysis.foldedUTF8(element, caseInsensitive: caseInsensitive, diacriticInsensitive: diacriticInsensitive)
+        guard folded.withUnsafeBufferPointer({ mayMatch($0) }) else { return false }
         var ranges: [Range<Int>] = []
-        var offset = 0
         var start = -1
-        for scalar in folded.unicodeScalars {
-            if TextAnalysis.isTokenChar(scalar) {
-                if start < 0 { start = offset }
-            } else if start >= 0 {
-                ranges.append(start..<offset)
-                start = -1
+        folded.withUnsafeBufferPointer { f in
+            var offset = 0
+            while offset < f.count {
+                let b = f[offset]
+                var scalar = Unicode.Scalar(b)
+                var width = 1
+                if b >= 0x80 {
+                    var iterator = UnsafeBufferPointer(rebasing: f[offset...]).makeIterator()
+                    var decoder = UTF8()
+                    if case .scalarValue(let v) = decoder.decode(&iterator) {
+                        scalar = v
+                        width = UTF8.width(v)
+                    }
+                }
+                if TextAnalysis.isTokenChar(scalar) {
+                    if start < 0 { start = offset }
+                } else if start >= 0 {
+                    ranges.append(start..<offset)
+                    start = -1
+                }
+                offset += width
             }
-            offset += UTF8.width(scalar)
+            if start >= 0 { ranges.append(start..<f.count) }
         }
-        if start >= 0 { ranges.append(start..<offset) }
-        if folded.withUTF8({ Self.sequenceMatches(words, $0, ranges) }) { return true }
+        if folded.withUnsafeBufferPointer({ Self.sequenceMatches(words, $0, ranges) }) { return true }
         guard tokenized else { return false }
         // Sub-tokens need the original case; fold each one into a shared buffer.
         let scalars = Array(String(decoding: element, as: UTF8.self).unicodeScalars)

@@ -83,6 +83,12 @@ final class AdminSession: BundleSession {
                     entry["formatVersion"] = .number(Double(s.formatVersion))
                     if let failure = context.migrator?.failure(bundle: name, index: index) { entry["migrationError"] = .string(failure) }
                     entry["hasClientState"] = .bool(s.hasClientState)
+                    if let r = s.rankedIndex {
+                        var ranked: [String: JSONValue] = ["segments": .number(Double(r.segments)), "items": .number(Double(r.items)),
+                            "pending": .number(Double(r.pending)), "builds": .number(Double(r.builds))]
+                        if let e = r.lastError { ranked["lastError"] = .string(e) }
+                        entry["rankedIndex"] = .object(ranked)
+                    }
                     let w = store?.writeStatistics ?? (commits: 0, calls: 0)
                     entry["commits"] = .number(Double(w.commits))
                     entry["committedCalls"] = .number(Double(w.calls))

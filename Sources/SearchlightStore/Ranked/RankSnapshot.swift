@@ -1,0 +1,267 @@
+import Foundation
+
+/// One phrase of a user query as FTS5 parses it: a single token (the word folded and tokenized
+/// as FTS5 tokenizes a query string), matched whole or, for the word being typed, as a prefix.
+/// Multi-token phrases (the CJK bigram phrases) are not served by the ranked index.
+struct QueryPhrase: Equatable {
+    var token: [UInt8]
+    var prefix: Bool
+
+    /// The phrases of `terms` in query order (a repeated word once, as in `UserQueryTerms.terms`),
+    /// or nil when one of them is not a single token.
+    static func phrases(_ terms: UserQueryTerms, tokenizer: FullTextTokenizer) -> [QueryPhrase]? {
+        var out: [QueryPhrase] = []
+        for w in terms.distinctWords {
+            let text: String, prefix: Bool
+            if w.isCJK {
+                // `cjkFTSPhrase`: two or more characters are a phrase of bigrams; one is a prefix.
+                guard w.text.unicodeScalars.count == 1 else { return nil }
+                (text, prefix) = (w.text, true)
+            } else {
+                (text, prefix) = (w.folded, w.isPrefix)
+            }
+            let tokens = tokenizer.tokens(text, query: true)
+            guard tokens.count == 1 else { return nil }
+            out.append(QueryPhrase(token: tokens[0], prefix: prefix))
+        }
+        return out
+    }
+
+    /// The exclusive upper end of the terms a prefix matches: no UTF-8 byte is 0xFF.
+    var prefixEnd: [UInt8] { token + [0xFF] }
+}
+
+/// The ranked index as one read transaction sees it.
+struct RankSnapshot {
+    struct Segment {
+        var id: Int64
+        var lo: Int64
+        var hi: Int64
+        var docs: Int
+        var tokens: Int64
+        var safeUntil: Double
+        var maxStatic: Double
+        var latestUse: Double?
+        /// Rowids of the segment written since it was built, as local document numbers, sorted.
+        var dirty: [UInt32] = []
+
+        func isDirty(_ doc: UInt32) -> Bool {
+            guard !dirty.isEmpty else { return false }
+            var low = 0, high = dirty.count
+            while low < high {
+                let mid = (low + high) / 2
+                if dirty[mid] < doc { low = mid + 1 } else { high = mid }
+            }
+            return low < dirty.count && dirty[low] == doc
+        }
+
+        func boostBound(now: Double) -> Double {
+            maxStatic * BM25.recencyBound(latestUse: latestUse, now: now)
+        }
+    }
+
+    var covered: Int64
+    var segments: [Segment]
+    /// Every rowid of `rank_dirty` (some may lie above `covered`, in a range being built).
+    var dirty: [Int64]
+
+    static func read(_ db: Database) throws -> RankSnapshot {
+        let covered: Int64 = try db.scalar("SELECT value FROM meta WHERE key = 'rank_covered'").flatMap { (v: SQLValue) -> Int64? in
+            if case .integer(let n) = v { n } else { nil }
+        } ?? 0
+        var segments = try db.rows("""
+            SELECT id, lo, hi, docs, tokens, safe_until, max_static, latest_use FROM rank_segments
+            WHERE active = 1 ORDER BY lo
+            """).map { r in
+            Segment(id: r.int(0) ?? 0, lo: r.int(1) ?? 0, hi: r.int(2) ?? 0, docs: Int(r.int(3) ?? 0), tokens: r.int(4) ?? 0,
+                safeUntil: r.double(5) ?? 0, maxStatic: r.double(6) ?? 1, latestUse: r.double(7))
+        }
+        let dirty = try db.rows("SELECT rowid FROM rank_dirty ORDER BY rowid").compactMap { $0.int(0) }
+        var k = 0
+        for d in dirty where d <= covered {
+            while k < segments.count, segments[k].hi < d { k += 1 }
+            guard k < segments.count else { break }
+            if d >= segments[k].lo { segments[k].dirty.append(UInt32(d - segments[k].lo)) }
+        }
+        return RankSnapshot(covered: covered, segments: segments, dirty: dirty)
+    }
+}
+
+/// A phrase's documents in one segment.
+enum PhraseSource {
+    /// No document of the segment has it.
+    case empty
+    /// One term: its posting list, read block by block.
+    case list(PostingList)
+    /// A prefix over several terms: their postings merged, frequencies summed per document.
+    case union(UnionPostings)
+
+    var count: Int {
+        switch self {
+        case .empty: 0
+        case .list(let l): l.count
+        case .union(let u): u.count
+        }
+    }
+
+    /// Whether the segment's (old) version of `doc` has the phrase.
+    func contains(_ doc: UInt32) -> Bool {
+        switch self {
+        case .empty: false
+        case .list(let l): l.find(doc) != nil
+        case .union(let u): u.frequency(of: doc) != nil
+        }
+    }
+
+    /// Reads the phrase's postings in `segment`: a term's list, a prefix's stored list
+    /// (`PrefixLists`), or the lists of the prefix's terms merged. Nil when a blob is malformed.
+    static func load(_ phrase: QueryPhrase, segment: RankSnapshot.Segment, db: Database) throws -> PhraseSource? {
+        let exact = try db.statement("SELECT postings FROM rank_terms WHERE segment = ? AND term = ?")
+        func lookup(_ key: [UInt8]) throws -> [UInt8]? {
+            exact.reset()
+            try exact.bind(.integer(segment.id), at: 1)
+            try exact.bind(.blob(key), at: 2)
+            defer { exact.reset() }
+            return try exact.step() ? exact.bytes(0) : nil
+        }
+        if !phrase.prefix {
+            guard let blob = try lookup(phrase.token) else { return .empty }
+            return PostingList(blob).map(PhraseSource.list)
+        }
+        if let blob = try lookup(PrefixLists.key(phrase.token)) {
+            return PostingList(blob).map(PhraseSource.list)
+        }
+        var lists: [PostingList] = []
+        var malformed = false
+        try db.forEachRow("SELECT postings FROM rank_terms WHERE segment = ? AND term >= ? AND term < ?",
+            [.integer(segment.id), .blob(phrase.token), .blob(phrase.prefixEnd)]) { s in
+            if let list = PostingList(s.bytes(0)) { lists.append(list) } else { malformed = true }
+        }
+        if malformed { return nil }
+        switch lists.count {
+        case 0: return .empty
+        case 1: return .list(lists[0])
+        default: return .union(db.unionScratch.union(lists, span: Int(segment.hi - segment.lo + 1)))
+        }
+    }
+}
+
+/// Several posting lists merged: each document once, its frequencies summed (a prefix phrase's
+/// bm25 frequency counts the instances of every term it begins). Held dense, by document number,
+/// in scratch arrays of the connection (`UnionScratch`, taken from its pool and given back when
+/// the query ends): a lookup is one load, a walk in document order reads the bitmap of documents.
+final class UnionPostings {
+    let scratch: UnionScratch
+    let span: Int
+    private(set) var count = 0
+
+    /// Merges `lists` of a segment whose documents are numbered below `span`.
+    init(_ lists: [PostingList], span: Int, scratch: UnionScratch) {
+        self.scratch = scratch
+        self.span = span
+        scratch.prepare(span: span)
+        let f = scratch.frequency, l = scratch.lengthAndExtra, bits = scratch.seen
+        let limit = UInt64(span)
+        var count = 0
+        for list in lists {
+            list.forEachPosting { doc, frequency, length, extra in
+                // A damaged blob must not write out of bounds: documents past the span are dropped.
+                guard UInt64(doc) < limit else { return }
+                let d = Int(doc)
+                if f[d] == 0 {
+                    bits[d >> 6] |= 1 << UInt64(d & 63)
+                    count += 1
+                }
+                f[d] &+= frequency
+                // The top bit carries `extra` (a document has far fewer than 2^31 tokens).
+                l[d] = length & 0x7FFF_FFFF | (extra ? 0x8000_0000 : 0)
+            }
+        }
+        self.count = count
+    }
+
+    /// The frequency of `doc`, nil when no term of the prefix is in it.
+    @inline(__always)
+    func frequency(of doc: UInt32) -> UInt32? {
+        guard Int(doc) < span else { return nil }
+        let f = scratch.frequency[Int(doc)]
+        return f == 0 ? nil : f
+    }
+
+    /// Calls `body(doc, frequency, length, extra)` in document order.
+    func forEach(_ body: (UInt32, UInt32, UInt32, Bool) throws -> Void) rethrows {
+        let f = scratch.frequency, l = scratch.lengthAndExtra, bits = scratch.seen
+        for w in 0..<((span + 63) >> 6) where bits[w] != 0 {
+            var word = bits[w]
+            while word != 0 {
+                let d = w << 6 | word.trailingZeroBitCount
+                word &= word - 1
+                try body(UInt32(d), f[d], l[d] & 0x7FFF_FFFF, l[d] & 0x8000_0000 != 0)
+            }
+        }
+    }
+
+    /// Zeroes what the merge wrote, so the scratch can serve the next union.
+    func clear() {
+        let f = scratch.frequency, bits = scratch.seen
+        for w in 0..<((span + 63) >> 6) where bits[w] != 0 {
+            var word = bits[w]
+            while word != 0 {
+                f[w << 6 | word.trailingZeroBitCount] = 0
+                word &= word - 1
+            }
+            bits[w] = 0
+        }
+    }
+}
+
+/// Arrays for one `UnionPostings`, as large as the largest segment seen, all zero between uses
+/// (a union clears the entries it touched). Raw memory: no copy-on-write checks in the merge
+/// loop, which runs once per posting.
+final class UnionScratch {
+    private(set) var frequency = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
+    private(set) var lengthAndExtra = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
+    private(set) var seen = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
+    private var capacity = 0
+
+    func prepare(span: Int) {
+        guard capacity < span else { return }
+        release()
+        capacity = span
+        frequency = .allocate(capacity: span)
+        frequency.initialize(repeating: 0, count: span)
+        lengthAndExtra = .allocate(capacity: span)
+        lengthAndExtra.initialize(repeating: 0, count: span)
+        seen = .allocate(capacity: (span + 63) >> 6)
+        seen.initialize(repeating: 0, count: (span + 63) >> 6)
+    }
+
+    private func release() {
+        frequency.deallocate()
+        lengthAndExtra.deallocate()
+        seen.deallocate()
+    }
+
+    deinit { release() }
+}
+
+/// A connection's `UnionScratch`es: a query takes one per union and gives them all back at its end.
+final class UnionScratchPool {
+    private var free: [UnionScratch] = []
+    private var lent: [UnionPostings] = []
+
+    func union(_ lists: [PostingList], span: Int) -> UnionPostings {
+        let u = UnionPostings(lists, span: span, scratch: free.popLast() ?? UnionScratch())
+        lent.append(u)
+        return u
+    }
+
+    /// Takes back every union's scratch, zeroed.
+    func reclaim() {
+        for u in lent {
+            u.clear()
+            free.append(u.scratch)
+        }
+        lent.removeAll()
+    }
+}
