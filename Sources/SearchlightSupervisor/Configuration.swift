@@ -45,6 +45,9 @@ public struct Configuration: Sendable {
     public var backoffBase: TimeInterval = 10
     /// Attempts before a reindex request is reported as failed instead of retried (`--max-request-attempts`).
     public var maxRequestAttempts = 8
+    /// How long a graceful stop may take before it is forced (extensions killed, blocked calls
+    /// left behind); below systemd's `TimeoutStopSec` (60 s in our unit).
+    public var stopTimeout: TimeInterval = 45
     /// `synchronous=FULL` on index files (durable on power loss). Tests may relax it.
     public var fullSync = true
     /// Where the load monitor reads `pressure/{cpu,io,memory}` and `loadavg` (`--proc-root`).

@@ -51,13 +51,15 @@ final class EventMonitor: @unchecked Sendable {
     }
 
     /// Told of every event, subscribers or not (the systemd STATUS= line follows them).
-    private var observer: (@Sendable (String) -> Void)?
-    func observe(_ observer: @escaping @Sendable (String) -> Void) { lock.withLock { self.observer = observer } }
+    private var observer: (@Sendable (String, [String: JSONValue]) -> Void)?
+    func observe(_ observer: @escaping @Sendable (_ event: String, _ fields: [String: JSONValue]) -> Void) {
+        lock.withLock { self.observer = observer }
+    }
 
     /// Sends one event to every subscriber. `fields` become the event's keys beside `event` and `time`.
     func emit(_ event: String, _ fields: [String: JSONValue] = [:]) {
         let (targets, observer) = lock.withLock { (Array(subscribers.values), self.observer) }
-        observer?(event)
+        observer?(event, fields)
         guard !targets.isEmpty else { return }
         var params = fields
         params["event"] = .string(event)

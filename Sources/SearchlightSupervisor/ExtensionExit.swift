@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import Synchronization
 
 /// How one launch of an extension ended, in the words an author needs: the signal or exit status
 /// and what it usually means, whether the daemon asked for it, its last lines on stderr, and when
@@ -78,47 +79,49 @@ struct ExtensionExit: Sendable, Equatable {
 /// images). Its last lines are registers, which say nothing to an author, so once a crash report
 /// starts only its headline and the first frames of the crashed thread are kept, after the lines
 /// that came before it (where `Fatal error: …` is).
-final class StderrTail: @unchecked Sendable {
+final class StderrTail: Sendable {
     static let lines = 8
     static let frames = 4
     static let lineLength = 300
-    private let lock = NSLock()
-    private var kept: [String] = []
-    private var crashReport: [String] = []
     private enum Phase { case output, crashReport, frames(left: Int), done }
-    private var phase = Phase.output
+    private struct State {
+        var kept: [String] = []
+        var crashReport: [String] = []
+        var phase = Phase.output
+    }
+    private let state = Mutex(State())
 
     func append(_ line: String) {
         let trimmed = line.trimmingCharacters(in: .whitespaces)
         guard !trimmed.isEmpty else { return }
         let cut = String(trimmed.prefix(Self.lineLength))
-        lock.withLock {
-            switch phase {
+        state.withLock { s in
+            switch s.phase {
             case .output:
-                if trimmed.hasPrefix("*** Signal ") && trimmed.contains("Backtracing") { phase = .crashReport; return }
+                if trimmed.hasPrefix("*** Signal ") && trimmed.contains("Backtracing") { s.phase = .crashReport; return }
                 if trimmed.hasPrefix("*** Program crashed:") {
-                    phase = .crashReport
-                    crashReport.append(cut)
+                    s.phase = .crashReport
+                    s.crashReport.append(cut)
                     return
                 }
-                kept.append(cut)
-                if kept.count > Self.lines { kept.removeFirst(kept.count - Self.lines) }
+                s.kept.append(cut)
+                if s.kept.count > Self.lines { s.kept.removeFirst(s.kept.count - Self.lines) }
             case .crashReport:
                 if trimmed.hasPrefix("*** Program crashed:") {
-                    crashReport.append(cut)
+                    s.crashReport.append(cut)
                 } else if trimmed.hasPrefix("Thread "), trimmed.hasSuffix("crashed:") {
-                    phase = .frames(left: Self.frames)
+                    s.phase = .frames(left: Self.frames)
                 }
             case .frames(let left):
-                crashReport.append(cut)
-                phase = left > 1 ? .frames(left: left - 1) : .done
+                s.crashReport.append(cut)
+                s.phase = left > 1 ? .frames(left: left - 1) : .done
             case .done:
                 break
             }
         }
     }
 
-    var snapshot: [String] { lock.withLock { kept + crashReport } }
+    var snapshot: [String] { state.withLock { $0.kept + $0.crashReport } }
 }
 
 /// Which file a path names now, and as of when: a program rebuilt in place (same inode, new

@@ -6,20 +6,79 @@ import Synchronization
 import SearchlightUnits
 import SearchlightWire
 
-/// Retry and relaunch delays: `base` doubling per attempt up to `cap`, with ±10 % jitter so that
-/// many failing requests do not retry in lockstep (DESIGN §6: 10 s doubling to 5 min).
-enum Backoff {
-    static func delay(attempt: Int, base: TimeInterval, cap: TimeInterval) -> TimeInterval {
-        let exponent = Double(max(0, min(attempt - 1, 30)))
-        let raw = min(cap, base * pow(2, exponent))
-        return raw * Double.random(in: 0.9...1.1)
-    }
-}
+/// The daemon's launcher: the unit's program checked again (`LaunchProgram`), started by
+/// `ProcessSpawner` in a cgroup of its own where the daemon has them, its output to the log.
+struct ProcessLauncher: ExtensionLauncher {
+    /// System mode: who may have written the program is checked at every launch.
+    let system: Bool
+    let cgroups: ExtensionCgroups?
+    let log: Logger
 
-extension ExtensionHost {
     /// Environment variables that belong to the daemon's own relationship with systemd.
     static let strippedEnvironment: Set<String> = ["NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES",
                                                    "WATCHDOG_USEC", "WATCHDOG_PID", "SEARCHLIGHT_SOCKET"]
+
+    func launch(_ unit: ExtensionUnit, stderrTail: StderrTail) throws -> (process: any ExtensionProcess, socket: UnixSocket) {
+        // The program is checked again now, not only when the unit loaded: a folder made unsafe
+        // or a program swapped since then is refused. A binary then runs through the descriptor
+        // this check opened and verified; a script by its checked physical path.
+        let program = try LaunchProgram(unit: unit, system: system)
+        defer { program.close() }
+        var config = try spawnConfiguration(unit)
+        if let descriptor = program.descriptor { config.executableDescriptor = descriptor } else { config.executable = program.path }
+        let (mine, theirs) = try UnixSocket.pair()
+        let outputs: ExtensionOutput
+        do {
+            outputs = try ExtensionOutput(unit: unit, log: log, stderrTail: stderrTail)
+        } catch {
+            mine.close()
+            theirs.closeDescriptor()
+            throw error
+        }
+        let child: ChildProcess
+        let cgroup: ExtensionCgroup?
+        do {
+            (child, cgroup) = try spawn(config, label: unit.label, socket: theirs.fd, outputs: outputs)
+        } catch {
+            theirs.closeDescriptor()
+            mine.close()
+            outputs.closeChildEnds()
+            throw error
+        }
+        theirs.closeDescriptor()
+        outputs.closeChildEnds()
+        // Once it has exited, what it started dies with its cgroup (or, without one, with its
+        // session), and the daemon's ends of its output pipes are closed: a process that left the
+        // session could otherwise hold them, and a reader thread, for ever.
+        child.onExit { [cgroups, label = unit.label] _ in
+            if let cgroup {
+                cgroups?.retire(cgroup, label: label)
+            } else {
+                SessionProcesses.kill(child.pid)
+            }
+            outputs.finish()
+        }
+        return (SpawnedExtension(child: child, outputs: outputs), mine)
+    }
+
+    /// Starts `config` in a cgroup of its own when the daemon has them. A child that cannot move
+    /// into its cgroup turns cgroups off for later launches and is started again without.
+    private func spawn(_ config: SpawnConfiguration, label: String, socket: Int32, outputs: ExtensionOutput) throws -> (ChildProcess, ExtensionCgroup?) {
+        var config = config
+        let cgroup = cgroups?.create(label: label)
+        config.cgroupProcsDescriptor = cgroup?.procsDescriptor
+        do {
+            let child = try ProcessSpawner.spawn(config, extensionSocket: socket, stdout: outputs.stdout, stderr: outputs.stderr)
+            cgroup?.closeDescriptor()
+            return (child, cgroup)
+        } catch {
+            if let cgroup { cgroups?.retire(cgroup, label: label) }
+            guard error.step == .cgroup, let cgroup else { throw error }
+            cgroups?.disable("\(label) could not move into \(cgroup.path): \(String(cString: strerror(error.errno)))")
+            config.cgroupProcsDescriptor = nil
+            return (try ProcessSpawner.spawn(config, extensionSocket: socket, stdout: outputs.stdout, stderr: outputs.stderr), nil)
+        }
+    }
 
     /// How to start the unit's program (DESIGN §5): its argv and environment, the priority of its
     /// `ProcessType`, its resource limits, and its user when the daemon is root.

@@ -26,23 +26,40 @@ public struct Logger: Sendable {
     public let label: String
     public var logLevel: Level
     let journal: Bool
+    /// Where lines go instead of stderr: tests read what the daemon's parts log (nil: fd 2).
+    let sink: (@Sendable (String) -> Void)?
 
     public init(label: String, level: Level = .info) {
+        self.init(label: label, level: level, sink: nil)
+    }
+
+    init(label: String, level: Level = .info, sink: (@Sendable (String) -> Void)?) {
         self.label = label
         self.logLevel = level
-        journal = ProcessInfo.processInfo.environment["JOURNAL_STREAM"] != nil
+        self.sink = sink
+        journal = sink == nil && ProcessInfo.processInfo.environment["JOURNAL_STREAM"] != nil
     }
 
     public func log(_ level: Level, _ message: String, _ metadata: Metadata = [:]) {
         guard level >= logLevel else { return }
+        write(level, message, metadata.map { ($0.key, $0.value.description) })
+    }
+
+    /// A line whose fields were rendered already (a log line decided under a lock, written after).
+    func log(_ level: Level, _ message: String, fields: [(String, String)]) {
+        guard level >= logLevel else { return }
+        write(level, message, fields)
+    }
+
+    private func write(_ level: Level, _ message: String, _ fields: [(String, String)]) {
         var line = journal ? "<\(level.rawValue)>" : "\(ISO8601Short.now()) \(level.name) "
         line += message
-        for (k, v) in metadata {
-            let s = v.description
+        for (k, s) in fields {
             let needsQuotes = s.isEmpty || s.contains(where: { $0 == " " || $0 == "\"" || $0 == "=" })
             line += " \(k)=" + (needsQuotes ? "\"\(s.replacingOccurrences(of: "\"", with: "\\\""))\"" : s)
         }
         line = line.replacingOccurrences(of: "\n", with: "\\n") + "\n"
+        if let sink { return sink(line) }
         let bytes = Array(line.utf8)
         // One write(2) per line so concurrent lines never interleave.
         bytes.withUnsafeBytes { _ = Glibc.write(2, $0.baseAddress, $0.count) }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SearchlightStore
 import SearchlightUnits
 import SearchlightWire
@@ -11,7 +12,7 @@ import SearchlightWire
 /// The scheduler's thread asks `poll` at each pass; the load is sampled only while maintenance is
 /// due and waiting for idleness or running (once per interval), never while nothing is due. A
 /// run is background work: it gives way, between steps, as soon as the throttle leaves normal.
-final class Maintenance: @unchecked Sendable {
+final class Maintenance: Sendable {
     /// Items whose checksum is verified per index and run, and slots of the scrub's rotation
     /// (FTS5 integrity-check, then one table each) gone through per run: with the 7 tables of
     /// format 1, each index is checked whole every 4 runs (once a day at the default interval).
@@ -35,37 +36,40 @@ final class Maintenance: @unchecked Sendable {
     /// Unowned: the context holds the maintenance, and outlives it.
     unowned let context: ServiceContext
     private let record: MaintenanceRecord
-    private let lock = NSLock()
-    private var schedule: MaintenanceSchedule
-    private var running = false
-    /// Runs by hand (`admin.simulate idle`) in progress: the idle trigger waits for them.
-    private var byHand = 0
+    /// When runs are due, whether the idle trigger's run is in progress, and runs by hand.
+    private struct State {
+        var schedule: MaintenanceSchedule
+        var running = false
+        /// Runs by hand (`admin.simulate idle`) in progress: the idle trigger waits for them.
+        var byHand = 0
+    }
+    private let state: Mutex<State>
     /// One run at a time: the idle trigger and `admin.simulate idle` take turns.
-    private let runLock = NSLock()
+    private let runLock = Mutex(())
 
     init(context: ServiceContext, now: Date = Date()) throws {
         self.context = context
         record = try MaintenanceRecord(path: context.config.stateDirectory + "/supervisor.sqlite")
-        schedule = MaintenanceSchedule(interval: context.config.maintenanceInterval, idleAfter: context.config.idleAfter,
-            lastRun: record.lastRun(orRecord: now))
+        state = Mutex(State(schedule: MaintenanceSchedule(interval: context.config.maintenanceInterval,
+            idleAfter: context.config.idleAfter, lastRun: record.lastRun(orRecord: now))))
     }
 
     var log: Logger { context.log }
 
     /// Whether the load must be sampled for maintenance now (due and not yet run, or running).
     func wantsSampling(at now: Date) -> Bool {
-        lock.withLock { running || schedule.isDue(at: now) }
+        state.withLock { $0.running || $0.schedule.isDue(at: now) }
     }
 
     /// The scheduler's question at each pass, with the throttle as it now is.
     func poll(at now: Date, throttle: Throttle) -> Poll {
-        lock.withLock {
-            if running { return .running }
-            if byHand > 0 { return .watching }
-            guard schedule.shouldStart(at: now, throttle: throttle) else {
-                return schedule.isDue(at: now) ? .watching : .sleep(until: schedule.nextDue)
+        state.withLock { s in
+            if s.running { return .running }
+            if s.byHand > 0 { return .watching }
+            guard s.schedule.shouldStart(at: now, throttle: throttle) else {
+                return s.schedule.isDue(at: now) ? .watching : .sleep(until: s.schedule.nextDue)
             }
-            running = true
+            s.running = true
             return .start
         }
     }
@@ -75,9 +79,9 @@ final class Maintenance: @unchecked Sendable {
     func startIdleRun(yieldNow: @escaping @Sendable () -> Bool, done: @escaping @Sendable () -> Void) {
         let thread = Thread { [self] in
             let summary = run(bundle: nil, trigger: "idle", yieldNow: yieldNow)
-            lock.withLock {
-                running = false
-                if summary.yielded { schedule.yielded() } else { schedule.ran(at: Date()) }
+            state.withLock { s in
+                s.running = false
+                if summary.yielded { s.schedule.yielded() } else { s.schedule.ran(at: Date()) }
             }
             done()
         }
@@ -88,18 +92,18 @@ final class Maintenance: @unchecked Sendable {
     /// A run by hand (`admin.simulate idle`): now, whatever the load. Over every bundle, it
     /// counts as the periodic run (the next is due an interval later).
     func runByHand(bundle: String?) -> MaintenanceSummary {
-        lock.withLock { byHand += 1 }
+        state.withLock { $0.byHand += 1 }
         let summary = run(bundle: bundle, trigger: "simulate")
-        lock.withLock {
-            byHand -= 1
-            if bundle == nil, !summary.yielded { schedule.ran(at: Date()) }
+        state.withLock { s in
+            s.byHand -= 1
+            if bundle == nil, !summary.yielded { s.schedule.ran(at: Date()) }
         }
         return summary
     }
 
     /// `admin.status`'s `maintenance` object.
     var statusJSON: JSONValue {
-        let (s, isRunning) = lock.withLock { (schedule, running) }
+        let (s, isRunning) = state.withLock { ($0.schedule, $0.running) }
         var o: [String: JSONValue] = [
             "running": .bool(isRunning), "lastRun": .string(ISO8601.format(s.lastRun)),
             "nextDue": .string(ISO8601.format(s.nextDue)), "nextEligible": .string(ISO8601.format(s.nextEligible)),
@@ -112,8 +116,10 @@ final class Maintenance: @unchecked Sendable {
     /// One run over every index (or one bundle's). Records the run when it covered everything
     /// and went to its end. Waits for a run already in progress.
     func run(bundle only: String?, trigger: String, yieldNow: @Sendable () -> Bool = { false }) -> MaintenanceSummary {
-        runLock.lock()
-        defer { runLock.unlock() }
+        runLock.withLock { _ in runAlone(bundle: only, trigger: trigger, yieldNow: yieldNow) }
+    }
+
+    private func runAlone(bundle only: String?, trigger: String, yieldNow: @Sendable () -> Bool) -> MaintenanceSummary {
         var summary = MaintenanceSummary(trigger: trigger, started: Date())
         log.info("maintenance started", ["trigger": trigger, "bundle": only ?? "*"])
         context.events.emit("maintenance.started", ["trigger": .string(trigger), "bundle": only.map(JSONValue.string) ?? .null])

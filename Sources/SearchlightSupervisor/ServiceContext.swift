@@ -79,7 +79,7 @@ final class ServiceContext: @unchecked Sendable {
 
     /// The uid a unit's bundle belongs to (DESIGN §6): its `UserName` in system mode, else the daemon's.
     func unitOwner(_ unit: ExtensionUnit) -> UInt32 {
-        if daemonUID == 0, let name = unit.userName, let ids = ExtensionHost.userIDs(name) { return ids.uid }
+        if daemonUID == 0, let name = unit.userName, let ids = ProcessLauncher.userIDs(name) { return ids.uid }
         return daemonUID
     }
 

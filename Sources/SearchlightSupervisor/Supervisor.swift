@@ -2,39 +2,141 @@
 import Glibc
 #endif
 import Foundation
+import Synchronization
 import SearchlightWire
 
 /// The daemon as a library: loads state, listens on the socket, serves clients until stopped.
-/// Shaped like a swift-service-lifecycle `Service`: one `run()`, and `stop()` for a graceful end.
-public final class Supervisor: @unchecked Sendable {
+///
+/// A service in the shape of swift-service-lifecycle's `ServiceGroup`: one `run()` that returns
+/// when the daemon has stopped, and `stop()` (SIGTERM, SIGINT) that asks for a graceful stop,
+/// which escalates to a forced one after `--stop-timeout`. The request scheduler's loop is its
+/// child task; blocking calls (loading state, joining connection threads, draining index writers)
+/// run on threads of their own, never on the task pool.
+public final class Supervisor: Sendable {
     public let config: Configuration
     let log: Logger
-    private let lock = NSLock()
-    private var stopRequested = false
-    private let stopped = DispatchSemaphore(value: 0)
-    private var scheduler: RequestScheduler?
-    private var systemd: SystemdAgent?
     /// `$NOTIFY_SOCKET` and the watchdog, read (and removed from the environment) at init.
     let notifier = SystemdNotifier.fromEnvironment()
+
+    private enum State {
+        case initial
+        case starting
+        case running(Daemon)
+        case finished
+    }
+
+    private let state = Mutex(State.initial)
+    /// `stop()` yields here; `run()` waits on it (a stop asked before `run()` is kept).
+    private let stopRequests: AsyncStream<Void>
+    private let stopContinuation: AsyncStream<Void>.Continuation
+
+    /// What `run()` started, for the stop.
+    private struct Daemon: Sendable {
+        let context: ServiceContext
+        let scheduler: RequestScheduler
+        let server: ClientServer
+        let migrator: Migrator
+        let agent: SystemdAgent
+        /// The listening socket came from systemd, which owns (and removes) its file.
+        let activated: Bool
+    }
 
     public init(config: Configuration) {
         self.config = config
         self.log = Logger(label: "searchlightd", level: config.logLevel)
+        (stopRequests, stopContinuation) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
     /// Runs until `stop()`; throws when the daemon cannot start (state or socket unusable).
-    public func run() throws {
+    public func run() async throws {
+        try state.withLock { state in
+            guard case .initial = state else { throw SearchlightError(.invalidRequest, "Supervisor.run() was called twice") }
+            state = .starting
+        }
+        let daemon: Daemon
+        do {
+            daemon = try await onThread("start") { try self.start() }
+        } catch {
+            state.withLock { $0 = .finished }
+            throw error
+        }
+        state.withLock { $0 = .running(daemon) }
+        // The scheduler's loop in a task of its own, not a child: a forced stop must be able to
+        // end `run()` even if the loop does not end when cancelled (the last resort of the stop).
+        let schedulerEnded = Promise<Void>()
+        let loop = Task {
+            await daemon.scheduler.run()
+            schedulerEnded.fulfil(())
+        }
+        for await _ in stopRequests { break }
+        log.notice("searchlightd stopping")
+        // Graceful, in a task of its own too, so that its deadline holds even over a call that blocks.
+        let stopped = Promise<Void>()
+        Task {
+            await self.stopGracefully(daemon, schedulerEnded: schedulerEnded)
+            stopped.fulfil(())
+        }
+        let clock = SystemClock()
+        if await stopped.value(within: config.stopTimeout, clock: clock) == nil {
+            // Forced: the scheduler's loop and its requests are cancelled, every extension is
+            // killed with what it started; what still blocks is left to the process's exit.
+            log.error("graceful stop did not finish in time; forcing it", ["after_s": config.stopTimeout])
+            loop.cancel()
+            daemon.scheduler.killExtensions()
+            let killed = Promise<Void>()
+            let thread = Thread {
+                daemon.context.cgroups?.removeAll()
+                killed.fulfil(())
+            }
+            thread.name = "force-stop"
+            thread.start()
+            _ = await killed.value(within: 10, clock: clock)
+            if await schedulerEnded.value(within: 5, clock: clock) == nil {
+                log.error("the request scheduler did not end when cancelled; stopping without it")
+            }
+        }
+        if !daemon.activated { unlink(config.socketPath) }
+        state.withLock { $0 = .finished }
+        log.notice("searchlightd stopped")
+    }
+
+    /// Client calls in flight finish and commit; extensions are asked to exit (their requests
+    /// stay journaled, resumed at the next start; SIGKILL after 5 s); then connections close and
+    /// every index writer drains its queue.
+    private func stopGracefully(_ daemon: Daemon, schedulerEnded: Promise<Void>) async {
+        _ = try? await onThread("stop") { daemon.agent.stopping() }
+        await daemon.scheduler.beginShutdown(extensionDeadline: 5)
+        _ = await schedulerEnded.value()
+        _ = try? await onThread("stop") {
+            // What the extensions left running dies with their cgroups.
+            daemon.context.cgroups?.removeAll()
+            daemon.server.stop()
+            daemon.migrator.drain()
+            daemon.context.registry.closeAll()
+        }
+    }
+
+    /// Asks `run()` to stop gracefully (escalating to a forced stop after `--stop-timeout`). Idempotent.
+    public func stop() {
+        stopContinuation.yield()
+    }
+
+    /// Re-reads the unit files (SIGHUP).
+    public func reloadUnits() {
+        if case .running(let daemon) = state.withLock({ $0 }) { daemon.scheduler.reloadUnits() }
+    }
+
+    /// Loads the state, opens the socket, starts serving; `READY=1`.
+    private func start() throws -> Daemon {
         signal(SIGPIPE, SIG_IGN)
         let context = try ServiceContext(config: config, log: log)
         context.cgroups = ExtensionCgroups.make(mode: config.extensionCgroups, log: log)
         // Before anything opens an index: a set-aside the last run was killed in is finished.
         context.recovery.finishSetAsides(registry: context.registry)
-        let scheduler = RequestScheduler(context: context, journal: context.journal, catalog: context.catalog)
-        context.scheduler = scheduler
         let maintenance = try Maintenance(context: context)
         context.maintenance = maintenance
-        scheduler.maintenance = maintenance
-        lock.withLock { self.scheduler = scheduler }
+        let scheduler = RequestScheduler(context: context, journal: context.journal, catalog: context.catalog, maintenance: maintenance)
+        context.scheduler = scheduler
         scheduler.observeOutcomes { [recovery = context.recovery] request, outcome in recovery.requestFinished(request, outcome) }
         scheduler.observeOutcomes { [fill = context.initialFill] request, outcome in fill.requestFinished(request, outcome) }
         context.initialFill.resume()
@@ -56,7 +158,6 @@ public final class Supervisor: @unchecked Sendable {
         let socketPath = activated.flatMap { SocketActivation.localPath($0.fd) } ?? config.socketPath
         let server = ClientServer(context: context, listener: listener)
         server.start()
-        scheduler.start()
         // The loops the watchdog checks: the scheduler's (woken), and the accept loop (a
         // connection of our own, closed at once, makes it go round).
         var probes: [WatchdogHealth.Probe] = [.init(name: "scheduler", turns: { scheduler.turns }, poke: { scheduler.wake() })]
@@ -64,9 +165,8 @@ public final class Supervisor: @unchecked Sendable {
             probes.append(.init(name: "accept", turns: { server.turns }, poke: { WatchdogHealth.knock(socketPath) }))
         }
         let agent = SystemdAgent(notifier: notifier, log: log, status: { StatusLine.make(context) }, health: WatchdogHealth(probes: probes))
-        lock.withLock { systemd = agent }
         let status = agent.ready()
-        context.events.observe { _ in agent.statusChanged() }
+        context.events.observe { _, _ in agent.statusChanged() }
         log.notice("searchlightd ready", [
             "version": Version.string, "mode": config.system ? "system" : "user", "socket": socketPath,
             "activated": activated != nil, "state": config.stateDirectory, "pid": getpid(),
@@ -76,32 +176,7 @@ public final class Supervisor: @unchecked Sendable {
             "max_connections": config.maxConnections, "max_connections_per_user": config.maxConnectionsPerUser,
             "idle_timeout_s": config.idleTimeout, "status": status,
         ])
-        stopped.wait()
-        log.notice("searchlightd stopping")
-        agent.stopping()
-        scheduler.stop()
-        // What the extensions left running dies with their cgroups.
-        context.cgroups?.removeAll()
-        server.stop()
-        migrator.drain()
-        context.registry.closeAll()
-        if activated == nil { unlink(config.socketPath) }
-        log.notice("searchlightd stopped")
-    }
-
-    /// Re-reads the unit files (SIGHUP).
-    public func reloadUnits() {
-        lock.withLock { scheduler }?.reloadUnits()
-    }
-
-    /// Asks `run()` to stop gracefully: client calls in flight finish and commit; extensions are
-    /// asked to exit (their requests stay journaled, resumed at the next start); then close. Idempotent.
-    public func stop() {
-        let first = lock.withLock {
-            defer { stopRequested = true }
-            return !stopRequested
-        }
-        if first { stopped.signal() }
+        return Daemon(context: context, scheduler: scheduler, server: server, migrator: migrator, agent: agent, activated: activated != nil)
     }
 
     /// User mode: the socket's directory is private (0700) and ours. System mode: world-searchable,
@@ -116,5 +191,15 @@ public final class Supervisor: @unchecked Sendable {
             throw SystemError("socket directory \(dir) is not a directory owned by uid \(getuid()); remove it", errno: EPERM)
         }
         if !config.system, (st.st_mode & 0o077) != 0 { chmod(dir, 0o700) }
+    }
+}
+
+/// Runs `work` on a thread of its own and returns its result: for calls that block (opening
+/// databases, joining threads, draining writers), which must never hold a thread of the task pool.
+func onThread<T: Sendable>(_ name: String, _ work: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        let thread = Thread { continuation.resume(with: Result { try work() }) }
+        thread.name = name
+        thread.start()
     }
 }

@@ -2,12 +2,13 @@
 import Glibc
 #endif
 import Foundation
+import Synchronization
 import SearchlightWire
 
 /// sd_notify(3) in plain Swift (no libsystemd): datagrams to `$NOTIFY_SOCKET`, a path or an
 /// abstract `@name`. Without `NOTIFY_SOCKET` every call is a no-op, so the daemon runs the same
 /// by hand, under systemd, and in tests (which bind a datagram socket of their own).
-public final class SystemdNotifier: @unchecked Sendable {
+public final class SystemdNotifier: Sendable {
     /// `NOTIFY_SOCKET` as given, or nil when not started by systemd with `Type=notify`.
     public let socketPath: String?
     /// Half of `WATCHDOG_USEC` when the watchdog is enabled for this process, else nil.
@@ -70,7 +71,7 @@ public final class SystemdNotifier: @unchecked Sendable {
 /// it was last poked. Each check pokes every loop (e.g. wakes the scheduler thread); the next
 /// check, half a `WatchdogSec` later, finds its turn counter moved, or names it as wedged. A loop
 /// stuck in one step stops the pings, and systemd kills and restarts the daemon.
-final class WatchdogHealth: @unchecked Sendable {
+final class WatchdogHealth: Sendable {
     struct Probe: Sendable {
         var name: String
         /// Increases every time the loop goes round.
@@ -80,11 +81,12 @@ final class WatchdogHealth: @unchecked Sendable {
     }
 
     private let probes: [Probe]
-    private var seen: [UInt64?]
+    /// Each loop's turn count at the previous check (nil before the first).
+    private let seen: Mutex<[UInt64?]>
 
     init(probes: [Probe]) {
         self.probes = probes
-        seen = Array(repeating: nil, count: probes.count)
+        seen = Mutex(Array(repeating: nil, count: probes.count))
     }
 
     /// Connects to the daemon's own socket and closes at once, so that the accept loop goes
@@ -105,8 +107,8 @@ final class WatchdogHealth: @unchecked Sendable {
         var wedged: String?
         for i in probes.indices {
             let turns = probes[i].turns()
-            if let previous = seen[i], turns == previous { wedged = wedged ?? probes[i].name }
-            seen[i] = turns
+            let previous = seen.withLock { seen in defer { seen[i] = turns }; return seen[i] }
+            if let previous, turns == previous { wedged = wedged ?? probes[i].name }
             probes[i].poke()
         }
         return wedged

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import SearchlightSupervisor
+import Synchronization
 
 // searchlightd: thin executable, flags -> Configuration -> Supervisor.
 
@@ -44,6 +45,7 @@ let usage = """
             --load-interval SECONDS (2): sampling period while background work waits or runs
             --idle-after SECONDS (60)  --maintenance-interval SECONDS (21600): idle maintenance
     other:  --no-full-sync  commit with synchronous=NORMAL (durable on crash, not on power loss)
+            --stop-timeout SECONDS (45): a graceful stop (SIGTERM) taking longer is forced
             --version, --help
     """
 
@@ -125,6 +127,7 @@ func parseArguments(_ args: [String]) -> Configuration {
             guard let seconds = Double(v), seconds >= 0, seconds <= 3600 else { fail("--backoff must be seconds between 0 and 3600, got \"\(v)\"") }
             config.backoffBase = seconds
         case "--max-request-attempts": config.maxRequestAttempts = positive(flag)
+        case "--stop-timeout": config.stopTimeout = seconds(flag, max: 3600)
         case "--quarantine-limit": config.quarantineLimit = positive(flag)
         case "--extension-cgroups":
             let v = value(flag)
@@ -174,10 +177,27 @@ SignalWaiter.start { sig in
         supervisor.stop()
     }
 }
-do {
-    try supervisor.run()
-    exit(0)
-} catch {
-    FileHandle.standardError.write(Data("searchlightd: cannot start: \(error)\n".utf8))
-    exit(1)
+/// The daemon's life: `run()` until SIGTERM/SIGINT (or a failure to start). Awaited in a task
+/// while the main thread, whose signals were blocked before any thread existed, waits for it:
+/// an async top-level `main` runs on a thread of the runtime's choosing, and `dispatchMain()`
+/// parks the main thread in `sigsuspend` with every signal unblocked, where a SIGHUP would kill
+/// the daemon instead of reaching the sigwait thread.
+func serve(_ supervisor: Supervisor) async -> Int32 {
+    do {
+        try await supervisor.run()
+        return 0
+    } catch {
+        FileHandle.standardError.write(Data("searchlightd: cannot start: \(error)\n".utf8))
+        return 1
+    }
 }
+let exitStatus = Mutex<Int32>(1)
+let served = DispatchSemaphore(value: 0)
+// Detached: top-level code is on the main actor, whose thread waits below.
+Task.detached {
+    let status = await serve(supervisor)
+    exitStatus.withLock { $0 = status }
+    served.signal()
+}
+served.wait()
+exit(exitStatus.withLock { $0 })

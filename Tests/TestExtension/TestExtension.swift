@@ -19,7 +19,9 @@ import SearchlightKit
 ///   and `foreign-client-state`, then goes on as ok), `tty` (records as `tty` whether it can open
 ///   /dev/tty, with its pid, session and process group, then goes on as ok), or `escape` (starts
 ///   a grandchild that calls setsid() and sleeps for ever holding stdout, stderr and fd 3,
-///   records its pid as `escape`, then goes on as ok);
+///   records its pid as `escape`, then goes on as ok), or `stubborn` (ignores SIGTERM, records
+///   `stubborn`, and its handler never returns nor heeds cancellation, so `extension.shutdown`
+///   does not end it either: only SIGKILL does);
 /// - `TEST_EXTENSION_PRINT`, when set, is written as a line to stdout and to stderr at launch;
 /// - `received.jsonl` gets one line per request received, so tests can see what was asked.
 /// `TEST_EXTENSION_ITEMS` (default 100) is how many items a reindex-all donates.
@@ -122,6 +124,10 @@ struct TestExtension: IndexExtension {
                 while true { pause() }
             }
             Self.record("escape", ["grandchild": .number(Double(pid))])
+        case "stubborn":
+            signal(SIGTERM, SIG_IGN)
+            Self.record("stubborn", [:])
+            while true { usleep(100_000) }
         case "nack":
             throw SearchlightError(.extensionFailed, "told to fail by the test")
         case "batch-nack":

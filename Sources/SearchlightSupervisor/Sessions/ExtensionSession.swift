@@ -91,10 +91,7 @@ final class ExtensionSession: BundleSession {
     /// wait this long before they are processed (DESIGN §6: pacing of a throttled extension's
     /// donations). Only this connection's thread waits: other clients and extensions go on.
     func donationPacing(_ method: String) -> TimeInterval? {
-        guard method.hasPrefix("index."), method != Method.indexFetchLastClientState,
-              host.servesBackgroundRequest, let scheduler = client.context.scheduler else { return nil }
-        guard let delay = RequestScheduler.donationPacing[scheduler.throttle.state] else { return nil }
-        host.notePaced()
-        return delay
+        guard method.hasPrefix("index."), method != Method.indexFetchLastClientState else { return nil }
+        return host.donationDelay()
     }
 }
