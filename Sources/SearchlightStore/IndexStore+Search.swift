@@ -98,7 +98,9 @@ extension IndexStore {
         var st = stat()
         var bytes: Int64 = 0
         for suffix in ["", "-wal"] where stat(path + suffix, &st) == 0 { bytes += Int64(st.st_size) }
-        return IndexSummary(itemCount: count, fileBytes: bytes, formatVersion: formatVersion, hasClientState: state != nil)
+        var summary = IndexSummary(itemCount: count, fileBytes: bytes, formatVersion: formatVersion, hasClientState: state != nil)
+        (summary.vectors, summary.refined) = try vectorCounts()
+        return summary
     }
 
     /// Runs SQLite's and FTS5's own integrity checks. With `repair`, a damaged full-text index is

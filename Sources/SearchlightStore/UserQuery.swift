@@ -10,8 +10,26 @@ public struct UserQueryRequest: Sendable {
     public var maxSuggestionCount = 0
     public var filter: SQLFilter?
     public var fetch: [String]?
+    /// Semantic search (hybrid ranking): the query's vector and the weight of the vector side.
+    /// nil: lexical only. Applies in stores with vectors (`IndexStore.hasVectors`).
+    public var semantic: SemanticRequest?
+    /// Whether the result carries, per item, its ranks on each side and its fused score.
+    public var explain = false
 
     public init(text: String) { self.text = text }
+}
+
+/// The vector side of a user query.
+public struct SemanticRequest: Sendable {
+    /// The query embedded (static table or transformer: the same space).
+    public var vector: [Float]
+    /// 0…1: the weight of the vector side in the fusion (`HybridFusion`).
+    public var weight: Double
+
+    public init(vector: [Float], weight: Double) {
+        self.vector = vector
+        self.weight = weight
+    }
 }
 
 /// A suggested query: a completion of the word being typed, or a correction of a misspelt one.
@@ -32,6 +50,9 @@ public struct UserQueryResult: Sendable {
     public var scores: [Double]
     public var rankedItems: [JSONValue]
     public var suggestions: [Suggestion]
+    /// With `explain`, one per item of `items`: where each side ranked it and its score (the
+    /// fused score in a hybrid query, else the lexical score).
+    public var explanations: [FusedCandidate]?
 }
 
 extension UserQueryRequest {
@@ -137,19 +158,36 @@ extension IndexStore {
         let terms = try UserQueryTerms(request.text, maxTerms: options.limits.maxQueryTerms)
         let now = options.clock().timeIntervalSince1970
         let fetch = request.fetch.map(Set.init)
+        let semantic = hasVectors ? request.semantic : nil
+        if semantic != nil { try loadVectors() }
         return try read(budget: budget) { db in
             try db.transaction("DEFERRED") {
                 var items: [JSONValue] = []
                 var scores: [Double] = []
-                if !terms.words.isEmpty, request.maxResultCount > 0 {
-                    let top = try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now, path: path)
-                    items.reserveCapacity(top.candidates.count)
-                    for c in top.candidates {
+                var explanations: [FusedCandidate]? = request.explain ? [] : nil
+                var ranking: [FusedCandidate] = []
+                if request.maxResultCount > 0 {
+                    let lexical = terms.words.isEmpty ? []
+                        : try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now, path: path).candidates
+                    if let semantic {
+                        let nearest = try vectorCandidates(db, query: semantic.vector, limit: request.maxResultCount, filter: request.filter,
+                            now: now, budget: budget)
+                        // A lower score is better across indexes (the lexical convention): the fused score negated.
+                        ranking = HybridFusion.fuse(lexical: lexical.map(\.rowID), vector: nearest, weight: semantic.weight,
+                            limit: request.maxResultCount).map { var c = $0; c.score = -c.score; return c }
+                    } else {
+                        ranking = lexical.enumerated().map {
+                            FusedCandidate(rowID: $1.rowID, lexicalRank: $0 + 1, vectorRank: nil, similarity: nil, score: $1.score)
+                        }
+                    }
+                    items.reserveCapacity(ranking.count)
+                    for c in ranking {
                         try budget?.check()
                         guard let row = try db.rows("SELECT \(ItemRecord.selectColumns) FROM items WHERE items.rowid = ?", [.integer(c.rowID)]).first
                         else { continue }
                         items.append(ItemRecord(row: row, fetch: fetch).wireItem(fetch: fetch))
                         scores.append(c.score)
+                        explanations?.append(c)
                     }
                 }
                 let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
@@ -158,7 +196,7 @@ extension IndexStore {
                     suggestions = try self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db,
                         path: path, budget: budget)
                 }
-                return UserQueryResult(items: items, scores: scores, rankedItems: ranked, suggestions: suggestions)
+                return UserQueryResult(items: items, scores: scores, rankedItems: ranked, suggestions: suggestions, explanations: explanations)
             }
         }
     }

@@ -1,0 +1,157 @@
+import Foundation
+import SearchlightSemantic
+import SearchlightWire
+
+extension Schema {
+    /// The first format with `item_vectors`.
+    public static let firstVectorFormat = 5
+}
+
+/// Semantic search's side of the store (Docs/SemanticSearch.md, "In the daemon"): each item's
+/// vector written with its text, the in-memory index loaded on the first semantic query, the
+/// items of an older file filled in the background, and the vector top-k of a query checked
+/// against `items` like the lexical side.
+extension IndexStore {
+    /// Whether this store writes and searches vectors: an encoder, and a file of format 5 or later.
+    public var hasVectors: Bool { options.vectorEncoder != nil && formatVersion >= Schema.firstVectorFormat }
+
+    // MARK: Writer (inside the group's transaction)
+
+    func putVector(_ rowid: Int64, _ vector: QuantizedVector, _ statements: WriterStatements) throws {
+        guard let s = statements.putVector else { return }
+        s.reset()
+        try s.bind(.integer(rowid), at: 1)
+        try s.bind(.blob(vector.blob), at: 2)
+        try s.run()
+        vectors.writerPut(rowid, vector)
+    }
+
+    func deleteVector(_ rowid: Int64) throws {
+        guard formatVersion >= Schema.firstVectorFormat else { return }
+        try writer.run("DELETE FROM item_vectors WHERE rowid = ?", [.integer(rowid)])
+        if writer.changes > 0 { vectors.writerDelete(rowid) }
+    }
+
+    // MARK: Loading and filling
+
+    /// Loads the in-memory index (on the writer thread, between groups, so that it is the
+    /// committed state and every later commit is applied to it), then starts the background fill
+    /// of items that have no vector yet (a file opened from an older format, items donated while
+    /// the daemon had no encoder). Returns at once when it is loaded.
+    public func loadVectors() throws(SearchlightError) {
+        guard let encoder = options.vectorEncoder, hasVectors else { return }
+        if !vectors.isLoaded {
+            _ = try writeOutsideTransaction { store in
+                guard !store.vectors.isLoaded else { return ApplyResult() }
+                let (index, unreadable) = try VectorTable().load(dimension: encoder.dimension, from: store.writer)
+                // A row that does not decode is deleted, so the fill embeds its item again.
+                for rowid in unreadable { try store.writer.run("DELETE FROM item_vectors WHERE rowid = ?", [.integer(rowid)]) }
+                store.vectors.install(index)
+                return ApplyResult()
+            }
+        }
+        if vectors.claimFill() {
+            let thread = Thread { [self] in
+                fillMissingVectors(encoder)
+                vectors.fillEnded()
+            }
+            thread.name = "vector-fill"
+            thread.qualityOfService = .utility
+            thread.start()
+        }
+    }
+
+    /// Items per batch of the background fill: one batch is a few milliseconds of the writer.
+    static let vectorFillBatch = 256
+
+    /// Embeds every item without a vector, in batches: read on a reader, embedded on this thread,
+    /// stored by the writer as maintenance (`INSERT OR IGNORE`, and only while the item exists:
+    /// a donation that wrote a vector meanwhile wins, a deleted item gets none). It gives way to
+    /// donations: while a client wrote in the last 200 ms it waits.
+    func fillMissingVectors(_ encoder: StaticEncoder) {
+        var after: Int64 = 0
+        while !isClosing {
+            if secondsSinceClientWrite < 0.2 {
+                Thread.sleep(forTimeInterval: 0.05)
+                continue
+            }
+            guard let rows = try? read({ db in
+                try db.rows("""
+                    SELECT rowid, title, contentDescription, textContent FROM items
+                    WHERE rowid > ? AND NOT EXISTS (SELECT 1 FROM item_vectors v WHERE v.rowid = items.rowid)
+                    ORDER BY rowid LIMIT ?
+                    """, [.integer(after), .integer(Int64(Self.vectorFillBatch))])
+            }), let last = rows.last?.int(0) else { return }
+            after = last
+            var made: [(Int64, QuantizedVector)] = []
+            for row in rows {
+                guard let rowid = row.int(0) else { continue }
+                let text = StoredRow.semanticText([row.string(1), nil, nil, row.string(2), row.string(3)])
+                if !text.isEmpty { made.append((rowid, QuantizedVector(encoder.embed(text)))) }
+            }
+            let batch = made
+            do {
+                _ = try maintenanceWrite { store in
+                    for (rowid, v) in batch {
+                        try store.writer.run("""
+                            INSERT OR IGNORE INTO item_vectors(rowid, vector) SELECT ?1, ?2 WHERE EXISTS (SELECT 1 FROM items WHERE rowid = ?1)
+                            """, [.integer(rowid), .blob(v.blob)])
+                        if store.writer.changes == 1 { store.vectors.writerPut(rowid, v) }
+                    }
+                    return ApplyResult()
+                }
+            } catch {
+                return
+            }
+        }
+    }
+
+    /// Vectors stored and how many of them the transformer made (`refined`), for `status`.
+    public func vectorCounts() throws(SearchlightError) -> (vectors: Int, refined: Int) {
+        guard formatVersion >= Schema.firstVectorFormat else { return (0, 0) }
+        if let counts = vectors.counts { return counts }
+        return try read { db in
+            let row = try db.rows(Self.vectorCountSQL).first
+            return (Int(row?.int(0) ?? 0), Int(row?.int(1) ?? 0))
+        }
+    }
+
+    /// Vectors, and refined ones (flags bit 0 in the BLOB's second byte: `QuantizedVector.blob`).
+    static let vectorCountSQL = "SELECT count(*), coalesce(sum(unicode(substr(vector, 2, 1)) & 1), 0) FROM item_vectors"
+
+    /// Whether the background fill of missing vectors is running.
+    public var isFillingVectors: Bool { vectors.isFilling }
+
+    // MARK: Searching
+
+    /// The `limit` items nearest to `query` that are visible and pass `filter`, best first. The
+    /// index is searched for more than `limit` and the hits are checked in SQL (so a deleted or
+    /// expired item, or one outside the filter, is never returned); when too many fail, the
+    /// search is repeated for four times as many, and past 4 096 it searches only among the
+    /// items SQL allows.
+    func vectorCandidates(_ db: Database, query: [Float], limit: Int, filter: SQLFilter?, now: Double, budget: QueryBudget?)
+        throws -> [VectorMatch]
+    {
+        guard limit > 0 else { return [] }
+        let filter = filter ?? .all
+        let driver = filter.ftsMatch.map { _ in " AND items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH ?)" } ?? ""
+        let conditions = "\(Self.visible) AND (\(filter.sql))\(driver)"
+        let conditionBindings: [SQLValue] = [.double(now), .double(now)] + filter.bindings + (filter.ftsMatch.map { [.text($0)] } ?? [])
+        var k = max(limit * 2, 64)
+        while true {
+            try budget?.check()
+            guard let (matches, total) = vectors.search(query, k: k) else { return [] }
+            let ids = "[" + matches.map { String($0.rowid) }.joined(separator: ",") + "]"
+            let allowed = Set(try db.rows("SELECT items.rowid FROM items WHERE items.rowid IN (SELECT value FROM json_each(?)) AND \(conditions)",
+                [.text(ids)] + conditionBindings).compactMap { $0.int(0) })
+            let kept = matches.filter { allowed.contains($0.rowid) }
+            if kept.count >= limit || matches.count < k || k >= total { return Array(kept.prefix(limit)) }
+            if k >= 4096 {
+                try budget?.check()
+                let all = Set(try db.rows("SELECT items.rowid FROM items WHERE \(conditions)", conditionBindings).compactMap { $0.int(0) })
+                return vectors.search(query, k: limit, mode: .exact, allowed: { all.contains($0) })?.matches ?? []
+            }
+            k *= 4
+        }
+    }
+}
