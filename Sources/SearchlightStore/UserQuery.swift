@@ -25,10 +25,17 @@ public struct SemanticRequest: Sendable {
     public var vector: [Float]
     /// 0…1: the weight of the vector side in the fusion (`HybridFusion`).
     public var weight: Double
+    /// Vector hits less similar than this (cosine) are left out: the vector side always has a
+    /// nearest item, and without a floor every query would list unrelated items. 0.35 separates
+    /// related from unrelated texts on the examples measured (Docs/SemanticSearch.md).
+    public var minimumSimilarity: Float
 
-    public init(vector: [Float], weight: Double) {
+    public static let defaultMinimumSimilarity: Float = 0.35
+
+    public init(vector: [Float], weight: Double, minimumSimilarity: Float = SemanticRequest.defaultMinimumSimilarity) {
         self.vector = vector
         self.weight = weight
+        self.minimumSimilarity = minimumSimilarity
     }
 }
 
@@ -171,7 +178,7 @@ extension IndexStore {
                         : try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now, path: path).candidates
                     if let semantic {
                         let nearest = try vectorCandidates(db, query: semantic.vector, limit: request.maxResultCount, filter: request.filter,
-                            now: now, budget: budget)
+                            now: now, minimumSimilarity: semantic.minimumSimilarity, budget: budget)
                         // A lower score is better across indexes (the lexical convention): the fused score negated.
                         ranking = HybridFusion.fuse(lexical: lexical.map(\.rowID), vector: nearest, weight: semantic.weight,
                             limit: request.maxResultCount).map { var c = $0; c.score = -c.score; return c }

@@ -100,8 +100,21 @@ struct StoreVectorTests {
     func filterApplies() throws {
         let f = try StoreFixture(vectors: true)
         try f.donateMeanings()
-        let filter = try QueryFront.filter(query: nil, filterQueries: [#"title == "GIMP""#], limits: Limits(), now: f.clock.now)
-        #expect(f.ids(try f.hybrid("listen to songs", filter: filter)) == ["images"])
+        try f.donate(try f.item("radio", ["title": "Radio tray", "contentDescription": "streaming audio player",
+                                          "textContent": "Plays music streams from online stations."]))
+        #expect(Set(f.ids(try f.hybrid("listen to songs"))) == ["music", "radio"])
+        let filter = try QueryFront.filter(query: nil, filterQueries: [#"title == "Radio*""#], limits: Limits(), now: f.clock.now)
+        #expect(f.ids(try f.hybrid("listen to songs", filter: filter)) == ["radio"])
+    }
+
+    @Test("vector hits below the similarity floor are left out: a query about nothing in the index finds nothing")
+    func similarityFloor() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        #expect(f.ids(try f.hybrid("xyzzy")).isEmpty)
+        var r = UserQueryRequest(text: "xyzzy")
+        r.semantic = SemanticRequest(vector: staticEncoder.embed("xyzzy"), weight: 0.5, minimumSimilarity: -1)
+        #expect(try f.store.userQuery(r).items.count == 5, "without a floor the vector side ranks every item")
     }
 
     @Test("a file of format 4 gets the vector table when opened and its items' vectors in the background")

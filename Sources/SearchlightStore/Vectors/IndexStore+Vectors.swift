@@ -128,9 +128,9 @@ extension IndexStore {
     /// index is searched for more than `limit` and the hits are checked in SQL (so a deleted or
     /// expired item, or one outside the filter, is never returned); when too many fail, the
     /// search is repeated for four times as many, and past 4 096 it searches only among the
-    /// items SQL allows.
-    func vectorCandidates(_ db: Database, query: [Float], limit: Int, filter: SQLFilter?, now: Double, budget: QueryBudget?)
-        throws -> [VectorMatch]
+    /// items SQL allows. Hits below `minimumSimilarity` are left out (and end the widening).
+    func vectorCandidates(_ db: Database, query: [Float], limit: Int, filter: SQLFilter?, now: Double, minimumSimilarity: Float = -1,
+        budget: QueryBudget?) throws -> [VectorMatch]
     {
         guard limit > 0 else { return [] }
         let filter = filter ?? .all
@@ -140,16 +140,19 @@ extension IndexStore {
         var k = max(limit * 2, 64)
         while true {
             try budget?.check()
-            guard let (matches, total) = vectors.search(query, k: k) else { return [] }
+            guard let (found, total) = vectors.search(query, k: k) else { return [] }
+            let matches = found.filter { $0.similarity >= minimumSimilarity }
+            let floorReached = matches.count < found.count
             let ids = "[" + matches.map { String($0.rowid) }.joined(separator: ",") + "]"
             let allowed = Set(try db.rows("SELECT items.rowid FROM items WHERE items.rowid IN (SELECT value FROM json_each(?)) AND \(conditions)",
                 [.text(ids)] + conditionBindings).compactMap { $0.int(0) })
             let kept = matches.filter { allowed.contains($0.rowid) }
-            if kept.count >= limit || matches.count < k || k >= total { return Array(kept.prefix(limit)) }
+            if kept.count >= limit || floorReached || found.count < k || k >= total { return Array(kept.prefix(limit)) }
             if k >= 4096 {
                 try budget?.check()
                 let all = Set(try db.rows("SELECT items.rowid FROM items WHERE \(conditions)", conditionBindings).compactMap { $0.int(0) })
-                return vectors.search(query, k: limit, mode: .exact, allowed: { all.contains($0) })?.matches ?? []
+                return (vectors.search(query, k: limit, mode: .exact, allowed: { all.contains($0) })?.matches ?? [])
+                    .filter { $0.similarity >= minimumSimilarity }
             }
             k *= 4
         }
