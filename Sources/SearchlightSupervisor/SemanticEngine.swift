@@ -103,6 +103,16 @@ final class SemanticEngine: @unchecked Sendable {
         }
     }
 
+    /// The transformer for background refinement: loaded (as by `query.prepare`) when its files
+    /// are there; nil otherwise.
+    func transformerForRefinement() -> TransformerEncoder? {
+        prepare()
+        return lock.withLock { transformer }
+    }
+
+    /// Refinement is using the transformer: the idle unload waits.
+    func touch() { lock.withLock { lastUse = Date() } }
+
     /// The query's vector: the transformer's when it is loaded, else the static table's (the same
     /// space: Docs/SemanticSearch.md measured the mixed case). nil when unavailable.
     func embedQuery(_ text: String) -> [Float]? {

@@ -113,15 +113,44 @@ struct SemanticSearchTests {
         #expect(json["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first?["vectors"]?.intValue == 0)
     }
 
-    @Test("query.prepare loads the transformer, queries use it, and it is unloaded after --model-idle")
-    func prepareAndUnload() async throws {
+    /// The folder `make model` fills (`SEARCHLIGHT_MODEL_DIR`, as `make test` sets it), when the
+    /// transformer's files are there.
+    static var transformerModel: String? {
         let model = ProcessInfo.processInfo.environment["SEARCHLIGHT_MODEL_DIR"]
             ?? (NSHomeDirectory() + "/.local/share/searchlight/models/all-MiniLM-L6-v2")
         guard FileManager.default.fileExists(atPath: model + "/model.safetensors"),
               FileManager.default.fileExists(atPath: model + "/static-table.bin") else {
             print("SKIPPED: the model files are not in \(model); run `make model`")
-            return
+            return nil
         }
+        return model
+    }
+
+    @Test("idle maintenance refines the stored vectors with the transformer; status counts them")
+    func refinement() throws {
+        guard let model = Self.transformerModel else { return }
+        let dir = TempDir()
+        let daemon = try DaemonProcess(arguments: ["--model-dir", model], dir: dir)
+        try Self.importItems(Self.items, bundle: "com.example.apps", daemon: daemon, dir: dir) { try runCLI($0, socket: daemon.socket) }
+        func index() throws -> JSONValue? {
+            let json = try JSONValue.parse(Array(try runCLI(["status", "--json"], socket: daemon.socket).stdout.utf8))
+            return json["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first
+        }
+        #expect(try index()?["vectors"]?.intValue == 4 && index()?["refined"]?.intValue == 0)
+        let mark = daemon.log.count
+        let idle = try runCLI(["simulate", "idle", "--json"], socket: daemon.socket)
+        #expect(idle.status == 0, "\(idle.stderr)")
+        let line = try daemon.waitForLog("vectors refined", after: mark)
+        #expect(line.contains("items=4"), "\(line)")
+        #expect(try index()?["refined"]?.intValue == 4)
+        let status = try runCLI(["status"], socket: daemon.socket)
+        #expect(status.stdout.contains("4 (4 refined)"), "\(status.stdout)")
+        #expect(try search(["com.example.apps", "listen to songs"], daemon).ids.first == "music")
+    }
+
+    @Test("query.prepare loads the transformer, queries use it, and it is unloaded after --model-idle")
+    func prepareAndUnload() async throws {
+        guard let model = Self.transformerModel else { return }
         let dir = TempDir()
         let daemon = try DaemonProcess(arguments: ["--model-dir", model, "--model-idle", "1"], dir: dir)
         try Self.importItems(Self.items, bundle: "com.example.apps", daemon: daemon, dir: dir) { try runCLI($0, socket: daemon.socket) }

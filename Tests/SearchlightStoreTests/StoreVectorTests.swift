@@ -135,6 +135,26 @@ struct StoreVectorTests {
     }
 }
 
+extension StoreVectorTests {
+    @Test("refinement replaces each static vector once, counts it as refined, and stops when told to yield")
+    func refinement() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        #expect(try f.store.refineVectors(embed: { $0.map(staticEncoder.embed) }, yieldNow: { true }) == 0)
+        #expect(try f.store.vectorCounts().refined == 0)
+        var batches = 0
+        #expect(try f.store.refineVectors(batch: 2, embed: { batches += 1; return $0.map(staticEncoder.embed) }, yieldNow: { false }) == 5)
+        #expect(batches == 3)
+        #expect(try f.store.vectorCounts() == (vectors: 5, refined: 5))
+        #expect(try f.store.refineVectors(embed: { $0.map(staticEncoder.embed) }, yieldNow: { false }) == 0)
+        // A donation writes a static vector again: the next run refines it.
+        try f.donate(try f.item("chess", ["title": "GNU Chess", "textContent": "plays chess"]))
+        #expect(try f.store.vectorCounts().refined == 4)
+        #expect(try f.store.refineVectors(embed: { $0.map(staticEncoder.embed) }, yieldNow: { false }) == 1)
+        #expect(f.ids(try f.hybrid("listen to songs")).first == "music")
+    }
+}
+
 @Suite("Hybrid fusion")
 struct HybridFusionTests {
     func m(_ rowid: Int64, _ s: Float = 0.5) -> VectorMatch { VectorMatch(rowid: rowid, similarity: s) }

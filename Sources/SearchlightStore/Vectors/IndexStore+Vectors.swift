@@ -117,10 +117,57 @@ extension IndexStore {
     }
 
     /// Vectors, and refined ones (flags bit 0 in the BLOB's second byte: `QuantizedVector.blob`).
-    static let vectorCountSQL = "SELECT count(*), coalesce(sum(unicode(substr(vector, 2, 1)) & 1), 0) FROM item_vectors"
+    static let vectorCountSQL = "SELECT count(*), count(CASE WHEN hex(substr(vector, 2, 1)) = '01' THEN 1 END) FROM item_vectors"
 
     /// Whether the background fill of missing vectors is running.
     public var isFillingVectors: Bool { vectors.isFilling }
+
+    // MARK: Refinement
+
+    /// Replaces static vectors by the transformer's (`embed`: texts to unit vectors), in batches
+    /// of `batch` items in rowid order, until none is left or `yieldNow` says to stop (checked
+    /// between batches). A vector is replaced only while it is still the one read (a donation
+    /// meanwhile wrote a newer static vector, which a later run refines). Returns the vectors
+    /// refined. Idle maintenance runs it (`Maintenance`), so it gives way to load like the rest.
+    public func refineVectors(batch: Int = 16, embed: ([String]) -> [[Float]], yieldNow: () -> Bool) throws(SearchlightError) -> Int {
+        guard hasVectors else { return 0 }
+        var after: Int64 = 0, refined = 0
+        while !isClosing && !yieldNow() {
+            let rows = try read { db in
+                try db.rows("""
+                    SELECT v.rowid, v.vector, i.title, i.contentDescription, i.textContent FROM item_vectors v
+                    JOIN items i ON i.rowid = v.rowid
+                    WHERE v.rowid > ? AND hex(substr(v.vector, 2, 1)) = '00' ORDER BY v.rowid LIMIT ?
+                    """, [.integer(after), .integer(Int64(batch))])
+            }
+            guard let last = rows.last?.int(0) else { break }
+            after = last
+            var texts: [String] = [], keys: [(Int64, [UInt8])] = []
+            for row in rows {
+                guard let rowid = row.int(0), case .blob(let old) = row.values[1] else { continue }
+                let text = StoredRow.semanticText([row.string(2), nil, nil, row.string(3), row.string(4)])
+                guard !text.isEmpty else { continue }
+                texts.append(text)
+                keys.append((rowid, old))
+            }
+            let vectors = embed(texts).map { QuantizedVector($0, refined: true) }
+            let updates = Array(zip(keys, vectors))
+            let n = try maintenanceWrite { store in
+                var r = ApplyResult()
+                for ((rowid, old), v) in updates {
+                    try store.writer.run("UPDATE item_vectors SET vector = ? WHERE rowid = ? AND vector = ?",
+                        [.blob(v.blob), .integer(rowid), .blob(old)])
+                    if store.writer.changes == 1 {
+                        store.vectors.writerPut(rowid, v)
+                        r.indexed += 1
+                    }
+                }
+                return r
+            }.indexed
+            refined += n
+        }
+        return refined
+    }
 
     // MARK: Searching
 
