@@ -14,8 +14,8 @@ import SearchlightWire
 /// run is background work: it gives way, between steps, as soon as the throttle leaves normal.
 final class Maintenance: Sendable {
     /// Items whose checksum is verified per index and run, and slots of the scrub's rotation
-    /// (FTS5 integrity-check, then one table each) gone through per run: with the 7 tables of
-    /// format 1, each index is checked whole every 4 runs (once a day at the default interval).
+    /// (FTS5 integrity-check, then one table each) gone through per run: with the 11 tables of
+    /// format 5, each index is checked whole every 6 runs (a day and a half at the default interval).
     static let scrubRows = 5000
     static let scrubTables = 2
     /// Identifiers requested per index and run for items expiring within a day.
