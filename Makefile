@@ -148,10 +148,10 @@ uninstall:
 # The daemon in the foreground, user mode, with the sample extensions' units; the first start
 # indexes the samples (and the Tags app's demo photos, put in its store first if it has none).
 # From a second terminal: .build/debug/searchlight search "json parser"
-run: build extensions
+run: build extensions test-model
 	@Extensions/Tags/Sample/demo.sh Extensions/Tags/.build/debug/tags
 	@echo "make run: searchlightd in the foreground, user mode, units from $(UNITS) (it logs its socket); Ctrl-C stops it"
-	exec $(BUILD)/searchlightd --units-dir $(UNITS) $(if $(SEARCHLIGHT_SOCKET),--socket $(SEARCHLIGHT_SOCKET),)
+	exec $(BUILD)/searchlightd --units-dir $(UNITS) --model-dir $(MODEL_DIR) $(if $(SEARCHLIGHT_SOCKET),--socket $(SEARCHLIGHT_SOCKET),)
 
 # Builds the executables and the sample extensions first: integration tests run the real
 # searchlightd, searchlight and extension processes.

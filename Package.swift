@@ -41,10 +41,10 @@ let package = Package(
         .target(name: "SearchlightWire", swiftSettings: strict),
         // Launchd-like unit files: parser, model, checks (the daemon, the CLI and the fuzzer use it).
         .target(name: "SearchlightUnits", dependencies: ["SearchlightWire"], swiftSettings: strict),
-        .target(name: "SearchlightStore", dependencies: ["CSQLite", "SearchlightWire"], swiftSettings: strict),
+        .target(name: "SearchlightStore", dependencies: ["CSQLite", "SearchlightWire", "SearchlightSemantic"], swiftSettings: strict),
         .target(
             name: "SearchlightSemantic",
-            dependencies: ["COpenBLAS", "SearchlightWire", "SearchlightStore"],
+            dependencies: ["COpenBLAS", "SearchlightWire"],
             swiftSettings: strict
         ),
         // Offline tools of the semantic layer: embeddings for the static table's fit, the
@@ -64,7 +64,7 @@ let package = Package(
         .target(name: "CSpawn"),
         .target(
             name: "SearchlightSupervisor",
-            dependencies: ["SearchlightWire", "SearchlightUnits", "SearchlightStore", "CSpawn"],
+            dependencies: ["SearchlightWire", "SearchlightUnits", "SearchlightStore", "SearchlightSemantic", "CSpawn"],
             swiftSettings: strict
         ),
         // The fuzz targets and the deterministic mutation fuzzer (`make test` runs them bounded;
@@ -103,7 +103,7 @@ let package = Package(
             swiftSettings: strict
         ),
         .testTarget(name: "SearchlightWireTests", dependencies: ["SearchlightWire"], swiftSettings: strict),
-        .testTarget(name: "SearchlightStoreTests", dependencies: ["SearchlightStore", "CSQLite"], swiftSettings: strict),
+        .testTarget(name: "SearchlightStoreTests", dependencies: ["SearchlightStore", "SearchlightSemantic", "CSQLite"], swiftSettings: strict),
         .testTarget(
             name: "SearchlightSemanticTests",
             dependencies: ["SearchlightSemantic", "SearchlightStore", "SearchlightWire"],

@@ -9,6 +9,13 @@ public struct UserQueryContext: Sendable {
     public var maxSuggestionCount = 0
     public var filterQueries: [String] = []
     public var fetchAttributes: [String]?
+    /// Semantic search (hybrid ranking, Docs/SemanticSearch.md); nil: the daemon's default (on
+    /// when it has the model's static table).
+    public var semanticSearch: Bool?
+    /// 0…1: the weight of the vector side in the fusion.
+    public var semanticWeight = 0.5
+    /// Each item's ranks and score in `Response.explanations`.
+    public var explain = false
 
     public init() {}
 
@@ -16,8 +23,35 @@ public struct UserQueryContext: Sendable {
     var wire: QueryUser.Context {
         QueryUser.Context(enableRankedResults: enableRankedResults, maxRankedResultCount: maxRankedResultCount,
             maxResultCount: maxResultCount, maxSuggestionCount: maxSuggestionCount, filterQueries: filterQueries,
-            fetchAttributes: fetchAttributes)
+            fetchAttributes: fetchAttributes, semanticSearch: semanticSearch, semanticWeight: semanticWeight, explain: explain)
     }
+}
+
+/// Why an item ranks where it does (`UserQueryContext.explain`): its rank on each side (1-based,
+/// nil when that side did not find it), its vector's similarity to the query's, the fused score.
+public struct RankExplanation: Sendable, Equatable {
+    public var lexicalRank: Int?
+    public var vectorRank: Int?
+    public var similarity: Double?
+    /// Higher is better.
+    public var score: Double
+
+    init?(wire: JSONValue?) {
+        guard let o = wire, let score = o["score"]?.doubleValue else { return nil }
+        lexicalRank = o["lexicalRank"]?.intValue
+        vectorRank = o["vectorRank"]?.intValue
+        similarity = o["similarity"]?.doubleValue
+        self.score = score
+    }
+}
+
+/// The state of the daemon's semantic model (`UserQuery.prepare()`).
+public struct SemanticModelState: Sendable, Equatable {
+    /// `unavailable`, `unloaded` or `loaded`.
+    public var state: String
+    /// Why it is not loaded, with the command that installs the model.
+    public var reason: String?
+    public var modelDirectory: String
 }
 
 /// A suggested query (CSSuggestion): a completion of the word being typed or a correction.
@@ -42,6 +76,8 @@ public struct UserQuery: Sendable {
         public var suggestions: [QuerySuggestion]
         /// The index is being refilled after damage (recovery): items may be missing for now.
         public var isIncomplete = false
+        /// With `explain`, one per item of `items`.
+        public var explanations: [RankExplanation?] = []
     }
 
     public init(userQueryString: String, userQueryContext: UserQueryContext = UserQueryContext(), index: SearchableIndex) {
@@ -56,8 +92,24 @@ public struct UserQuery: Sendable {
             QuerySuggestion(text: s.text, highlight: s.highlight.map { $0[0]..<($0[0] + $0[1]) },
                 kind: QuerySuggestion.Kind(rawValue: s.kind) ?? .completion)
         }
-        return Response(items: r.items.compactMap(SearchableItem.init(wire:)), rankedItems: r.rankedItems.compactMap(SearchableItem.init(wire:)),
-            suggestions: suggestions, isIncomplete: r.incomplete)
+        let parsed = r.items.compactMap { wire in SearchableItem(wire: wire).map { ($0, RankExplanation(wire: wire["explain"])) } }
+        return Response(items: parsed.map(\.0), rankedItems: r.rankedItems.compactMap(SearchableItem.init(wire:)),
+            suggestions: suggestions, isIncomplete: r.incomplete, explanations: context.explain ? parsed.map(\.1) : [])
+    }
+
+    /// Loads the daemon's semantic model ahead of the first query (CSUserQuery.prepare()), so the
+    /// first query does not wait for it. Answers its state; without the model files `reason`
+    /// says which are missing and how to install them (queries then use the static table, or
+    /// stay lexical where that is missing too).
+    @discardableResult
+    public func prepare() async throws -> SemanticModelState { try await Self.prepare(index: index) }
+
+    @discardableResult
+    public static func prepare(index: SearchableIndex) async throws -> SemanticModelState {
+        let r = try await index.send(QueryPrepare())
+        let s = r.result["semantic"]
+        return SemanticModelState(state: s?["state"]?.stringValue ?? "unavailable", reason: s?["reason"]?.stringValue,
+            modelDirectory: s?["modelDirectory"]?.stringValue ?? "")
     }
 
     /// Tells the index the user engaged with an item; it ranks higher in later queries.

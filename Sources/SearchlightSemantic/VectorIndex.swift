@@ -2,6 +2,11 @@
 public struct VectorMatch: Sendable, Equatable {
     public var rowid: Int64
     public var similarity: Float
+
+    public init(rowid: Int64, similarity: Float) {
+        self.rowid = rowid
+        self.similarity = similarity
+    }
 }
 
 /// The vectors of one index in memory, keyed by item rowid (the key of the BLOB rows they are
@@ -29,7 +34,7 @@ public struct VectorIndex: Sendable {
     private(set) var codes: [Int8] = []
     private(set) var scales: [Float] = []
     private(set) var signs: [UInt64] = []
-    private(set) var rowids: [Int64] = []
+    public private(set) var rowids: [Int64] = []
     private(set) var refinedFlags: [Bool] = []
     private var slots: [Int64: Int] = [:]
 

@@ -109,8 +109,10 @@ extension IndexStore {
                     pending: above + rewritten, builds: stats.builds, lastError: stats.lastError)
             }
         }
-        return IndexSummary(itemCount: count, fileBytes: bytes, formatVersion: formatVersion, hasClientState: state != nil,
+        var summary = IndexSummary(itemCount: count, fileBytes: bytes, formatVersion: formatVersion, hasClientState: state != nil,
             rankedIndex: ranked)
+        (summary.vectors, summary.refined) = try vectorCounts()
+        return summary
     }
 
     /// Runs SQLite's and FTS5's own integrity checks. With `repair`, a damaged full-text index is

@@ -22,12 +22,13 @@ extension IndexStore {
     /// donation time (the default expiration counts from it).
     func prepare(_ mutations: [Mutation]) -> [PreparedMutation] {
         let defaultExpires = options.clock().timeIntervalSince1970 + options.defaultExpiration
+        let encoder = options.vectorEncoder
         return mutations.map { mutation in
             switch mutation {
             case .items(let items):
                 .items(items.map { item in
                     item.isUpdate ? .update(item)
-                        : .replace(uid: item.uniqueIdentifier, row: StoredRow(ItemRecord(item: item, defaultExpires: defaultExpires)))
+                        : .replace(uid: item.uniqueIdentifier, row: StoredRow(ItemRecord(item: item, defaultExpires: defaultExpires), encoder: encoder))
                 })
             case .deleteIdentifiers(let ids): .deleteIdentifiers(ids)
             case .deleteDomains(let domains): .deleteDomains(domains)
@@ -89,8 +90,11 @@ extension IndexStore {
         let deleteFullText: Statement
         /// The stored row of an identifier: its rowid and full-text values (to remove its FTS entries).
         let existingRow: Statement
+        /// Stores an item's vector (format 5 and later; nil in an older file waiting for its migration).
+        let putVector: Statement?
 
-        init(_ db: Database) throws {
+        init(_ db: Database, vectors: Bool) throws {
+            putVector = vectors ? try Statement(database: db, sql: "INSERT OR REPLACE INTO item_vectors(rowid, vector) VALUES (?, ?)") : nil
             let columns = ftsColumnList
             insertItem = try Statement(database: db, sql: """
                 INSERT INTO items(uid, domain, expires, related, title, displayName, alternateNames, contentDescription,
@@ -127,6 +131,7 @@ extension IndexStore {
                         let rowid = writer.lastInsertRowID
                         try ftsInsert(rowid: rowid, row, statements)
                         try rankWriter.touched(rowid, writer)
+                        if let v = row.vector { try putVector(rowid, v, statements) }
                         itemCount += 1
                         result.indexed += 1
                         continue
@@ -154,7 +159,7 @@ extension IndexStore {
                 if update.domainIdentifier != nil { merged.domain = update.domainIdentifier }
                 if let e = update.expirationDate { merged.expires = e.timeIntervalSince1970 }
                 merged.apply(wireAttributes: update.attributeSet.values)
-                try replace(rowid: rowid, oldText: existing.values[1...Schema.ftsColumns.count], with: StoredRow(merged), statements)
+                try replace(rowid: rowid, oldText: existing.values[1...Schema.ftsColumns.count], with: StoredRow(merged, encoder: options.vectorEncoder), statements)
             }
             result.indexed += 1
         }
@@ -169,6 +174,11 @@ extension IndexStore {
         try update.run()
         try ftsInsert(rowid: rowid, row, statements)
         try rankWriter.touched(rowid, writer)
+        if let v = row.vector {
+            try putVector(rowid, v, statements)
+        } else {
+            try deleteVector(rowid)
+        }
     }
 
     private func ftsInsert(rowid: Int64, _ row: StoredRow, _ statements: WriterStatements) throws {
@@ -198,6 +208,7 @@ extension IndexStore {
                 guard let rowid = row.int(0), let uid = row.string(1) else { continue }
                 try ftsDelete(rowid: rowid, oldText: row.values[2...])
                 try rankWriter.touched(rowid, writer)
+                try deleteVector(rowid)
                 doomed.append(uid)
             }
         }
@@ -220,6 +231,10 @@ extension IndexStore {
             DELETE FROM meta WHERE key = 'clientState';
             DELETE FROM engagement;
             """)
+        if formatVersion >= Schema.firstVectorFormat {
+            try writer.execute("DELETE FROM item_vectors")
+            vectors.writerCleared()
+        }
         try rankWriter.clear(writer)
         itemCount = 0
         return n

@@ -48,10 +48,12 @@ public final class IndexStore: @unchecked Sendable {
     private(set) lazy var rankMaintainer = RankMaintainer(store: self)
     /// Documents above the ranked index's coverage or written since, tokenized (Ranked/DeltaDocuments).
     let deltaCache = DeltaCache()
+    /// Semantic search's vectors in memory, following the commits (Vectors/StoreVectors).
+    let vectors = StoreVectors()
 
     func writerStatements() throws -> WriterStatements {
         if let s = preparedWriterStatements { return s }
-        let s = try WriterStatements(writer)
+        let s = try WriterStatements(writer, vectors: formatVersion >= Schema.firstVectorFormat)
         preparedWriterStatements = s
         return s
     }
@@ -362,6 +364,9 @@ public final class IndexStore: @unchecked Sendable {
             let mapped = mapAndRecord(error)
             results = group.map { _ in .failure(mapped) }
         }
+        // A call rolled back (alone or with its group) may have journalled vectors that did not
+        // commit: the in-memory index is then reloaded from the table instead of patched.
+        vectors.writerCommitted(clean: results.allSatisfy { if case .success = $0 { true } else { false } })
         stateLock.withLock {
             commits += 1
             committedCalls += group.count
@@ -537,7 +542,14 @@ public final class IndexStore: @unchecked Sendable {
             var st = stat()
             var bytes: Int64 = 0
             for suffix in ["", "-wal"] where stat(path + suffix, &st) == 0 { bytes += Int64(st.st_size) }
-            return IndexSummary(itemCount: items, fileBytes: bytes, formatVersion: format, hasClientState: { if case .blob? = state { true } else { false } }())
+            var summary = IndexSummary(itemCount: items, fileBytes: bytes, formatVersion: format,
+                hasClientState: { if case .blob? = state { true } else { false } }())
+            if try db.scalar("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'item_vectors'") != nil,
+               let row = try db.rows(Self.vectorCountSQL).first {
+                summary.vectors = Int(row.int(0) ?? 0)
+                summary.refined = Int(row.int(1) ?? 0)
+            }
+            return summary
         } catch {
             throw map(error, path: path)
         }

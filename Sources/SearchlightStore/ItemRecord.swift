@@ -1,4 +1,5 @@
 import Foundation
+import SearchlightSemantic
 import SearchlightWire
 
 /// An item in storage form: the row of `items` (see `Schema`).
@@ -238,8 +239,23 @@ struct StoredRow {
     let columns: [SQLValue]
     /// The full-text columns, `aux` last (the FTS5 row, and what a later delete must repeat).
     let fullText: [SQLValue]
+    /// The item's semantic vector (`VectorTable`), made from `semanticText` when the store has
+    /// an encoder: on the caller's thread for a donation, so the writer only stores it.
+    let vector: QuantizedVector?
 
-    init(_ record: ItemRecord) {
+    /// The text semantic search embeds: title, contentDescription and textContent, joined by
+    /// ". " (what the relevance evaluation of Docs/SemanticSearch.md measured as a document).
+    static func semanticText(_ text: [String?]) -> String {
+        [0, 3, 4].compactMap { i in i < text.count ? text[i].flatMap { $0.isEmpty ? nil : $0 } : nil }.joined(separator: ". ")
+    }
+
+    init(_ record: ItemRecord, encoder: StaticEncoder? = nil) {
+        if let encoder {
+            let text = Self.semanticText(record.text)
+            vector = text.isEmpty ? nil : QuantizedVector(encoder.embed(text))
+        } else {
+            vector = nil
+        }
         func text(_ s: String?) -> SQLValue { s.map(SQLValue.text) ?? .null }
         func real(_ d: Double?) -> SQLValue { d.map(SQLValue.double) ?? .null }
         let attrs = record.attrsJSON

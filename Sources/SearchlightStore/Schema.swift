@@ -30,9 +30,14 @@ public enum Schema {
     ///   raised all the same, so that an older build, which would write without marking what the
     ///   ranked index must re-read, refuses the file instead of leaving the index stale.
     ///
+    /// - 5: the vectors of semantic search (`vectorTables`, issue 18): one int8 vector per item,
+    ///   written in the transaction that writes its text when the store has an encoder. A file of
+    ///   format 1, 3 or 4 gets the (empty) table when opened; the vectors of its items are filled
+    ///   in the background (`IndexStore.fillMissingVectors`), so no reindex-all is needed.
+    ///
     /// Every format has the same `items` and `fts` columns, so an older file is read and written by
     /// the same SQL while it waits for its migration. Formats 1 and 3 need none (`needsRebuild`).
-    public static let formatVersion = 4
+    public static let formatVersion = 5
 
     /// The oldest format this build opens (and migrates).
     public static let oldestReadableFormat = 1
@@ -50,7 +55,7 @@ public enum Schema {
     }
 
     /// What turns a file of an older format that needs no rebuild into this build's format.
-    static var upgradeInPlace: String { rankTables + "PRAGMA user_version=\(formatVersion);" }
+    static var upgradeInPlace: String { rankTables + vectorTables + "PRAGMA user_version=\(formatVersion);" }
 
     /// The schema of this build's format.
     public static var create: String { create(format: formatVersion) }
@@ -59,7 +64,7 @@ public enum Schema {
     /// differ. Tests make files of older formats with it.
     public static func create(format: Int) -> String {
         createTemplate.replacingOccurrences(of: "$FTS_OPTIONS", with: ftsOptions(format: format))
-            + (format >= 4 ? rankTables : "")
+            + (format >= 4 ? rankTables : "") + (format >= 5 ? vectorTables : "")
     }
 
     private static func ftsOptions(format: Int) -> String { format == 2 ? ", prefix='2 3 4'" : "" }
@@ -71,6 +76,7 @@ public enum Schema {
         """
         DROP TABLE fts_vocab; DROP TABLE fts_vocab_col; DROP TABLE fts;
         DROP INDEX IF EXISTS rank_terms_key; DROP TABLE IF EXISTS rank_terms; DROP TABLE IF EXISTS rank_segments; DROP TABLE IF EXISTS rank_dirty;
+        DROP TABLE IF EXISTS item_vectors;
         DELETE FROM meta WHERE key LIKE 'rank_%';
         \(create(format: format))
         INSERT INTO fts(fts) VALUES ('rebuild');
@@ -147,6 +153,16 @@ extension Schema {
         );
         CREATE INDEX IF NOT EXISTS rank_terms_key ON rank_terms(segment, term, docs, column_docs);
         CREATE TABLE IF NOT EXISTS rank_dirty(rowid INTEGER PRIMARY KEY, seq INTEGER NOT NULL);
+
+        """
+}
+
+extension Schema {
+    /// Semantic search's vectors (format 5; `VectorTable`, Docs/SemanticSearch.md): the item's
+    /// rowid and its `QuantizedVector` BLOB (384 int8 codes, a scale, whether the transformer
+    /// made it). Every path that deletes an item deletes its row in the same transaction.
+    static let vectorTables = """
+        CREATE TABLE IF NOT EXISTS item_vectors(rowid INTEGER PRIMARY KEY, vector BLOB NOT NULL);
 
         """
 }

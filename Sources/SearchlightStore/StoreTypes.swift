@@ -1,4 +1,5 @@
 import Foundation
+import SearchlightSemantic
 import SearchlightWire
 
 /// How an index store behaves; the daemon fills it from its flags.
@@ -26,6 +27,9 @@ public struct StoreOptions: Sendable {
     public var streamIndexItems = 100_000
     /// Seconds without a call that end a stream: the cache shrinks back and its memory is returned.
     public var streamIdleSeconds = 2.0
+    /// The static encoder of semantic search (Docs/SemanticSearch.md): with it, every donated
+    /// item's vector is written with its text, and user queries can search the vectors.
+    public var vectorEncoder: StaticEncoder?
     /// Whether queries start background builds of the ranked index (`RankMaintainer`); tests that
     /// want to decide when it is built turn it off and call `buildRankedIndex()`.
     public var rankedIndexBuilds = true
@@ -84,6 +88,9 @@ public struct IndexSummary: Sendable {
     public var hasClientState: Bool
     /// The ranked index, nil for a file of an older format.
     public var rankedIndex: RankedIndexSummary?
+    /// Items with a semantic vector, and how many of those the transformer made.
+    public var vectors = 0
+    public var refined = 0
 }
 
 /// How much of an index the ranked index holds (`admin.status`).

@@ -10,8 +10,33 @@ public struct UserQueryRequest: Sendable {
     public var maxSuggestionCount = 0
     public var filter: SQLFilter?
     public var fetch: [String]?
+    /// Semantic search (hybrid ranking): the query's vector and the weight of the vector side.
+    /// nil: lexical only. Applies in stores with vectors (`IndexStore.hasVectors`).
+    public var semantic: SemanticRequest?
+    /// Whether the result carries, per item, its ranks on each side and its fused score.
+    public var explain = false
 
     public init(text: String) { self.text = text }
+}
+
+/// The vector side of a user query.
+public struct SemanticRequest: Sendable {
+    /// The query embedded (static table or transformer: the same space).
+    public var vector: [Float]
+    /// 0…1: the weight of the vector side in the fusion (`HybridFusion`).
+    public var weight: Double
+    /// Vector hits less similar than this (cosine) are left out: the vector side always has a
+    /// nearest item, and without a floor every query would list unrelated items. 0.35 separates
+    /// related from unrelated texts on the examples measured (Docs/SemanticSearch.md).
+    public var minimumSimilarity: Float
+
+    public static let defaultMinimumSimilarity: Float = 0.35
+
+    public init(vector: [Float], weight: Double, minimumSimilarity: Float = SemanticRequest.defaultMinimumSimilarity) {
+        self.vector = vector
+        self.weight = weight
+        self.minimumSimilarity = minimumSimilarity
+    }
 }
 
 /// A suggested query: a completion of the word being typed, or a correction of a misspelt one.
@@ -32,6 +57,9 @@ public struct UserQueryResult: Sendable {
     public var scores: [Double]
     public var rankedItems: [JSONValue]
     public var suggestions: [Suggestion]
+    /// With `explain`, one per item of `items`: where each side ranked it and its score (the
+    /// fused score in a hybrid query, else the lexical score).
+    public var explanations: [FusedCandidate]?
 }
 
 extension UserQueryRequest {
@@ -137,20 +165,37 @@ extension IndexStore {
         let terms = try UserQueryTerms(request.text, maxTerms: options.limits.maxQueryTerms)
         let now = options.clock().timeIntervalSince1970
         let fetch = request.fetch.map(Set.init)
+        let semantic = hasVectors ? request.semantic : nil
+        if semantic != nil { try loadVectors() }
         return try read(budget: budget) { db in
             try db.transaction("DEFERRED") {
                 var items: [JSONValue] = []
                 var scores: [Double] = []
-                if !terms.words.isEmpty, request.maxResultCount > 0 {
-                    let top = try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now, path: path)
-                    items.reserveCapacity(top.candidates.count)
+                var explanations: [FusedCandidate]? = request.explain ? [] : nil
+                var ranking: [FusedCandidate] = []
+                if request.maxResultCount > 0 {
+                    let lexical = terms.words.isEmpty ? []
+                        : try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now, path: path).candidates
+                    if let semantic {
+                        let nearest = try vectorCandidates(db, query: semantic.vector, limit: request.maxResultCount, filter: request.filter,
+                            now: now, minimumSimilarity: semantic.minimumSimilarity, budget: budget)
+                        // A lower score is better across indexes (the lexical convention): the fused score negated.
+                        ranking = HybridFusion.fuse(lexical: lexical.map(\.rowID), vector: nearest, weight: semantic.weight,
+                            limit: request.maxResultCount).map { var c = $0; c.score = -c.score; return c }
+                    } else {
+                        ranking = lexical.enumerated().map {
+                            FusedCandidate(rowID: $1.rowID, lexicalRank: $0 + 1, vectorRank: nil, similarity: nil, score: $1.score)
+                        }
+                    }
+                    items.reserveCapacity(ranking.count)
                     let columns = ItemRecord.selectColumns(fetch: fetch)
-                    for c in top.candidates {
+                    for c in ranking {
                         try budget?.check()
                         guard let row = try db.rows("SELECT \(columns) FROM items WHERE items.rowid = ?", [.integer(c.rowID)]).first
                         else { continue }
                         items.append(ItemRecord(row: row, fetch: fetch).wireItem(fetch: fetch))
                         scores.append(c.score)
+                        explanations?.append(c)
                     }
                 }
                 let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
@@ -159,7 +204,7 @@ extension IndexStore {
                     suggestions = try self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db,
                         path: path, budget: budget)
                 }
-                return UserQueryResult(items: items, scores: scores, rankedItems: ranked, suggestions: suggestions)
+                return UserQueryResult(items: items, scores: scores, rankedItems: ranked, suggestions: suggestions, explanations: explanations)
             }
         }
     }

@@ -67,6 +67,10 @@ public struct Configuration: Sendable {
     public var extensionCgroups = ExtensionCgroupMode.auto
     /// Seconds one query may run before it is stopped and answered `cancelled` (`--query-timeout`).
     public var queryTimeout: Double = 10
+    /// The semantic model's folder (`--model-dir`, DESIGN §11); nil: the mode's default.
+    public var modelDirectory: String?
+    /// Seconds without a semantic query after which the transformer is unloaded (`--model-idle`).
+    public var modelIdleSeconds: Double = 300
     /// Seconds after which a query still running is logged as slow, once (`--slow-query`).
     public var slowQuery: Double = 1
     /// Test seams (hidden flags, Docs/Reliability.md): seconds slept at every budget check of a

@@ -7,15 +7,15 @@ import SearchlightWire
 /// Idle maintenance (DESIGN §6 *Idle*): at most every `--maintenance-interval`, once the machine
 /// has been idle for `--idle-after`, for every index: purge expired items, ask extensions with
 /// `RefreshExpiringItems` to reindex items expiring within a day, scrub a bounded slice, optimize
-/// the full-text index, checkpoint the WAL.
+/// the full-text index, refine the semantic vectors with the transformer, checkpoint the WAL.
 ///
 /// The scheduler's thread asks `poll` at each pass; the load is sampled only while maintenance is
 /// due and waiting for idleness or running (once per interval), never while nothing is due. A
 /// run is background work: it gives way, between steps, as soon as the throttle leaves normal.
 final class Maintenance: Sendable {
     /// Items whose checksum is verified per index and run, and slots of the scrub's rotation
-    /// (FTS5 integrity-check, then one table each) gone through per run: with the 7 tables of
-    /// format 1, each index is checked whole every 4 runs (once a day at the default interval).
+    /// (FTS5 integrity-check, then one table each) gone through per run: with the 11 tables of
+    /// format 5, each index is checked whole every 6 runs (a day and a half at the default interval).
     static let scrubRows = 5000
     static let scrubTables = 2
     /// Identifiers requested per index and run for items expiring within a day.
@@ -145,6 +145,7 @@ final class Maintenance: Sendable {
             "trigger": trigger, "indexes": summary.indexes, "purged": summary.purged, "refresh_requested": summary.refreshRequested,
             "rows_scrubbed": summary.rowsScrubbed, "scrub_ms": String(format: "%.1f", summary.scrubMilliseconds),
             "checksum_failures": summary.checksumFailures, "fts_rebuilt": summary.ftsRebuilt, "damaged": summary.damaged,
+            "refined": summary.refined,
             "elapsed_ms": Int(summary.elapsed * 1000),
         ])
         context.events.emit("maintenance.finished", summary.fields)
@@ -172,11 +173,32 @@ final class Maintenance: Sendable {
             if yieldNow() { summary.yielded = true; return }
             try store.optimizeFullText()
             summary.optimized += 1
+            summary.refined += try refine(store, bundle: bundle, index: name, yieldNow: yieldNow)
+            if yieldNow() { summary.yielded = true; return }
             if try store.checkpoint() { summary.checkpointed += 1 }
         } catch {
             summary.problems.append("\(bundle)/\(name): \(error.message)")
             log.warning("maintenance step failed", ["bundle": bundle, "index": name, "error": error.message])
         }
+    }
+
+    /// Semantic refinement (Docs/SemanticSearch.md): the transformer replaces the index's static
+    /// vectors, batch by batch, until all are refined or the load says to give way; the next idle
+    /// run resumes. Loads the transformer when its files are there (it is unloaded after
+    /// `--model-idle` once refinement and queries leave it alone).
+    private func refine(_ store: IndexStore, bundle: String, index: String, yieldNow: @Sendable () -> Bool) throws(SearchlightError) -> Int {
+        guard store.hasVectors, let encoder = context.semantic.transformerForRefinement() else { return 0 }
+        let started = Date()
+        let n = try store.refineVectors(embed: { texts in
+            context.semantic.touch()
+            return encoder.embed(texts)
+        }, yieldNow: yieldNow)
+        if n > 0 {
+            let elapsed = Date().timeIntervalSince(started)
+            log.info("vectors refined", ["bundle": bundle, "index": index, "items": n, "elapsed_s": String(format: "%.1f", elapsed),
+                "items_per_s": String(format: "%.1f", Double(n) / max(elapsed, 0.001))])
+        }
+        return n
     }
 
     /// The unit serving this index, if it is enabled and the bundle's indexing is on.

@@ -74,6 +74,8 @@ struct MaintenanceSummary: Sendable {
     var damaged = 0
     var optimized = 0
     var checkpointed = 0
+    /// Vectors the transformer refined (semantic search).
+    var refined = 0
     /// True when the run gave way to load (or to the daemon stopping) before its end.
     var yielded = false
     /// What went wrong, one line each (an index that could not be opened, a damaged file).
@@ -89,7 +91,7 @@ struct MaintenanceSummary: Sendable {
             "refreshRequested": n(refreshRequested), "rowsScrubbed": n(rowsScrubbed), "tablesChecked": n(tablesChecked), "fullTextChecked": n(fullTextChecked),
             "scrubMilliseconds": .number((scrubMilliseconds * 10).rounded() / 10), "checksumFailures": n(checksumFailures),
             "corruptionRequested": n(corruptionRequested), "ftsRebuilt": n(ftsRebuilt), "damaged": n(damaged),
-            "optimized": n(optimized), "checkpointed": n(checkpointed), "yielded": .bool(yielded),
+            "optimized": n(optimized), "checkpointed": n(checkpointed), "refined": n(refined), "yielded": .bool(yielded),
             "problems": .array(problems.map(JSONValue.string)),
         ]
     }

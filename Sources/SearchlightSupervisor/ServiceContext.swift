@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import SearchlightSemantic
 import SearchlightStore
 import SearchlightUnits
 import SearchlightWire
@@ -19,6 +20,8 @@ final class ServiceContext: @unchecked Sendable {
     /// Hidden bundles and registered desktop files of the desktop's search (DESIGN §12).
     let desktop: DesktopSettingsStore
     let log: Logger
+    /// Semantic search's model: the static table for items and queries, the transformer on demand.
+    let semantic: SemanticEngine
     let startedAt = Date()
     let daemonUID = getuid()
     let adminGID: gid_t?
@@ -37,8 +40,12 @@ final class ServiceContext: @unchecked Sendable {
         self.log = log
         try FileManager.default.createDirectory(atPath: config.stateDirectory, withIntermediateDirectories: true,
             attributes: [.posixPermissions: 0o700])
-        let maxOpen = config.maxOpenIndexes ?? IndexRegistry.defaultMaxOpen(options: config.storeOptions, connections: config.maxConnections)
-        registry = try IndexRegistry(stateDirectory: config.stateDirectory, options: config.storeOptions, maxOpen: maxOpen, log: log)
+        semantic = SemanticEngine(directory: ModelDirectory.resolve(explicit: config.modelDirectory, systemMode: config.system),
+            idleSeconds: config.modelIdleSeconds, log: log)
+        var options = config.storeOptions
+        options.vectorEncoder = semantic.staticEncoder
+        let maxOpen = config.maxOpenIndexes ?? IndexRegistry.defaultMaxOpen(options: options, connections: config.maxConnections)
+        registry = try IndexRegistry(stateDirectory: config.stateDirectory, options: options, maxOpen: maxOpen, log: log)
         state = try SupervisorState(path: config.stateDirectory + "/supervisor.sqlite", exists: registry.bundleExists)
         journal = try RequestJournal(path: config.stateDirectory + "/supervisor.sqlite")
         desktop = try DesktopSettingsStore(path: config.stateDirectory + "/supervisor.sqlite")

@@ -112,6 +112,7 @@ public final class Supervisor: Sendable {
             daemon.context.cgroups?.removeAll()
             daemon.server.stop()
             daemon.migrator.drain()
+            daemon.context.semantic.stop()
             daemon.context.registry.closeAll()
         }
     }
@@ -130,6 +131,7 @@ public final class Supervisor: Sendable {
     private func start() throws -> Daemon {
         signal(SIGPIPE, SIG_IGN)
         let context = try ServiceContext(config: config, log: log)
+        context.semantic.startIdleUnload()
         context.cgroups = ExtensionCgroups.make(mode: config.extensionCgroups, log: log)
         // Before anything opens an index: a set-aside the last run was killed in is finished.
         context.recovery.finishSetAsides(registry: context.registry)

@@ -15,6 +15,8 @@ public enum Method {
     public static let querySearch = "query.search"
     public static let queryUser = "query.user"
     public static let queryEngaged = "query.engaged"
+    /// Loads the semantic model ahead of the first query (`UserQuery.prepare()`).
+    public static let queryPrepare = "query.prepare"
 
     public static let adminStatus = "admin.status"
     public static let adminReindex = "admin.reindex"

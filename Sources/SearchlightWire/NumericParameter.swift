@@ -34,6 +34,15 @@ public enum NumericParameter {
         return s
     }
 
+    /// A finite number in `range` (a fraction, a weight).
+    public static func number(_ value: JSONValue?, field: String, in range: ClosedRange<Double>) throws(SearchlightError) -> Double? {
+        guard let value, !value.isNull else { return nil }
+        guard let s = value.doubleValue, s.isFinite, range.contains(s) else {
+            throw .invalidParams("\"\(field)\" must be a number from \(format(range.lowerBound)) to \(format(range.upperBound)); got \(describe(value))")
+        }
+        return s
+    }
+
     /// `seconds` as a `Duration`.
     public static func duration(_ value: JSONValue?, field: String, in range: ClosedRange<Double>) throws(SearchlightError) -> Duration? {
         try seconds(value, field: field, in: range).map { .milliseconds(Int64(($0 * 1000).rounded(.up))) }

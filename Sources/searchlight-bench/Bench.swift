@@ -41,6 +41,9 @@ struct Bench {
         if options.scenarios.contains(.daemon) { try await run.daemonCost() }
         if options.scenarios.contains(.throttle) { try await run.throttleReaction() }
         if options.scenarios.contains(.maintenance) { try await run.maintenanceCost() }
+        if options.scenarios.contains(.semantic) {
+            run.rows += try await SemanticBench(options: options, corpus: corpus, dir: run.dir + "/semantic-bench").run()
+        }
         if options.scenarios.contains(.delegate) {
             run.rows += try await DelegateBench(daemon: run.daemon, dir: run.dir, runs: options.runs).run()
         }

@@ -54,13 +54,14 @@ enum QueryCommands {
         }
     )
 
-    static func printItems(_ items: [SearchableItem], extra: [String], bundles: [String?]? = nil) {
+    static func printItems(_ items: [SearchableItem], extra: [String], bundles: [String?]? = nil, notes: [String?]? = nil) {
         var table = Table([.left])
         for (i, item) in items.enumerated() {
             let attributes = item.attributeSet
             var row = [item.uniqueIdentifier, Format.value(attributes[attribute: "title"] ?? attributes[attribute: "displayName"])]
             row += extra.filter { $0 != "title" }.map { Format.value(field($0, of: item), limit: 40) }
             if let bundles, let bundle = bundles[i] { row.append("[\(bundle)]") }
+            if let notes, let note = notes[i] { row.append(note) }
             table.append(row)
         }
         table.print()
@@ -79,7 +80,7 @@ enum QueryCommands {
     static let search = Command(
         spec: CommandSpec(
             name: "search", abstract: "search free text as a person types it (ranked, with suggestions)",
-            usage: "[BUNDLE] TEXT [--ranked N] [--suggestions N] [--limit N] [--json]",
+            usage: "[BUNDLE] TEXT [--ranked N] [--suggestions N] [--limit N] [--semantic | --no-semantic] [--semantic-weight W] [--explain] [--json]",
             positionals: [
                 .optional("BUNDLE", "search only this app's index (default: every app's, as admin)"),
                 .required("TEXT", "the text, quoted if it has spaces: \"json parser\""),
@@ -89,11 +90,17 @@ enum QueryCommands {
                 .value("ranked", "N", "how many top hits to rank (default 10; 0 turns ranking off)"),
                 .value("suggestions", "N", "how many query suggestions to show (default 3)"),
                 .value("limit", "N", "show at most N items (default 25)"),
+                .flag("semantic", "rank by meaning too (hybrid; the default when the daemon has the model)"),
+                .flag("no-semantic", "rank by the words alone (lexical)"),
+                .value("semantic-weight", "W", "weight of the meaning side, 0 to 1 (default 0.5)"),
+                .flag("explain", "show each result's lexical rank, vector rank and similarity, and fused score"),
             ],
             discussion: """
                 Prints the top hits, then the other results, then suggestions. With --json, prints the answer
                 of query.user as one JSON object {items, rankedItems, suggestions, incomplete?}; without BUNDLE each item
-                carries the "bundle" it came from.
+                carries the "bundle" it came from; with --explain each item carries "explain".
+                Semantic search finds items whose meaning is near the text even when no word matches
+                (Docs/SemanticSearch.md); `searchlight status` says whether the daemon has the model.
                 """,
             extraArgumentHint: "; quote text with spaces: search \"json parser\""
         ),
@@ -107,6 +114,18 @@ enum QueryCommands {
             userContext.maxSuggestionCount = try args.integer("suggestions", in: 0...100) ?? 3
             userContext.maxResultCount = try args.integer("limit", in: 0...10_000) ?? 25
             userContext.fetchAttributes = context.json ? nil : ["title", "displayName"]
+            if args.flag("semantic") && args.flag("no-semantic") {
+                throw UsageError("give --semantic or --no-semantic, not both")
+            }
+            if args.flag("semantic") { userContext.semanticSearch = true }
+            if args.flag("no-semantic") { userContext.semanticSearch = false }
+            if let w = args.value("semantic-weight") {
+                guard let weight = Double(w), weight >= 0, weight <= 1 else {
+                    throw UsageError("--semantic-weight must be a number from 0 to 1, got \"\(w)\"")
+                }
+                userContext.semanticWeight = weight
+            }
+            userContext.explain = args.flag("explain")
             let answer = try await runUserQuery(text, bundle: bundle, index: args.value("index") ?? "", userContext, context)
             if context.json {
                 Console.out(answer.json)
@@ -121,6 +140,8 @@ enum QueryCommands {
         var item: SearchableItem
         var bundle: String?
         var wire: JSONValue
+        /// `{lexicalRank?, vectorRank?, similarity?, score}` with --explain.
+        var explain: JSONValue? { wire["explain"] }
     }
 
     struct SearchAnswer {
@@ -147,21 +168,51 @@ enum QueryCommands {
             let searchable = context.index(bundle, name: index)
             let r = try await UserQuery(userQueryString: text, userQueryContext: userContext, index: searchable).run()
             await searchable.close()
-            func hits(_ items: [SearchableItem]) -> [Hit] { items.map { Hit(item: $0, bundle: nil, wire: $0.json) } }
+            func hits(_ items: [SearchableItem], _ explanations: [RankExplanation?] = []) -> [Hit] {
+                items.enumerated().map { i, item in
+                    var wire = item.json
+                    if i < explanations.count, let e = explanations[i], case .object(var o) = wire {
+                        var x: [String: JSONValue] = ["score": .number(e.score)]
+                        if let r = e.lexicalRank { x["lexicalRank"] = .number(Double(r)) }
+                        if let r = e.vectorRank { x["vectorRank"] = .number(Double(r)) }
+                        if let v = e.similarity { x["similarity"] = .number(v) }
+                        o["explain"] = .object(x)
+                        wire = .object(o)
+                    }
+                    return Hit(item: item, bundle: nil, wire: wire)
+                }
+            }
             let suggestions: [JSONValue] = r.suggestions.map { s in
                 ["text": .string(s.text), "kind": .string(s.kind.rawValue),
                  "highlight": .array(s.highlight.map { [.number(Double($0.lowerBound)), .number(Double($0.count))] })]
             }
-            return SearchAnswer(items: hits(r.items), ranked: hits(r.rankedItems), suggestions: suggestions, incomplete: r.isIncomplete)
+            let items = hits(r.items, r.explanations)
+            let byID = Dictionary(items.map { ($0.item.uniqueIdentifier, $0) }, uniquingKeysWith: { a, _ in a })
+            return SearchAnswer(items: items, ranked: r.rankedItems.map { byID[$0.uniqueIdentifier] ?? Hit(item: $0, bundle: nil, wire: $0.json) },
+                suggestions: suggestions, incomplete: r.isIncomplete)
         }
         let c = userContext
         let r = try await context.admin(QueryUser(text: text, context: QueryUser.Context(
             enableRankedResults: c.enableRankedResults, maxRankedResultCount: c.maxRankedResultCount, maxResultCount: c.maxResultCount,
-            maxSuggestionCount: c.maxSuggestionCount, filterQueries: c.filterQueries, fetchAttributes: c.fetchAttributes), index: index))
+            maxSuggestionCount: c.maxSuggestionCount, filterQueries: c.filterQueries, fetchAttributes: c.fetchAttributes,
+            semanticSearch: c.semanticSearch, semanticWeight: c.semanticWeight, explain: c.explain), index: index))
         func hits(_ items: [JSONValue]) -> [Hit] {
             items.compactMap { wire in SearchableItem(wire: wire).map { Hit(item: $0, bundle: wire["bundle"]?.stringValue, wire: wire) } }
         }
         return SearchAnswer(items: hits(r.items), ranked: hits(r.rankedItems), suggestions: r.suggestions.map(\.json), incomplete: r.incomplete)
+    }
+
+    /// "lexical #2, vector #1 (similarity 0.590), score 0.01639".
+    static func explanation(_ e: JSONValue) -> String {
+        var parts: [String] = []
+        parts.append(e["lexicalRank"]?.intValue.map { "lexical #\($0)" } ?? "lexical -")
+        if let r = e["vectorRank"]?.intValue {
+            parts.append("vector #\(r)" + (e["similarity"]?.doubleValue.map { String(format: " (similarity %.3f)", $0) } ?? ""))
+        } else {
+            parts.append("vector -")
+        }
+        parts.append(String(format: "score %.5f", e["score"]?.doubleValue ?? 0))
+        return parts.joined(separator: ", ")
     }
 
     static func printSearch(_ answer: SearchAnswer, text: String) {
@@ -173,7 +224,7 @@ enum QueryCommands {
             if sections > 0 { Console.out("") }
             sections += 1
             Console.out(title)
-            printItems(hits.map(\.item), extra: [], bundles: hits.map(\.bundle))
+            printItems(hits.map(\.item), extra: [], bundles: hits.map(\.bundle), notes: hits.map { $0.explain.map(explanation) })
         }
         section("Top hits:", answer.ranked)
         section(answer.ranked.isEmpty ? "Results:" : "Other results:", others)

@@ -48,26 +48,28 @@ enum StatusCommands {
         Console.out("state  \(answer["stateDirectory"]?.stringValue ?? "-")")
         if let line = throttleLine(answer["throttle"]) { Console.out(line) }
         for line in MaintenanceOutput.statusLines(answer["maintenance"]) { Console.out(line) }
+        if let line = semanticLine(answer["semantic"]) { Console.out(line) }
         let bundles = answer["bundles"]?.arrayValue ?? []
         guard !bundles.isEmpty else {
             Console.out("no indexes yet")
             return
         }
         Console.out("")
-        var table = Table([.left, .left, .left, .right, .right])
-        table.append(["BUNDLE", "INDEX", "STATE", "ITEMS", "SIZE"])
+        var table = Table([.left, .left, .left, .right, .right, .right])
+        table.append(["BUNDLE", "INDEX", "STATE", "ITEMS", "SIZE", "VECTORS"])
         var notes: [String] = []
         for b in bundles {
             let name = b["bundle"]?.stringValue ?? "?"
             let off = b["indexingEnabled"]?.boolValue == false ? ", indexing off" : ""
             let indexes = b["indexes"]?.arrayValue ?? []
-            if indexes.isEmpty { table.append([name, "-", "empty" + off, "0", "-"]) }
+            if indexes.isEmpty { table.append([name, "-", "empty" + off, "0", "-", "-"]) }
             for index in indexes {
                 table.append([
                     name, Format.indexName(index["name"]?.stringValue ?? ""),
                     (index["state"]?.stringValue ?? "?") + progress(index) + off,
                     index["items"]?.intValue.map(String.init) ?? "-",
                     index["bytes"]?.intValue.map(Format.bytes) ?? "-",
+                    vectors(index),
                 ])
                 if let reason = index["reason"]?.stringValue {
                     notes.append("\(name) \(Format.indexName(index["name"]?.stringValue ?? "")) \(index["state"]?.stringValue ?? ""): \(reason)")
@@ -88,6 +90,26 @@ enum StatusCommands {
         if !notes.isEmpty { Console.out("") }
         for note in notes { Console.out(note) }
         printQuarantine(answer)
+    }
+
+    /// `semantic search: loaded (model /path)`, `semantic search: static table only (…reason)` or
+    /// `semantic search: unavailable (reason)`; nil for daemons that do not report it.
+    static func semanticLine(_ s: JSONValue?) -> String? {
+        guard let s, let state = s["state"]?.stringValue else { return nil }
+        let dir = s["modelDirectory"]?.stringValue ?? "-"
+        let reason = s["reason"]?.stringValue.map { "; \($0)" } ?? ""
+        switch state {
+        case "loaded": return "semantic search: on, transformer loaded (model \(dir))"
+        case "unloaded": return "semantic search: on, static table (transformer not loaded; model \(dir)\(reason))"
+        default: return "semantic search: unavailable (model \(dir)\(reason))"
+        }
+    }
+
+    /// `41210`, or `41210 (3000 refined)` once the transformer refined some.
+    static func vectors(_ index: JSONValue) -> String {
+        guard let n = index["vectors"]?.intValue else { return "-" }
+        let refined = index["refined"]?.intValue ?? 0
+        return refined > 0 ? "\(n) (\(refined) refined)" : "\(n)"
     }
 
     /// The damaged files set aside, whose names are hashes: the bundle and index they held.

@@ -32,6 +32,9 @@ let usage = """
             --max-query-terms N (64): different words of a user query
             --max-query-predicates N (256): comparisons of a query and its filters ('*' counts 8)
             --max-filter-queries N (64): filter queries per call
+    semantic search: --model-dir DIR (user: $XDG_DATA_HOME/searchlight/models/all-MiniLM-L6-v2,
+                system: /usr/share/searchlight/models/all-MiniLM-L6-v2): the model files (make model)
+            --model-idle SECONDS (300): unload the transformer after this long without a query
     extensions: --units-dir DIR (repeatable; replaces the default unit directories, first match wins)
             --backoff SECONDS (10): first retry/relaunch delay after a failure, doubling to 5 min
             --max-request-attempts N (8): then a reindex request is reported as failed
@@ -114,6 +117,8 @@ func parseArguments(_ args: [String]) -> Configuration {
         case "--max-open-indexes": config.maxOpenIndexes = positive(flag)
         case "--query-timeout": config.queryTimeout = seconds(flag, max: 86400)
         case "--slow-query": config.slowQuery = seconds(flag, max: 86400)
+        case "--model-dir": config.modelDirectory = value(flag)
+        case "--model-idle": config.modelIdleSeconds = seconds(flag, max: 86400)
         case "--max-query-terms": config.limits.maxQueryTerms = positive(flag)
         case "--max-query-predicates": config.limits.maxQueryPredicates = positive(flag)
         case "--max-filter-queries": config.limits.maxFilterQueries = positive(flag)

@@ -70,7 +70,10 @@ final class DaemonProcess: @unchecked Sendable {
         // A quiet machine unless the test fakes its own load: the runner's real pressure (other
         // builds) must not pause a test's background requests.
         let proc = extraArguments.contains("--proc-root") ? [] : ["--proc-root", dir.path + "/no-proc"]
-        p.arguments = ["--socket", socket, "--state-dir", stateDir, "--log-level", "debug"] + units + proc + extraArguments
+        // No semantic model unless a test names one: the tests must not depend on whether `make
+        // model` filled this machine's default folder (SemanticSearchTests pass --model-dir).
+        let model = extraArguments.contains("--model-dir") ? [] : ["--model-dir", dir.path + "/no-model"]
+        p.arguments = ["--socket", socket, "--state-dir", stateDir, "--log-level", "debug"] + units + proc + model + extraArguments
         if let command = launcher.first {
             p.arguments = launcher.dropFirst() + [Products.path("searchlightd")] + (p.arguments ?? [])
             p.executableURL = URL(fileURLWithPath: command)

@@ -109,7 +109,7 @@ private func daemonEnvironment(_ extra: [String: String]) -> [String: String] {
 
 private func daemonArguments(_ dir: TempDir, socket: String? = nil) -> [String] {
     ["--socket", socket ?? dir.path + "/d.sock", "--state-dir", dir.path + "/state", "--units-dir", dir.path + "/no-units",
-     "--log-level", "debug"]
+     "--model-dir", dir.path + "/no-model", "--log-level", "debug"]
 }
 
 private func connects(_ path: String) -> Bool {
@@ -185,7 +185,7 @@ struct SystemdTests {
         let daemon = try SpawnedDaemon(
             executable: Products.path("searchlightd"),
             arguments: ["--socket", dir.path + "/d.sock", "--state-dir", dir.path + "/state", "--units-dir", dir.path + "/units",
-                        "--proc-root", dir.path + "/no-proc", "--backoff", "0.2", "--log-level", "debug"],
+                        "--proc-root", dir.path + "/no-proc", "--model-dir", dir.path + "/no-model", "--backoff", "0.2", "--log-level", "debug"],
             environment: daemonEnvironment(["NOTIFY_SOCKET": notify.address]), logPath: dir.path + "/log")
         _ = try notify.receive(until: "READY=1")
         // The initial reindex-all is acknowledged: one index in one bundle.

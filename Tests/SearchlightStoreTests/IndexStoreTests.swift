@@ -27,26 +27,32 @@ final class StoreFixture: @unchecked Sendable {
     var store: IndexStore
 
     let rankedBuilds: Bool
+    var vectors: Bool
 
     /// `rankedBuilds: false`: the ranked index is built only when the test calls `buildRankedIndex()`.
-    init(maxItems: Int? = nil, rankedBuilds: Bool = true) throws {
+    /// `vectors`: the store has the committed static table as its encoder (semantic search).
+    init(maxItems: Int? = nil, rankedBuilds: Bool = true, vectors: Bool = false) throws {
         dir = NSTemporaryDirectory() + "slstore-" + UUID().uuidString
         self.rankedBuilds = rankedBuilds
-        store = try IndexStore(path: dir + "/b/_default.sqlite", options: Self.options(clock, maxItems: maxItems, rankedBuilds: rankedBuilds))
+        self.vectors = vectors
+        store = try IndexStore(path: dir + "/b/_default.sqlite",
+            options: Self.options(clock, maxItems: maxItems, rankedBuilds: rankedBuilds, vectors: vectors))
     }
 
-    static func options(_ clock: TestClock, maxItems: Int?, rankedBuilds: Bool = true) -> StoreOptions {
+    static func options(_ clock: TestClock, maxItems: Int?, rankedBuilds: Bool = true, vectors: Bool = false) -> StoreOptions {
         var o = StoreOptions()
         o.clock = { clock.now }
         o.fullSync = false
         o.rankedIndexBuilds = rankedBuilds
         if let maxItems { o.limits.maxItemsPerIndex = maxItems }
+        if vectors { o.vectorEncoder = staticEncoder }
         return o
     }
 
     func reopen() throws {
         store.close()
-        store = try IndexStore(path: dir + "/b/_default.sqlite", options: Self.options(clock, maxItems: nil, rankedBuilds: rankedBuilds))
+        store = try IndexStore(path: dir + "/b/_default.sqlite",
+            options: Self.options(clock, maxItems: nil, rankedBuilds: rankedBuilds, vectors: vectors))
     }
 
     deinit {

@@ -12,12 +12,13 @@ func rewriteFormat(_ path: String, to format: Int) throws {
 
 @Suite("Store formats and migration")
 struct MigrationStoreTests {
-    @Test("a new file has the current format: format 4, whose full-text table has no prefix indexes, with the ranked index's tables")
+    @Test("a new file has the current format: format 5, whose full-text table has no prefix indexes, with the ranked index's tables and the vector table")
     func newFormat() throws {
         let f = try StoreFixture()
-        #expect(Schema.formatVersion == 4)
-        #expect(f.store.formatVersion == 4)
-        #expect(try f.store.summary().formatVersion == 4)
+        #expect(Schema.formatVersion == 5)
+        #expect(f.store.formatVersion == 5)
+        #expect(try f.store.summary().formatVersion == 5)
+        #expect(try f.store.read { db in try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'item_vectors'") } != nil)
         let tables = try f.store.read { db in try db.rows("SELECT name FROM sqlite_schema WHERE name LIKE 'rank%' ORDER BY name").compactMap { $0.string(0) } }
         #expect(tables == ["rank_dirty", "rank_segments", "rank_terms", "rank_terms_key"])
         let sql = try f.store.read { db in try db.rows("SELECT sql FROM sqlite_schema WHERE name = 'fts'").first?.string(0) }
@@ -36,10 +37,10 @@ struct MigrationStoreTests {
         #expect(sql.contains("prefix='2 3 4'") == (format == 2), "\(sql)")
     }
 
-    @Test("only format 2 needs a rebuild: formats 1 and 3 have the current full-text table and lack only the ranked index's tables")
+    @Test("only format 2 needs a rebuild: format 1's schema is the current one but for tables added since")
     func needsRebuild() {
         #expect(Schema.create(format: 1) == Schema.create(format: 3))
-        #expect(Schema.create(format: 1) + Schema.rankTables == Schema.create)
+        #expect(Schema.create(format: 1) + Schema.rankTables + Schema.vectorTables == Schema.create)
         #expect(!Schema.needsRebuild(from: 1))
         #expect(!Schema.needsRebuild(from: 3))
         #expect(Schema.needsRebuild(from: 2))

@@ -126,6 +126,7 @@ struct MaintenanceRunTests {
             config.stateDirectory = dir
             config.unitDirectories = [dir + "/units"]
             config.fullSync = false
+            config.modelDirectory = dir + "/no-model"  // not this machine's model folder
             context = try ServiceContext(config: config, log: Logger(label: "test", level: .error))
             maintenance = try Maintenance(context: context, now: start)
             for bundle in ["org.example.a", "org.example.b"] {

@@ -80,6 +80,7 @@ final class SchedulerBench: Sendable {
         config.backoffBase = backoff
         config.procRoot = proc.path
         config.fullSync = false
+        config.modelDirectory = directory + "/no-model"  // not this machine's model folder
         configure(&config)
         launcher = FakeLauncher(clock: clock)
         let lines = logLines, events = eventLog

@@ -81,6 +81,8 @@ final class AdminSession: BundleSession {
                     entry["items"] = .number(Double(s.itemCount))
                     entry["bytes"] = .number(Double(s.fileBytes))
                     entry["formatVersion"] = .number(Double(s.formatVersion))
+                    entry["vectors"] = .number(Double(s.vectors))
+                    entry["refined"] = .number(Double(s.refined))
                     if let failure = context.migrator?.failure(bundle: name, index: index) { entry["migrationError"] = .string(failure) }
                     entry["hasClientState"] = .bool(s.hasClientState)
                     if let r = s.rankedIndex {
@@ -122,6 +124,7 @@ final class AdminSession: BundleSession {
             "maintenance": context.maintenance?.statusJSON ?? .null,
             "reindexRequests": requestCounts(),
             "quarantine": context.recovery.quarantineStatus(),
+            "semantic": context.semantic.status,
         ]
     }
 

@@ -49,6 +49,13 @@ extension BundleCalls {
         if !r.context.filterQueries.isEmpty {
             request.filter = try QueryFront.filter(query: nil, filterQueries: r.context.filterQueries, limits: limits, now: Date())
         }
+        request.explain = r.context.explain
+        // Semantic search (hybrid ranking): on unless asked off, where the static table is there;
+        // the query embedded once for every index it searches.
+        if r.context.semanticSearch ?? true, r.context.semanticWeight > 0 || r.context.explain,
+           !r.text.allSatisfy({ $0.isWhitespace }), let vector = context.semantic.embedQuery(r.text) {
+            request.semantic = SemanticRequest(vector: vector, weight: r.context.semanticWeight)
+        }
         let tagged = acrossBundles(r.bundle)
         let budget = queryBudget(Method.queryUser)
         var scored: [(Double, JSONValue)] = []
@@ -58,8 +65,10 @@ extension BundleCalls {
             try forEachQueryTarget(bundle: r.bundle, index: r.index) { (bundle, index, store) throws(SearchlightError) -> Bool in
                 targets += 1
                 let result = try store.userQuery(request, budget: budget)
-                for (item, score) in zip(result.items, result.scores) {
-                    scored.append((score, tagged ? Self.tag(item, bundle: bundle, index: index) : item))
+                for (i, (item, score)) in zip(result.items, result.scores).enumerated() {
+                    var item = tagged ? Self.tag(item, bundle: bundle, index: index) : item
+                    if let e = result.explanations?[i] { item = Self.explained(item, e) }
+                    scored.append((score, item))
                 }
                 for s in result.suggestions where !suggestions.contains(where: { $0.text == s.text }) { suggestions.append(s) }
                 return true
@@ -71,6 +80,24 @@ extension BundleCalls {
         return QueryUser.Response(items: items, rankedItems: ranked,
             suggestions: suggestions.prefix(request.maxSuggestionCount).map { QueryUser.Suggestion(text: $0.text, highlight: $0.highlight, kind: $0.kind) },
             incomplete: incomplete)
+    }
+
+    /// An item with `explain: {lexicalRank?, vectorRank?, similarity?, score}`; `score` is the
+    /// one the items are ordered by, higher first (the fused score in a hybrid query).
+    static func explained(_ item: JSONValue, _ e: FusedCandidate) -> JSONValue {
+        guard case .object(var o) = item else { return item }
+        var x: [String: JSONValue] = ["score": .number(-e.score)]
+        if let r = e.lexicalRank { x["lexicalRank"] = .number(Double(r)) }
+        if let r = e.vectorRank { x["vectorRank"] = .number(Double(r)) }
+        if let s = e.similarity { x["similarity"] = .number((Double(s) * 10_000).rounded() / 10_000) }
+        o["explain"] = .object(x)
+        return .object(o)
+    }
+
+    /// `query.prepare`: loads the transformer; answers the model's state.
+    func prepare() -> JSONResponse {
+        context.semantic.prepare()
+        return JSONResponse(result: ["semantic": context.semantic.status])
     }
 
     func engaged(_ r: QueryEngaged) throws(SearchlightError) -> JSONResponse {

@@ -74,11 +74,12 @@ extension HandlerTable where Session: BundleSession {
         on(IndexFetchLastClientState.self) { s, r throws(SearchlightError) in try s.calls.fetchLastClientState(r) }
     }
 
-    /// The query methods (`query.search`, `query.user`, `query.engaged`).
+    /// The query methods (`query.search`, `query.user`, `query.engaged`, `query.prepare`).
     mutating func addQueryMethods() {
         on(QuerySearch.self) { s, r throws(SearchlightError) in try s.calls.search(r) }
         on(QueryUser.self) { s, r throws(SearchlightError) in try s.calls.userQuery(r) }
         on(QueryEngaged.self) { s, r throws(SearchlightError) in try s.calls.engaged(r) }
+        on(QueryPrepare.self) { s, _ throws(SearchlightError) in s.calls.prepare() }
     }
 
     /// An item's data from the bundle's extension (`index.fetchData`, `index.fetchFileURL`).

@@ -207,7 +207,7 @@ public enum WireMessages {
         Initialize.self,
         IndexItems.self, IndexDeleteIdentifiers.self, IndexDeleteDomains.self, IndexDeleteAll.self, IndexBeginBatch.self,
         IndexEndBatch.self, IndexFetchLastClientState.self, IndexFetchData.self, IndexFetchFileURL.self,
-        QuerySearch.self, QueryUser.self, QueryEngaged.self,
+        QuerySearch.self, QueryUser.self, QueryEngaged.self, QueryPrepare.self,
         AdminStatus.self, AdminReindex.self, AdminErase.self, AdminCheck.self, AdminSimulate.self, AdminUnits.self,
         AdminRequests.self, AdminMonitor.self, AdminSetIndexing.self, AdminSetOwner.self, AdminRestartExtension.self,
         DesktopSetHidden.self, DesktopRegister.self, DesktopResolve.self, DesktopSettings.self,

@@ -87,9 +87,11 @@ public struct QueryUser: WireRequest, Equatable {
     public static let method = Method.queryUser
     public static let fields = ["text", "context?", "context.enableRankedResults?", "context.maxRankedResultCount?",
                                 "context.maxResultCount?", "context.maxSuggestionCount?", "context.filterQueries?",
-                                "context.fetchAttributes?", "index?", "bundle?"]
+                                "context.fetchAttributes?", "context.semanticSearch?", "context.semanticWeight?", "context.explain?",
+                                "index?", "bundle?"]
     public static let example = QueryUser(text: "natural bri", context: Context(enableRankedResults: true, maxRankedResultCount: 5,
-        maxResultCount: 20, maxSuggestionCount: 3, filterQueries: [#"contentTypeTree == "public.text""#], fetchAttributes: ["title"]),
+        maxResultCount: 20, maxSuggestionCount: 3, filterQueries: [#"contentTypeTree == "public.text""#], fetchAttributes: ["title"],
+        semanticSearch: true, semanticWeight: 0.4, explain: true),
         index: "trips", bundle: "com.example.notes")
 
     /// CSUserQueryContext.
@@ -100,9 +102,20 @@ public struct QueryUser: WireRequest, Equatable {
         public var maxSuggestionCount = 0
         public var filterQueries: [String] = []
         public var fetchAttributes: [String]?
+        /// Hybrid ranking with the vector side (Docs/SemanticSearch.md); nil: on when the daemon
+        /// has the static table.
+        public var semanticSearch: Bool?
+        /// 0…1, the weight of the vector side in the fusion (0.5).
+        public var semanticWeight: Double
+        /// Each item carries `explain: {lexicalRank?, vectorRank?, similarity?, score}`.
+        public var explain: Bool
 
         public init(enableRankedResults: Bool = true, maxRankedResultCount: Int = 10, maxResultCount: Int = 100,
-                    maxSuggestionCount: Int = 0, filterQueries: [String] = [], fetchAttributes: [String]? = nil) {
+                    maxSuggestionCount: Int = 0, filterQueries: [String] = [], fetchAttributes: [String]? = nil,
+                    semanticSearch: Bool? = nil, semanticWeight: Double = 0.5, explain: Bool = false) {
+            self.semanticSearch = semanticSearch
+            self.semanticWeight = semanticWeight
+            self.explain = explain
             self.enableRankedResults = enableRankedResults
             self.maxRankedResultCount = maxRankedResultCount
             self.maxResultCount = maxResultCount
@@ -118,6 +131,9 @@ public struct QueryUser: WireRequest, Equatable {
             maxSuggestionCount = try c.integer("maxSuggestionCount", in: 0...100, default: 0)
             filterQueries = try QueryLimits.filterQueries(c, "filterQueries")
             fetchAttributes = try c.optionalStrings("fetchAttributes", maxCount: 1000, maxBytes: 256)
+            semanticSearch = try c.optionalBool("semanticSearch")
+            semanticWeight = try c.optionalNumber("semanticWeight", in: 0...1) ?? 0.5
+            explain = try c.bool("explain", default: false)
         }
 
         var json: JSONValue {
@@ -128,6 +144,9 @@ public struct QueryUser: WireRequest, Equatable {
             b.set("maxSuggestionCount", maxSuggestionCount)
             if !filterQueries.isEmpty { b.set("filterQueries", filterQueries) }
             b.set("fetchAttributes", fetchAttributes)
+            b.set("semanticSearch", semanticSearch)
+            if semanticWeight != 0.5 { b.set("semanticWeight", semanticWeight) }
+            if explain { b.set("explain", true) }
             return b.json
         }
     }
@@ -300,6 +319,15 @@ public struct QueryEngaged: WireRequest, Equatable {
         b.set("bundle", bundle)
         return b.json
     }
+}
+
+/// `query.prepare {}`: loads the semantic model (the transformer) ahead of the first user query
+/// (CSUserQuery.prepare()); answers `{semantic: {state, reason?, modelDirectory}}` once it is
+/// loaded, or says why it cannot be (user queries then embed with the static table).
+public struct QueryPrepare: ParameterlessRequest, Equatable {
+    public typealias Response = JSONResponse
+    public static let method = Method.queryPrepare
+    public init() {}
 }
 
 /// The checks every query shares.

@@ -134,6 +134,11 @@ public final class WireParams {
         return n
     }
 
+    /// A finite number in `range`.
+    public func optionalNumber(_ name: String, in range: ClosedRange<Double>) throws(SearchlightError) -> Double? {
+        try NumericParameter.number(take(name), field: path + name, in: range)
+    }
+
     /// A finite number of seconds in `range` (safe to turn into a `Duration`).
     public func optionalSeconds(_ name: String, in range: ClosedRange<Double>) throws(SearchlightError) -> Double? {
         try NumericParameter.seconds(take(name), field: path + name, in: range)

@@ -1,13 +1,12 @@
-import SearchlightStore
+import SearchlightSemantic
 
 /// The durable side of a `VectorIndex`: one row per item in a table of the index's SQLite file,
 /// `(rowid INTEGER PRIMARY KEY, vector BLOB NOT NULL)`, the rowid being the item's rowid, the
 /// BLOB a `QuantizedVector.blob`. Writes go through the caller's `Database` so they can share the
 /// transaction that writes the item's text (the vector then commits, or rolls back, with it).
 ///
-/// Not part of the store's schema yet: the store will create this table in a later format
-/// (issue 18, after the architecture and ranked-retrieval issues); until then it is used by the
-/// tests and the offline tools only.
+/// The store's `item_vectors` table (format 5, `Schema.vectorTables`); it lives in the store's
+/// module because the store writes it in the transactions that write items.
 public struct VectorTable: Sendable {
     /// A plain SQL identifier ([A-Za-z_][A-Za-z0-9_]*), checked: it is spliced into statements.
     public let name: String

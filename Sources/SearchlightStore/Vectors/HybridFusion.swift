@@ -1,0 +1,64 @@
+import SearchlightSemantic
+
+/// One item of a hybrid ranking: where each side ranked it (1-based) and the fused score.
+public struct FusedCandidate: Sendable, Equatable {
+    public var rowID: Int64
+    public var lexicalRank: Int?
+    public var vectorRank: Int?
+    /// Cosine similarity of the item's vector to the query's, when the vector side found it.
+    public var similarity: Float?
+    /// The fused score, higher is better.
+    public var score: Double
+}
+
+/// Weighted reciprocal rank fusion (Cormack et al. 2009, with a weight per side): an item's
+/// score is `(1 − w)/(k + lexicalRank) + w/(k + vectorRank)`, a side that did not rank it adding
+/// nothing; k = 60. Ties go to the item the lexical side ranked (better), then to the lower rowid,
+/// so at `w` = 0.5 an exact lexical hit is never outranked by a vector hit of the same rank.
+public enum HybridFusion {
+    public static let k = 60.0
+
+    /// The fused ranking of `lexical` (rowids, best first) and `vector` (best first), at most
+    /// `limit` items. `weight` 0 is the lexical ranking alone, 1 the vector ranking alone.
+    public static func fuse(lexical: [Int64], vector: [VectorMatch], weight: Double, limit: Int) -> [FusedCandidate] {
+        let w = min(max(weight, 0), 1)
+        var byRow: [Int64: FusedCandidate] = [:]
+        byRow.reserveCapacity(lexical.count + vector.count)
+        if w < 1 {
+            for (i, rowid) in lexical.enumerated() where byRow[rowid] == nil {
+                byRow[rowid] = FusedCandidate(rowID: rowid, lexicalRank: i + 1, vectorRank: nil, similarity: nil, score: (1 - w) / (k + Double(i + 1)))
+            }
+        }
+        if w > 0 {
+            for (i, m) in vector.enumerated() {
+                let part = w / (k + Double(i + 1))
+                if var c = byRow[m.rowid] {
+                    guard c.vectorRank == nil else { continue }
+                    c.vectorRank = i + 1
+                    c.similarity = m.similarity
+                    c.score += part
+                    byRow[m.rowid] = c
+                } else {
+                    byRow[m.rowid] = FusedCandidate(rowID: m.rowid, lexicalRank: nil, vectorRank: i + 1, similarity: m.similarity, score: part)
+                }
+            }
+        }
+        // Where only one side runs, the other side's ranks are still reported (explain), not scored.
+        if w == 0 {
+            for (i, m) in vector.enumerated() where byRow[m.rowid] != nil && byRow[m.rowid]!.vectorRank == nil {
+                byRow[m.rowid]!.vectorRank = i + 1
+                byRow[m.rowid]!.similarity = m.similarity
+            }
+        }
+        let ordered = byRow.values.sorted { a, b in
+            if a.score != b.score { return a.score > b.score }
+            switch (a.lexicalRank, b.lexicalRank) {
+            case let (x?, y?) where x != y: return x < y
+            case (_?, nil): return true
+            case (nil, _?): return false
+            default: return a.rowID < b.rowID
+            }
+        }
+        return Array(ordered.prefix(max(limit, 0)))
+    }
+}

@@ -1,0 +1,207 @@
+import Foundation
+import SearchlightSemantic
+import SearchlightWire
+
+extension Schema {
+    /// The first format with `item_vectors`.
+    public static let firstVectorFormat = 5
+}
+
+/// Semantic search's side of the store (Docs/SemanticSearch.md, "In the daemon"): each item's
+/// vector written with its text, the in-memory index loaded on the first semantic query, the
+/// items of an older file filled in the background, and the vector top-k of a query checked
+/// against `items` like the lexical side.
+extension IndexStore {
+    /// Whether this store writes and searches vectors: an encoder, and a file of format 5 or later.
+    public var hasVectors: Bool { options.vectorEncoder != nil && formatVersion >= Schema.firstVectorFormat }
+
+    // MARK: Writer (inside the group's transaction)
+
+    func putVector(_ rowid: Int64, _ vector: QuantizedVector, _ statements: WriterStatements) throws {
+        guard let s = statements.putVector else { return }
+        s.reset()
+        try s.bind(.integer(rowid), at: 1)
+        try s.bind(.blob(vector.blob), at: 2)
+        try s.run()
+        vectors.writerPut(rowid, vector)
+    }
+
+    func deleteVector(_ rowid: Int64) throws {
+        guard formatVersion >= Schema.firstVectorFormat else { return }
+        try writer.run("DELETE FROM item_vectors WHERE rowid = ?", [.integer(rowid)])
+        if writer.changes > 0 { vectors.writerDelete(rowid) }
+    }
+
+    // MARK: Loading and filling
+
+    /// Loads the in-memory index (on the writer thread, between groups, so that it is the
+    /// committed state and every later commit is applied to it), then starts the background fill
+    /// of items that have no vector yet (a file opened from an older format, items donated while
+    /// the daemon had no encoder). Returns at once when it is loaded.
+    public func loadVectors() throws(SearchlightError) {
+        guard let encoder = options.vectorEncoder, hasVectors else { return }
+        if !vectors.isLoaded {
+            _ = try writeOutsideTransaction { store in
+                guard !store.vectors.isLoaded else { return ApplyResult() }
+                let (index, unreadable) = try VectorTable().load(dimension: encoder.dimension, from: store.writer)
+                // A row that does not decode is deleted, so the fill embeds its item again.
+                for rowid in unreadable { try store.writer.run("DELETE FROM item_vectors WHERE rowid = ?", [.integer(rowid)]) }
+                store.vectors.install(index)
+                return ApplyResult()
+            }
+        }
+        if vectors.claimFill() {
+            let thread = Thread { [self] in
+                fillMissingVectors(encoder)
+                vectors.fillEnded()
+            }
+            thread.name = "vector-fill"
+            thread.qualityOfService = .utility
+            thread.start()
+        }
+    }
+
+    /// Items per batch of the background fill: one batch is a few milliseconds of the writer.
+    static let vectorFillBatch = 256
+
+    /// Embeds every item without a vector, in batches: read on a reader, embedded on this thread,
+    /// stored by the writer as maintenance (`INSERT OR IGNORE`, and only while the item exists:
+    /// a donation that wrote a vector meanwhile wins, a deleted item gets none). It gives way to
+    /// donations: while a client wrote in the last 200 ms it waits.
+    func fillMissingVectors(_ encoder: StaticEncoder) {
+        var after: Int64 = 0
+        while !isClosing {
+            if secondsSinceClientWrite < 0.2 {
+                Thread.sleep(forTimeInterval: 0.05)
+                continue
+            }
+            guard let rows = try? read({ db in
+                try db.rows("""
+                    SELECT rowid, title, contentDescription, textContent FROM items
+                    WHERE rowid > ? AND NOT EXISTS (SELECT 1 FROM item_vectors v WHERE v.rowid = items.rowid)
+                    ORDER BY rowid LIMIT ?
+                    """, [.integer(after), .integer(Int64(Self.vectorFillBatch))])
+            }), let last = rows.last?.int(0) else { return }
+            after = last
+            var made: [(Int64, QuantizedVector)] = []
+            for row in rows {
+                guard let rowid = row.int(0) else { continue }
+                let text = StoredRow.semanticText([row.string(1), nil, nil, row.string(2), row.string(3)])
+                if !text.isEmpty { made.append((rowid, QuantizedVector(encoder.embed(text)))) }
+            }
+            let batch = made
+            do {
+                _ = try maintenanceWrite { store in
+                    for (rowid, v) in batch {
+                        try store.writer.run("""
+                            INSERT OR IGNORE INTO item_vectors(rowid, vector) SELECT ?1, ?2 WHERE EXISTS (SELECT 1 FROM items WHERE rowid = ?1)
+                            """, [.integer(rowid), .blob(v.blob)])
+                        if store.writer.changes == 1 { store.vectors.writerPut(rowid, v) }
+                    }
+                    return ApplyResult()
+                }
+            } catch {
+                return
+            }
+        }
+    }
+
+    /// Vectors stored and how many of them the transformer made (`refined`), for `status`.
+    public func vectorCounts() throws(SearchlightError) -> (vectors: Int, refined: Int) {
+        guard formatVersion >= Schema.firstVectorFormat else { return (0, 0) }
+        if let counts = vectors.counts { return counts }
+        return try read { db in
+            let row = try db.rows(Self.vectorCountSQL).first
+            return (Int(row?.int(0) ?? 0), Int(row?.int(1) ?? 0))
+        }
+    }
+
+    /// Vectors, and refined ones (flags bit 0 in the BLOB's second byte: `QuantizedVector.blob`).
+    static let vectorCountSQL = "SELECT count(*), count(CASE WHEN hex(substr(vector, 2, 1)) = '01' THEN 1 END) FROM item_vectors"
+
+    /// Whether the background fill of missing vectors is running.
+    public var isFillingVectors: Bool { vectors.isFilling }
+
+    // MARK: Refinement
+
+    /// Replaces static vectors by the transformer's (`embed`: texts to unit vectors), in batches
+    /// of `batch` items in rowid order, until none is left or `yieldNow` says to stop (checked
+    /// between batches). A vector is replaced only while it is still the one read (a donation
+    /// meanwhile wrote a newer static vector, which a later run refines). Returns the vectors
+    /// refined. Idle maintenance runs it (`Maintenance`), so it gives way to load like the rest.
+    public func refineVectors(batch: Int = 16, embed: ([String]) -> [[Float]], yieldNow: () -> Bool) throws(SearchlightError) -> Int {
+        guard hasVectors else { return 0 }
+        var after: Int64 = 0, refined = 0
+        while !isClosing && !yieldNow() {
+            let rows = try read { db in
+                try db.rows("""
+                    SELECT v.rowid, v.vector, i.title, i.contentDescription, i.textContent FROM item_vectors v
+                    JOIN items i ON i.rowid = v.rowid
+                    WHERE v.rowid > ? AND hex(substr(v.vector, 2, 1)) = '00' ORDER BY v.rowid LIMIT ?
+                    """, [.integer(after), .integer(Int64(batch))])
+            }
+            guard let last = rows.last?.int(0) else { break }
+            after = last
+            var texts: [String] = [], keys: [(Int64, [UInt8])] = []
+            for row in rows {
+                guard let rowid = row.int(0), case .blob(let old) = row.values[1] else { continue }
+                let text = StoredRow.semanticText([row.string(2), nil, nil, row.string(3), row.string(4)])
+                guard !text.isEmpty else { continue }
+                texts.append(text)
+                keys.append((rowid, old))
+            }
+            let vectors = embed(texts).map { QuantizedVector($0, refined: true) }
+            let updates = Array(zip(keys, vectors))
+            let n = try maintenanceWrite { store in
+                var r = ApplyResult()
+                for ((rowid, old), v) in updates {
+                    try store.writer.run("UPDATE item_vectors SET vector = ? WHERE rowid = ? AND vector = ?",
+                        [.blob(v.blob), .integer(rowid), .blob(old)])
+                    if store.writer.changes == 1 {
+                        store.vectors.writerPut(rowid, v)
+                        r.indexed += 1
+                    }
+                }
+                return r
+            }.indexed
+            refined += n
+        }
+        return refined
+    }
+
+    // MARK: Searching
+
+    /// The `limit` items nearest to `query` that are visible and pass `filter`, best first. The
+    /// index is searched for more than `limit` and the hits are checked in SQL (so a deleted or
+    /// expired item, or one outside the filter, is never returned); when too many fail, the
+    /// search is repeated for four times as many, and past 4 096 it searches only among the
+    /// items SQL allows. Hits below `minimumSimilarity` are left out (and end the widening).
+    func vectorCandidates(_ db: Database, query: [Float], limit: Int, filter: SQLFilter?, now: Double, minimumSimilarity: Float = -1,
+        budget: QueryBudget?) throws -> [VectorMatch]
+    {
+        guard limit > 0 else { return [] }
+        let filter = filter ?? .all
+        let driver = filter.ftsMatch.map { _ in " AND items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH ?)" } ?? ""
+        let conditions = "\(Self.visible) AND (\(filter.sql))\(driver)"
+        let conditionBindings: [SQLValue] = [.double(now), .double(now)] + filter.bindings + (filter.ftsMatch.map { [.text($0)] } ?? [])
+        var k = max(limit * 2, 64)
+        while true {
+            try budget?.check()
+            guard let (found, total) = vectors.search(query, k: k) else { return [] }
+            let matches = found.filter { $0.similarity >= minimumSimilarity }
+            let floorReached = matches.count < found.count
+            let ids = "[" + matches.map { String($0.rowid) }.joined(separator: ",") + "]"
+            let allowed = Set(try db.rows("SELECT items.rowid FROM items WHERE items.rowid IN (SELECT value FROM json_each(?)) AND \(conditions)",
+                [.text(ids)] + conditionBindings).compactMap { $0.int(0) })
+            let kept = matches.filter { allowed.contains($0.rowid) }
+            if kept.count >= limit || floorReached || found.count < k || k >= total { return Array(kept.prefix(limit)) }
+            if k >= 4096 {
+                try budget?.check()
+                let all = Set(try db.rows("SELECT items.rowid FROM items WHERE \(conditions)", conditionBindings).compactMap { $0.int(0) })
+                return (vectors.search(query, k: limit, mode: .exact, allowed: { all.contains($0) })?.matches ?? [])
+                    .filter { $0.similarity >= minimumSimilarity }
+            }
+            k *= 4
+        }
+    }
+}

@@ -1,0 +1,137 @@
+import Foundation
+import SearchlightSemantic
+import SearchlightStore
+import SearchlightWire
+
+/// The daemon's semantic model (DESIGN §11, Docs/SemanticSearch.md): the static token table,
+/// loaded at start (4.5 MB; it embeds every donated item and, while the transformer is not
+/// loaded, the queries), and the transformer, loaded by `query.prepare` and unloaded after
+/// `--model-idle` seconds without a query so that an idle daemon stays small.
+final class SemanticEngine: @unchecked Sendable {
+    let directory: ModelDirectory
+    /// nil: semantic search is unavailable (`unavailableReason` says why and what to do).
+    let staticEncoder: StaticEncoder?
+    let unavailableReason: String?
+    private let idleSeconds: Double
+    private let log: Logger
+    private let lock = NSLock()
+    private var transformer: TransformerEncoder?
+    private var lastUse = Date()
+    private var transformerError: String?
+    private var timer: DispatchSourceTimer?
+
+    init(directory: ModelDirectory, idleSeconds: Double, log: Logger) {
+        self.directory = directory
+        self.idleSeconds = idleSeconds
+        self.log = log
+        let file = directory.staticTableFile
+        if !FileManager.default.fileExists(atPath: file) {
+            staticEncoder = nil
+            unavailableReason = "the static table \(file) is missing; run `\(ModelDirectory.installCommand)` in the source tree "
+                + "(or `make model MODEL_DIR=\(directory.path)`), or point --model-dir at the model folder"
+        } else {
+            do {
+                staticEncoder = try StaticEncoder(file: file)
+                unavailableReason = nil
+            } catch {
+                staticEncoder = nil
+                unavailableReason = "the static table \(file) cannot be read (\(error.message)); run `\(ModelDirectory.installCommand)` again"
+            }
+        }
+        if let unavailableReason {
+            log.notice("semantic search unavailable", ["reason": unavailableReason])
+        } else {
+            log.info("semantic search ready", ["model_dir": directory.path, "transformer": directory.hasTransformer])
+        }
+    }
+
+    /// Starts the idle check (every few seconds; a tenth of the idle time, 1 to 30 s).
+    func startIdleUnload() {
+        let t = DispatchSource.makeTimerSource(queue: .global(qos: .utility))
+        let period = min(30, max(1, idleSeconds / 10))
+        t.schedule(deadline: .now() + period, repeating: period)
+        t.setEventHandler { [weak self] in self?.unloadIfIdle() }
+        t.resume()
+        lock.withLock { timer = t }
+    }
+
+    func stop() { lock.withLock { timer?.cancel(); timer = nil } }
+
+    var isLoaded: Bool { lock.withLock { transformer != nil } }
+
+    /// `unavailable` (no static table), `loaded` (the transformer embeds the queries) or
+    /// `unloaded` (the static table does).
+    var status: JSONValue {
+        var o: [String: JSONValue] = ["modelDirectory": .string(directory.path)]
+        lock.withLock {
+            if let unavailableReason {
+                o["state"] = "unavailable"
+                o["reason"] = .string(unavailableReason)
+            } else if transformer != nil {
+                o["state"] = "loaded"
+            } else {
+                o["state"] = "unloaded"
+                if let reason = transformerError ?? directory.unavailableReason { o["reason"] = .string(reason) }
+            }
+        }
+        return .object(o)
+    }
+
+    /// Loads the transformer (`query.prepare`). Without its files, or when they do not load,
+    /// `status` says why (the reason names the command that installs them); queries then embed
+    /// with the static table. Not an error: lexical and static-table search work on.
+    func prepare() {
+        guard staticEncoder != nil, directory.hasTransformer else { return }
+        if isLoaded {
+            lock.withLock { lastUse = Date() }
+            return
+        }
+        let started = Date()
+        do {
+            // One thread for a query's products: the daemon serves several queries at once.
+            let encoder = try TransformerEncoder(directory: directory, queryThreads: 1)
+            lock.withLock {
+                if transformer == nil { transformer = encoder }
+                transformerError = nil
+                lastUse = Date()
+            }
+            log.info("semantic model loaded", ["model_dir": directory.path, "elapsed_s": String(format: "%.3f", Date().timeIntervalSince(started))])
+        } catch {
+            let reason = "the model in \(directory.path) does not load (\(error.message)); run `\(ModelDirectory.installCommand)` again"
+            lock.withLock { transformerError = reason }
+            log.warning("semantic model not loaded", ["reason": reason])
+        }
+    }
+
+    /// The transformer for background refinement: loaded (as by `query.prepare`) when its files
+    /// are there; nil otherwise.
+    func transformerForRefinement() -> TransformerEncoder? {
+        prepare()
+        return lock.withLock { transformer }
+    }
+
+    /// Refinement is using the transformer: the idle unload waits.
+    func touch() { lock.withLock { lastUse = Date() } }
+
+    /// The query's vector: the transformer's when it is loaded, else the static table's (the same
+    /// space: Docs/SemanticSearch.md measured the mixed case). nil when unavailable.
+    func embedQuery(_ text: String) -> [Float]? {
+        let t: TransformerEncoder? = lock.withLock {
+            if transformer != nil { lastUse = Date() }
+            return transformer
+        }
+        if let t { return t.embed(text) }
+        return staticEncoder?.embed(text)
+    }
+
+    func unloadIfIdle(now: Date = Date()) {
+        let unloaded: Bool = lock.withLock {
+            guard transformer != nil, now.timeIntervalSince(lastUse) >= idleSeconds else { return false }
+            transformer = nil
+            return true
+        }
+        if unloaded {
+            log.info("semantic model unloaded", ["idle_s": Int(idleSeconds)])
+        }
+    }
+}

@@ -1,0 +1,172 @@
+import Foundation
+import SearchlightKit
+import SearchlightWire
+
+/// Semantic search through the daemon (Docs/SemanticSearch.md, "Through the daemon"): what the
+/// static vectors cost donations (a daemon without the model against one with the static table,
+/// alternated, 4 clients), user query latency with semantic search on and off at the corpus's
+/// size, and the debtags relevance set (nDCG@10, recall@100) lexical against hybrid, with the
+/// corpus indexed without its tag keywords.
+struct SemanticBench {
+    let options: Options
+    let corpus: Corpus
+    let dir: String
+
+    static let staticTable = "Models/all-MiniLM-L6-v2-static.bin"
+    static let judgements = "Scripts/semantic/relevance/debtags-judgements.jsonl"
+
+    func run() async throws -> [Row] {
+        guard FileManager.default.fileExists(atPath: Self.staticTable) else {
+            progress("semantic: skipped, no \(Self.staticTable) (run from the repository root)")
+            return []
+        }
+        let empty = dir + "/no-model", model = dir + "/model"
+        for d in [empty, model] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
+        try? FileManager.default.removeItem(atPath: model + "/static-table.bin")
+        try FileManager.default.createSymbolicLink(atPath: model + "/static-table.bin",
+            withDestinationPath: FileManager.default.currentDirectoryPath + "/" + Self.staticTable)
+        let lexicalDaemon = try Daemon(dir: dir + "/lexical", arguments: ["--model-dir", empty])
+        let semanticDaemon = try Daemon(dir: dir + "/semantic", arguments: ["--model-dir", model])
+        defer {
+            lexicalDaemon.stop(remove: true)
+            semanticDaemon.stop(remove: true)
+        }
+        var rows: [Row] = []
+        let items = corpus.entries.map(\.searchableItem)
+        var without: [Double] = [], with: [Double] = [], ratios: [Double] = []
+        var queryBundle = ""
+        for run in 0..<options.runs {
+            let a = try await donate(items, socket: lexicalDaemon.socket, bundle: "bench.lexical.r\(run)", clients: 4, batch: options.batch)
+            queryBundle = "bench.semantic.r\(run)"
+            let b = try await donate(items, socket: semanticDaemon.socket, bundle: queryBundle, clients: 4, batch: options.batch)
+            let a2 = try await donate(items, socket: lexicalDaemon.socket, bundle: "bench.lexical.r\(run)b", clients: 4, batch: options.batch)
+            without += [a, a2]
+            with.append(b)
+            ratios.append(b / ((a + a2) / 2))
+            progress(String(format: "semantic donation run %d: without vectors %.0f, with static vectors %.0f, %.0f items/s (%.2f×)", run + 1, a, b, a2, ratios.last!))
+        }
+        let baseline = Figure(without)
+        rows.append(Row(scenario: "donation, 4 clients, without the model (no vectors)", figure: baseline, unit: "items/s",
+            higherIsBetter: true, size: items.count))
+        var row = Row(scenario: "donation, 4 clients, with static vectors", figure: Figure(with), unit: "items/s", baseline: baseline,
+            higherIsBetter: true, size: items.count, pairedRatios: ratios)
+        row.target = "≥ 0.80× without"
+        row.met = (row.ratio ?? 0) >= 0.8
+        rows.append(row)
+
+        let judged = (try? Self.loadJudgements()) ?? []
+        let texts = judged.map(\.query) + [corpus.userText]
+        let index = SearchableIndex(bundleIdentifier: queryBundle, socketPath: semanticDaemon.socket)
+        func context(_ semantic: Bool) -> UserQueryContext {
+            var c = UserQueryContext()
+            c.maxResultCount = 20
+            c.semanticSearch = semantic
+            return c
+        }
+        // Warm up both paths (the ranked index is built after the first queries, the vectors loaded
+        // on the first semantic one), then alternate them query by query so that neither gets the
+        // quieter moments of the machine.
+        for t in texts { for s in [false, true] { _ = try await UserQuery(userQueryString: t, userQueryContext: context(s), index: index).run() } }
+        try await Task.sleep(for: .seconds(3))
+        var p50: [Bool: [Double]] = [:], p99: [Bool: [Double]] = [:]
+        for _ in 0..<options.runs {
+            var times: [Bool: [Double]] = [:]
+            for q in 0..<options.queries {
+                let t = texts[q % texts.count]
+                for s in [false, true] {
+                    times[s, default: []].append(try await milliseconds {
+                        _ = try await UserQuery(userQueryString: t, userQueryContext: context(s), index: index).run()
+                    })
+                }
+            }
+            for s in [false, true] {
+                p50[s, default: []].append(Figure(times[s]!).percentile(0.5))
+                p99[s, default: []].append(Figure(times[s]!).percentile(0.99))
+            }
+        }
+        for semantic in [false, true] {
+            let name = semantic ? "user query, semantic on (hybrid, static table)" : "user query, semantic off (lexical)"
+            var r50 = Row(scenario: "\(name) p50, \(items.count / 1000)k items", figure: Figure(p50[semantic]!), unit: "ms", higherIsBetter: false,
+                size: items.count)
+            if semantic {
+                r50.target = "≤ 2 ms"
+                r50.met = r50.figure.median <= 2
+            }
+            rows.append(r50)
+            rows.append(Row(scenario: "\(name) p99, \(items.count / 1000)k items", figure: Figure(p99[semantic]!), unit: "ms",
+                higherIsBetter: false, size: items.count))
+        }
+        await index.close()
+
+        if !judged.isEmpty {
+            rows += try await quality(judged, socket: semanticDaemon.socket)
+        } else {
+            progress("semantic: no relevance set at \(Self.judgements); quality skipped")
+        }
+        return rows
+    }
+
+    struct Judgement {
+        var tag: String
+        var query: String
+        var relevant: Set<String>
+    }
+
+    static func loadJudgements() throws -> [Judgement] {
+        let data = try Data(contentsOf: URL(fileURLWithPath: judgements))
+        return data.split(separator: 0x0A).compactMap { line in
+            guard let o = try? JSONValue.parse(Array(line)), let q = o["query"]?.stringValue, let tag = o["tag"]?.stringValue else { return nil }
+            return Judgement(tag: tag, query: q, relevant: Set((o["relevant"]?.arrayValue ?? []).compactMap(\.stringValue)))
+        }
+    }
+
+    /// nDCG@10 with binary relevance, and recall@100.
+    static func ndcg(_ ranking: [String], _ relevant: Set<String>, k: Int = 10) -> Double {
+        var dcg = 0.0
+        for (i, id) in ranking.prefix(k).enumerated() where relevant.contains(id) { dcg += 1 / log2(Double(i + 2)) }
+        let ideal = (0..<min(k, relevant.count)).reduce(0.0) { $0 + 1 / log2(Double($1 + 2)) }
+        return ideal > 0 ? dcg / ideal : 0
+    }
+
+    static func recall(_ ranking: [String], _ relevant: Set<String>) -> Double {
+        relevant.isEmpty ? 0 : Double(ranking.prefix(100).filter(relevant.contains).count) / Double(relevant.count)
+    }
+
+    /// The corpus without its keywords (the tags are the answer) in a bundle of its own; each
+    /// judgement's query through `query.user`, top 100, lexical and hybrid.
+    func quality(_ judged: [Judgement], socket: String) async throws -> [Row] {
+        let items = corpus.entries.map { e -> SearchableItem in
+            var item = e.searchableItem
+            item.attributeSet.keywords = nil
+            return item
+        }
+        let bundle = "bench.semantic.relevance"
+        _ = try await donate(items, socket: socket, bundle: bundle, clients: 4, batch: options.batch)
+        let index = SearchableIndex(bundleIdentifier: bundle, socketPath: socket)
+        defer { Task { await index.close() } }
+        var rows: [Row] = []
+        var lexicalNDCG: [Double] = []
+        for (name, semantic, weight) in [("lexical", false, 0.5), ("hybrid, static table, weight 0.5", true, 0.5),
+                                         ("hybrid, static table, weight 0.3", true, 0.3), ("vectors only (weight 1)", true, 1.0)] {
+            var c = UserQueryContext()
+            c.maxResultCount = 100
+            c.semanticSearch = semantic
+            c.semanticWeight = weight
+            var n: [Double] = [], r: [Double] = []
+            for j in judged {
+                let answer = try await UserQuery(userQueryString: j.query, userQueryContext: c, index: index).run()
+                let ranking = answer.items.map(\.uniqueIdentifier)
+                n.append(Self.ndcg(ranking, j.relevant))
+                r.append(Self.recall(ranking, j.relevant))
+            }
+            if !semantic { lexicalNDCG = n }
+            let mean = n.reduce(0, +) / Double(n.count), recall = r.reduce(0, +) / Double(r.count)
+            let worse = semantic ? zip(n, lexicalNDCG).filter { $0 < $1 - 0.1 }.count : 0
+            progress(String(format: "relevance (%d queries), %@: nDCG@10 %.3f, recall@100 %.3f%@", judged.count, name, mean, recall,
+                semantic ? ", \(worse) queries more than 0.1 below lexical" : ""))
+            rows.append(Row(scenario: "debtags nDCG@10, \(name)", figure: Figure([mean]), unit: "", higherIsBetter: true))
+            rows.append(Row(scenario: "debtags recall@100, \(name)", figure: Figure([recall]), unit: "", higherIsBetter: true))
+        }
+        return rows
+    }
+}

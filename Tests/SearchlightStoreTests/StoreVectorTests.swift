@@ -1,0 +1,193 @@
+import Foundation
+import SearchlightSemantic
+import Testing
+@testable import SearchlightStore
+import SearchlightWire
+
+/// The committed static table (Models/, checksum in the Makefile): the tests need no download.
+let staticEncoder: StaticEncoder = {
+    var url = URL(fileURLWithPath: #filePath)
+    for _ in 0..<3 { url.deleteLastPathComponent() }
+    return try! StaticEncoder(file: url.appendingPathComponent("Models/all-MiniLM-L6-v2-static.bin").path)
+}()
+
+extension StoreFixture {
+    /// A user query with the vector side (the query embedded with the static table).
+    func hybrid(_ text: String, weight: Double = 0.5, filter: SQLFilter? = nil, explain: Bool = false) throws -> UserQueryResult {
+        var r = UserQueryRequest(text: text)
+        r.semantic = SemanticRequest(vector: staticEncoder.embed(text), weight: weight)
+        r.filter = filter
+        r.explain = explain
+        return try store.userQuery(r)
+    }
+
+    func storedVectors() throws -> Int { try store.read { db in try db.intScalar("SELECT count(*) FROM item_vectors") } }
+
+    /// Items about different things; none shares a word with "listen to songs".
+    func donateMeanings() throws {
+        try donate(
+            try item("music", ["title": "Rhythmbox", "contentDescription": "music player and audio library organizer",
+                               "textContent": "Play your MP3 and Ogg Vorbis collection, internet radio and podcasts."]),
+            try item("chess", ["title": "GNU Chess", "contentDescription": "chess engine",
+                               "textContent": "A program that plays chess against you on the board."]),
+            try item("mail", ["title": "Postfix", "contentDescription": "mail transport agent",
+                              "textContent": "Delivers electronic mail between servers with SMTP."]),
+            try item("compiler", ["title": "GCC", "contentDescription": "GNU C compiler",
+                                  "textContent": "Translates C source code into machine code."]),
+            try item("images", ["title": "GIMP", "contentDescription": "image manipulation program",
+                                "textContent": "Edit photographs, retouch pictures and paint."]))
+    }
+
+    func ids(_ r: UserQueryResult) -> [String] { r.items.compactMap { $0["uniqueIdentifier"]?.stringValue } }
+}
+
+@Suite("Semantic vectors in the store")
+struct StoreVectorTests {
+    @Test("every donated item gets its vector in the same commit; a replacement rewrites it, deletions remove it")
+    func vectorsFollowItems() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        #expect(try f.storedVectors() == 5)
+        let before = try f.store.read { db in try db.rows("SELECT vector FROM item_vectors WHERE rowid = 1").first?.values[0] }
+        try f.donate(try f.item("music", ["title": "Rhythmbox", "textContent": "something else entirely"]))
+        let after = try f.store.read { db in try db.rows("SELECT vector FROM item_vectors WHERE rowid = 1").first?.values[0] }
+        #expect(before != nil && after != nil && before != after)
+        _ = try f.store.applySync([.deleteIdentifiers(["chess"])])
+        #expect(try f.storedVectors() == 4)
+        _ = try f.store.applySync([.deleteDomains(["none"]), .deleteAll])
+        #expect(try f.storedVectors() == 0)
+    }
+
+    @Test("a store without an encoder writes no vectors and answers lexically")
+    func noEncoder() throws {
+        let f = try StoreFixture()
+        try f.donateMeanings()
+        #expect(try f.storedVectors() == 0)
+        #expect(f.ids(try f.hybrid("listen to songs")).isEmpty)
+    }
+
+    @Test("the vector side finds an item by meaning with no shared word; the lexical side alone does not")
+    func findsByMeaning() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        #expect(f.ids(try f.user("listen to songs")).isEmpty)
+        let hybrid = try f.hybrid("listen to songs", explain: true)
+        #expect(f.ids(hybrid).first == "music", "\(f.ids(hybrid))")
+        let e = try #require(hybrid.explanations?.first)
+        #expect(e.lexicalRank == nil && e.vectorRank == 1 && (e.similarity ?? 0) > 0 && e.score < 0)
+    }
+
+    @Test("deleted and expired items never come back through the vector side, whether the index was loaded before or after")
+    func deletedAndExpired() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        #expect(f.ids(try f.hybrid("listen to songs")).first == "music")  // loads the in-memory index
+        _ = try f.store.applySync([.deleteIdentifiers(["music"])])
+        #expect(!f.ids(try f.hybrid("listen to songs")).contains("music"))
+        var expiring = try f.item("radio", ["title": "Radio tray", "contentDescription": "streaming audio player",
+                                             "textContent": "Plays music streams from online stations."])
+        expiring.expirationDate = f.clock.now.addingTimeInterval(60)
+        try f.donate(expiring)
+        #expect(f.ids(try f.hybrid("listen to songs")).contains("radio"))
+        f.clock.advance(120)
+        #expect(!f.ids(try f.hybrid("listen to songs")).contains("radio"))
+        try f.reopen()  // loaded afresh from the table
+        #expect(!f.ids(try f.hybrid("listen to songs")).contains("radio"))
+        #expect(!f.ids(try f.hybrid("listen to songs")).contains("music"))
+    }
+
+    @Test("a filter query applies to the vector side")
+    func filterApplies() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        try f.donate(try f.item("radio", ["title": "Radio tray", "contentDescription": "streaming audio player",
+                                          "textContent": "Plays music streams from online stations."]))
+        #expect(Set(f.ids(try f.hybrid("listen to songs"))) == ["music", "radio"])
+        let filter = try QueryFront.filter(query: nil, filterQueries: [#"title == "Radio*""#], limits: Limits(), now: f.clock.now)
+        #expect(f.ids(try f.hybrid("listen to songs", filter: filter)) == ["radio"])
+    }
+
+    @Test("vector hits below the similarity floor are left out: a query about nothing in the index finds nothing")
+    func similarityFloor() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        #expect(f.ids(try f.hybrid("xyzzy")).isEmpty)
+        var r = UserQueryRequest(text: "xyzzy")
+        r.semantic = SemanticRequest(vector: staticEncoder.embed("xyzzy"), weight: 0.5, minimumSimilarity: -1)
+        #expect(try f.store.userQuery(r).items.count == 5, "without a floor the vector side ranks every item")
+    }
+
+    @Test("a file of format 4 gets the vector table when opened and its items' vectors in the background")
+    func upgradeFillsVectors() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        f.store.close()
+        try rewriteFormat(f.dir + "/b/_default.sqlite", to: 4)
+        try f.reopen()
+        #expect(f.store.formatVersion == Schema.formatVersion)
+        #expect(try f.storedVectors() == 0)
+        try f.store.loadVectors()
+        let deadline = Date().addingTimeInterval(30)
+        while f.store.isFillingVectors && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(try f.storedVectors() == 5)
+        #expect(try f.store.vectorCounts().vectors == 5)
+        #expect(f.ids(try f.hybrid("listen to songs")).first == "music")
+    }
+}
+
+extension StoreVectorTests {
+    @Test("refinement replaces each static vector once, counts it as refined, and stops when told to yield")
+    func refinement() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        #expect(try f.store.refineVectors(embed: { $0.map(staticEncoder.embed) }, yieldNow: { true }) == 0)
+        #expect(try f.store.vectorCounts().refined == 0)
+        var batches = 0
+        #expect(try f.store.refineVectors(batch: 2, embed: { batches += 1; return $0.map(staticEncoder.embed) }, yieldNow: { false }) == 5)
+        #expect(batches == 3)
+        #expect(try f.store.vectorCounts() == (vectors: 5, refined: 5))
+        #expect(try f.store.refineVectors(embed: { $0.map(staticEncoder.embed) }, yieldNow: { false }) == 0)
+        // A donation writes a static vector again: the next run refines it.
+        try f.donate(try f.item("chess", ["title": "GNU Chess", "textContent": "plays chess"]))
+        #expect(try f.store.vectorCounts().refined == 4)
+        #expect(try f.store.refineVectors(embed: { $0.map(staticEncoder.embed) }, yieldNow: { false }) == 1)
+        #expect(f.ids(try f.hybrid("listen to songs")).first == "music")
+    }
+}
+
+@Suite("Hybrid fusion")
+struct HybridFusionTests {
+    func m(_ rowid: Int64, _ s: Float = 0.5) -> VectorMatch { VectorMatch(rowid: rowid, similarity: s) }
+
+    @Test("weighted reciprocal rank fusion: an item both sides rank comes first, each side's ranks reported")
+    func fusesBoth() {
+        let fused = HybridFusion.fuse(lexical: [1, 2, 3], vector: [m(3, 0.9), m(4, 0.8), m(1, 0.7)], weight: 0.5, limit: 10)
+        #expect(fused.map(\.rowID) == [1, 3, 2, 4])
+        #expect(fused[0].lexicalRank == 1 && fused[0].vectorRank == 3 && fused[0].similarity == 0.7)
+        #expect(abs(fused[0].score - (0.5 / 61 + 0.5 / 63)) < 1e-12)
+        #expect(fused[3].lexicalRank == nil && fused[3].vectorRank == 2)
+    }
+
+    @Test("at equal weight an exact lexical hit is not outranked by a vector hit of the same rank")
+    func lexicalWinsTies() {
+        let fused = HybridFusion.fuse(lexical: [7], vector: [m(9)], weight: 0.5, limit: 10)
+        #expect(fused.map(\.rowID) == [7, 9])
+    }
+
+    @Test("weight 0 is the lexical ranking alone (vector ranks still reported), weight 1 the vector ranking alone")
+    func extremes() {
+        let lexicalOnly = HybridFusion.fuse(lexical: [1, 2], vector: [m(2), m(5)], weight: 0, limit: 10)
+        #expect(lexicalOnly.map(\.rowID) == [1, 2])
+        #expect(lexicalOnly[1].vectorRank == 1)
+        let vectorOnly = HybridFusion.fuse(lexical: [1, 2], vector: [m(2), m(5)], weight: 1, limit: 10)
+        #expect(vectorOnly.map(\.rowID) == [2, 5])
+    }
+
+    @Test("a heavier vector weight moves vector hits up; the limit cuts the list")
+    func weightMoves() {
+        let light = HybridFusion.fuse(lexical: [1, 2, 3], vector: [m(9)], weight: 0.2, limit: 10).map(\.rowID)
+        let heavy = HybridFusion.fuse(lexical: [1, 2, 3], vector: [m(9)], weight: 0.8, limit: 2).map(\.rowID)
+        #expect(light == [1, 2, 3, 9])
+        #expect(heavy == [9, 1])
+    }
+}
