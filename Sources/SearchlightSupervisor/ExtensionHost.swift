@@ -216,7 +216,8 @@ final class ExtensionHost: Sendable {
             // An extension that stops reading must not block a write (and the timeouts) forever.
             socket.setSendTimeout(seconds: 10)
             let limits = context.config.limits
-            let connection = RPCConnection(socket: socket, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth)
+            let connection = RPCConnection(socket: socket, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth,
+                                           outboxLimit: limits.outboxLimit)
             let peer = PeerCredentials(pid: process.pid, uid: unitUID(unit), gid: 0)
             let session = ClientSession(context: context, connection: connection, peer: peer, spawnedFor: self)
             launch = LaunchedExtension(process: process, session: session, at: at, stderrTail: tail, program: program)
