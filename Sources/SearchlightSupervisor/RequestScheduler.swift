@@ -215,8 +215,8 @@ actor RequestScheduler {
             let bundle = unit.bundleIdentifier
             if let idle = host.idleDeadline() {
                 if idle <= now {
-                    log.info("extension idle; asking it to exit", ["label": host.label, "timeout_s": unit.timeOut])
-                    host.terminate(hung: false)
+                    // Checked again inside the host's transition: a request may have begun since.
+                    host.exitIfIdle()
                 } else {
                     next = min(next, idle)
                 }
