@@ -50,8 +50,12 @@ extension RequestScheduler {
             // the request absorbed by a reindex-all.
             guard let claimed = try journal.claim(id) else { return }
             request = claimed
+            journalFaults.clear(id)
         } catch {
-            log.error("cannot update the request journal", ["id": id, "error": "\(error)"])
+            // Still pending: the loop sees it again, due when this delay has passed on the clock.
+            let fault = journalFaults.record(id, now: clock.now)
+            log.error("cannot update the request journal", ["id": id, "error": "\(error)", "failures": fault.failures,
+                "retry_in_s": fault.retryAt.timeIntervalSince(clock.now)])
             return
         }
         let started = clock.now
