@@ -40,7 +40,7 @@ public final class RPCConnection: @unchecked Sendable {
             case .idle(let seconds): "idle for \(seconds) s"
             case .unreadAnswers(let e): "an answer could not be written (the peer does not read it): \(e)"
             case .malformedFrames(let count): "\(count) malformed frames in a row"
-            case .outboxFull(let bytes): "more than \(bytes) bytes waited for the peer to read them"
+            case .outboxFull(let bytes): "the peer does not read: more than \(bytes) bytes waited for it"
             }
         }
     }
