@@ -105,6 +105,10 @@ public final class RPCConnection: @unchecked Sendable {
     private var writeFailure: String?
     /// `close()` was asked while frames were queued: the writer shuts the socket down once done.
     private var shutdownWhenFlushed = false
+    /// Set by `finish` before it releases the descriptor: no writer starts after it (one that
+    /// read the descriptor's number before the close could write into whatever connection
+    /// `accept` gave that number next).
+    private var writerRetired = false
     private let writer: DispatchQueue
     public let outboxLimit: OutboxLimit
     private var nextID = 1
@@ -281,10 +285,14 @@ public final class RPCConnection: @unchecked Sendable {
         for call in calls { call.complete(.failure(lost)) }
         // What was queued before the close (an answer, `$/closing`) still goes out, briefly;
         // the descriptor is released only once the writer no longer uses it.
-        if !waitForWriter(within: Self.closeFlushSeconds) {
-            socket.shutdown()
-            _ = waitForWriter(within: .infinity)
+        let flushed = waitForWriter(within: Self.closeFlushSeconds)
+        let writing = outboxCondition.withLock {
+            writerRetired = true
+            return writerRunning
         }
+        // A writer still at work (a peer not reading, or a frame queued just now) fails at once.
+        if !flushed || writing { socket.shutdown() }
+        _ = waitForWriter(within: .infinity)
         socket.close()
     }
 
@@ -330,6 +338,10 @@ public final class RPCConnection: @unchecked Sendable {
         if let failure = writeFailure {
             outboxCondition.unlock()
             throw SearchlightError(.remoteConnection, "the connection is closed (\(failure)); reconnect")
+        }
+        if writerRetired {
+            outboxCondition.unlock()
+            throw SearchlightError(.remoteConnection, "the connection is closed; reconnect")
         }
         if overflow || shutdownWhenFlushed {
             outboxCondition.unlock()

@@ -229,32 +229,32 @@ public final class UnixSocket: @unchecked Sendable {
         return p.revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0
     }
 
-    /// Stops both directions without releasing the descriptor (wakes a blocked reader).
+    /// Stops both directions without releasing the descriptor (wakes a blocked reader). Under
+    /// the lock that `close` takes: a shutdown racing a close must never reach the descriptor
+    /// number the close freed, which the next `accept` may already have handed to another
+    /// connection (seen: a new client's connection shut down by a late shutdown of an old one).
     public func shutdown() {
-        let f = fd
-        if f >= 0 { Glibc.shutdown(f, Int32(SHUT_RDWR)) }
+        lock.withLock {
+            if _fd >= 0 { Glibc.shutdown(_fd, Int32(SHUT_RDWR)) }
+        }
     }
 
     /// Closes this process's descriptor only, without shutting the socket down: for the end
     /// handed to a child process, which keeps using its inherited copy.
     public func closeDescriptor() {
-        let f: Int32 = lock.withLock {
-            let f = _fd
+        lock.withLock {
+            if _fd >= 0 { Glibc.close(_fd) }
             _fd = -1
-            return f
         }
-        if f >= 0 { Glibc.close(f) }
     }
 
     public func close() {
-        let f: Int32 = lock.withLock {
-            let f = _fd
+        lock.withLock {
+            if _fd >= 0 {
+                Glibc.shutdown(_fd, Int32(SHUT_RDWR))
+                Glibc.close(_fd)
+            }
             _fd = -1
-            return f
-        }
-        if f >= 0 {
-            Glibc.shutdown(f, Int32(SHUT_RDWR))
-            Glibc.close(f)
         }
     }
 }
