@@ -298,9 +298,14 @@ public final class RPCConnection: @unchecked Sendable {
 
     /// Waits until the writer has nothing left to do; false if `seconds` passed first.
     private func waitForWriter(within seconds: TimeInterval) -> Bool {
-        let deadline = seconds.isFinite ? Date().addingTimeInterval(seconds) : Date.distantFuture
         outboxCondition.lock()
         defer { outboxCondition.unlock() }
+        guard seconds.isFinite else {
+            // Not `wait(until: .distantFuture)`: Foundation on Linux traps converting it to a timespec.
+            while writerRunning { outboxCondition.wait() }
+            return true
+        }
+        let deadline = Date().addingTimeInterval(seconds)
         while writerRunning {
             if !outboxCondition.wait(until: deadline) { return !writerRunning }
         }
