@@ -127,6 +127,14 @@ final class ExtensionHost: Sendable {
     /// `extension.shutdown`. Either way SIGKILL follows after `ExitTimeOut`.
     func terminate(hung: Bool) { handle(.terminate(hung: hung)) }
 
+    /// Stops `launch` only if it is still the current one; a superseded launch that hung gets
+    /// SIGTERM alone. Never touches an attached copy or a newer launch.
+    func stopLaunch(_ launch: LaunchedExtension, hung: Bool) { handle(.stopLaunch(launch, hung: hung)) }
+
+    /// Asks the extension to exit if it is (still) idle past its `TimeOut`: the check and the
+    /// act are one transition, so a request that began meanwhile keeps it.
+    func exitIfIdle() { handle(.idleExpired) }
+
     /// `searchlight units restart LABEL` (launchctl's `kickstart -k`), for an author who rebuilt the
     /// extension: the running copy is asked to exit (`extension.shutdown`, SIGKILL after
     /// `ExitTimeOut`), which counts as no crash, and a request it was serving is interrupted, not
@@ -142,7 +150,7 @@ final class ExtensionHost: Sendable {
         }
         if let previous {
             log.notice("extension restart requested", ["label": label, "pid": previous.pid])
-            terminate(hung: false)
+            stopLaunch(previous, hung: false)
             _ = await previous.exit.value(within: unit.exitTimeOut + 5, clock: clock)
         }
         _ = waiveLaunchDelay()
@@ -178,6 +186,8 @@ final class ExtensionHost: Sendable {
             serve(launch, handshakeTimeout: handshakeTimeout)
         case .askToExit(let launch):
             let deadline = clock.now.addingTimeInterval(unit.exitTimeOut)
+            // Only queued here (the connection's writer sends it): this runs on the scheduler's
+            // thread, which a write to an extension that stopped reading must never hold.
             try? launch.connection.notify(Method.extensionShutdown)
             killAfter(launch, deadline)
         case .stop(let launch):
@@ -216,7 +226,8 @@ final class ExtensionHost: Sendable {
             // An extension that stops reading must not block a write (and the timeouts) forever.
             socket.setSendTimeout(seconds: 10)
             let limits = context.config.limits
-            let connection = RPCConnection(socket: socket, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth)
+            let connection = RPCConnection(socket: socket, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth,
+                                           outboxLimit: limits.outboxLimit)
             let peer = PeerCredentials(pid: process.pid, uid: unitUID(unit), gid: 0)
             let session = ClientSession(context: context, connection: connection, peer: peer, spawnedFor: self)
             launch = LaunchedExtension(process: process, session: session, at: at, stderrTail: tail, program: program)
@@ -255,20 +266,18 @@ final class ExtensionHost: Sendable {
         }
     }
 
-    /// Sends a notification (`didThrottle`, …) to the extension if it is running; off the
-    /// caller's thread, since an extension that stops reading would block the write.
+    /// Sends a notification (`didThrottle`, …) to the extension if it is running (queued for
+    /// the connection's writer: an extension that stops reading blocks nobody).
     func notifyIfRunning(_ method: String) {
         guard let link = machine.withLock({ m -> Link? in if case .running(let link, _, _) = m.state { link } else { nil } }) else { return }
         notify(link.connection, method)
     }
 
     private func notify(_ connection: RPCConnection, _ method: String) {
-        DispatchQueue.global().async { [log, label] in
-            do {
-                try connection.notify(method)
-            } catch {
-                log.info("cannot notify the extension", ["label": label, "method": method, "error": "\(error)"])
-            }
+        do {
+            try connection.notify(method)
+        } catch {
+            log.info("cannot notify the extension", ["label": label, "method": method, "error": "\(error)"])
         }
     }
 

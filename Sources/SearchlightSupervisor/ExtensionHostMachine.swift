@@ -45,6 +45,11 @@ extension ExtensionHost {
                 return [log(.warning, "extension did not exit in time; killing it", ["pid": launch.pid, "after_s": unit.exitTimeOut]),
                         .signal(launch, SIGKILL)]
             case .terminate(let hung): return terminate(hung: hung)
+            case .stopLaunch(let launch, let hung): return stopLaunch(launch, hung: hung)
+            case .idleExpired:
+                guard case .running(_, let work, _) = state, work.inFlight == 0,
+                      work.lastActivity.addingTimeInterval(unit.timeOut) <= now else { return [] }
+                return [log(.info, "extension idle; asking it to exit", ["timeout_s": unit.timeOut])] + terminate(hung: false)
             case .kill: return kill()
             case .activity: return withWork { work in work.lastActivity = now }
             case .requestEnded(let connection, let ticket): return requestEnded(connection, ticket, now)
@@ -277,6 +282,14 @@ extension ExtensionHost {
             case .idle, .backingOff, .spawning:
                 return []
             }
+        }
+
+        private mutating func stopLaunch(_ launch: LaunchedExtension, hung: Bool) -> [Effect] {
+            if state.launch === launch { return terminate(hung: hung) }
+            // Superseded: whoever replaced it already asked it to exit; if it hung meanwhile, it
+            // alone is stopped (its exit is no longer the state's business).
+            guard hung, !launch.process.hasExited else { return [] }
+            return [log(.warning, "superseded extension launch hung; stopping it", ["pid": launch.pid]), .stop(launch)]
         }
 
         private func kill() -> [Effect] {

@@ -104,7 +104,15 @@ extension ExtensionHost {
         case connectionClosed(RPCConnection, reason: String)
         case exited(LaunchedExtension, Termination)
         case exitTimedOut(LaunchedExtension)
+        /// Stops whatever runs now (an attached copy: its connection is closed).
         case terminate(hung: Bool)
+        /// Stops this launch, and nothing else: a watchdog or a restart decided about one launch,
+        /// and by the time its event is handled an attached copy or a newer launch may have taken
+        /// its place, which must not be touched. A superseded launch that hung gets SIGTERM only.
+        case stopLaunch(LaunchedExtension, hung: Bool)
+        /// The idle deadline seemed to pass: asks the extension to exit if it is still running,
+        /// still idle and still past `TimeOut` when the event is handled.
+        case idleExpired
         /// The daemon's forced stop: SIGKILL, now.
         case kill
         case activity

@@ -50,8 +50,12 @@ extension RequestScheduler {
             // the request absorbed by a reindex-all.
             guard let claimed = try journal.claim(id) else { return }
             request = claimed
+            journalFaults.clear(id)
         } catch {
-            log.error("cannot update the request journal", ["id": id, "error": "\(error)"])
+            // Still pending: the loop sees it again, due when this delay has passed on the clock.
+            let fault = journalFaults.record(id, now: clock.now)
+            log.error("cannot update the request journal", ["id": id, "error": "\(error)", "failures": fault.failures,
+                "retry_in_s": fault.retryAt.timeIntervalSince(clock.now)])
             return
         }
         let started = clock.now
@@ -211,9 +215,9 @@ extension RequestScheduler {
                     ? "\(host.label) did not finish within MaximumRequestDuration (\(Int(settings.maximumRequestDuration)) s)"
                     : "\(host.label) sent no acknowledgement, progress or donation for \(Int(settings.acknowledgementTimeout)) s"
                 timedOut.message.withLock { $0 = message }
-                // Stop it here, not after the group: a call blocked writing to an extension that
-                // stopped reading only returns once it is gone.
-                host.terminate(hung: true)
+                // Stop it here, not after the group: the call returns once the connection is gone.
+                // This launch only: an attached copy or a newer launch may have replaced it.
+                if let launch = link.launch { host.stopLaunch(launch, hung: true) }
                 throw AttemptFailure.timedOut(message)
             }
             try await clock.sleep(until: deadline)

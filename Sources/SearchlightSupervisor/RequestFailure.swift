@@ -98,7 +98,11 @@ extension RequestScheduler {
                 "\(message); the request stays journaled and is retried in \(DurationText.of(seconds: retryAt.timeIntervalSince(now))) "
                     + "(\(which), after \(attempts) failed attempt\(attempts == 1 ? "" : "s")): `searchlight requests`")), final: false)
         } catch {
-            log.error("cannot update the request journal", ["id": id, "error": "\(error)"])
+            // The row may be left `running`, which nothing dispatches: the loop makes it pending
+            // again once the journal can be written (`requeueAfterJournalFaults`).
+            let fault = journalFaults.record(id, now: now, requeue: message)
+            log.error("cannot update the request journal", ["id": id, "error": "\(error)", "failures": fault.failures,
+                "retry_in_s": fault.retryAt.timeIntervalSince(now)])
         }
     }
 }

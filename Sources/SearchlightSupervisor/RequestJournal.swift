@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SearchlightStore
 import SearchlightWire
 
@@ -45,6 +46,13 @@ final class RequestJournal: @unchecked Sendable {
     private let db: Database
     private let lock = NSLock()
     let path: String
+    /// Tests only: a failing disk. Asked with the operation's name before each write the
+    /// scheduler makes while dispatching; an error it returns is thrown as the write's.
+    let writeFault = Mutex<(@Sendable (String) -> (any Error)?)?>(nil)
+
+    private func injectedFault(_ operation: String) throws {
+        if let fault = writeFault.withLock({ $0 }), let error = fault(operation) { throw error }
+    }
 
     init(path: String) throws {
         self.path = path
@@ -191,7 +199,8 @@ final class RequestJournal: @unchecked Sendable {
     /// Marks a pending request running and returns it as it is now (identifiers merged into it
     /// since the dispatcher looked included); nil if it is no longer pending (absorbed, failed).
     func claim(_ id: Int64) throws -> ReindexRequest? {
-        try lock.withLock {
+        try injectedFault("claim")
+        return try lock.withLock {
             try db.transaction {
                 guard try db.run("UPDATE requests SET state = 'running' WHERE id = ? AND state = 'pending'", [.integer(id)]) == 1 else { return nil }
                 return try db.rows("SELECT \(Self.columns) FROM requests WHERE id = ?", [.integer(id)]).first.map(Self.request)
@@ -199,23 +208,37 @@ final class RequestJournal: @unchecked Sendable {
         }
     }
 
+    /// A request left `running` by a failed journal write (its outcome could not be recorded) is
+    /// pending again, due now; the failure it met is its last error. False if it is not running.
+    func requeue(_ id: Int64, error: String) throws -> Bool {
+        try injectedFault("requeue")
+        return try lock.withLock {
+            try db.run("UPDATE requests SET state = 'pending', not_before = 0, last_error = ? WHERE id = ? AND state = 'running'",
+                       [.text(error), .integer(id)]) == 1
+        }
+    }
+
     /// A chunk was acknowledged while the request is being narrowed down.
     func noteNarrowingProgress(_ id: Int64) throws {
+        try injectedFault("noteNarrowingProgress")
         try lock.withLock { _ = try db.run("UPDATE requests SET narrowing_acked = 1 WHERE id = ? AND chunk IS NOT NULL", [.integer(id)]) }
     }
 
     /// Acknowledged: the request is done and leaves the journal.
     func acknowledged(_ id: Int64) throws {
+        try injectedFault("acknowledged")
         try lock.withLock { _ = try db.run("DELETE FROM requests WHERE id = ?", [.integer(id)]) }
     }
 
     /// Some identifiers were acknowledged: keep only the rest.
     func setRemaining(_ id: Int64, identifiers: [String]) throws {
+        try injectedFault("setRemaining")
         try lock.withLock { _ = try db.run("UPDATE requests SET identifiers = ? WHERE id = ?", [Self.encode(identifiers), .integer(id)]) }
     }
 
     /// A failed attempt: retried after `retryAt`, or given up (state failed) when `retryAt` is nil.
     func attemptFailed(_ id: Int64, error: String, retryAt: Date?, chunk: Int? = nil, countAttempt: Bool = true) throws {
+        try injectedFault("attemptFailed")
         try lock.withLock {
             _ = try db.run("""
                 UPDATE requests SET state = ?, attempts = attempts + ?, not_before = ?, last_error = ?, chunk = ? WHERE id = ?
@@ -226,6 +249,7 @@ final class RequestJournal: @unchecked Sendable {
 
     /// Stops sending `identifier` (it crashed or hung the extension on its own) and reports it.
     func poison(_ id: Int64, bundle: String, index: String, identifier: String, remaining: [String], error: String, now: Date = Date()) throws {
+        try injectedFault("poison")
         try lock.withLock {
             try db.transaction {
                 try db.run("INSERT OR REPLACE INTO poisoned(bundle, idx, identifier, error, at) VALUES (?, ?, ?, ?, ?)",

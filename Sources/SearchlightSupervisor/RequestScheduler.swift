@@ -65,6 +65,8 @@ actor RequestScheduler {
     nonisolated let launcher: any ExtensionLauncher
     nonisolated let hosts = ExtensionHosts()
     nonisolated let waiters: RequestWaiters
+    /// Requests the journal could not be written for: retried on the clock, never in a hot loop.
+    nonisolated let journalFaults = JournalFaults()
     private nonisolated let wakeup = Wakeup()
     /// Read off the actor: the watchdog's turn counter, and whether stopping began (a maintenance
     /// run on its own thread gives way, a failure is an interruption). Set by `run` and `transition`.
@@ -209,14 +211,15 @@ actor RequestScheduler {
     /// reads nothing and sleeps until its next deadline.
     private func pump(_ now: Date, group: inout DiscardingTaskGroup) -> Date {
         var next = now.addingTimeInterval(3600)
+        requeueAfterJournalFaults(now, next: &next)
         var candidates: [(ExtensionHost, [ReindexRequest])] = []
         for host in hosts.all {
             let unit = host.unit
             let bundle = unit.bundleIdentifier
             if let idle = host.idleDeadline() {
                 if idle <= now {
-                    log.info("extension idle; asking it to exit", ["label": host.label, "timeout_s": unit.timeOut])
-                    host.terminate(hung: false)
+                    // Checked again inside the host's transition: a request may have begun since.
+                    host.exitIfIdle()
                 } else {
                     next = min(next, idle)
                 }
@@ -224,7 +227,12 @@ actor RequestScheduler {
             if Self.dispatching(slots[bundle]) { continue }
             let served = Set(unit.indexExtension.indexNames)
             let pending = context.state.bundle(bundle)?.indexingEnabled == false
-                ? [] : journal.pending(bundle: bundle).filter { served.contains($0.index) }
+                ? [] : journal.pending(bundle: bundle).filter { served.contains($0.index) }.map { request -> ReindexRequest in
+                    // A claim that failed is tried again after its delay, not at once.
+                    var request = request
+                    if let at = journalFaults.retryAt(request.id) { request.notBefore = max(request.notBefore, at) }
+                    return request
+                }
             if pending.isEmpty { transition(.nothingDue(bundle: bundle)) } else { candidates.append((host, pending)) }
         }
         var backgroundRunning = slots.values.filter { if case .dispatching(_, true) = $0 { true } else { false } }.count
@@ -264,6 +272,25 @@ actor RequestScheduler {
             }
         }
         return next
+    }
+
+    /// Rows left `running` by a failed journal write become pending again once the journal
+    /// can be written; each failure doubles the wait (`JournalFaults`).
+    private func requeueAfterJournalFaults(_ now: Date, next: inout Date) {
+        let (due, later) = journalFaults.requeues(due: now)
+        if let later { next = min(next, later) }
+        for (id, error) in due {
+            do {
+                let requeued = try journal.requeue(id, error: error)
+                journalFaults.clear(id)
+                if requeued { log.notice("request journal writable again; request requeued", ["id": id]) }
+            } catch {
+                let fault = journalFaults.record(id, now: now)
+                next = min(next, fault.retryAt)
+                log.error("cannot update the request journal", ["id": id, "error": "\(error)", "failures": fault.failures,
+                    "retry_in_s": fault.retryAt.timeIntervalSince(now)])
+            }
+        }
     }
 
     private func requestEnded(bundle: String) {

@@ -21,3 +21,10 @@ public struct Limits: Sendable, Equatable {
 
     public init() {}
 }
+
+extension Limits {
+    /// The daemon's side of a connection: answers and calls waiting for a peer that does not
+    /// read them may fill two largest frames; past that the connection is closed, so a slow
+    /// reader costs its own connection and some memory, never a thread of the daemon.
+    public var outboxLimit: RPCConnection.OutboxLimit { .close(bytes: 2 * maxFrameBytes) }
+}

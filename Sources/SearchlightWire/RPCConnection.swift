@@ -7,6 +7,12 @@ import Synchronization
 /// handler *on that thread*, so one connection's requests are handled in order and a slow peer
 /// stalls only its own thread. Responses resume the matching `call`. When the connection closes,
 /// every outstanding call fails with `remoteConnection` (as sourcekit-lsp does).
+///
+/// Writes never happen on the caller's thread: `send`, `call`, `notify`, `reply` and `submit`
+/// put the frame in the connection's outbox, and the connection's own serial writer queue writes
+/// it (in order). A peer that reads slowly therefore holds only that writer, never a thread of
+/// Swift's cooperative pool (the daemon's scheduler runs there). The outbox is bounded
+/// (`OutboxLimit`): past it the daemon closes the connection, the SDK's sender waits for room.
 public final class RPCConnection: @unchecked Sendable {
     public enum CloseReason: Sendable, Equatable, CustomStringConvertible {
         case peerClosed
@@ -21,6 +27,8 @@ public final class RPCConnection: @unchecked Sendable {
         case unreadAnswers(String)
         /// This many malformed frames in a row, each owed an error answer: the peer is not a client.
         case malformedFrames(count: Int)
+        /// More than this many bytes of answers and calls waited for the peer to read them.
+        case outboxFull(bytes: Int)
 
         public var description: String {
             switch self {
@@ -32,6 +40,7 @@ public final class RPCConnection: @unchecked Sendable {
             case .idle(let seconds): "idle for \(seconds) s"
             case .unreadAnswers(let e): "an answer could not be written (the peer does not read it): \(e)"
             case .malformedFrames(let count): "\(count) malformed frames in a row"
+            case .outboxFull(let bytes): "the peer does not read: more than \(bytes) bytes waited for it"
             }
         }
     }
@@ -54,6 +63,28 @@ public final class RPCConnection: @unchecked Sendable {
     /// timeout. (Clients that make mistakes send one bad frame, not a hundred in a row.)
     public static let maxMalformedFramesInARow = 100
 
+    /// What happens when frames queued for writing (not yet taken by the peer) pass `bytes`.
+    /// A frame is always admitted into an empty outbox, whatever its size.
+    public enum OutboxLimit: Sendable {
+        /// The sender waits for room (the SDK's behaviour: a client that outpaces the daemon is
+        /// slowed down, as a blocking write did). Never used on the daemon's side.
+        case wait(bytes: Int)
+        /// The connection is closed (`CloseReason.outboxFull`): the daemon's side, where a peer
+        /// that does not read must cost only its own connection.
+        case close(bytes: Int)
+
+        var bytes: Int {
+            switch self {
+            case .wait(let bytes), .close(let bytes): bytes
+            }
+        }
+    }
+
+    /// How long a local `close()` lets frames already queued reach the peer before shutting the
+    /// socket down anyway (a frame sent just before `close()` was on the wire when writes were
+    /// synchronous, and still is; a peer that does not read them delays the close this long).
+    public static let closeFlushSeconds: TimeInterval = 2
+
     public typealias MessageHandler = @Sendable (RPCConnection, RPCMessage) -> Void
     public typealias CloseHandler = @Sendable (RPCConnection, CloseReason) -> Void
 
@@ -64,7 +95,22 @@ public final class RPCConnection: @unchecked Sendable {
     /// A connection that is merely idle between messages is never closed for it.
     public let incompleteFrameTimeout: Int?
     private let lock = NSLock()
-    private let writeLock = NSLock()
+    /// Guards the outbox below; signalled when the writer takes a frame or stops.
+    private let outboxCondition = NSCondition()
+    private var outbox: [[UInt8]] = []
+    private var outboxHead = 0
+    private var outboxBytes = 0
+    private var writerRunning = false
+    /// Set when a write failed: nothing more is written.
+    private var writeFailure: String?
+    /// `close()` was asked while frames were queued: the writer shuts the socket down once done.
+    private var shutdownWhenFlushed = false
+    /// Set by `finish` before it releases the descriptor: no writer starts after it (one that
+    /// read the descriptor's number before the close could write into whatever connection
+    /// `accept` gave that number next).
+    private var writerRetired = false
+    private let writer: DispatchQueue
+    public let outboxLimit: OutboxLimit
     private var nextID = 1
     private var pending: [RPCID: CheckedContinuation<JSONValue, any Error>] = [:]
     /// Calls sent with `submit`, whose answers are awaited later (pipelining).
@@ -79,11 +125,15 @@ public final class RPCConnection: @unchecked Sendable {
     /// The reason the peer gave in a `$/closing` notification before it closed the connection.
     private var announcedClose: String?
 
-    public init(socket: UnixSocket, maxFrameBytes: Int = 16 << 20, maxDepth: Int = 128, incompleteFrameTimeout: Int? = nil) {
+    /// `outboxLimit` defaults to waiting for room past one largest frame plus 1 MiB.
+    public init(socket: UnixSocket, maxFrameBytes: Int = 16 << 20, maxDepth: Int = 128, incompleteFrameTimeout: Int? = nil,
+                outboxLimit: OutboxLimit? = nil) {
         self.socket = socket
         self.maxFrameBytes = maxFrameBytes
         self.maxDepth = maxDepth
         self.incompleteFrameTimeout = incompleteFrameTimeout
+        self.outboxLimit = outboxLimit ?? .wait(bytes: maxFrameBytes + (1 << 20))
+        writer = DispatchQueue(label: "rpc.writer")
     }
 
     /// Connects to the daemon's socket.
@@ -233,10 +283,38 @@ public final class RPCConnection: @unchecked Sendable {
         let lost = SearchlightError(.remoteConnection, "connection lost before the answer arrived (\(reason)); retry")
         for c in waiting { c.resume(throwing: lost) }
         for call in calls { call.complete(.failure(lost)) }
+        // What was queued before the close (an answer, `$/closing`) still goes out, briefly;
+        // the descriptor is released only once the writer no longer uses it.
+        let flushed = waitForWriter(within: Self.closeFlushSeconds)
+        let writing = outboxCondition.withLock {
+            writerRetired = true
+            return writerRunning
+        }
+        // A writer still at work (a peer not reading, or a frame queued just now) fails at once.
+        if !flushed || writing { socket.shutdown() }
+        _ = waitForWriter(within: .infinity)
         socket.close()
     }
 
-    /// Sends one message. `nullID` answers an error to a frame whose id could not be read.
+    /// Waits until the writer has nothing left to do; false if `seconds` passed first.
+    private func waitForWriter(within seconds: TimeInterval) -> Bool {
+        outboxCondition.lock()
+        defer { outboxCondition.unlock() }
+        guard seconds.isFinite else {
+            // Not `wait(until: .distantFuture)`: Foundation on Linux traps converting it to a timespec.
+            while writerRunning { outboxCondition.wait() }
+            return true
+        }
+        let deadline = Date().addingTimeInterval(seconds)
+        while writerRunning {
+            if !outboxCondition.wait(until: deadline) { return !writerRunning }
+        }
+        return true
+    }
+
+    /// Sends one message: queues it for the connection's writer and returns (see the type's
+    /// comment). Throws when the connection is closed or a write already failed. `nullID`
+    /// answers an error to a frame whose id could not be read.
     public func send(_ message: RPCMessage, nullID: Bool = false) throws {
         var json = message.json
         if nullID, case .object(var o) = json {
@@ -245,17 +323,90 @@ public final class RPCConnection: @unchecked Sendable {
         }
         var bytes = json.serialized()
         bytes.append(0x0A)
-        try writeLock.withLock {
-            if lock.withLock({ closed != nil }) {
-                throw SearchlightError(.remoteConnection, "the connection is closed; reconnect")
-            }
-            try socket.writeAll(bytes)
+        try enqueue(bytes)
+    }
+
+    /// Puts one whole frame in the outbox and makes sure the writer runs.
+    private func enqueue(_ frame: [UInt8]) throws {
+        if lock.withLock({ closed != nil || closeRequested }) {
+            throw SearchlightError(.remoteConnection, "the connection is closed; reconnect")
         }
-        lock.withLock { lastActivity = Date() }
+        outboxCondition.lock()
+        var overflow = false
+        if case .wait(let limit) = outboxLimit {
+            while outboxBytes > 0, outboxBytes + frame.count > limit, writeFailure == nil, !shutdownWhenFlushed {
+                outboxCondition.wait()
+            }
+        } else if outboxBytes > 0, outboxBytes + frame.count > outboxLimit.bytes {
+            overflow = true
+        }
+        if let failure = writeFailure {
+            outboxCondition.unlock()
+            throw SearchlightError(.remoteConnection, "the connection is closed (\(failure)); reconnect")
+        }
+        if writerRetired {
+            outboxCondition.unlock()
+            throw SearchlightError(.remoteConnection, "the connection is closed; reconnect")
+        }
+        if overflow || shutdownWhenFlushed {
+            outboxCondition.unlock()
+            if overflow { close(reason: .outboxFull(bytes: outboxLimit.bytes)) }
+            throw SearchlightError(.remoteConnection, overflow
+                ? "the peer does not read: more than \(outboxLimit.bytes) bytes are waiting for it; connection closed"
+                : "the connection is closing; reconnect")
+        }
+        outbox.append(frame)
+        outboxBytes += frame.count
+        let start = !writerRunning
+        writerRunning = true
+        outboxCondition.unlock()
+        if start { writer.async { [self] in drainOutbox() } }
+    }
+
+    /// The writer: writes queued frames in order until none is left. A frame not taken within
+    /// the socket's send timeout, or a failed write, closes the connection (`unreadAnswers`).
+    private func drainOutbox() {
+        while true {
+            outboxCondition.lock()
+            guard outboxHead < outbox.count else {
+                outbox.removeAll(keepingCapacity: false)
+                outboxHead = 0
+                writerRunning = false
+                let shut = shutdownWhenFlushed
+                outboxCondition.broadcast()
+                outboxCondition.unlock()
+                if shut { socket.shutdown() }
+                return
+            }
+            let frame = outbox[outboxHead]
+            outbox[outboxHead] = []
+            outboxHead += 1
+            outboxCondition.unlock()
+            do {
+                try socket.writeAll(frame)
+                lock.withLock { lastActivity = Date() }
+                outboxCondition.lock()
+                outboxBytes -= frame.count
+                outboxCondition.broadcast()
+                outboxCondition.unlock()
+            } catch {
+                outboxCondition.lock()
+                writeFailure = "\(error)"
+                outbox.removeAll()
+                outboxHead = 0
+                outboxBytes = 0
+                writerRunning = false
+                outboxCondition.broadcast()
+                outboxCondition.unlock()
+                // Part of the frame may be on the wire: the stream is no longer in a known state.
+                close(reason: .unreadAnswers("\(error)"))
+                return
+            }
+        }
     }
 
     /// Answers a request. If the answer cannot be written (the peer stopped reading until the send
-    /// timeout, or vanished), the stream is no longer in a known state: close it.
+    /// timeout, or vanished), the stream is no longer in a known state: the writer closes it.
     public func reply(to id: RPCID, _ result: Result<JSONValue, SearchlightError>) {
         do {
             try send(.response(id: id, result: result))
@@ -285,13 +436,12 @@ public final class RPCConnection: @unchecked Sendable {
                     return
                 }
                 do {
+                    // Queued, never written here: the caller may be on the cooperative pool.
                     try send(.request(id: id, method: method, params: params))
                 } catch {
                     if let c = lock.withLock({ pending.removeValue(forKey: id) }) {
                         c.resume(throwing: SearchlightError(.remoteConnection, "could not send \(method): \(error)"))
                     }
-                    // Part of the frame may be on the wire: the stream is no longer in a known state.
-                    close()
                 }
             }
         } onCancel: {
@@ -325,23 +475,19 @@ public final class RPCConnection: @unchecked Sendable {
         frame += encodedParams
         frame += [UInt8(ascii: "}"), 0x0A]
         do {
-            try writeLock.withLock {
-                if lock.withLock({ closed != nil }) { throw SearchlightError(.remoteConnection, "the connection is closed; reconnect") }
-                try socket.writeAll(frame)
-            }
+            try enqueue(frame)
         } catch {
             _ = lock.withLock { submitted.removeValue(forKey: id) }
-            // Part of the frame may be on the wire: the stream is no longer in a known state.
-            close()
             throw SearchlightError(.remoteConnection, "could not send \(method): \(error)")
         }
         return call
     }
 
     /// Closes the connection: the reader thread wakes, outstanding calls fail, `onClose` runs.
+    /// Frames already queued are written first (for at most `closeFlushSeconds`).
     public func close() {
         lock.withLock { closeRequested = true }
-        socket.shutdown()
+        shutdownAfterFlush()
     }
 
     /// Closes the connection, telling `onClose` why (the first reason given wins).
@@ -350,7 +496,21 @@ public final class RPCConnection: @unchecked Sendable {
             if closeReason == nil, !closeRequested { closeReason = reason }
             closeRequested = true
         }
-        socket.shutdown()
+        shutdownAfterFlush()
+    }
+
+    private func shutdownAfterFlush() {
+        outboxCondition.lock()
+        let flushing = writerRunning
+        if flushing { shutdownWhenFlushed = true }
+        outboxCondition.broadcast()
+        outboxCondition.unlock()
+        guard flushing else {
+            socket.shutdown()
+            return
+        }
+        // A peer that does not read the rest does not keep the connection open for it.
+        DispatchQueue.global().asyncAfter(deadline: .now() + Self.closeFlushSeconds) { [socket] in socket.shutdown() }
     }
 }
 

@@ -155,14 +155,40 @@ public final class UnixSocket: @unchecked Sendable {
         }
     }
 
-    /// Writes all bytes (MSG_NOSIGNAL: a vanished peer is an error, never SIGPIPE).
+    /// The send timeout set with `setSendTimeout`, if any: the most one frame may take to write.
+    public var sendTimeout: Int? { lock.withLock { _sendTimeout } }
+    private var _sendTimeout: Int?
+
+    /// The peer did not take a whole frame within the send timeout.
+    public struct SendTimeout: Error, Sendable, CustomStringConvertible {
+        public var seconds: Int
+        public var written: Int
+        public var total: Int
+        public var description: String { "send: \(written) of \(total) bytes written in \(seconds) s, the send timeout" }
+    }
+
+    /// Writes all bytes (MSG_NOSIGNAL: a vanished peer is an error, never SIGPIPE). With a send
+    /// timeout set, that is an overall deadline for the whole of `bytes`: the writes do not block
+    /// (MSG_DONTWAIT) and `poll` waits for room for what is left of it, so a peer that reads a
+    /// trickle (which keeps a blocking `send` with `SO_SNDTIMEO` alive for ever) is cut off too.
     public func writeAll(_ bytes: [UInt8]) throws {
+        let seconds = sendTimeout
+        let deadline = seconds.map { ContinuousClock.now + .seconds($0) }
         try bytes.withUnsafeBytes { raw in
             var offset = 0
             while offset < raw.count {
-                let n = send(fd, raw.baseAddress! + offset, raw.count - offset, Int32(MSG_NOSIGNAL))
+                let flags = Int32(MSG_NOSIGNAL) | (deadline == nil ? 0 : Int32(MSG_DONTWAIT))
+                let n = send(fd, raw.baseAddress! + offset, raw.count - offset, flags)
                 if n < 0 {
                     if errno == EINTR { continue }
+                    if let deadline, let seconds, errno == EAGAIN || errno == EWOULDBLOCK {
+                        let left = ContinuousClock.now.duration(to: deadline)
+                        guard left > .zero else { throw SendTimeout(seconds: seconds, written: offset, total: raw.count) }
+                        let ms = Int32(clamping: left.components.seconds * 1000 + left.components.attoseconds / 1_000_000_000_000_000 + 1)
+                        var p = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
+                        if poll(&p, 1, ms) < 0, errno != EINTR { throw SystemError("poll") }
+                        continue
+                    }
                     throw SystemError("send")
                 }
                 offset += n
@@ -180,6 +206,7 @@ public final class UnixSocket: @unchecked Sendable {
 
     /// Sets a send timeout so that a peer that never reads cannot block a writer forever.
     public func setSendTimeout(seconds: Int) {
+        lock.withLock { _sendTimeout = seconds > 0 ? seconds : nil }
         var tv = timeval(tv_sec: seconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
     }
@@ -202,32 +229,32 @@ public final class UnixSocket: @unchecked Sendable {
         return p.revents & Int16(POLLHUP | POLLERR | POLLNVAL) != 0
     }
 
-    /// Stops both directions without releasing the descriptor (wakes a blocked reader).
+    /// Stops both directions without releasing the descriptor (wakes a blocked reader). Under
+    /// the lock that `close` takes: a shutdown racing a close must never reach the descriptor
+    /// number the close freed, which the next `accept` may already have handed to another
+    /// connection (seen: a new client's connection shut down by a late shutdown of an old one).
     public func shutdown() {
-        let f = fd
-        if f >= 0 { Glibc.shutdown(f, Int32(SHUT_RDWR)) }
+        lock.withLock {
+            if _fd >= 0 { Glibc.shutdown(_fd, Int32(SHUT_RDWR)) }
+        }
     }
 
     /// Closes this process's descriptor only, without shutting the socket down: for the end
     /// handed to a child process, which keeps using its inherited copy.
     public func closeDescriptor() {
-        let f: Int32 = lock.withLock {
-            let f = _fd
+        lock.withLock {
+            if _fd >= 0 { Glibc.close(_fd) }
             _fd = -1
-            return f
         }
-        if f >= 0 { Glibc.close(f) }
     }
 
     public func close() {
-        let f: Int32 = lock.withLock {
-            let f = _fd
+        lock.withLock {
+            if _fd >= 0 {
+                Glibc.shutdown(_fd, Int32(SHUT_RDWR))
+                Glibc.close(_fd)
+            }
             _fd = -1
-            return f
-        }
-        if f >= 0 {
-            Glibc.shutdown(f, Int32(SHUT_RDWR))
-            Glibc.close(f)
         }
     }
 }

@@ -349,4 +349,59 @@ struct ExtensionHostMachineTests {
         #expect(d.machine.record.pacedCalls == 1)
         _ = launch
     }
+
+    @Test("a watchdog that fires for a launch an attached copy replaced stops that launch only: the author's connection stays open")
+    func hungSupersededLaunchSparesAttached() throws {
+        var d = MachineDriver()
+        let launched = try d.run(ExtensionHost.Ticket(request: 7))
+        let debugger = try StubSession(pid: 900)
+        _ = d.send(.attached(debugger))
+        #expect(d.stateName == "attached")
+        // The call on the old link is still outstanding; its watchdog fires now.
+        d.now += 120
+        let effects = d.send(.stopLaunch(launched, hung: true))
+        #expect(effects.names == ["log(superseded extension launch hung; stopping it)", "stop"], "\(effects.names)")
+        #expect(!effects.contains { if case .close = $0 { true } else { false } }, "the attached copy's connection is never closed")
+        #expect(d.stateName == "attached")
+        // Once it has exited, a late watchdog does nothing at all.
+        (launched.process as? StubProcess)?.markExited()
+        _ = d.send(.exited(launched, .signaled(SIGTERM, coreDumped: false)))
+        #expect(d.send(.stopLaunch(launched, hung: true)).isEmpty)
+        #expect(d.stateName == "attached")
+        #expect(d.machine.record.crashes == 0)
+    }
+
+    @Test("a watchdog or restart about an old launch leaves a newer launch alone; about the current one it stops it")
+    func stopLaunchTargetsItsLaunch() throws {
+        var d = MachineDriver()
+        let first = try d.run()
+        _ = d.send(.terminate(hung: false))
+        (first.process as? StubProcess)?.markExited()
+        _ = d.send(.exited(first, .exited(0)))
+        let second = try d.run()
+        #expect(d.send(.stopLaunch(first, hung: false)).isEmpty, "a restart decided about the first launch")
+        #expect(d.send(.stopLaunch(first, hung: true)).isEmpty, "a late watchdog of the first launch")
+        #expect(d.stateName == "running")
+        #expect(d.send(.stopLaunch(second, hung: true)).names == ["stop"])
+        #expect(d.stateName == "stopping(hung)")
+    }
+
+    @Test("an idle deadline that passed is checked again when handled: a request begun meanwhile keeps the extension")
+    func idleExitRechecks() throws {
+        var d = MachineDriver(timeOut: 60)
+        let launch = try d.run()
+        d.now += 61
+        // The scheduler saw it idle; before its event is handled, a request takes the link.
+        let ticket = ExtensionHost.Ticket(request: 9)
+        #expect(d.want(ticket).names == ["deliver(1 link)"])
+        #expect(d.send(.idleExpired).isEmpty)
+        #expect(d.stateName == "running")
+        d.now += 5
+        _ = d.send(.requestEnded(launch.connection, ticket))
+        d.now += 30
+        #expect(d.send(.idleExpired).isEmpty, "idle for 30 s of its 60")
+        d.now += 31
+        #expect(d.send(.idleExpired).names == ["log(extension idle; asking it to exit)", "askToExit"])
+        #expect(d.stateName == "stopping(asked)")
+    }
 }

@@ -288,4 +288,69 @@ struct RequestSchedulerTests {
         #expect(request.state == .pending && request.attempts == 0, "\(request)")
         #expect(bench.logs("reindex request interrupted; it stays journaled", "id=\(queued.id)").count == 1)
     }
+
+    struct DiskFull: Error, CustomStringConvertible { var description: String { "disk I/O error (injected)" } }
+
+    /// Makes the journal's `operations` fail until `heal` is called; counts the attempts.
+    final class FailingDisk: Sendable {
+        let attempts = Locked<[String: Int]>([:])
+        let failing = Locked<Set<String>>([])
+        init(_ journal: RequestJournal, failing operations: Set<String>) {
+            failing.withLock { $0 = operations }
+            journal.writeFault.withLock { [attempts, failing] fault in
+                fault = { operation in
+                    attempts.withLock { $0[operation, default: 0] += 1 }
+                    return failing.value.contains(operation) ? DiskFull() : nil
+                }
+            }
+        }
+        func heal() { failing.withLock { $0 = [] } }
+        func count(_ operation: String) -> Int { attempts.value[operation] ?? 0 }
+    }
+
+    @Test("a journal claim that fails waits on the clock before the next try (1 s, then 2 s, …): no hot loop, one log line per try")
+    func failedClaimBacksOff() async throws {
+        let bench = try SchedulerBench([.init(Self.label, bundle: Self.bundle)])
+        bench.launcher.answer { _ in .acknowledge }
+        let disk = FailingDisk(bench.context.journal, failing: ["claim"])
+        try bench.start()
+        let queued = try bench.enqueue(Self.bundle)
+        let failedAt = bench.clock.now
+        // The loop settles waiting for the retry time; before the fix it dispatched again at once,
+        // for ever, and never waited (the safety net then fails this test).
+        try await bench.until("the loop to wait for the retry", timeout: 20) {
+            await bench.scheduler.slotsNow[Self.bundle] == .waiting(until: failedAt.addingTimeInterval(1))
+        }
+        #expect(disk.count("claim") == 1)
+        #expect(bench.logs("cannot update the request journal", "id=\(queued.id)", "failures=1").count == 1)
+        try await bench.step(by: 0.5)
+        #expect(disk.count("claim") == 1, "not before its retry time")
+        try await bench.step(by: 0.6)
+        try await bench.waitForLog("cannot update the request journal", "id=\(queued.id)", "failures=2")
+        #expect(disk.count("claim") == 2)
+        disk.heal()
+        try await bench.step(by: 2.1)
+        try await bench.waitForLog("reindex request acknowledged", "id=\(queued.id)")
+        #expect(disk.count("claim") == 3)
+        #expect(bench.context.journal.all().isEmpty)
+        await bench.stop()
+    }
+
+    @Test("an outcome the journal could not record leaves no request running for ever: it is requeued once the journal can be written")
+    func failedOutcomeWriteIsRequeued() async throws {
+        let bench = try SchedulerBench([.init(Self.label, bundle: Self.bundle)])
+        bench.launcher.answer { _ in .nack("not now") }
+        try bench.start()
+        let disk = FailingDisk(bench.context.journal, failing: ["attemptFailed", "setRemaining"])
+        let queued = try bench.enqueue(Self.bundle)
+        try await bench.waitForLog("cannot update the request journal", "id=\(queued.id)", "failures=1")
+        #expect(bench.context.journal.request(queued.id)?.state == .running, "the failed write left it running")
+        bench.launcher.answer { _ in .acknowledge }
+        disk.heal()
+        try await bench.step(by: 1.1)
+        try await bench.waitForLog("request journal writable again; request requeued", "id=\(queued.id)")
+        try await bench.waitForLog("reindex request acknowledged", "id=\(queued.id)")
+        #expect(bench.context.journal.all().isEmpty)
+        await bench.stop()
+    }
 }

@@ -67,14 +67,15 @@ final class ClientServer: @unchecked Sendable {
         socket.setReceiveTimeout(seconds: min(timeout, config.idleTimeout))
         let limits = config.limits
         let connection = RPCConnection(
-            socket: socket, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth, incompleteFrameTimeout: timeout)
+            socket: socket, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth, incompleteFrameTimeout: timeout,
+            outboxLimit: limits.outboxLimit)
         let session = ClientSession(context: context, connection: connection, peer: peer)
         connection.setIdlePolicy(.init(seconds: config.idleTimeout, mayClose: { [weak session] in session?.idle ?? true }))
         let key = ObjectIdentifier(connection)
         lock.withLock { sessions[key] = session }
         connection.start(name: "client-\(peer.pid)", onMessage: { _, message in session.handle(message) }) { [self] _, reason in
             switch reason {
-            case .frameTooLarge, .incompleteFrame, .readError, .unreadAnswers, .malformedFrames:
+            case .frameTooLarge, .incompleteFrame, .readError, .unreadAnswers, .malformedFrames, .outboxFull:
                 log.warning("client connection closed", ["pid": peer.pid, "uid": peer.uid, "reason": reason])
             case .idle:
                 log.info("client connection closed", ["pid": peer.pid, "uid": peer.uid, "reason": reason])

@@ -1,0 +1,138 @@
+import Foundation
+import Synchronization
+import Testing
+import SearchlightWire
+
+/// The connection's writer: a peer that reads slowly, or not at all, costs only its own
+/// connection, never a thread of Swift's cooperative pool (where the daemon's scheduler runs).
+@Suite("RPC connection writer")
+struct RPCWriterTests {
+    /// A raw peer end read on its own thread (never on the cooperative pool).
+    final class Peer: @unchecked Sendable {
+        let socket: UnixSocket
+        private let lock = NSLock()
+        private var received: [UInt8] = []
+        private let done = DispatchSemaphore(value: 0)
+
+        init(_ socket: UnixSocket) { self.socket = socket }
+
+        /// Reads `chunk` bytes every `pause` until the connection closes.
+        func read(chunk: Int, pause: TimeInterval, after start: DispatchSemaphore? = nil) {
+            Thread { [self] in
+                start?.wait()
+                let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: chunk, alignment: 1)
+                defer { buffer.deallocate() }
+                while let n = try? socket.read(into: buffer), n > 0 {
+                    lock.withLock { received += buffer[0..<n] }
+                    if pause > 0 { Thread.sleep(forTimeInterval: pause) }
+                }
+                done.signal()
+            }.start()
+        }
+
+        func waitForEnd() { done.wait() }
+        var lines: [String] { lock.withLock { String(decoding: received, as: UTF8.self).split(separator: "\n").map(String.init) } }
+    }
+
+    static func blob(_ bytes: Int) -> JSONValue { ["blob": .string(String(repeating: "x", count: bytes))] }
+
+    @Test("calls to a peer that does not read return to the pool at once: other tasks keep running")
+    func slowReaderHoldsNoPoolThread() async throws {
+        let (mine, theirs) = try UnixSocket.pair()
+        // As the daemon's: a long send timeout, so a blocking write would hold its thread that long.
+        mine.setSendTimeout(seconds: 60)
+        let connection = RPCConnection(socket: mine, outboxLimit: .close(bytes: 64 << 20))
+        connection.start(onMessage: { _, _ in })
+        let peer = Peer(theirs)
+        // More calls than the pool has threads, each larger than the socket buffer.
+        let calls = (0..<8).map { _ in Task { try await connection.call("test.big", Self.blob(1 << 20)) } }
+        // This task needs a pool thread to go on: it gets one only if the calls above hold none.
+        let probe = DispatchSemaphore(value: 0)
+        let stalled = Mutex(false)
+        let watcher = Thread {
+            // Safety net only: with the fix the probe comes within milliseconds.
+            if probe.wait(timeout: .now() + 20) == .timedOut { stalled.withLock { $0 = true } }
+            theirs.close()
+        }
+        watcher.start()
+        try await Task.sleep(for: .milliseconds(200))
+        probe.signal()
+        for call in calls {
+            await #expect(throws: SearchlightError.self) { try await call.value }
+        }
+        #expect(!stalled.withLock { $0 }, "the cooperative pool was held by writes to a peer that does not read")
+        _ = peer
+        connection.close()
+    }
+
+    @Test("a peer that reads a trickle is cut off once a frame takes longer than the send timeout")
+    func trickleReaderIsCutOff() async throws {
+        let (mine, theirs) = try UnixSocket.pair()
+        mine.setSendTimeout(seconds: 1)
+        let connection = RPCConnection(socket: mine, outboxLimit: .close(bytes: 64 << 20))
+        let closed = DispatchSemaphore(value: 0)
+        let reason = Mutex<RPCConnection.CloseReason?>(nil)
+        connection.start(onMessage: { _, _ in }, onClose: { _, r in
+            reason.withLock { $0 = r }
+            closed.signal()
+        })
+        // 1 KiB every 20 ms: always some progress (SO_SNDTIMEO never fires), 4 MiB would take minutes.
+        let peer = Peer(theirs)
+        peer.read(chunk: 1024, pause: 0.02)
+        try connection.notify("test.big", Self.blob(4 << 20))
+        // Safety net only: the deadline is 1 s.
+        let waited = await Task.detached { closed.wait(timeout: .now() + 30) }.value
+        #expect(waited == .success, "the connection to a trickling reader stayed open")
+        let why = reason.withLock { $0 }
+        guard case .unreadAnswers = why else {
+            Issue.record("closed for \(String(describing: why)), not unreadAnswers")
+            return
+        }
+        peer.waitForEnd()
+    }
+
+    @Test("past its outbox limit the daemon's side closes the connection, and says why")
+    func outboxLimitCloses() async throws {
+        let (mine, theirs) = try UnixSocket.pair()
+        mine.setSendTimeout(seconds: 60)
+        let connection = RPCConnection(socket: mine, outboxLimit: .close(bytes: 1 << 20))
+        let closed = DispatchSemaphore(value: 0)
+        let reason = Mutex<RPCConnection.CloseReason?>(nil)
+        connection.start(onMessage: { _, _ in }, onClose: { _, r in
+            reason.withLock { $0 = r }
+            closed.signal()
+        })
+        var refused = false
+        for _ in 0..<8 {
+            do { try connection.notify("test.big", Self.blob(600 << 10)) } catch {
+                refused = true
+                break
+            }
+        }
+        #expect(refused)
+        let waited = await Task.detached { closed.wait(timeout: .now() + 30) }.value
+        #expect(waited == .success)
+        #expect(reason.withLock { $0 } == .outboxFull(bytes: 1 << 20))
+        theirs.close()
+    }
+
+    @Test("the SDK's side waits for room: every frame arrives, in order, and a close flushes what was queued")
+    func waitingSenderKeepsOrder() async throws {
+        let (mine, theirs) = try UnixSocket.pair()
+        let connection = RPCConnection(socket: mine, outboxLimit: .wait(bytes: 256 << 10))
+        connection.start(onMessage: { _, _ in })
+        let peer = Peer(theirs)
+        peer.read(chunk: 16 << 10, pause: 0.001)
+        let count = 120
+        for k in 0..<count {
+            try connection.notify("test.n", ["k": .number(Double(k)), "pad": .string(String(repeating: "y", count: 40 << 10))])
+        }
+        connection.close()
+        await Task.detached { peer.waitForEnd() }.value
+        let ks = peer.lines.compactMap { line -> Int? in
+            guard let range = line.range(of: #""k":"#) else { return nil }
+            return Int(line[range.upperBound...].prefix { $0.isNumber })
+        }
+        #expect(ks == Array(0..<count))
+    }
+}
