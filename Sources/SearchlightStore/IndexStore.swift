@@ -66,6 +66,8 @@ public final class IndexStore: @unchecked Sendable {
     private var committedCalls = 0
     /// When a group with a client's write last committed (the ranked index builds once it is quiet).
     private var lastClientWrite = Date.distantPast
+    /// Owned by the writer thread: items donated since the writer last asked for a ranked build.
+    private var donatedSinceBuildRequest = 0
     /// Owned by the writer thread: whether a stream of large calls runs (see "Streams").
     private var inStream = false
     private var streams = (started: 0, ended: 0)
@@ -321,6 +323,13 @@ public final class IndexStore: @unchecked Sendable {
             if !plain.isEmpty {
                 let results = commit(plain)
                 if plain.contains(where: { !$0.maintenance }) { stateLock.withLock { lastClientWrite = Date() } }
+                // Enough new items ask for a ranked build (it starts once the writes stop), so the
+                // first query after a large import or reindex-all does not have to ask for it.
+                donatedSinceBuildRequest += plain.reduce(0) { $0 + ($1.maintenance ? 0 : $1.items) }
+                if donatedSinceBuildRequest >= RankMaintainer.deltaBuildThreshold {
+                    donatedSinceBuildRequest = 0
+                    rankMaintainer.request(byQuery: false)
+                }
                 // The writer lets go of the calls' work (and the prepared rows it holds) before it
                 // answers them, so the callers, who hold the rows too, free them on their own threads:
                 // freeing a group's rows cost the writer about 5 000 instructions per item (3%).

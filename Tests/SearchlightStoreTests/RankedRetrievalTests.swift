@@ -66,6 +66,29 @@ struct RankedRetrievalTests {
     }
 }
 
+/// The writer asks for a build itself: a large import is indexed without waiting for a query.
+@Suite("Ranked index builds")
+struct RankedBuildTests {
+    @Test("enough donated items start a ranked build once the writes stop, with no query asking for it")
+    func writerAsksForBuild() async throws {
+        let f = try StoreFixture(rankedBuilds: false)
+        var options = StoreFixture.options(f.clock, maxItems: nil, rankedBuilds: true)
+        options.rankedIndexIdleSeconds = 0.05
+        f.store.close()
+        f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: options)
+        let items = try (0..<RankMaintainer.deltaBuildThreshold).map { try f.item("i\($0)", ["title": .string("item number \($0)")]) }
+        _ = try f.store.applySync([.items(items)])
+        #expect(try f.store.summary().rankedIndex?.pending == items.count, "nothing built before the writes stop")
+        // No query from here on: only the writer's request can start the build.
+        let deadline = Date().addingTimeInterval(60)
+        while try f.store.summary().rankedIndex?.pending != 0, Date() < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let ranked = try f.store.summary().rankedIndex
+        #expect(ranked?.pending == 0 && ranked?.items == items.count, "\(String(describing: ranked))")
+    }
+}
+
 /// Result pages select only the attributes a query fetches (`ItemRecord.selectColumns(fetch:)`):
 /// what they return must be exactly the full record's attributes, cut to those asked for.
 @Suite("Fetched attributes")

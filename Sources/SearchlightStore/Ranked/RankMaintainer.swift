@@ -6,10 +6,11 @@ import SearchlightWire
 /// path: donations only record in `rank_dirty` what a built segment must re-read (`RankWriter`),
 /// and items above the coverage are read from `items` by queries until a segment holds them.
 ///
-/// A build is asked for by queries (a delta of `deltaBuildThreshold` items or more, a segment
-/// with many rewritten items or close to its `safe_until`, or no index at all) and starts once
-/// no client has written for `idleSeconds` (at most `maxDeferral` after it was asked for), so a
-/// reindex-all or a donation stream is never slowed by it. Builds of all stores share one
+/// A build is asked for by the writer (every `deltaBuildThreshold` donated items) and by queries
+/// (a delta of `deltaBuildThreshold` items or more, a segment with many rewritten items or close
+/// to its `safe_until`, or no index at all), and starts once no client has written for
+/// `idleSeconds` — when a query asked, at most `maxDeferral` after it asked — so a reindex-all or a
+/// donation stream nobody searches is never slowed by it. Builds of all stores share one
 /// background queue: one at a time in the process.
 ///
 /// One build: the rowid range is registered with the writer (writes there are recorded from
@@ -35,17 +36,22 @@ public final class RankMaintainer: @unchecked Sendable {
     private weak var store: IndexStore?
     private let lock = NSLock()
     private var requested: Date?
+    /// Whether a query asked (then the build starts at most `maxDeferral` after), or only the
+    /// writer (then it waits for the writes to stop, however long a reindex-all runs).
+    private var byQuery = false
     private var running = false
     private var builds = 0
     private var lastError: String?
 
     init(store: IndexStore) { self.store = store }
 
-    /// Asks for a build (cheap; does nothing when one is already asked for or running).
-    func request() {
+    /// Asks for a build (cheap; does nothing when one is already asked for or running). `byQuery`:
+    /// a query is waiting for it, so writes defer it by `rankedIndexMaxDeferral` at most.
+    func request(byQuery: Bool = true) {
         guard store?.options.rankedIndexBuilds ?? false else { return }
         let start: Bool = lock.withLock {
             if requested == nil { requested = Date() }
+            if byQuery { self.byQuery = true }
             guard !running else { return false }
             running = true
             return true
@@ -58,16 +64,17 @@ public final class RankMaintainer: @unchecked Sendable {
 
     private func run() {
         while let store, !store.isClosing {
-            let since = lock.withLock { requested }
+            let (since, urgent) = lock.withLock { (requested, byQuery) }
             guard let since else { break }
             let quiet = store.secondsSinceClientWrite
-            if quiet < store.options.rankedIndexIdleSeconds, Date().timeIntervalSince(since) < store.options.rankedIndexMaxDeferral {
+            if quiet < store.options.rankedIndexIdleSeconds,
+               !urgent || Date().timeIntervalSince(since) < store.options.rankedIndexMaxDeferral {
                 // Writes are coming in: look again when they may have stopped.
                 let wait = store.options.rankedIndexIdleSeconds - quiet
                 Self.queue.asyncAfter(deadline: .now() + wait) { self.run() }
                 return
             }
-            lock.withLock { requested = nil }
+            lock.withLock { requested = nil; byQuery = false }
             do {
                 while try store.buildRankedIndexStep() { lock.withLock { builds += 1 } }
             } catch {
