@@ -181,18 +181,22 @@ public final class Supervisor: Sendable {
         return Daemon(context: context, scheduler: scheduler, server: server, migrator: migrator, agent: agent, activated: activated != nil)
     }
 
-    /// User mode: the socket's directory is private (0700) and ours. System mode: world-searchable,
-    /// since every request is checked against SO_PEERCRED.
+    /// A socket directory the daemon creates is private (0700) in user mode and world-searchable
+    /// in system mode, since every request is checked against SO_PEERCRED. One that exists is
+    /// left as it is: `--socket /tmp/x.sock` or `~/x.sock` must not change the mode of /tmp or of
+    /// a home folder (it did: /tmp became 0700); the socket file's own mode guards it there.
     private func prepareSocketDirectory() throws {
         let dir = (config.socketPath as NSString).deletingLastPathComponent
         let mode: mode_t = config.system ? 0o755 : 0o700
-        if mkdir(dir, mode) != 0 && errno != EEXIST { throw SystemError("mkdir(\(dir))") }
+        let created = mkdir(dir, mode) == 0
+        if !created && errno != EEXIST { throw SystemError("mkdir(\(dir))") }
         var st = stat()
         guard lstat(dir, &st) == 0 else { throw SystemError("stat(\(dir))") }
         guard (st.st_mode & S_IFMT) == S_IFDIR, st.st_uid == getuid() else {
             throw SystemError("socket directory \(dir) is not a directory owned by uid \(getuid()); remove it", errno: EPERM)
         }
-        if !config.system, (st.st_mode & 0o077) != 0 { chmod(dir, 0o700) }
+        // mkdir's mode went through the umask.
+        if created { chmod(dir, mode) }
     }
 }
 
