@@ -73,7 +73,7 @@ extension JSONValue {
     public func write(to out: inout [UInt8], sortedKeys: Bool = false) {
         switch self {
         case .null: out.append(contentsOf: [0x6E, 0x75, 0x6C, 0x6C])
-        case .bool(let b): out.append(contentsOf: b ? Array("true".utf8) : Array("false".utf8))
+        case .bool(let b): out.append(contentsOf: b ? "true".utf8 : "false".utf8)
         case .number(let n): JSONValue.writeNumber(n, to: &out)
         case .string(let s): JSONValue.writeString(s, to: &out)
         case .array(let a):
@@ -144,11 +144,11 @@ extension JSONValue {
     }
 
     static func writeNumber(_ n: Double, to out: inout [UInt8]) {
-        guard n.isFinite else { out.append(contentsOf: Array("null".utf8)); return }
+        guard n.isFinite else { out.append(contentsOf: "null".utf8); return }
         if n.rounded() == n, abs(n) < 1e15 {
-            out.append(contentsOf: Array(String(Int64(n)).utf8))
+            out.append(contentsOf: String(Int64(n)).utf8)
         } else {
-            out.append(contentsOf: Array("\(n)".utf8))
+            out.append(contentsOf: "\(n)".utf8)
         }
     }
 
@@ -171,10 +171,21 @@ extension JSONValue {
         return i
     }
 
+    @inline(__always)
+    static func needsEscape(_ b: UInt8) -> Bool { b < 0x20 || b == 0x22 || b == 0x5C || b == 0x7F }
+
     static func writeString(_ s: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         var copy = s
         copy.withUTF8 { bytes in
+            // Nearly every string of an answer (keys, titles, identifiers) needs no escape: one
+            // scan, one copy. (A byte loop with a copy per run cost ~450 instructions a string.)
+            var plain = plainPrefixEnd(bytes, from: 0)
+            while plain < bytes.count, !needsEscape(bytes[plain]) { plain += 1 }
+            if plain == bytes.count {
+                out.append(contentsOf: bytes)
+                return
+            }
             var runStart = 0
             var i = 0
             while i < bytes.count {

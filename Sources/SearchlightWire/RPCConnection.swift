@@ -8,11 +8,14 @@ import Synchronization
 /// stalls only its own thread. Responses resume the matching `call`. When the connection closes,
 /// every outstanding call fails with `remoteConnection` (as sourcekit-lsp does).
 ///
-/// Writes never happen on the caller's thread: `send`, `call`, `notify`, `reply` and `submit`
-/// put the frame in the connection's outbox, and the connection's own serial writer queue writes
-/// it (in order). A peer that reads slowly therefore holds only that writer, never a thread of
-/// Swift's cooperative pool (the daemon's scheduler runs there). The outbox is bounded
-/// (`OutboxLimit`): past it the daemon closes the connection, the SDK's sender waits for room.
+/// A write never waits on the caller's thread: `send`, `call`, `notify`, `reply` and `submit`
+/// write the frame at once only when nothing is queued before it and the socket takes it without
+/// blocking (the usual case: one `send`, no thread hand-off); otherwise the frame, or what is left
+/// of it, goes to the connection's outbox, and its own serial writer queue writes it (in order).
+/// A peer that reads slowly therefore holds only that writer, never a thread of Swift's
+/// cooperative pool (the daemon's scheduler runs there) nor the daemon's reader thread. The
+/// outbox is bounded (`OutboxLimit`): past it the daemon closes the connection, the SDK's sender
+/// waits for room.
 public final class RPCConnection: @unchecked Sendable {
     public enum CloseReason: Sendable, Equatable, CustomStringConvertible {
         case peerClosed
@@ -316,14 +319,7 @@ public final class RPCConnection: @unchecked Sendable {
     /// comment). Throws when the connection is closed or a write already failed. `nullID`
     /// answers an error to a frame whose id could not be read.
     public func send(_ message: RPCMessage, nullID: Bool = false) throws {
-        var json = message.json
-        if nullID, case .object(var o) = json {
-            o["id"] = .null
-            json = .object(o)
-        }
-        var bytes = json.serialized()
-        bytes.append(0x0A)
-        try enqueue(bytes)
+        try enqueue(message.frame(nullID: nullID))
     }
 
     /// Puts one whole frame in the outbox and makes sure the writer runs.
@@ -355,12 +351,66 @@ public final class RPCConnection: @unchecked Sendable {
                 ? "the peer does not read: more than \(outboxLimit.bytes) bytes are waiting for it; connection closed"
                 : "the connection is closing; reconnect")
         }
+        if !writerRunning {
+            // Nothing queued and no writer: this thread writes what the socket takes now, without
+            // waiting (it holds the writer's place meanwhile, so frames queued by others follow it).
+            writerRunning = true
+            outboxCondition.unlock()
+            writeNow(frame)
+            return
+        }
         outbox.append(frame)
         outboxBytes += frame.count
-        let start = !writerRunning
-        writerRunning = true
         outboxCondition.unlock()
-        if start { writer.async { [self] in drainOutbox() } }
+    }
+
+    /// Writes `frame` on the calling thread as far as the socket takes it without blocking (a
+    /// peer that keeps up: every answer of a search box, one `send` and no thread hand-off); what
+    /// is left, and frames queued meanwhile, go to the writer queue, which may wait for the peer
+    /// (up to the send timeout). Called holding the writer's place (`writerRunning`).
+    private func writeNow(_ frame: [UInt8]) {
+        let written: Int
+        do {
+            written = try frame.withUnsafeBytes { try socket.writeAvailable($0) }
+        } catch {
+            writeFailed(error)
+            return
+        }
+        if written > 0 { lock.withLock { lastActivity = Date() } }
+        outboxCondition.lock()
+        if written < frame.count {
+            let rest = Array(frame[written...])
+            outbox.insert(rest, at: outboxHead)
+            outboxBytes += rest.count
+        }
+        let more = outboxHead < outbox.count
+        if !more {
+            outbox.removeAll(keepingCapacity: false)
+            outboxHead = 0
+            writerRunning = false
+        }
+        let shut = !more && shutdownWhenFlushed
+        outboxCondition.broadcast()
+        outboxCondition.unlock()
+        if more {
+            writer.async { [self] in drainOutbox() }
+        } else if shut {
+            socket.shutdown()
+        }
+    }
+
+    /// A write failed: nothing more is written, and the connection closes (`unreadAnswers`).
+    private func writeFailed(_ error: any Error) {
+        outboxCondition.lock()
+        writeFailure = "\(error)"
+        outbox.removeAll()
+        outboxHead = 0
+        outboxBytes = 0
+        writerRunning = false
+        outboxCondition.broadcast()
+        outboxCondition.unlock()
+        // Part of the frame may be on the wire: the stream is no longer in a known state.
+        close(reason: .unreadAnswers("\(error)"))
     }
 
     /// The writer: writes queued frames in order until none is left. A frame not taken within
@@ -390,16 +440,7 @@ public final class RPCConnection: @unchecked Sendable {
                 outboxCondition.broadcast()
                 outboxCondition.unlock()
             } catch {
-                outboxCondition.lock()
-                writeFailure = "\(error)"
-                outbox.removeAll()
-                outboxHead = 0
-                outboxBytes = 0
-                writerRunning = false
-                outboxCondition.broadcast()
-                outboxCondition.unlock()
-                // Part of the frame may be on the wire: the stream is no longer in a known state.
-                close(reason: .unreadAnswers("\(error)"))
+                writeFailed(error)
                 return
             }
         }

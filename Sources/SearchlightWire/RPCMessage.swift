@@ -39,11 +39,48 @@ public enum RPCMessage: Sendable, Equatable {
         }
     }
 
-    /// The message as one NDJSON frame, newline included.
-    public func frame() -> [UInt8] {
-        var bytes = json.serialized()
-        bytes.append(0x0A)
-        return bytes
+    /// The message as one NDJSON frame, newline included: the same JSON as `json`, written
+    /// straight into the frame (no envelope dictionary per answer). `nullID` writes the id as
+    /// `null` (an error answer to a frame whose id could not be read).
+    public func frame(nullID: Bool = false) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(512)
+        out.append(contentsOf: #"{"jsonrpc":"2.0""#.utf8)
+        func writeID(_ id: RPCID) {
+            out.append(contentsOf: #","id":"#.utf8)
+            if nullID {
+                out.append(contentsOf: "null".utf8)
+                return
+            }
+            switch id {
+            case .number(let n): out.append(contentsOf: String(n).utf8)
+            case .string(let s): JSONValue.writeString(s, to: &out)
+            }
+        }
+        switch self {
+        case .request(let id, let method, let params):
+            writeID(id)
+            out.append(contentsOf: #","method":"#.utf8)
+            JSONValue.writeString(method, to: &out)
+            out.append(contentsOf: #","params":"#.utf8)
+            params.write(to: &out)
+        case .notification(let method, let params):
+            out.append(contentsOf: #","method":"#.utf8)
+            JSONValue.writeString(method, to: &out)
+            out.append(contentsOf: #","params":"#.utf8)
+            params.write(to: &out)
+        case .response(let id, .success(let result)):
+            writeID(id)
+            out.append(contentsOf: #","result":"#.utf8)
+            result.write(to: &out)
+        case .response(let id, .failure):
+            writeID(id)
+            out.append(contentsOf: #","error":"#.utf8)
+            (json["error"] ?? .null).write(to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+        out.append(0x0A)
+        return out
     }
 }
 

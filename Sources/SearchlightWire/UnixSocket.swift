@@ -196,6 +196,25 @@ public final class UnixSocket: @unchecked Sendable {
         }
     }
 
+    /// Writes what the socket takes now, without waiting (MSG_DONTWAIT, MSG_NOSIGNAL): the
+    /// number of bytes written, 0 when its buffer is full. Throws when the write fails (the peer
+    /// is gone). Lets a connection write a frame on the thread that made it when the peer is
+    /// keeping up, and leave only the rest, if any, to a writer that may wait.
+    public func writeAvailable(_ bytes: UnsafeRawBufferPointer) throws -> Int {
+        guard let base = bytes.baseAddress, !bytes.isEmpty else { return 0 }
+        var offset = 0
+        while offset < bytes.count {
+            let n = send(fd, base + offset, bytes.count - offset, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+            if n < 0 {
+                if errno == EINTR { continue }
+                if errno == EAGAIN || errno == EWOULDBLOCK { return offset }
+                throw SystemError("send")
+            }
+            offset += n
+        }
+        return offset
+    }
+
     public func peerCredentials() throws -> PeerCredentials {
         // struct ucred { pid_t pid; uid_t uid; gid_t gid; } (needs _GNU_SOURCE in C, so spelt out here)
         var cred: (Int32, UInt32, UInt32) = (0, 0, 0)

@@ -95,6 +95,39 @@ struct TextPatternTests {
         #expect(match("iphone手机", "cw", "new iPhone手机 case"))
     }
 
+    @Test("on ASCII values the byte-level word matcher agrees with the general one, for w, cw, cdw and cwt")
+    func asciiWordPathAgreesWithGeneralPath() {
+        // An em dash is not a token character and folds to itself, so appending it changes no
+        // token but sends the value down the general (non-ASCII) path.
+        var state: UInt64 = 0x9E37_79B9_7F4A_7C15
+        func next(_ n: Int) -> Int {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int((state >> 33) % UInt64(n))
+        }
+        let words = ["lib", "Library", "gtk", "GTK3", "x11", "foo", "bar", "a1b2", "libFoo", "l"]
+        let separators = [" ", "-", ", ", "  ", ".", "_", "/", "(", ")"]
+        var compared = 0, matched = 0
+        for _ in 0..<4000 {
+            var value = ""
+            for k in 0..<(1 + next(12)) { value += (k == 0 ? "" : separators[next(separators.count)]) + words[next(words.count)] }
+            var pattern = ""
+            for k in 0..<(1 + next(3)) {
+                var word = words[next(words.count)]
+                if next(4) == 0 { word = String(word.prefix(1 + next(word.count))) + "*" }
+                if next(8) == 0 { word = "*" + word.dropFirst(next(2)) }
+                pattern += (k == 0 ? "" : separators[next(3)]) + word
+            }
+            for modifiers in ["w", "cw", "cdw", "cwt"] {
+                let p = TextPattern(pattern, modifiers: modifiers)
+                let fast = p.matches(value), general = p.matches(value + " \u{2014}")
+                #expect(fast == general, "\(pattern) \(modifiers) on \(value)")
+                compared += 1
+                if fast { matched += 1 }
+            }
+        }
+        #expect(matched > compared / 20 && matched < compared * 19 / 20, "\(matched) of \(compared) matched: the sample is too one-sided")
+    }
+
     @Test("an array value matches when any element matches")
     func arrays() {
         let value = "alpha\u{1F}Natural Bridges\u{1F}gamma"

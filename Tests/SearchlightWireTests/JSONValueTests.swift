@@ -98,6 +98,27 @@ struct RPCMessageTests {
         #expect(error == .response(id: .string("x"), result: .failure(SearchlightError(.invalidItem, "bad"))))
     }
 
+    @Test("a message's frame, written without an envelope dictionary, is its JSON on one line, and decodes back")
+    func framesMatchTheirJSON() throws {
+        let messages: [RPCMessage] = [
+            .request(id: .number(12), method: "query.search", params: ["query": "title == \"a\\\"b\"", "limit": 20]),
+            .request(id: .string("r-\"1\"\n"), method: "m", params: [:]),
+            .notification(method: "$/progress", params: ["completed": 3, "text": "é\u{1}"]),
+            .response(id: .number(7), result: .success(["items": [["uniqueIdentifier": "x", "attributeSet": ["title": "t\tab"]]], "cursor": .null])),
+            .response(id: .string("s"), result: .failure(SearchlightError(.invalidParams, "\"limit\" must be a number", data: ["field": "limit"]))),
+        ]
+        for message in messages {
+            let frame = message.frame()
+            #expect(frame.last == 0x0A && frame.dropLast().firstIndex(of: 0x0A) == nil, "one line: \(message)")
+            #expect(try JSONValue.parse(frame.dropLast()) == message.json)
+            #expect(try RPCMessage.decode(frame.dropLast()) == message)
+        }
+        // An error answer to a frame whose id could not be read carries a null id.
+        let anonymous = RPCMessage.response(id: .number(0), result: .failure(SearchlightError(.parseError, "bad")))
+        let parsed = try JSONValue.parse(anonymous.frame(nullID: true).dropLast())
+        #expect(parsed["id"] == .null && parsed["error"]?["message"] == "bad")
+    }
+
     @Test("a malformed response is marked as one, so that it is never answered")
     func malformedResponse() {
         func isResponse(_ s: String) -> Bool {

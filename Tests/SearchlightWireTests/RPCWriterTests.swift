@@ -135,4 +135,56 @@ struct RPCWriterTests {
         }
         #expect(ks == Array(0..<count))
     }
+
+    /// The bytes waiting on `socket` now, without waiting for more.
+    static func readyBytes(_ socket: UnixSocket) -> [UInt8] {
+        var out: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 64 << 10)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(socket.fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+            guard n > 0 else { return out }
+            out += buffer[0..<n]
+        }
+    }
+
+    @Test("a frame the socket has room for is on the wire when send returns: no hand-off to the writer queue")
+    func roomyFrameIsWrittenAtOnce() throws {
+        let (mine, theirs) = try UnixSocket.pair()
+        mine.setSendTimeout(seconds: 60)
+        let connection = RPCConnection(socket: mine, outboxLimit: .close(bytes: 64 << 20))
+        connection.start(onMessage: { _, _ in })
+        for k in 0..<50 {
+            try connection.send(.response(id: .number(k), result: .success(["k": .number(Double(k))])))
+            // Read at once, without waiting: a frame left to the writer queue would not be there yet
+            // (or only sometimes), this one always is.
+            let line = String(decoding: Self.readyBytes(theirs), as: UTF8.self)
+            #expect(line.hasSuffix("\n") && line.contains(#""id":\#(k),"#) && line.contains(#""k":\#(k)"#), "answer \(k): \(line)")
+        }
+        connection.close()
+        theirs.close()
+    }
+
+    @Test("a frame larger than the socket's room: its rest, and frames sent after it, follow in order without blocking the sender")
+    func partialWriteKeepsOrder() async throws {
+        let (mine, theirs) = try UnixSocket.pair()
+        mine.setSendTimeout(seconds: 60)
+        let connection = RPCConnection(socket: mine, outboxLimit: .close(bytes: 64 << 20))
+        connection.start(onMessage: { _, _ in })
+        let start = ContinuousClock.now
+        // Nobody reads yet: the first frame fills the socket's buffer and the rest waits in the outbox.
+        try connection.notify("test.big", ["k": 0, "pad": .string(String(repeating: "z", count: 2 << 20))])
+        for k in 1...20 { try connection.notify("test.n", ["k": .number(Double(k))]) }
+        #expect(ContinuousClock.now - start < .seconds(5), "the sender waited for a peer that does not read")
+        let peer = Peer(theirs)
+        peer.read(chunk: 64 << 10, pause: 0)
+        connection.close()
+        await Task.detached { peer.waitForEnd() }.value
+        let lines = peer.lines
+        let ks = lines.compactMap { line -> Int? in
+            guard let range = line.range(of: #""k":"#) else { return nil }
+            return Int(line[range.upperBound...].prefix { $0.isNumber })
+        }
+        #expect(ks == Array(0...20))
+        #expect(lines.first.map { $0.utf8.count > 2 << 20 && (try? JSONValue.parse($0)) != nil } == true, "the large frame arrived whole")
+    }
 }
