@@ -1,5 +1,7 @@
 import Foundation
 import SearchlightSemantic
+import SearchlightStore
+import SearchlightWire
 
 /// The static encoder's documents/s on one core (this thread), and, given transformer
 /// embeddings of held-out documents (`--held-out-embeddings F.f32 --held-out-ids F.txt`), the
@@ -102,5 +104,52 @@ struct SplitMix {
     mutating func gaussian() -> Float {
         let u = max(Float(next() >> 40) / Float(1 << 24), 1e-7), v = Float(next() >> 40) / Float(1 << 24)
         return (-2 * logf(u)).squareRoot() * cosf(2 * .pi * v)
+    }
+}
+
+/// What the static vectors cost a donation, in-process: the corpus donated to a fresh
+/// `IndexStore` by `--clients` threads (batches of `--batch`), without and with the encoder,
+/// alternated `--runs` times; wall items/s and the process's CPU time per item. Run under
+/// `valgrind --tool=callgrind` or `perf record` to see where the difference goes.
+func donateSpeed(_ options: ToolOptions) throws {
+    let docs = try loadCorpus(options.corpusPath)
+    let table = try StaticEncoder(file: options.staticTablePath)
+    let clients = options.int("clients", 4), batch = options.int("batch", 500), runs = options.int("runs", 2)
+    let count = min(options.int("count", docs.count), docs.count)
+    let items = docs.prefix(count).map { d -> SearchableItem in
+        var a = AttributeSet(contentType: "org.debian.deb-archive")
+        a.title = d.title
+        a.contentDescription = d.synopsis
+        a.textContent = d.description
+        a.keywords = d.keywords
+        return SearchableItem(uniqueIdentifier: d.id, attributeSet: a)
+    }
+    let only = options["only"]  // "with" or "without": one side (for a profiler)
+    print("| run | encoder | wall items/s | CPU µs/item |")
+    print("|---|---|---|---|")
+    for run in 0..<runs {
+        for withEncoder in [false, true] {
+            if let only, (only == "with") != withEncoder { continue }
+            let dir = NSTemporaryDirectory() + "sl-donate-\(getpid())-\(run)-\(withEncoder)"
+            defer { try? FileManager.default.removeItem(atPath: dir) }
+            var o = StoreOptions()
+            o.vectorEncoder = withEncoder ? table : nil
+            o.rankedIndexBuilds = false
+            let store = try IndexStore(path: dir + "/d.sqlite", options: o)
+            var wall = 0.0
+            let cpu = cpuTime {
+                wall = time {
+                    DispatchQueue.concurrentPerform(iterations: clients) { c in
+                        var start = c * batch
+                        while start < items.count {
+                            _ = try? store.applySync([.items(Array(items[start..<min(items.count, start + batch)]))])
+                            start += clients * batch
+                        }
+                    }
+                }
+            }
+            store.close()
+            print("| \(run + 1) | \(withEncoder ? "static" : "none") | \(format(Double(count) / wall, 0)) | \(format(cpu / Double(count) * 1e6, 1)) |")
+        }
     }
 }
