@@ -193,10 +193,16 @@ extension IndexStore {
                         let nearest = try vectorCandidates(db, query: semantic.vector, limit: request.maxResultCount, filter: request.filter,
                             now: now, minimumSimilarity: semantic.minimumSimilarity, budget: budget)
                         var weight = semantic.weight
-                        if let hits = semantic.confidentHits, lexical.count >= min(hits, request.maxResultCount) { weight *= semantic.confidentFactor }
+                        // Weight 1 stays the vector ranking alone.
+                        if let hits = semantic.confidentHits, weight < 1, lexical.count >= min(hits, request.maxResultCount) {
+                            weight *= semantic.confidentFactor
+                        }
                         let fused = HybridFusion.fuse(lexical: lexical.map(\.rowID), vector: nearest, weight: weight,
                             limit: .max, k: semantic.rrfK)
-                        let exact = try exactHits(db, terms: terms, among: fused.filter { $0.lexicalRank != nil }.map(\.rowID))
+                        // Only a lexical hit ranked below a near miss can be moved: the others need no check.
+                        let firstNearMiss = fused.firstIndex { $0.lexicalRank == nil } ?? fused.endIndex
+                        let exact = try exactHits(db, terms: terms,
+                            among: fused[firstNearMiss...].filter { $0.lexicalRank != nil }.map(\.rowID))
                         // A lower score is better across indexes (the lexical convention): the fused score negated.
                         ranking = HybridFusion.demoteNearMisses(fused, exact: exact, exactFirst: semantic.exactFirst).prefix(request.maxResultCount)
                             .map { var c = $0; c.score = -c.score; return c }
@@ -240,10 +246,13 @@ extension IndexStore {
             if TextAnalysis.words(title).map({ TextAnalysis.fold(String($0)) }) == words { exact.insert(rowid) }
         }
         if words.count >= 2, !terms.words.contains(where: \.isCJK) {
+            // One lookup per item: FTS5 seeks each rowid in the phrase's doclists, where a single
+            // query over all matches would walk every position of a frequent pair of words.
             let phrase = TextAnalysis.ftsQuoted(words.joined(separator: " "))
-            for row in try db.rows("SELECT rowid FROM fts WHERE fts MATCH ? AND rowid IN (SELECT value FROM json_each(?))",
-                [.text(phrase), .text(ids)]) {
-                if let rowid = row.int(0) { exact.insert(rowid) }
+            for rowid in candidates where !exact.contains(rowid) {
+                if try !db.rows("SELECT 1 FROM fts WHERE fts MATCH ? AND rowid = ?", [.text(phrase), .integer(rowid)]).isEmpty {
+                    exact.insert(rowid)
+                }
             }
         }
         return exact

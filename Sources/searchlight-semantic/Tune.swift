@@ -74,14 +74,16 @@ func tune(_ options: ToolOptions) throws {
         do {
             for (name, s) in settings {
                 var n: [Double] = [], r: [Double] = [], worse: [String] = []
+                var elapsed = 0.0
                 for (i, j) in judgements.enumerated() {
-                    let ranking = try run(s, j, vectors[i])
+                    var ranking: [String] = []
+                    elapsed += try time { ranking = try run(s, j, vectors[i]) }
                     n.append(ndcg(ranking, j.relevant))
                     r.append(recall(ranking, j.relevant))
                     if n[i] < lexicalNDCG[i] - 0.1 { worse.append("\(j.query) \(format(lexicalNDCG[i], 2))→\(format(n[i], 2))") }
                 }
                 print(name.padding(toLength: 56, withPad: " ", startingAt: 0)
-                    + "\(format(mean(n)))    \(format(mean(r)))       \(worse.count)" + (verbose ? "  " + worse.joined(separator: "; ") : ""))
+                    + "\(format(mean(n)))    \(format(mean(r)))       \(worse.count)    \(format(elapsed / Double(judgements.count) * 1000, 2)) ms/query" + (verbose ? "  " + worse.joined(separator: "; ") : ""))
             }
         }
     }
