@@ -18,6 +18,9 @@ let usage = """
       donate-speed [--clients 4] [--batch 500] [--runs 2] [--only with|without]
                                                  the corpus donated to an IndexStore without and with the
                                                  static encoder: items/s and CPU µs per item
+      refine-speed [--count 256] [--batch 16] [--pause-after 3]
+                                                 background refinement with the transformer: items/s, and
+                                                 how long it takes to stop once told to yield
       tune [--weights 0.3,0.5] [--floors 0.3,0.35] [--ks 60] [--verbose]
                                                  the hybrid ranking of IndexStore.userQuery on the relevance
                                                  set for each combination of settings
@@ -42,6 +45,7 @@ do {
     case "evaluate": try evaluate(options)
     case "tune": try tune(options)
     case "donate-speed": try donateSpeed(options)
+    case "refine-speed": try refineSpeed(options)
     default:
         FileHandle.standardError.write(Data("searchlight-semantic: unknown command \(command)\n\(usage)\n".utf8))
         exit(2)

@@ -323,3 +323,23 @@ extension HybridFusionTests {
         #expect(abs(small[0].score - (0.5 / 3 + 0.5 / 2)) < 1e-12)
     }
 }
+
+extension StoreVectorTests {
+    @Test("refinement told to yield in the middle stops after the batch under way: no further batch is embedded or written")
+    func refinementStopsWithinOneBatch() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        var embedded = 0
+        var pressure = false
+        let n = try f.store.refineVectors(batch: 2, embed: { texts in
+            embedded += 1
+            if embedded == 2 { pressure = true }  // the throttle sees pressure during the second batch
+            return texts.map(staticEncoder.embed)
+        }, yieldNow: { pressure })
+        #expect(embedded == 2)
+        #expect(n == 4)
+        #expect(try f.store.vectorCounts().refined == 4)
+        // The next run resumes with what is left.
+        #expect(try f.store.refineVectors(batch: 2, embed: { $0.map(staticEncoder.embed) }, yieldNow: { false }) == 1)
+    }
+}
