@@ -72,34 +72,55 @@ public struct Vocabulary: Sendable {
         return lookup(u[...], continuation: false)
     }
 
+    static let hashSeed: UInt64 = 0xcbf2_9ce4_8422_2325
+
+    /// FNV-1a, one byte.
+    @inline(__always)
+    static func hashStep(_ h: UInt64, _ b: UInt8) -> UInt64 { (h ^ UInt64(b)) &* 0x100_0000_01b3 }
+
+    @inline(__always)
+    static func finish(_ h: UInt64) -> Int { Int(truncatingIfNeeded: h ^ (h >> 29)) }
+
     @inline(__always)
     static func hash(_ s: ArraySlice<UInt8>) -> Int {
-        var h: UInt64 = 0xcbf2_9ce4_8422_2325
-        for b in s { h = (h ^ UInt64(b)) &* 0x100_0000_01b3 }
-        return Int(truncatingIfNeeded: h ^ (h >> 29))
+        var h = hashSeed
+        for b in s { h = hashStep(h, b) }
+        return finish(h)
     }
 
     /// The id of a piece given as bytes; `continuation` looks the piece up as `##piece`.
     @inline(__always)
     func lookup(_ piece: ArraySlice<UInt8>, continuation: Bool) -> Int32? {
-        let table = continuation ? self.continuation : initial
-        var slot = Vocabulary.hash(piece) & mask
-        while true {
-            let entry = table[slot]
-            if entry == 0 { return nil }
-            let id = Int(entry - 1)
-            let len = Int(lengths[id])
-            if len == piece.count {
-                let start = Int(starts[id])
-                var equal = true
-                var j = piece.startIndex
-                for k in start..<(start + len) {
-                    if bytes[k] != piece[j] { equal = false; break }
-                    j += 1
+        var h = Vocabulary.hashSeed
+        for b in piece { h = Vocabulary.hashStep(h, b) }
+        return lookup(piece, hash: h, continuation: continuation)
+    }
+
+    /// The same, given the piece's FNV state (`hashStep` over its bytes from `hashSeed`).
+    @inline(__always)
+    func lookup(_ piece: ArraySlice<UInt8>, hash: UInt64, continuation: Bool) -> Int32? {
+        let mask = self.mask
+        var slot = Vocabulary.finish(hash) & mask
+        return (continuation ? self.continuation : initial).withUnsafeBufferPointer { table -> Int32? in
+            bytes.withUnsafeBufferPointer { bytes -> Int32? in
+                while true {
+                    let entry = table[slot]
+                    if entry == 0 { return nil }
+                    let id = Int(entry - 1)
+                    let len = Int(lengths[id])
+                    if len == piece.count {
+                        let start = Int(starts[id])
+                        var equal = true
+                        var j = piece.startIndex
+                        for k in start..<(start + len) {
+                            if bytes[k] != piece[j] { equal = false; break }
+                            j += 1
+                        }
+                        if equal { return Int32(id) }
+                    }
+                    slot = (slot + 1) & mask
                 }
-                if equal { return Int32(id) }
             }
-            slot = (slot + 1) & mask
         }
     }
 }

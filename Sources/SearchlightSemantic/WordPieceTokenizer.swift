@@ -113,28 +113,48 @@ public struct WordPieceTokenizer: Sendable {
         return nil
     }
 
+    /// The text is cut at ASCII whitespace into chunks; an all-ASCII chunk takes the byte loop,
+    /// any other chunk the Unicode steps on its own. The same as the Unicode steps on the whole
+    /// text: every step but NFD is per character, NFD only reorders marks after a starter (an
+    /// ASCII space is one, and it ends a word anyway), so one accented word no longer sends the
+    /// whole document down the slow path.
     private func appendSegment(_ text: String, to ids: inout [Int32], limit: Int) {
         var word = WordBuffer()
         var text = text
-        let handledASCII = text.withUTF8 { utf8 -> Bool in
-            for b in utf8 where b >= 0x80 { return false }
-            for b in utf8 {
-                if ids.count >= limit { return true }
-                switch ASCIIClass.table[Int(b)] {
-                case .drop: continue
-                case .space:
-                    flush(&word, into: &ids)
-                case .punctuation:
-                    flush(&word, into: &ids)
-                    word.append(b)
-                    flush(&word, into: &ids)
-                case .upper: word.append(b | 0x20)
-                case .keep: word.append(b)
+        text.withUTF8 { utf8 in
+            let n = utf8.count
+            var i = 0
+            while i < n && ids.count < limit {
+                var end = i, ascii = true
+                while end < n {
+                    let b = utf8[end]
+                    if b == 0x20 || b == 0x0A || b == 0x09 || b == 0x0D { break }
+                    if b >= 0x80 { ascii = false }
+                    end += 1
                 }
+                if ascii {
+                    for k in i..<end {
+                        if ids.count >= limit { break }
+                        let b = utf8[k]
+                        switch ASCIIClass.table[Int(b)] {
+                        case .drop: continue
+                        case .space: flush(&word, into: &ids)
+                        case .punctuation:
+                            flush(&word, into: &ids)
+                            word.append(b)
+                            flush(&word, into: &ids)
+                        case .upper: word.append(b | 0x20)
+                        case .keep: word.append(b)
+                        }
+                    }
+                } else {
+                    appendPiecesUnicode(of: String(decoding: UnsafeBufferPointer(rebasing: utf8[i..<end]), as: UTF8.self),
+                        to: &ids, word: &word, limit: limit)
+                }
+                if end < n && ids.count < limit { flush(&word, into: &ids) }  // the whitespace after the chunk
+                i = end + 1
             }
-            return true
         }
-        if !handledASCII { appendPiecesUnicode(of: text, to: &ids, word: &word, limit: limit) }
         if ids.count < limit { flush(&word, into: &ids) }
         if ids.count > limit { ids.removeLast(ids.count - limit) }
     }
@@ -182,19 +202,26 @@ public struct WordPieceTokenizer: Sendable {
         }
         let firstOutput = ids.count
         var start = 0
-        let bytes = word.bytes
-        let count = bytes.count
+        let count = word.bytes.count
         while start < count {
+            // The hash of every prefix of bytes[start...] in one pass, so that trying shorter
+            // pieces costs one probe each rather than hashing the piece again.
+            word.prefixHashes.removeAll(keepingCapacity: true)
+            var h = Vocabulary.hashSeed
+            for k in start..<count {
+                h = Vocabulary.hashStep(h, word.bytes[k])
+                word.prefixHashes.append(h)
+            }
             var end = count
             var found: Int32?
             while end > start {
-                if let id = vocabulary.lookup(bytes[start..<end], continuation: start > 0) {
+                if let id = vocabulary.lookup(word.bytes[start..<end], hash: word.prefixHashes[end - start - 1], continuation: start > 0) {
                     found = id
                     break
                 }
                 // Back to the previous character boundary (UTF-8 continuation bytes are 10xxxxxx).
                 end -= 1
-                while end > start && bytes[end] & 0xC0 == 0x80 { end -= 1 }
+                while end > start && word.bytes[end] & 0xC0 == 0x80 { end -= 1 }
             }
             guard let id = found else {
                 ids.removeLast(ids.count - firstOutput)
@@ -211,8 +238,13 @@ public struct WordPieceTokenizer: Sendable {
 struct WordBuffer {
     var bytes: [UInt8] = []
     var characterCount = 0
+    /// Scratch for `flush`: FNV state of each prefix of the piece being matched.
+    var prefixHashes: [UInt64] = []
 
-    init() { bytes.reserveCapacity(64) }
+    init() {
+        bytes.reserveCapacity(64)
+        prefixHashes.reserveCapacity(64)
+    }
 
     @inline(__always) mutating func append(_ b: UInt8) {
         bytes.append(b)

@@ -31,6 +31,19 @@ public struct SemanticRequest: Sendable {
     public var minimumSimilarity: Float
 
     public static let defaultMinimumSimilarity: Float = 0.35
+    /// The k of reciprocal rank fusion (`HybridFusion.fuse`).
+    public var rrfK: Double = HybridFusion.k
+    /// Lexical confidence: when the lexical side found at least `confidentHits` items (or filled
+    /// the result count, when that is smaller), the vector side's weight is multiplied by
+    /// `confidentFactor` (nil: no such rule). Many lexical hits mean the words themselves answer;
+    /// the vector side then adds what they miss without reordering them much. Tuned on the
+    /// debtags set (Docs/SemanticSearch.md, "Tuning"): 10 and 0.15 leave no query more than 0.1
+    /// nDCG@10 below the lexical ranking.
+    public var confidentHits: Int? = 10
+    public var confidentFactor = 0.15
+    /// Whether exact title or phrase hits rank above every other item (else only above items
+    /// that only the vector side found: `HybridFusion.demoteNearMisses`).
+    public var exactFirst = false
 
     public init(vector: [Float], weight: Double, minimumSimilarity: Float = SemanticRequest.defaultMinimumSimilarity) {
         self.vector = vector
@@ -179,9 +192,20 @@ extension IndexStore {
                     if let semantic {
                         let nearest = try vectorCandidates(db, query: semantic.vector, limit: request.maxResultCount, filter: request.filter,
                             now: now, minimumSimilarity: semantic.minimumSimilarity, budget: budget)
+                        var weight = semantic.weight
+                        // Weight 1 stays the vector ranking alone.
+                        if let hits = semantic.confidentHits, weight < 1, lexical.count >= min(hits, request.maxResultCount) {
+                            weight *= semantic.confidentFactor
+                        }
+                        let fused = HybridFusion.fuse(lexical: lexical.map(\.rowID), vector: nearest, weight: weight,
+                            limit: .max, k: semantic.rrfK)
+                        // Only a lexical hit ranked below a near miss can be moved: the others need no check.
+                        let firstNearMiss = fused.firstIndex { $0.lexicalRank == nil } ?? fused.endIndex
+                        let exact = try exactHits(db, terms: terms,
+                            among: fused[firstNearMiss...].filter { $0.lexicalRank != nil }.map(\.rowID))
                         // A lower score is better across indexes (the lexical convention): the fused score negated.
-                        ranking = HybridFusion.fuse(lexical: lexical.map(\.rowID), vector: nearest, weight: semantic.weight,
-                            limit: request.maxResultCount).map { var c = $0; c.score = -c.score; return c }
+                        ranking = HybridFusion.demoteNearMisses(fused, exact: exact, exactFirst: semantic.exactFirst).prefix(request.maxResultCount)
+                            .map { var c = $0; c.score = -c.score; return c }
                     } else {
                         ranking = lexical.enumerated().map {
                             FusedCandidate(rowID: $1.rowID, lexicalRank: $0 + 1, vectorRank: nil, similarity: nil, score: $1.score)
@@ -207,6 +231,31 @@ extension IndexStore {
                 return UserQueryResult(items: items, scores: scores, rankedItems: ranked, suggestions: suggestions, explanations: explanations)
             }
         }
+    }
+
+    /// The items of `candidates` that are exact hits of the query: the title is the query's words
+    /// (folded, in order), or, for two words or more, the words stand together as a phrase in a
+    /// full-text column. One word found somewhere in a text is a plain lexical hit, fused as usual.
+    func exactHits(_ db: Database, terms: UserQueryTerms, among candidates: [Int64]) throws -> Set<Int64> {
+        guard !candidates.isEmpty, !terms.words.isEmpty else { return [] }
+        let ids = "[" + candidates.map(String.init).joined(separator: ",") + "]"
+        let words = terms.words.map(\.folded)
+        var exact: Set<Int64> = []
+        for row in try db.rows("SELECT rowid, title FROM items WHERE rowid IN (SELECT value FROM json_each(?))", [.text(ids)]) {
+            guard let rowid = row.int(0), let title = row.string(1) else { continue }
+            if TextAnalysis.words(title).map({ TextAnalysis.fold(String($0)) }) == words { exact.insert(rowid) }
+        }
+        if words.count >= 2, !terms.words.contains(where: \.isCJK) {
+            // One lookup per item: FTS5 seeks each rowid in the phrase's doclists, where a single
+            // query over all matches would walk every position of a frequent pair of words.
+            let phrase = TextAnalysis.ftsQuoted(words.joined(separator: " "))
+            for rowid in candidates where !exact.contains(rowid) {
+                if try !db.rows("SELECT 1 FROM fts WHERE fts MATCH ? AND rowid = ?", [.text(phrase), .integer(rowid)]).isEmpty {
+                    exact.insert(rowid)
+                }
+            }
+        }
+        return exact
     }
 
     /// The best `limit` items for the user query `text` (all its words, the last one a prefix while

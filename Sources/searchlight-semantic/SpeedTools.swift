@@ -1,5 +1,7 @@
 import Foundation
 import SearchlightSemantic
+import SearchlightStore
+import SearchlightWire
 
 /// The static encoder's documents/s on one core (this thread), and, given transformer
 /// embeddings of held-out documents (`--held-out-embeddings F.f32 --held-out-ids F.txt`), the
@@ -103,4 +105,103 @@ struct SplitMix {
         let u = max(Float(next() >> 40) / Float(1 << 24), 1e-7), v = Float(next() >> 40) / Float(1 << 24)
         return (-2 * logf(u)).squareRoot() * cosf(2 * .pi * v)
     }
+}
+
+/// What the static vectors cost a donation, in-process: the corpus donated to a fresh
+/// `IndexStore` by `--clients` threads (batches of `--batch`), without and with the encoder,
+/// alternated `--runs` times; wall items/s and the process's CPU time per item. Run under
+/// `valgrind --tool=callgrind` or `perf record` to see where the difference goes.
+func donateSpeed(_ options: ToolOptions) throws {
+    let docs = try loadCorpus(options.corpusPath)
+    let table = try StaticEncoder(file: options.staticTablePath)
+    let clients = options.int("clients", 4), batch = options.int("batch", 500), runs = options.int("runs", 2)
+    let count = min(options.int("count", docs.count), docs.count)
+    let items = docs.prefix(count).map { d -> SearchableItem in
+        var a = AttributeSet(contentType: "org.debian.deb-archive")
+        a.title = d.title
+        a.contentDescription = d.synopsis
+        a.textContent = d.description
+        a.keywords = d.keywords
+        return SearchableItem(uniqueIdentifier: d.id, attributeSet: a)
+    }
+    let only = options["only"]  // "with" or "without": one side (for a profiler)
+    print("| run | encoder | wall items/s | CPU µs/item |")
+    print("|---|---|---|---|")
+    for run in 0..<runs {
+        for withEncoder in [false, true] {
+            if let only, (only == "with") != withEncoder { continue }
+            let dir = NSTemporaryDirectory() + "sl-donate-\(getpid())-\(run)-\(withEncoder)"
+            defer { try? FileManager.default.removeItem(atPath: dir) }
+            var o = StoreOptions()
+            o.vectorEncoder = withEncoder ? table : nil
+            o.rankedIndexBuilds = false
+            let store = try IndexStore(path: dir + "/d.sqlite", options: o)
+            var wall = 0.0
+            let cpu = cpuTime {
+                wall = time {
+                    DispatchQueue.concurrentPerform(iterations: clients) { c in
+                        var start = c * batch
+                        while start < items.count {
+                            _ = try? store.applySync([.items(Array(items[start..<min(items.count, start + batch)]))])
+                            start += clients * batch
+                        }
+                    }
+                }
+            }
+            store.close()
+            print("| \(run + 1) | \(withEncoder ? "static" : "none") | \(format(Double(count) / wall, 0)) | \(format(cpu / Double(count) * 1e6, 1)) |")
+        }
+    }
+}
+
+/// Background refinement in-process, with the transformer: `--count` corpus documents donated
+/// (static vectors), then `IndexStore.refineVectors` in batches of `--batch` (the daemon's 16):
+/// items/s. Then the same on a fresh store, told to yield `--pause-after` seconds in (as the
+/// throttle does when it sees pressure): how long refinement takes to stop after that, which
+/// is at most one batch, to compare with the throttle's sampling period (`loadInterval`, 2 s).
+func refineSpeed(_ options: ToolOptions) throws {
+    let docs = try loadCorpus(options.corpusPath)
+    let table = try StaticEncoder(file: options.staticTablePath)
+    let transformer = try TransformerEncoder(directory: options.modelDirectory, queryThreads: 1)
+    TransformerEncoder.setThreads(options.int("threads", 1))
+    let count = min(options.int("count", 256), docs.count), batch = options.int("batch", 16)
+    let pauseAfter = Double(options["pause-after"] ?? "3") ?? 3
+    func freshStore(_ name: String) throws -> (IndexStore, String) {
+        let dir = NSTemporaryDirectory() + "sl-refine-\(getpid())-\(name)"
+        var o = StoreOptions()
+        o.vectorEncoder = table
+        o.rankedIndexBuilds = false
+        let store = try IndexStore(path: dir + "/r.sqlite", options: o)
+        _ = try store.applySync([.items(docs.prefix(count).map { d in
+            var a = AttributeSet(contentType: "org.debian.deb-archive")
+            a.title = d.title
+            a.contentDescription = d.synopsis
+            a.textContent = d.description
+            return SearchableItem(uniqueIdentifier: d.id, attributeSet: a)
+        })])
+        return (store, dir)
+    }
+    let (store, dir) = try freshStore("speed")
+    var refined = 0
+    var wall = 0.0
+    let cpu = try cpuTime { wall = try time { refined = try store.refineVectors(batch: batch, embed: transformer.embed, yieldNow: { false }) } }
+    store.close()
+    try? FileManager.default.removeItem(atPath: dir)
+    print("refinement: \(refined) items in \(format(wall, 1)) s: \(format(Double(refined) / wall, 1)) items/s wall, "
+        + "\(format(Double(refined) / cpu, 1)) per CPU-second (batches of \(batch), title. synopsis. description)")
+
+    let (paused, pausedDir) = try freshStore("pause")
+    let start = Date()
+    var batchEnds: [Double] = []
+    let n = try paused.refineVectors(batch: batch, embed: { texts in
+        let v = transformer.embed(texts)
+        batchEnds.append(Date().timeIntervalSince(start))
+        return v
+    }, yieldNow: { Date().timeIntervalSince(start) >= pauseAfter })
+    let stopped = Date().timeIntervalSince(start)
+    paused.close()
+    try? FileManager.default.removeItem(atPath: pausedDir)
+    let longest = zip(batchEnds, [0] + batchEnds).map { $0 - $1 }.max() ?? 0
+    print("pause: told to yield at \(format(pauseAfter, 1)) s, stopped at \(format(stopped, 2)) s "
+        + "(\(format(max(0, stopped - pauseAfter), 2)) s later; \(n) items refined; longest batch \(format(longest, 2)) s)")
 }

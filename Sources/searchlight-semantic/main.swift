@@ -15,6 +15,15 @@ let usage = """
       index-speed [--sizes 64k,1m]               vector search time and recall@10 of the prefilter
       evaluate [--judgements FILE] [--transformer-subset N]
                                                  nDCG@10 and recall@100: BM25, vector, hybrid (RRF k=60)
+      donate-speed [--clients 4] [--batch 500] [--runs 2] [--only with|without]
+                                                 the corpus donated to an IndexStore without and with the
+                                                 static encoder: items/s and CPU µs per item
+      refine-speed [--count 256] [--batch 16] [--pause-after 3]
+                                                 background refinement with the transformer: items/s, and
+                                                 how long it takes to stop once told to yield
+      tune [--weights 0.3,0.5] [--floors 0.3,0.35] [--ks 60] [--verbose]
+                                                 the hybrid ranking of IndexStore.userQuery on the relevance
+                                                 set for each combination of settings
 
     common options: --model-dir DIR (default: SEARCHLIGHT_MODEL_DIR, else the user-mode model folder),
                     --corpus FILE.jsonl.gz (default ../shared/corpus/debian-packages.jsonl.gz)
@@ -34,6 +43,9 @@ do {
     case "static-speed": try staticSpeed(options)
     case "index-speed": try indexSpeed(options)
     case "evaluate": try evaluate(options)
+    case "tune": try tune(options)
+    case "donate-speed": try donateSpeed(options)
+    case "refine-speed": try refineSpeed(options)
     default:
         FileHandle.standardError.write(Data("searchlight-semantic: unknown command \(command)\n\(usage)\n".utf8))
         exit(2)

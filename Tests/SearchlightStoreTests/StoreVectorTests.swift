@@ -191,3 +191,155 @@ struct HybridFusionTests {
         #expect(heavy == [9, 1])
     }
 }
+
+/// Issue 18's hybrid rules in the store: exact hits before near misses, the boosts on both
+/// sides, filters and expiration on both sides.
+@Suite("Hybrid ranking rules")
+struct HybridRuleTests {
+    /// An item whose title is exactly the query, whose text is about something else (so the
+    /// vector side ranks it low or not at all), and items about editing text that share no word
+    /// with the query: near misses the vector side ranks high.
+    func donateEditors(_ f: StoreFixture) throws {
+        try f.donate(
+            try f.item("exact", ["title": "Text Editor", "textContent": "Recipes for bread, soups and cakes from the countryside."]),
+            try f.item("phrase", ["title": "Kitchen notes", "textContent": "Keeps a list of groceries; it is not a text editor at all."]),
+            try f.item("vim", ["title": "Vim", "contentDescription": "Vi IMproved, a programmer's editing tool",
+                               "textContent": "Edit source code and documents with modal keystrokes."]),
+            try f.item("emacs", ["title": "Emacs", "contentDescription": "extensible editing environment",
+                                 "textContent": "Edit files, write documents and programs."]),
+            try f.item("nano", ["title": "Nano", "contentDescription": "small friendly editing program for the terminal",
+                                "textContent": "Write and change plain files in a console."]),
+            try f.item("kate", ["title": "Kate", "contentDescription": "advanced editing application for writing code"]),
+            try f.item("gedit", ["title": "gedit", "contentDescription": "simple editing program for the desktop",
+                                 "textContent": "Write notes, change configuration files and source code."]),
+            try f.item("joe", ["title": "Joe", "contentDescription": "Joe's own editing program", "textContent": "Modify files in a terminal."]),
+            try f.item("mousepad", ["title": "Mousepad", "contentDescription": "lightweight editing program", "textContent": "Write and edit documents."]),
+            try f.item("jed", ["title": "Jed", "contentDescription": "programmer's editing tool", "textContent": "Edit programs with syntax colouring."]),
+            try f.item("pluma", ["title": "Pluma", "contentDescription": "editing program for MATE", "textContent": "Edit documents and source files."]),
+            try f.item("leafpad", ["title": "Leafpad", "contentDescription": "simple GTK editing program", "textContent": "Write notes and edit files."]))
+    }
+
+    @Test("an exact title or phrase hit is never outranked by a semantic near miss, even at a vector weight of 0.9")
+    func exactHitsFirst() throws {
+        let f = try StoreFixture(vectors: true)
+        try donateEditors(f)
+        let r = try f.hybrid("text editor", weight: 0.9, explain: true)
+        let ids = f.ids(r)
+        #expect(Set(ids.prefix(2)) == ["exact", "phrase"], "\(ids)")
+        let e = try #require(r.explanations)
+        // Without the rule a near miss would come first: its reciprocal rank alone beats the exact hits' fused score.
+        let k = HybridFusion.k
+        let nearMiss = try #require(e.first { $0.lexicalRank == nil })
+        let byID = Dictionary(uniqueKeysWithValues: zip(ids, e))
+        let exactRRF = ["exact", "phrase"].compactMap { byID[$0] }.map { c in
+            (c.lexicalRank.map { 0.1 / (k + Double($0)) } ?? 0) + (c.vectorRank.map { 0.9 / (k + Double($0)) } ?? 0)
+        }
+        #expect(exactRRF.count == 2)
+        #expect(0.9 / (k + Double(nearMiss.vectorRank ?? 1000)) > exactRRF.min() ?? 1, "\(e)")
+        // Scores stay ordered (lower is better across indexes).
+        #expect(r.scores == r.scores.sorted(), "\(r.scores)")
+    }
+
+    @Test("a one-word query's plain lexical hit is fused as usual; only the title equal to the query is an exact hit")
+    func oneWordIsNoPhrase() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donate(
+            try f.item("exact", ["title": "Editor", "textContent": "Recipes for bread, soups and cakes from the countryside."]),
+            try f.item("mention", ["title": "Kitchen notes", "textContent": "Groceries; the editor of this list is my aunt."]),
+            try f.item("vim", ["title": "Vim", "contentDescription": "Vi IMproved, a programmer's editing tool",
+                               "textContent": "Edit source code and documents with modal keystrokes."]))
+        var r = UserQueryRequest(text: "editor ")
+        r.semantic = SemanticRequest(vector: staticEncoder.embed("editor"), weight: 0.9)
+        let ids = f.ids(try f.store.userQuery(r))
+        // The near miss comes after the exact title hit; the plain lexical hit is ranked as fused.
+        #expect(ids.contains("vim") && ids.firstIndex(of: "exact")! < ids.firstIndex(of: "vim")!, "\(ids)")
+        let exact = try f.store.read { db in
+            try f.store.exactHits(db, terms: try UserQueryTerms("editor "), among: [1, 2, 3])
+        }
+        #expect(exact == [1])
+    }
+
+    @Test("rankingHint and engagement raise an item the vector side alone finds, as they raise lexical hits")
+    func boostsApplyToVectorHits() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        let text: JSONValue = "Plays music streams from online stations."
+        try f.donate(try f.item("radio1", ["title": "Radio tray", "textContent": text]),
+                     try f.item("radio2", ["title": "Radio tray", "textContent": text]))
+        func order() throws -> [String] { f.ids(try f.hybrid("listen to songs")).filter { $0.hasPrefix("radio") } }
+        // Equal vectors, equal similarity: the boost alone decides, whichever item has it.
+        for (boosted, other) in [("radio2", "radio1"), ("radio1", "radio2")] {
+            try f.donate(try f.item(boosted, ["title": "Radio tray", "textContent": text, "rankingHint": 100]),
+                         try f.item(other, ["title": "Radio tray", "textContent": text]))
+            #expect(try order() == [boosted, other])
+        }
+        try f.donate(try f.item("radio1", ["title": "Radio tray", "textContent": text]))
+        for (engaged, other, weight) in [("radio2", "radio1", 10.0), ("radio1", "radio2", 30.0)] {
+            try f.store.recordEngagement(identifier: engaged, suggestion: nil, weight: weight)
+            #expect(try order() == [engaged, other])
+        }
+        let r = try f.hybrid("listen to songs", explain: true)
+        #expect(r.explanations?.first { $0.rowID == 7 }?.lexicalRank == nil)
+    }
+
+    @Test("a filter query and expiration apply to the lexical and the vector side of a hybrid query")
+    func filterAndExpirationBothSides() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        var radio = try f.item("radio", ["title": "Radio tray", "contentDescription": "streaming music player",
+                                         "textContent": "Plays music streams from online stations."])
+        radio.expirationDate = f.clock.now.addingTimeInterval(60)
+        try f.donate(radio)
+        let r = try f.hybrid("music player", explain: true)
+        #expect(Set(f.ids(r)).isSuperset(of: ["music", "radio"]))
+        // Both sides found both items, so the filter must hold on each side.
+        #expect(r.explanations?.filter { $0.lexicalRank != nil && $0.vectorRank != nil }.count ?? 0 >= 2, "\(r.explanations ?? [])")
+        let filter = try QueryFront.filter(query: nil, filterQueries: [#"title == "Radio*""#], limits: Limits(), now: f.clock.now)
+        #expect(f.ids(try f.hybrid("music player", filter: filter)) == ["radio"])
+        #expect(f.ids(try f.hybrid("music player", weight: 1, filter: filter)) == ["radio"])
+        #expect(f.ids(try f.hybrid("music player", weight: 0, filter: filter)) == ["radio"])
+        f.clock.advance(120)
+        for w in [0.0, 0.5, 1.0] { #expect(!f.ids(try f.hybrid("music player", weight: w)).contains("radio")) }
+    }
+}
+
+extension HybridFusionTests {
+    @Test("near misses (vector-only items) move below the last exact hit; items both sides found and the exact hits keep their order")
+    func demotion() {
+        let fused = HybridFusion.fuse(lexical: [1, 2], vector: [m(9), m(1), m(8)], weight: 0.9, limit: 10)
+        #expect(fused.map(\.rowID) == [1, 9, 8, 2])
+        let kept = HybridFusion.demoteNearMisses(fused, exact: [2])
+        #expect(kept.map(\.rowID) == [1, 2, 9, 8])
+        #expect(zip(kept, kept.dropFirst()).allSatisfy { $0.score >= $1.score })
+        #expect(HybridFusion.demoteNearMisses(fused, exact: []) == fused)
+        #expect(HybridFusion.demoteNearMisses(fused, exact: [1]) == fused)
+        #expect(HybridFusion.demoteNearMisses(fused, exact: [2], exactFirst: true).map(\.rowID) == [2, 1, 9, 8])
+    }
+
+    @Test("the rrf k changes how much a rank difference weighs")
+    func rrfK() {
+        let small = HybridFusion.fuse(lexical: [1, 2], vector: [m(2)], weight: 0.5, limit: 10, k: 1)
+        #expect(small.first?.rowID == 2)
+        #expect(abs(small[0].score - (0.5 / 3 + 0.5 / 2)) < 1e-12)
+    }
+}
+
+extension StoreVectorTests {
+    @Test("refinement told to yield in the middle stops after the batch under way: no further batch is embedded or written")
+    func refinementStopsWithinOneBatch() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        var embedded = 0
+        var pressure = false
+        let n = try f.store.refineVectors(batch: 2, embed: { texts in
+            embedded += 1
+            if embedded == 2 { pressure = true }  // the throttle sees pressure during the second batch
+            return texts.map(staticEncoder.embed)
+        }, yieldNow: { pressure })
+        #expect(embedded == 2)
+        #expect(n == 4)
+        #expect(try f.store.vectorCounts().refined == 4)
+        // The next run resumes with what is left.
+        #expect(try f.store.refineVectors(batch: 2, embed: { $0.map(staticEncoder.embed) }, yieldNow: { false }) == 1)
+    }
+}

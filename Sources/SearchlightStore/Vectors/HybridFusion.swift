@@ -15,12 +15,17 @@ public struct FusedCandidate: Sendable, Equatable {
 /// score is `(1 − w)/(k + lexicalRank) + w/(k + vectorRank)`, a side that did not rank it adding
 /// nothing; k = 60. Ties go to the item the lexical side ranked (better), then to the lower rowid,
 /// so at `w` = 0.5 an exact lexical hit is never outranked by a vector hit of the same rank.
+///
+/// `demoteNearMisses` then keeps the rule that an exact title or phrase hit is never
+/// outranked by a semantic near miss (an item only the vector side found), whatever the weight.
 public enum HybridFusion {
     public static let k = 60.0
 
     /// The fused ranking of `lexical` (rowids, best first) and `vector` (best first), at most
     /// `limit` items. `weight` 0 is the lexical ranking alone, 1 the vector ranking alone.
-    public static func fuse(lexical: [Int64], vector: [VectorMatch], weight: Double, limit: Int) -> [FusedCandidate] {
+    public static func fuse(lexical: [Int64], vector: [VectorMatch], weight: Double, limit: Int, k: Double = HybridFusion.k)
+        -> [FusedCandidate]
+    {
         let w = min(max(weight, 0), 1)
         var byRow: [Int64: FusedCandidate] = [:]
         byRow.reserveCapacity(lexical.count + vector.count)
@@ -60,5 +65,21 @@ public enum HybridFusion {
             }
         }
         return Array(ordered.prefix(max(limit, 0)))
+    }
+
+    /// `ranking` (best first) with every item that only the vector side found moved below the
+    /// last of the `exact` items (exact title or phrase hits): those keep their order, and so do
+    /// the others among themselves. Scores are lowered where needed so that they stay ordered
+    /// (higher is better) for merging across indexes.
+    public static func demoteNearMisses(_ ranking: [FusedCandidate], exact: Set<Int64>, exactFirst: Bool = false) -> [FusedCandidate] {
+        guard let last = ranking.lastIndex(where: { exact.contains($0.rowID) }) else { return ranking }
+        let head = ranking[...last]
+        let nearMiss = { (c: FusedCandidate) in !exact.contains(c.rowID) && (exactFirst || c.lexicalRank == nil) }
+        guard head.contains(where: nearMiss) else { return ranking }
+        var out = head.filter { !nearMiss($0) } + head.filter(nearMiss) + ranking[(last + 1)...]
+        for i in out.indices.dropFirst() where out[i].score > out[i - 1].score {
+            out[i].score = out[i - 1].score.nextDown
+        }
+        return out
     }
 }

@@ -171,11 +171,24 @@ extension IndexStore {
 
     // MARK: Searching
 
+    /// The boosts of a user query's score (rankingHint, recency of use, engagement) as one factor
+    /// of 1 or more, with one binding: now. The lexical side multiplies bm25 by the same factor.
+    static let boostFactorSQL = """
+        (1.0 + coalesce(items.ranking_hint, 0) / 100.0)
+        * (1.0 + CASE WHEN items.last_used IS NULL THEN 0 ELSE 0.5 / (1.0 + max(0, ? - items.last_used) / 604800.0) END)
+        * (1.0 + items.engagement / (items.engagement + 5.0))
+        """
+
     /// The `limit` items nearest to `query` that are visible and pass `filter`, best first. The
     /// index is searched for more than `limit` and the hits are checked in SQL (so a deleted or
     /// expired item, or one outside the filter, is never returned); when too many fail, the
     /// search is repeated for four times as many, and past 4 096 it searches only among the
     /// items SQL allows. Hits below `minimumSimilarity` are left out (and end the widening).
+    ///
+    /// The hits are ordered by similarity times the boost factor (`boostFactorSQL`), as the
+    /// lexical side orders by bm25 times it: a boosted item ranks higher on either side. The
+    /// floor applies to the similarity itself; the boost orders the hits SQL checked (at least
+    /// twice `limit`), so an item far below them is not lifted in.
     func vectorCandidates(_ db: Database, query: [Float], limit: Int, filter: SQLFilter?, now: Double, minimumSimilarity: Float = -1,
         budget: QueryBudget?) throws -> [VectorMatch]
     {
@@ -184,22 +197,33 @@ extension IndexStore {
         let driver = filter.ftsMatch.map { _ in " AND items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH ?)" } ?? ""
         let conditions = "\(Self.visible) AND (\(filter.sql))\(driver)"
         let conditionBindings: [SQLValue] = [.double(now), .double(now)] + filter.bindings + (filter.ftsMatch.map { [.text($0)] } ?? [])
+        func boosted(_ matches: [VectorMatch]) throws -> [VectorMatch] {
+            let ids = "[" + matches.map { String($0.rowid) }.joined(separator: ",") + "]"
+            var boost: [Int64: Float] = [:]
+            for row in try db.rows("SELECT items.rowid, \(Self.boostFactorSQL) FROM items WHERE items.rowid IN (SELECT value FROM json_each(?)) AND \(conditions)",
+                [.double(now), .text(ids)] + conditionBindings) {
+                if let rowid = row.int(0) { boost[rowid] = Float(row.double(1) ?? 1) }
+            }
+            let kept = matches.filter { boost[$0.rowid] != nil }
+            return kept.indices.sorted { a, b in
+                let x = kept[a].similarity * boost[kept[a].rowid]!, y = kept[b].similarity * boost[kept[b].rowid]!
+                return x != y ? x > y : a < b
+            }.map { kept[$0] }
+        }
         var k = max(limit * 2, 64)
         while true {
             try budget?.check()
             guard let (found, total) = vectors.search(query, k: k) else { return [] }
             let matches = found.filter { $0.similarity >= minimumSimilarity }
             let floorReached = matches.count < found.count
-            let ids = "[" + matches.map { String($0.rowid) }.joined(separator: ",") + "]"
-            let allowed = Set(try db.rows("SELECT items.rowid FROM items WHERE items.rowid IN (SELECT value FROM json_each(?)) AND \(conditions)",
-                [.text(ids)] + conditionBindings).compactMap { $0.int(0) })
-            let kept = matches.filter { allowed.contains($0.rowid) }
+            let kept = try boosted(matches)
             if kept.count >= limit || floorReached || found.count < k || k >= total { return Array(kept.prefix(limit)) }
             if k >= 4096 {
                 try budget?.check()
                 let all = Set(try db.rows("SELECT items.rowid FROM items WHERE \(conditions)", conditionBindings).compactMap { $0.int(0) })
-                return (vectors.search(query, k: limit, mode: .exact, allowed: { all.contains($0) })?.matches ?? [])
+                let nearest = (vectors.search(query, k: limit * 2, mode: .exact, allowed: { all.contains($0) })?.matches ?? [])
                     .filter { $0.similarity >= minimumSimilarity }
+                return Array(try boosted(nearest).prefix(limit))
             }
             k *= 4
         }
