@@ -39,8 +39,10 @@ struct RPCWriterTests {
     @Test("calls to a peer that does not read return to the pool at once: other tasks keep running")
     func slowReaderHoldsNoPoolThread() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        // As the daemon's: a long send timeout, so a blocking write would hold its thread that long.
-        mine.setSendTimeout(seconds: 60)
+        // Longer than the daemon's (30 s): a blocking write would hold its thread that long, far
+        // past the safety net below, so the net tells a held pool from a pool that other suites
+        // of the same test process keep busy for a while (seen: 26 s at load 12).
+        mine.setSendTimeout(seconds: 600)
         let connection = RPCConnection(socket: mine, outboxLimit: .close(bytes: 64 << 20))
         connection.start(onMessage: { _, _ in })
         let peer = Peer(theirs)
@@ -50,8 +52,10 @@ struct RPCWriterTests {
         let probe = DispatchSemaphore(value: 0)
         let stalled = Mutex(false)
         let watcher = Thread {
-            // Safety net only: with the fix the probe comes within milliseconds.
-            if probe.wait(timeout: .now() + 20) == .timedOut { stalled.withLock { $0 = true } }
+            // Safety net only: with the fix the probe comes within milliseconds on a quiet
+            // machine, within seconds when other suites hold the pool; with the bug, not before
+            // the 600 s send timeout.
+            if probe.wait(timeout: .now() + 240) == .timedOut { stalled.withLock { $0 = true } }
             theirs.close()
         }
         watcher.start()
