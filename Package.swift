@@ -42,9 +42,12 @@ let package = Package(
         // Launchd-like unit files: parser, model, checks (the daemon, the CLI and the fuzzer use it).
         .target(name: "SearchlightUnits", dependencies: ["SearchlightWire"], swiftSettings: strict),
         .target(name: "SearchlightStore", dependencies: ["CSQLite", "SearchlightWire", "SearchlightSemantic"], swiftSettings: strict),
+        // The transformer's linear layers for a query's few rows: half-precision packed weights and
+        // AVX-512, chosen at run time (TransformerEncoder falls back to OpenBLAS without them).
+        .target(name: "CSemanticKernels"),
         .target(
             name: "SearchlightSemantic",
-            dependencies: ["COpenBLAS", "SearchlightWire"],
+            dependencies: ["COpenBLAS", "CSemanticKernels", "SearchlightWire"],
             swiftSettings: strict
         ),
         // Offline tools of the semantic layer: embeddings for the static table's fit, the
