@@ -4,7 +4,10 @@ import Foundation
 
 /// all-MiniLM-L6-v2 in Swift: embeddings and LayerNorm, 6 layers of 12-head self-attention and a
 /// GELU feed-forward, mean pooling, L2 normalisation; the 384-dimensional sentence embedding of
-/// sentence-transformers. Matrix products go through OpenBLAS (`cblas_sgemm`).
+/// sentence-transformers. The linear layers run on packed half-precision weights with AVX-512
+/// where the CPU has it (`LinearWeight`, `CSemanticKernels`: a 16-token query in ~3.6 ms of CPU
+/// instead of ~10.5 ms with OpenBLAS), else on OpenBLAS (`cblas_sgemm`), which also computes
+/// attention's small per-head products.
 ///
 /// A batch is *packed*: the tokens of all its texts are the rows of one matrix, so every linear
 /// layer is one product over the whole batch and no row is padding. Attention runs per text

@@ -68,3 +68,43 @@ struct LinearKernelTests {
         #expect(abs(tail[0] - 0.841_344_7) < 1e-6)
     }
 }
+
+/// The vector index's POPCNT and AVX-512BW scans against the portable arithmetic they replace.
+@Suite("Vector scan kernels (POPCNT, AVX-512BW)", .enabled(if: VectorIndex.usesKernels,
+       "this CPU has no POPCNT/AVX-512BW: the vector index uses its portable loops"))
+struct VectorKernelTests {
+    @Test("int8 dot products equal the plain sum for lengths 0 to 400, extreme values included")
+    func dots() {
+        var state: UInt64 = 7
+        func next() -> Int8 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int8(truncatingIfNeeded: state >> 56)
+        }
+        for n in Array(0...70) + [383, 384, 385, 400] {
+            let a = (0..<n).map { _ in next() }, b = (0..<n).map { _ in next() }
+            let want = zip(a, b).reduce(Int32(0)) { $0 + Int32($1.0) * Int32($1.1) }
+            #expect(sl_dot_i8(a, b, n) == want, "length \(n)")
+        }
+        let low = [Int8](repeating: -128, count: 384)
+        #expect(sl_dot_i8(low, low, 384) == 384 * 128 * 128)
+    }
+
+    @Test("Hamming distances equal XOR-popcount for 6 words (384 dimensions) and for other widths")
+    func hamming() {
+        var state: UInt64 = 11
+        func next() -> UInt64 {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return state ^ (state >> 29)
+        }
+        for words in [1, 6, 7] {
+            let count = 257
+            let codes = (0..<(count * words)).map { _ in next() }, query = (0..<words).map { _ in next() }
+            var got = [UInt16](repeating: 9999, count: count)
+            sl_hamming(codes, count, words, query, &got)
+            for i in 0..<count {
+                let want = (0..<words).reduce(0) { $0 + (codes[i * words + $1] ^ query[$1]).nonzeroBitCount }
+                #expect(Int(got[i]) == want, "item \(i), \(words) words")
+            }
+        }
+    }
+}

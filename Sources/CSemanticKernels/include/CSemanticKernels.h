@@ -7,6 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "CVectorKernels.h"
+
 /// Output columns per panel: every `outputs` given to these functions is a multiple of it.
 #define SL_PANEL 48
 
