@@ -18,11 +18,11 @@ struct LinearKernelTests {
     @Test("packed half-precision products equal the float product within half-precision rounding, for 1 to 70 rows and split over 2 threads")
     func packedProducts() throws {
         var state: UInt64 = 18
-        for (outputs, inputs) in [(96, 40), (1152, 384), (384, 1536)] {
+        for (outputs, inputs) in [(96, 40), (192, 384), (48, 1536)] {
             let w = Self.random(outputs * inputs, &state, scale: 0.1), b = Self.random(outputs, &state)
             let packed = LinearWeight(weight: w, bias: b, outputs: outputs, inputs: inputs, packed: true)
             let plain = LinearWeight(weight: w, bias: b, outputs: outputs, inputs: inputs, packed: false)
-            for rows in [1, 2, 3, 5, 7, 8, 9, 16, 17, 33, 64, 70] {
+            for rows in [1, 2, 3, 5, 7, 8, 9, 16, 17, 33, 70] {
                 let x = Self.random(rows * inputs, &state)
                 var got = [Float](repeating: .nan, count: rows * outputs), split = got, want = got
                 var input = x

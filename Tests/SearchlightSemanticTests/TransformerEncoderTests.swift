@@ -86,11 +86,11 @@ struct TransformerEncoderTests {
 }
 
 extension TransformerEncoderTests {
-    @Test("the single-precision OpenBLAS form (CPUs without AVX-512) matches the reference too, and the packed form within 1e-3")
+    @Test("the single-precision OpenBLAS form (CPUs without AVX-512) matches the reference too (0.9999), and the packed form (0.999)")
     func openBLASForm() throws {
         let e = try #require(encoder)
         let blas = try TransformerEncoder(directory: TestModel.directory, queryThreads: 1, packedWeights: false)
-        for c in try Self.reference().prefix(40) {
+        for c in try Self.reference().prefix(12) {
             let v = blas.embed(c.0)
             #expect(cosine(v, c.1) >= 0.9999, "OpenBLAS form for \(c.0.prefix(60).debugDescription)")
             #expect(cosine(v, e.embed(c.0)) >= 0.999, "packed against OpenBLAS for \(c.0.prefix(60).debugDescription)")
