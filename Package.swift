@@ -42,9 +42,15 @@ let package = Package(
         // Launchd-like unit files: parser, model, checks (the daemon, the CLI and the fuzzer use it).
         .target(name: "SearchlightUnits", dependencies: ["SearchlightWire"], swiftSettings: strict),
         .target(name: "SearchlightStore", dependencies: ["CSQLite", "SearchlightWire", "SearchlightSemantic"], swiftSettings: strict),
+        // The semantic layer's hot loops (Docs/SemanticSearch.md): the transformer's linear layers on
+        // half-precision packed weights and GELU with AVX-512, the vector index's scans with POPCNT
+        // and AVX-512BW, each chosen at run time (the Swift/OpenBLAS paths remain for other CPUs).
+        // Optimised in debug builds too: at -O0 the intrinsics spill every register and a query
+        // takes 40× longer, so the test suite's encoder tests held the test pool's threads for minutes.
+        .target(name: "CSemanticKernels", cSettings: [.unsafeFlags(["-O2"])]),
         .target(
             name: "SearchlightSemantic",
-            dependencies: ["COpenBLAS", "SearchlightWire"],
+            dependencies: ["COpenBLAS", "CSemanticKernels", "SearchlightWire"],
             swiftSettings: strict
         ),
         // Offline tools of the semantic layer: embeddings for the static table's fit, the
@@ -89,7 +95,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "searchlight-bench",
-            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightStore", "SearchlightSQLite", "CSQLite"],
+            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightStore", "SearchlightSemantic", "SearchlightSQLite", "CSQLite"],
             swiftSettings: strict
         ),
         // A fake extension that crashes, hangs, answers garbage … on command, for the integration tests.

@@ -31,11 +31,11 @@ final class FloatTensor: @unchecked Sendable {
 /// One transformer layer's weights. `qkv` is the query, key and value projections stacked into one
 /// [3·hidden × hidden] matrix so that one product computes all three.
 struct MiniLMLayer: Sendable {
-    let qkvWeight, qkvBias: FloatTensor
-    let attentionOutWeight, attentionOutBias: FloatTensor
+    let qkv: LinearWeight
+    let attentionOut: LinearWeight
     let attentionNormWeight, attentionNormBias: FloatTensor
-    let intermediateWeight, intermediateBias: FloatTensor
-    let outputWeight, outputBias: FloatTensor
+    let intermediate: LinearWeight
+    let output: LinearWeight
     let outputNormWeight, outputNormBias: FloatTensor
 }
 
@@ -45,11 +45,17 @@ struct MiniLMWeights: Sendable {
     let embeddingNormWeight, embeddingNormBias: FloatTensor
     let layers: [MiniLMLayer]
 
-    init(file: SafetensorsFile, configuration c: MiniLMConfiguration) throws(SemanticError) {
+    /// `packed`: the linear layers in the packed half-precision form when this CPU can run it
+    /// (`LinearWeight`); false keeps them in single precision for OpenBLAS.
+    init(file: SafetensorsFile, configuration c: MiniLMConfiguration, packed: Bool = LinearWeight.usesPackedKernel) throws(SemanticError) {
         configuration = c
         let h = c.hidden
         func t(_ name: String, _ shape: [Int]) throws(SemanticError) -> FloatTensor {
             FloatTensor(try file.floats(name, shape: shape))
+        }
+        func linear(_ name: String, outputs: Int, inputs: Int) throws(SemanticError) -> LinearWeight {
+            LinearWeight(weight: try file.floats(name + ".weight", shape: [outputs, inputs]), bias: try file.floats(name + ".bias", shape: [outputs]),
+                         outputs: outputs, inputs: inputs, packed: packed)
         }
         wordEmbeddings = try t("embeddings.word_embeddings.weight", [c.vocabularySize, h])
         positionEmbeddings = try t("embeddings.position_embeddings.weight", [c.maxPositions, h])
@@ -66,15 +72,12 @@ struct MiniLMWeights: Sendable {
             let kb = try file.floats(p + "attention.self.key.bias", shape: [h])
             let vb = try file.floats(p + "attention.self.value.bias", shape: [h])
             layers.append(MiniLMLayer(
-                qkvWeight: FloatTensor(q + k + v), qkvBias: FloatTensor(qb + kb + vb),
-                attentionOutWeight: try t(p + "attention.output.dense.weight", [h, h]),
-                attentionOutBias: try t(p + "attention.output.dense.bias", [h]),
+                qkv: LinearWeight(weight: q + k + v, bias: qb + kb + vb, outputs: 3 * h, inputs: h, packed: packed),
+                attentionOut: try linear(p + "attention.output.dense", outputs: h, inputs: h),
                 attentionNormWeight: try t(p + "attention.output.LayerNorm.weight", [h]),
                 attentionNormBias: try t(p + "attention.output.LayerNorm.bias", [h]),
-                intermediateWeight: try t(p + "intermediate.dense.weight", [c.intermediate, h]),
-                intermediateBias: try t(p + "intermediate.dense.bias", [c.intermediate]),
-                outputWeight: try t(p + "output.dense.weight", [h, c.intermediate]),
-                outputBias: try t(p + "output.dense.bias", [h]),
+                intermediate: try linear(p + "intermediate.dense", outputs: c.intermediate, inputs: h),
+                output: try linear(p + "output.dense", outputs: h, inputs: c.intermediate),
                 outputNormWeight: try t(p + "output.LayerNorm.weight", [h]),
                 outputNormBias: try t(p + "output.LayerNorm.bias", [h])))
         }

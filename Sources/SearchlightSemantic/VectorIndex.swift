@@ -1,3 +1,5 @@
+import CSemanticKernels
+
 /// One hit of a vector search: the item's rowid and its cosine similarity to the query.
 public struct VectorMatch: Sendable, Equatable {
     public var rowid: Int64
@@ -146,7 +148,14 @@ public struct VectorIndex: Sendable {
         let total = count
         var distances = [UInt16](repeating: 0, count: total)
         var histogram = [Int](repeating: 0, count: words * 64 + 1)
-        signs.withUnsafeBufferPointer { sp in
+        if Self.usesKernels {
+            signs.withUnsafeBufferPointer { sp in
+                code.withUnsafeBufferPointer { qp in
+                    distances.withUnsafeMutableBufferPointer { sl_hamming(sp.baseAddress!, total, words, qp.baseAddress!, $0.baseAddress!) }
+                }
+            }
+            for d in distances { histogram[Int(d)] += 1 }
+        } else { signs.withUnsafeBufferPointer { sp in
             code.withUnsafeBufferPointer { qp in
                 let s = sp.baseAddress!, q = qp.baseAddress!
                 for i in 0..<total {
@@ -157,7 +166,7 @@ public struct VectorIndex: Sendable {
                     histogram[d] += 1
                 }
             }
-        }
+        } }
         var cut = 0, taken = 0
         while cut < histogram.count && taken + histogram[cut] < n {
             taken += histogram[cut]
@@ -178,6 +187,9 @@ public struct VectorIndex: Sendable {
         return out
     }
 
+    /// POPCNT and AVX-512BW for the scans (`CVectorKernels`), where the CPU has them.
+    static let usesKernels = sl_vector_kernels_available() != 0
+
     static func signCode(_ codes: [Int8]) -> [UInt64] {
         var out = [UInt64](repeating: 0, count: (codes.count + 63) / 64)
         for (j, c) in codes.enumerated() where c > 0 { out[j >> 6] |= 1 << UInt64(j & 63) }
@@ -188,6 +200,7 @@ public struct VectorIndex: Sendable {
     /// dimension below 2^17), then the tail.
     @inline(__always)
     static func dot(_ a: UnsafePointer<Int8>, _ b: UnsafePointer<Int8>, _ n: Int) -> Int32 {
+        if usesKernels { return sl_dot_i8(a, b, n) }
         var acc = SIMD16<Int32>()
         var j = 0
         let ra = UnsafeRawPointer(a), rb = UnsafeRawPointer(b)

@@ -22,58 +22,67 @@ func embedVocabulary(_ options: ToolOptions) throws {
     progress("embed-vocabulary: \(n) tokens × \(encoder.dimension) in \(format(elapsed, 1)) s -> \(output)")
 }
 
-/// Query embedding time for a 16-token query, and documents/s for short corpus documents, on
-/// each thread count.
+/// Query embedding time (wall and CPU) for queries of 8, 16 and 32 tokens, and documents/s, for
+/// each form of the weights (packed half precision where the CPU has it; OpenBLAS single
+/// precision) and each thread count.
 func encoderSpeed(_ options: ToolOptions) throws {
-    let split = try TransformerEncoder(directory: options.modelDirectory, queryThreads: 2)
-    let single = try TransformerEncoder(directory: options.modelDirectory, queryThreads: 1)
     let docs = try loadCorpus(options.corpusPath)
-    let query = "fast json parser library for reading configuration files written in c"
-    let encoder = single
-    let ids = encoder.tokenizer.encode(query)
+    var forms: [(String, Bool)] = [("OpenBLAS float32", false)]
+    if TransformerEncoder.packedKernelAvailable { forms.append(("packed float16", true)) }
+    let lengths = options.counts("tokens", [8, 16, 32])
     let count = options.int("documents", 256)
     // Short documents: title and synopsis, as items are donated with a title and a short description.
     let short = docs.prefix(count).map { "\($0.title). \($0.synopsis)" }
     let long = docs.prefix(count / 4).map(\.text)
-    let shortTokens = short.map { encoder.tokenizer.encode($0).count }.reduce(0, +) / max(1, short.count)
-    let longTokens = long.map { encoder.tokenizer.encode($0).count }.reduce(0, +) / max(1, long.count)
-    print("| threads | query (\(ids.count) tokens) p50 | p90 | query CPU p50 | short docs/s (\(shortTokens) tokens avg) | per CPU-second | corpus docs/s (\(longTokens) tokens avg) |")
-    print("|---|---|---|---|---|---|---|")
-    for threads in options.counts("threads", [1, 2]) {
-        // 1: everything on one thread; 2: OpenBLAS's two threads for batches, and the query's
-        // products split over two threads by the encoder.
-        TransformerEncoder.setThreads(threads)
-        let encoder = threads > 1 ? split : single
-        _ = encoder.embed(tokenIDs: [ids])
-        var times: [Double] = [], cpu: [Double] = []
-        for _ in 0..<200 {
-            var wall = 0.0
-            cpu.append(cpuTime { wall = time { _ = encoder.embed(tokenIDs: [ids]) } })
-            times.append(wall)
-        }
-        var batches: [Double] = [], batchCPU: [Double] = []
-        for _ in 0..<3 {
-            var wall = 0.0
-            batchCPU.append(cpuTime {
-                wall = time {
-                    var i = 0
-                    while i < short.count {
-                        _ = encoder.embed(Array(short[i..<min(short.count, i + 32)]))
-                        i += 32
-                    }
+    var header = "| weights | threads |"
+    for n in lengths { header += " query \(n) tokens wall p50 | CPU p50 |" }
+    print(header + " short docs/s | per CPU-second | corpus docs/s |")
+    print("|---|---|" + String(repeating: "---|---|", count: lengths.count) + "---|---|---|")
+    for (name, packed) in forms {
+        for threads in options.counts("threads", [1, 2]) {
+            // 1: everything on one thread; 2: OpenBLAS's two threads for batches, and a query's
+            // products split over two threads by the encoder.
+            TransformerEncoder.setThreads(threads)
+            let encoder = try TransformerEncoder(directory: options.modelDirectory, queryThreads: threads, packedWeights: packed)
+            let words = docs.prefix(200).flatMap { $0.text.split(separator: " ") }.map(String.init)
+            let shortTokens = short.map { encoder.tokenizer.encode($0).count }.reduce(0, +) / max(1, short.count)
+            let longTokens = long.map { encoder.tokenizer.encode($0).count }.reduce(0, +) / max(1, long.count)
+            var line = "| \(name) | \(threads) |"
+            for n in lengths {
+                // A query of exactly n ids: [CLS], n − 2 word pieces of corpus text, [SEP].
+                let ids = Array(encoder.tokenizer.encode(words.joined(separator: " ")).prefix(n - 1)) + [encoder.tokenizer.sepID]
+                for _ in 0..<5 { _ = encoder.embed(tokenIDs: [ids]) }
+                var times: [Double] = [], cpu: [Double] = []
+                for _ in 0..<options.int("repeats", 200) {
+                    var wall = 0.0
+                    cpu.append(cpuTime { wall = time { _ = encoder.embed(tokenIDs: [ids]) } })
+                    times.append(wall)
                 }
-            })
-            batches.append(wall)
-        }
-        let longTime = time {
-            var i = 0
-            while i < long.count {
-                _ = encoder.embed(Array(long[i..<min(long.count, i + 16)]))
-                i += 16
+                line += " \(format(median(times) * 1000, 2)) ms | \(format(median(cpu) * 1000, 2)) ms |"
             }
+            var batches: [Double] = [], batchCPU: [Double] = []
+            for _ in 0..<3 {
+                var wall = 0.0
+                batchCPU.append(cpuTime {
+                    wall = time {
+                        var i = 0
+                        while i < short.count {
+                            _ = encoder.embed(Array(short[i..<min(short.count, i + 32)]))
+                            i += 32
+                        }
+                    }
+                })
+                batches.append(wall)
+            }
+            let longTime = time {
+                var i = 0
+                while i < long.count {
+                    _ = encoder.embed(Array(long[i..<min(long.count, i + 16)]))
+                    i += 16
+                }
+            }
+            print(line + " \(format(Double(short.count) / median(batches), 0)) (\(shortTokens) tokens) | "
+                + "\(format(Double(short.count) / median(batchCPU), 0)) | \(format(Double(long.count) / longTime, 1)) (\(longTokens) tokens) |")
         }
-        print("| \(threads) | \(format(median(times) * 1000, 2)) ms | \(format(percentile(times, 0.9) * 1000, 2)) ms | "
-            + "\(format(median(cpu) * 1000, 2)) ms | \(format(Double(short.count) / median(batches), 0)) | "
-            + "\(format(Double(short.count) / median(batchCPU), 0)) | \(format(Double(long.count) / longTime, 1)) |")
     }
 }

@@ -9,7 +9,8 @@ let usage = """
 
       embed-vocabulary --output FILE.f32         every vocabulary token alone through the transformer
                                                  ([CLS] token [SEP], mean-pooled): the static table's input
-      encoder-speed [--threads 1,2]              query embedding time (16 tokens) and documents/s
+      encoder-speed [--threads 1,2] [--tokens 8,16,32]
+                                                 query embedding wall and CPU time, documents/s, per weights form
       static-speed [--table FILE]                static encoder documents/s on one core, and its
                                                  cosine to the transformer on held-out corpus documents
       index-speed [--sizes 64k,1m]               vector search time and recall@10 of the prefilter

@@ -10,6 +10,21 @@ private let encoder: TransformerEncoder? = {
     return try? TransformerEncoder(directory: TestModel.directory)
 }()
 
+/// Runs `body` on a thread of its own: loading the model takes seconds in a debug build, and a
+/// test (or a test waiting for the shared `encoder` to be loaded) would hold one of the test
+/// pool's threads that long; on 2 cores two of them leave none for tests that need one within
+/// seconds (RPCWriterTests).
+func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}
+
+/// The shared encoder, loaded (once) off the test pool.
+func sharedEncoder() async throws -> TransformerEncoder? {
+    try await offPool { encoder }
+}
+
 func cosine(_ a: [Float], _ b: [Float]) -> Float {
     var dot: Float = 0, na: Float = 0, nb: Float = 0
     for i in a.indices {
@@ -29,8 +44,8 @@ struct TransformerEncoderTests {
     }
 
     @Test("embeddings match sentence-transformers' (cosine >= 0.999 for every fixture text)")
-    func matchesReference() throws {
-        let e = try #require(encoder)
+    func matchesReference() async throws {
+        let e = try #require(try await sharedEncoder())
         let cases = try Self.reference()
         #expect(cases.count >= 100)
         let mine = e.embed(cases.map(\.0))
@@ -48,8 +63,8 @@ struct TransformerEncoderTests {
     }
 
     @Test("a text embeds the same alone and inside a batch of texts of other lengths")
-    func batching() throws {
-        let e = try #require(encoder)
+    func batching() async throws {
+        let e = try #require(try await sharedEncoder())
         let texts = ["json parser", "a library for reading and writing PNG images, with a long description that has many more tokens", "x"]
         let batch = e.embed(texts)
         for (i, t) in texts.enumerated() {
@@ -58,8 +73,8 @@ struct TransformerEncoderTests {
     }
 
     @Test("vectors are unit length and have 384 dimensions; related texts are nearer than unrelated ones")
-    func geometry() throws {
-        let e = try #require(encoder)
+    func geometry() async throws {
+        let e = try #require(try await sharedEncoder())
         let v = e.embed(["play music files", "audio player", "compiler for the C language"])
         for x in v {
             #expect(x.count == 384)
@@ -81,6 +96,23 @@ struct TransformerEncoderTests {
             try TransformerEncoder(weightsFile: weights, vocabularyFile: TestModel.directory.vocabularyFile)
         } throws: { error in
             (error as? SemanticError)?.kind == .badFormat && "\(error)".contains(weights)
+        }
+    }
+}
+
+extension TransformerEncoderTests {
+    @Test("the single-precision OpenBLAS form (CPUs without AVX-512) matches the reference too (0.9999), and the packed form (0.999)")
+    func openBLASForm() async throws {
+        let e = try #require(try await sharedEncoder())
+        let cases = Array(try Self.reference().prefix(12))
+        let texts = cases.map(\.0)
+        let (blas, packed) = try await offPool {
+            let blas = try TransformerEncoder(directory: TestModel.directory, queryThreads: 1, packedWeights: false)
+            return (texts.map { blas.embed($0) }, texts.map { e.embed($0) })
+        }
+        for (i, c) in cases.enumerated() {
+            #expect(cosine(blas[i], c.1) >= 0.9999, "OpenBLAS form for \(c.0.prefix(60).debugDescription)")
+            #expect(cosine(blas[i], packed[i]) >= 0.999, "packed against OpenBLAS for \(c.0.prefix(60).debugDescription)")
         }
     }
 }

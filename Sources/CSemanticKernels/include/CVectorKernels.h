@@ -1,0 +1,19 @@
+// The vector index's scans (VectorIndex): Hamming distances of 1-bit codes with the POPCNT
+// instruction and int8 dot products with AVX-512BW, chosen at run time; VectorIndex keeps its
+// portable Swift loops for CPUs without them. See vectors.c.
+#ifndef SEARCHLIGHT_VECTOR_KERNELS_H
+#define SEARCHLIGHT_VECTOR_KERNELS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/// 1 when this CPU runs POPCNT, AVX-512F and AVX-512BW (the functions below), else 0.
+int sl_vector_kernels_available(void);
+
+/// distances[i] = popcount(codes[i·words …] XOR query) for i in 0 ..< count; words <= 1024.
+void sl_hamming(const uint64_t *codes, ptrdiff_t count, ptrdiff_t words, const uint64_t *query, uint16_t *distances);
+
+/// Σ a[j]·b[j] over n int8 values, exact in 32 bits for n < 2^17.
+int32_t sl_dot_i8(const int8_t *a, const int8_t *b, ptrdiff_t n);
+
+#endif
