@@ -147,20 +147,21 @@ final class BenchRun {
                 baseline: Figure(r.baselineP50), higherIsBetter: false, size: size, series: "\(r.name) p50")
             var p99 = Row(scenario: "query \(r.name) at \(sizeLabel(size)), p99", figure: Figure(r.p99), unit: "ms",
                 baseline: Figure(r.baselineP99), higherIsBetter: false, size: size, series: "\(r.name) p99")
-            // The targets of the ranked retrieval issue (17), through the socket.
+            // The targets of the ranked retrieval issue (17), through the socket. They were set
+            // before the hybrid user query existed, so they apply to the lexical forms.
             switch (r.name, large) {
             case ("term", false), ("prefix", false):
                 p50.target = "≤ 0.15 ms"
                 p50.met = p50.figure.median <= 0.15
-            case ("user query top 20", false):
+            case ("user query top 20, lexical", false):
                 p50.target = "≤ 0.3 ms"
                 p50.met = p50.figure.median <= 0.3
                 p99.target = "≤ 1 ms"
                 p99.met = p99.figure.median <= 1
-            case ("user query top 20 + 5 suggestions", false):
+            case ("user query top 20 + 5 suggestions, lexical", false):
                 p50.target = "≤ 1 ms"
                 p50.met = p50.figure.median <= 1
-            case ("user query top 20 + 5 suggestions", true):
+            case ("user query top 20 + 5 suggestions, lexical", true):
                 p99.target = "≤ 5 ms"
                 p99.met = p99.figure.median <= 5
             case (_, true):
@@ -197,10 +198,11 @@ final class BenchRun {
             figure: Figure([t.pooledP50]), unit: "ms", higherIsBetter: false))
         rows.append(Row(scenario: "Tantivy \(t.version) (reference, in-process): user query top 20 at \(sizeLabel(size)), p99",
             figure: Figure([t.pooledP99]), unit: "ms", higherIsBetter: false))
-        if let ours = results.first(where: { $0.name == "user query top 20" }) {
-            rows.append(Row(scenario: "Searchlight through the socket ÷ Tantivy in-process, user query top 20, p50",
+        // Tantivy ranks by BM25 alone: the ratio is to our lexical form, not the hybrid default.
+        if let ours = results.first(where: { $0.name == "user query top 20, lexical" }) {
+            rows.append(Row(scenario: "Searchlight through the socket ÷ Tantivy in-process, user query top 20 lexical, p50",
                 figure: Figure([Figure(ours.p50).median / t.pooledP50]), unit: "ratio", higherIsBetter: false))
-            rows.append(Row(scenario: "Searchlight through the socket ÷ Tantivy in-process, user query top 20, p99",
+            rows.append(Row(scenario: "Searchlight through the socket ÷ Tantivy in-process, user query top 20 lexical, p99",
                 figure: Figure([Figure(ours.p99).median / t.pooledP99]), unit: "ratio", higherIsBetter: false))
         }
     }

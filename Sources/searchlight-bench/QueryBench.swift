@@ -68,6 +68,8 @@ struct QueryBench {
                 variants: texts),
             Scenario(name: "user query top 20 + 5 suggestions", throughSocket: user(suggestions: 5, fetch: ["title"]), sql: userSQL,
                 variants: texts),
+            Scenario(name: "user query top 20 + 5 suggestions, lexical", throughSocket: user(suggestions: 5, fetch: ["title"], semantic: false),
+                sql: userSQL, variants: texts),
             // The earlier rounds' row: every attribute of every item (ten of them twice, as rankedItems).
             Scenario(name: "user query \"\(corpus.userText)\" + 5 suggestions, all attributes", throughSocket: { index, _ in
                 var c = UserQueryContext()
