@@ -155,6 +155,15 @@ extension IndexStore {
         if let s = snapshot.segments.first(where: { $0.needsRebuild(now: now) }) {
             return .build(lo: s.lo, hi: s.hi, replacing: [s.id])
         }
+        // A query scores the rewritten documents one by one, and past `RankedTopK.deltaLimit`
+        // of them it leaves the ranked index for the exhaustive SQL. Rewrites (updates, deletes,
+        // engagement) spread over large segments can pass that while no segment reaches its own
+        // threshold (an eighth of 65 536 documents): then the dirtiest segment is rebuilt, until
+        // half the limit is left for the writes to come.
+        let dirty = snapshot.segments.reduce(0) { $0 + $1.dirty.count }
+        if dirty > RankedTopK.deltaLimit / 2, let s = snapshot.segments.max(by: { $0.dirty.count < $1.dirty.count }), !s.dirty.isEmpty {
+            return .build(lo: s.lo, hi: s.hi, replacing: [s.id])
+        }
         return nil
     }
 
