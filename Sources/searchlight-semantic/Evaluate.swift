@@ -55,19 +55,7 @@ func evaluate(_ options: ToolOptions) throws {
     defer { try? FileManager.default.removeItem(atPath: dir) }
     let store = try IndexStore(path: dir + "/eval.sqlite")
     defer { store.close() }
-    var start = 0
-    while start < docs.count {
-        let items = docs[start..<min(docs.count, start + 2000)].map { d -> SearchableItem in
-            var a = AttributeSet(contentType: "org.debian.deb-archive")
-            a.title = d.title
-            a.contentDescription = d.synopsis
-            a.textContent = d.description
-            a.keywords = d.keywords.filter { !$0.contains("::") }
-            return SearchableItem(uniqueIdentifier: d.id, attributeSet: a)
-        }
-        _ = try store.applySync([.items(items)])
-        start += 2000
-    }
+    try donate(docs, to: store, keywords: .withoutTags)
     func lexical(_ text: String, among allowed: Set<String>? = nil) throws -> [String] {
         var request = UserQueryRequest(text: text)
         request.maxResultCount = allowed == nil ? 100 : 1000

@@ -116,14 +116,7 @@ func donateSpeed(_ options: ToolOptions) throws {
     let table = try StaticEncoder(file: options.staticTablePath)
     let clients = options.int("clients", 4), batch = options.int("batch", 500), runs = options.int("runs", 2)
     let count = min(options.int("count", docs.count), docs.count)
-    let items = docs.prefix(count).map { d -> SearchableItem in
-        var a = AttributeSet(contentType: "org.debian.deb-archive")
-        a.title = d.title
-        a.contentDescription = d.synopsis
-        a.textContent = d.description
-        a.keywords = d.keywords
-        return SearchableItem(uniqueIdentifier: d.id, attributeSet: a)
-    }
+    let items = docs.prefix(count).map { $0.item(keywords: .all) }
     let only = options["only"]  // "with" or "without": one side (for a profiler)
     print("| run | encoder | wall items/s | CPU µs/item |")
     print("|---|---|---|---|")
@@ -172,13 +165,7 @@ func refineSpeed(_ options: ToolOptions) throws {
         o.vectorEncoder = table
         o.rankedIndexBuilds = false
         let store = try IndexStore(path: dir + "/r.sqlite", options: o)
-        _ = try store.applySync([.items(docs.prefix(count).map { d in
-            var a = AttributeSet(contentType: "org.debian.deb-archive")
-            a.title = d.title
-            a.contentDescription = d.synopsis
-            a.textContent = d.description
-            return SearchableItem(uniqueIdentifier: d.id, attributeSet: a)
-        })])
+        _ = try store.applySync([.items(docs.prefix(count).map { $0.item(keywords: .none) })])
         return (store, dir)
     }
     let (store, dir) = try freshStore("speed")

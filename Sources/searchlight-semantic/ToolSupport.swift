@@ -1,5 +1,6 @@
 import Foundation
 import SearchlightSemantic
+import SearchlightStore
 import SearchlightWire
 
 /// `--name value` options, looked up by name.
@@ -74,6 +75,40 @@ struct Document {
 
     /// What gets embedded: Scripts/semantic/documents.py's document_text.
     var text: String { "\(title). \(synopsis). \(description)" }
+
+    /// Which keywords an item donated from the document carries.
+    enum Keywords {
+        /// None (the tuning and refinement stores).
+        case none
+        /// All but the debtags tags (`a::b`): the relevance set's answers stay out of the text.
+        case withoutTags
+        /// All of them (the donation speed runs).
+        case all
+    }
+
+    /// The document as a donated item: title, synopsis as contentDescription, description as
+    /// textContent.
+    func item(keywords: Keywords) -> SearchableItem {
+        var a = AttributeSet(contentType: "org.debian.deb-archive")
+        a.title = title
+        a.contentDescription = synopsis
+        a.textContent = description
+        switch keywords {
+        case .none: break
+        case .withoutTags: a.keywords = self.keywords.filter { !$0.contains("::") }
+        case .all: a.keywords = self.keywords
+        }
+        return SearchableItem(uniqueIdentifier: id, attributeSet: a)
+    }
+}
+
+/// Donates `docs` to `store`, 2 000 items per call.
+func donate(_ docs: [Document], to store: IndexStore, keywords: Document.Keywords) throws {
+    var start = 0
+    while start < docs.count {
+        _ = try store.applySync([.items(docs[start..<min(docs.count, start + 2000)].map { $0.item(keywords: keywords) })])
+        start += 2000
+    }
 }
 
 func loadCorpus(_ path: String) throws -> [Document] {

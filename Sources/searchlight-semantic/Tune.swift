@@ -20,20 +20,7 @@ func tune(_ options: ToolOptions) throws {
     storeOptions.rankedIndexBuilds = false  // the exhaustive ranking: the definition the ranked index equals
     let store = try IndexStore(path: dir + "/tune.sqlite", options: storeOptions)
     defer { store.close() }
-    let donateTime = try time {
-        var start = 0
-        while start < docs.count {
-            let items = docs[start..<min(docs.count, start + 2000)].map { d -> SearchableItem in
-                var a = AttributeSet(contentType: "org.debian.deb-archive")
-                a.title = d.title
-                a.contentDescription = d.synopsis
-                a.textContent = d.description
-                return SearchableItem(uniqueIdentifier: d.id, attributeSet: a)
-            }
-            _ = try store.applySync([.items(items)])
-            start += 2000
-        }
-    }
+    let donateTime = try time { try donate(docs, to: store, keywords: .none) }
     progress("tune: \(judgements.count) queries, \(docs.count) documents donated in \(format(donateTime, 1)) s")
     let vectors = judgements.map { table.embed($0.query) }
 
