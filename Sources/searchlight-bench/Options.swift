@@ -47,11 +47,21 @@ struct Options {
     var userQueries: [String] = []
     /// `--scenarios ranked` without the exhaustive query beside each (to profile the ranked path alone).
     var exhaustiveBaseline = true
+    /// `--scenarios ranked --no-check`: not even the first query's answer compared with the
+    /// exhaustive one (at 1M under callgrind that one comparison takes minutes).
+    var exhaustiveCheck = true
+    /// `--scenarios ranked`: items to fill the store with (past the corpus's end, copies under new
+    /// names, as the reindex scenario makes them); nil: the corpus once.
+    var rankedItems: Int?
+    /// `--scenarios ranked`: which parts run (`term`, `prefix`: query.search first pages, `top`: the
+    /// user queries' top 20, `suggest`: the user queries with 5 suggestions), to profile one alone.
+    var rankedParts: Set<String> = Options.allRankedParts
+    static let allRankedParts: Set<String> = ["term", "prefix", "top", "suggest"]
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
                                  [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic]
-                                 [--idle-seconds S] [--quick] [--keep] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
+                                 [--idle-seconds S] [--quick] [--keep] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--no-check] [--ranked-items N] [--ranked-parts term,prefix,top,suggest] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)
                         or wire items; without it a synthetic corpus with Zipf word frequencies
@@ -62,6 +72,9 @@ struct Options {
           --index       with --scenarios ranked: an index file to open (written to) instead of filling one
           --user-query  a user query of the query and ranked scenarios instead of the default set (repeatable)
           --no-exhaustive  with --scenarios ranked: time the ranked index alone (for profiling)
+          --no-check       as --no-exhaustive, and the first answer is not compared with the exhaustive one either
+          --ranked-items   with --scenarios ranked: fill the store with N items (copies past the corpus's end)
+          --ranked-parts   with --scenarios ranked: the parts to run (term, prefix, top, suggest; default all)
         """
 
     static func parse(_ arguments: [String]) -> Options {
@@ -98,6 +111,15 @@ struct Options {
             case "--index": o.indexFile = value(a)
             case "--user-query": o.userQueries.append(value(a))
             case "--no-exhaustive": o.exhaustiveBaseline = false
+            case "--no-check": o.exhaustiveBaseline = false; o.exhaustiveCheck = false
+            case "--ranked-items": o.rankedItems = count(a)
+            case "--ranked-parts":
+                let text = value(a)
+                let parts = Set(text.split(separator: ",").map(String.init))
+                guard !parts.isEmpty, parts.isSubset(of: allRankedParts) else {
+                    fatal("--ranked-parts takes a list of term, prefix, top, suggest, not \"\(text)\"")
+                }
+                o.rankedParts = parts
             case "--output": o.output = value(a)
             case "--chart": o.chart = value(a)
             case "--quick":
