@@ -337,21 +337,22 @@ final class RankedVocabulary: SuggestionVocabulary {
                 let driver = sources.indices.min { sources[$0].count < sources[$1].count }!
                 var readers = sources.map(SourceReader.init)
                 var candidates: [UInt32] = []
+                candidates.reserveCapacity(sources[driver].count)
                 switch sources[driver] {
                 case .empty: break
-                case .list(let l):
-                    var block: [Posting] = []
-                    for b in l.blocks.indices {
-                        l.decode(block: b, into: &block)
-                        for p in block { candidates.append(p.doc) }
-                    }
+                // The documents only, without a `Posting` array per block.
+                case .list(let l): l.forEachPosting { d, _, _, _ in candidates.append(d) }
                 case .union(let u): u.forEach { d, _, _, _ in candidates.append(d) }
                 }
-                next: for d in candidates where !segment.isDirty(d) {
-                    for i in sources.indices where i != driver {
-                        if readers[i].frequency(of: d) == nil { continue next }
+                if sources.count == 1, segment.dirty.isEmpty {
+                    docs = candidates
+                } else {
+                    next: for d in candidates where !segment.isDirty(d) {
+                        for i in sources.indices where i != driver {
+                            if readers[i].frequency(of: d) == nil { continue next }
+                        }
+                        docs.append(d)
                     }
-                    docs.append(d)
                 }
             }
             all.append(docs)
