@@ -73,10 +73,13 @@ public enum ISO8601 {
     /// term query's page on the client (Docs/Performance.md, "The SDK's side, profiled").
     public static func parse(_ text: String) -> Date? {
         var text = text
-        return text.withUTF8 { bytes in
-            var scanner = DateScanner(b: bytes)
-            return scanner.parse()
-        }
+        return text.withUTF8 { bytes in parse(bytes: bytes) }
+    }
+
+    /// `parse` of a date's UTF-8 bytes (a string of an answer, read in place).
+    static func parse(bytes: UnsafeBufferPointer<UInt8>) -> Date? {
+        var scanner = DateScanner(b: bytes)
+        return scanner.parse()
     }
 }
 
