@@ -56,10 +56,12 @@ public struct SearchQuery: Sendable {
                 while buffer.isEmpty {
                     if finished { return nil }
                     try Task.checkCancellation()
+                    // The page is read straight into items on the connection's reader thread.
                     let page = try await query.index.send(QuerySearch(
                         query: query.queryString, fetchAttributes: query.context.fetchAttributes,
-                        filterQueries: query.context.filterQueries, limit: query.context.pageSize, cursor: cursor, index: query.index.name))
-                    buffer = page.items.compactMap(SearchableItem.init(wire:)).reversed()
+                        filterQueries: query.context.filterQueries, limit: query.context.pageSize, cursor: cursor, index: query.index.name),
+                        decode: { try SearchPageAnswer.decode($0) })
+                    buffer = page.items.reversed()
                     cursor = page.cursor
                     finished = cursor == nil
                 }

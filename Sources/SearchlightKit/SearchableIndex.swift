@@ -91,6 +91,13 @@ public final class SearchableIndex: Sendable {
         return try await connection.send(request)
     }
 
+    /// Sends a query whose answer is read straight into typed results (`SearchPageAnswer`,
+    /// `UserQueryAnswer`); under `--dump`, from the `JSONValue` answer written out.
+    func send<R: WireRequest, T: Sendable>(_ request: R, decode: @escaping @Sendable (UnsafeBufferPointer<UInt8>) throws -> T) async throws -> T {
+        if let dump { return try dump.answer(R.method).serialized().withUnsafeBufferPointer { try decode($0) } }
+        return try await connection.call(R.method, request.params, decode: decode)
+    }
+
     /// Adds or replaces items (or merges those marked `isUpdate`), from any sequence: an array, a
     /// lazy sequence over a file being parsed, a `map` of your records. The SDK sends them in
     /// calls of at most 1 000 items or 4 MiB and keeps a few calls in flight while it reads on,

@@ -66,11 +66,22 @@ public actor SearchlightConnection {
     /// and reading nothing after: a call that fails because it crossed that close was never
     /// processed, so it is sent once more on a new connection, and the caller sees nothing of it.
     public func call(_ method: String, _ params: JSONValue = [:]) async throws -> JSONValue {
+        try await resending { connection in try await connection.call(method, params) }
+    }
+
+    /// `call`, its result read straight from the answer's bytes by `decode` (`RPCConnection.call(_:_:decode:)`).
+    public func call<T: Sendable>(_ method: String, _ params: JSONValue = [:],
+                                  decode: @escaping @Sendable (UnsafeBufferPointer<UInt8>) throws -> T) async throws -> T {
+        try await resending { connection in try await connection.call(method, params, decode: decode) }
+    }
+
+    /// Runs `call` on the connection, once more on a new one after an announced close (see `call`).
+    private func resending<T: Sendable>(_ call: (RPCConnection) async throws -> T) async throws -> T {
         var connection = try await connected()
         var resent = 0
         while true {
             do {
-                return try await connection.call(method, params)
+                return try await call(connection)
             } catch let error as SearchlightError where error.code == .remoteConnection && reconnects && resent < Self.maximumResends {
                 // Every message the daemon sent before closing is read before the reader ends.
                 await connection.waitUntilClosed()

@@ -87,14 +87,14 @@ public struct UserQuery: Sendable {
     }
 
     public func run() async throws -> Response {
-        let r = try await index.send(QueryUser(text: text, context: context.wire, index: index.name))
+        // The answer is read straight into items on the connection's reader thread.
+        let r = try await index.send(QueryUser(text: text, context: context.wire, index: index.name), decode: { try UserQueryAnswer.decode($0) })
         let suggestions = r.suggestions.map { s in
             QuerySuggestion(text: s.text, highlight: s.highlight.map { $0[0]..<($0[0] + $0[1]) },
                 kind: QuerySuggestion.Kind(rawValue: s.kind) ?? .completion)
         }
-        let parsed = r.items.compactMap { wire in SearchableItem(wire: wire).map { ($0, RankExplanation(wire: wire["explain"])) } }
-        return Response(items: parsed.map(\.0), rankedItems: r.rankedItems.compactMap(SearchableItem.init(wire:)),
-            suggestions: suggestions, isIncomplete: r.incomplete, explanations: context.explain ? parsed.map(\.1) : [])
+        return Response(items: r.items, rankedItems: r.rankedItems, suggestions: suggestions, isIncomplete: r.incomplete,
+            explanations: context.explain ? r.explanations.map(RankExplanation.init(wire:)) : [])
     }
 
     /// Loads the daemon's semantic model ahead of the first query (CSUserQuery.prepare()), so the

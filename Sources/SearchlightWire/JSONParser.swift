@@ -92,6 +92,10 @@ struct JSONParser {
         var object: [String: JSONValue] = [:]
         skipSpace()
         if pos < bytes.count, bytes[pos] == UInt8(ascii: "}") { pos += 1; depth -= 1; return .object(object) }
+        // Room for an answer's item (three or four keys) at once: growing from empty rehashes
+        // every key at each doubling, and an answer page is mostly small objects. (Not
+        // `reserveCapacity`: it is not specialized, and its generic call cost more than it saved.)
+        object = Dictionary(minimumCapacity: 4)
         while true {
             skipSpace()
             guard pos < bytes.count, bytes[pos] == UInt8(ascii: "\"") else { throw fail("expected a string key") }

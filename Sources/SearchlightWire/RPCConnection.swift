@@ -115,7 +115,7 @@ public final class RPCConnection: @unchecked Sendable {
     private let writer: DispatchQueue
     public let outboxLimit: OutboxLimit
     private var nextID = 1
-    private var pending: [RPCID: CheckedContinuation<JSONValue, any Error>] = [:]
+    private var pending: [RPCID: Waiter] = [:]
     /// Calls sent with `submit`, whose answers are awaited later (pipelining).
     private var submitted: [RPCID: SubmittedCall] = [:]
     private var closed: CloseReason?
@@ -242,6 +242,7 @@ public final class RPCConnection: @unchecked Sendable {
 
     /// Handles one frame; false when it was malformed (and answered with an error).
     private func dispatch(_ frame: ArraySlice<UInt8>, onMessage: MessageHandler) -> Bool {
+        if deliverDecoded(frame) { return true }
         let message: RPCMessage
         do {
             message = try RPCMessage.decode(frame, maxDepth: maxDepth)
@@ -262,12 +263,9 @@ public final class RPCConnection: @unchecked Sendable {
             lock.withLock { announcedClose = params["reason"]?.stringValue ?? "unspecified" }
         }
         if case .response(let id, let result) = message {
-            let (continuation, call) = lock.withLock { (pending.removeValue(forKey: id), submitted.removeValue(forKey: id)) }
+            let (waiter, call) = lock.withLock { (pending.removeValue(forKey: id), submitted.removeValue(forKey: id)) }
             call?.complete(result.mapError { $0 as any Error })
-            switch result {
-            case .success(let value): continuation?.resume(returning: value)
-            case .failure(let error): continuation?.resume(throwing: error)
-            }
+            waiter?.resume(result)
             return true
         }
         onMessage(self, message)
@@ -275,7 +273,7 @@ public final class RPCConnection: @unchecked Sendable {
     }
 
     private func finish(_ reason: CloseReason) {
-        let (waiting, calls): ([CheckedContinuation<JSONValue, any Error>], [SubmittedCall]) = lock.withLock {
+        let (waiting, calls): ([Waiter], [SubmittedCall]) = lock.withLock {
             if closed == nil { closed = reason }
             defer {
                 pending.removeAll()
@@ -284,7 +282,7 @@ public final class RPCConnection: @unchecked Sendable {
             return (Array(pending.values), Array(submitted.values))
         }
         let lost = SearchlightError(.remoteConnection, "connection lost before the answer arrived (\(reason)); retry")
-        for c in waiting { c.resume(throwing: lost) }
+        for c in waiting { c.fail(lost) }
         for call in calls { call.complete(.failure(lost)) }
         // What was queued before the close (an answer, `$/closing`) still goes out, briefly;
         // the descriptor is released only once the writer no longer uses it.
@@ -462,14 +460,30 @@ public final class RPCConnection: @unchecked Sendable {
 
     /// Sends a request and waits for its answer. A JSON-RPC error answer throws `SearchlightError`.
     public func call(_ method: String, _ params: JSONValue = [:]) async throws -> JSONValue {
+        // Without a decoder the answer is the result's `JSONValue`.
+        try await perform(method, params, decode: nil) as! JSONValue
+    }
+
+    /// Sends a request and reads its answer's result straight from the frame's bytes with
+    /// `decode` (on the reader thread, as `call` parses the `JSONValue` there): for answers read
+    /// into typed results, without the tree (`SearchPageAnswer`, `UserQueryAnswer`). A result
+    /// `decode` refuses throws `parseError`; an error answer throws `SearchlightError`.
+    public func call<T: Sendable>(_ method: String, _ params: JSONValue = [:],
+                                  decode: @escaping @Sendable (UnsafeBufferPointer<UInt8>) throws -> T) async throws -> T {
+        let value = try await perform(method, params, decode: { bytes in try decode(bytes) as any Sendable })
+        // `decode` answers a T, and a `JSONValue` arrives only without one.
+        return value as! T
+    }
+
+    private func perform(_ method: String, _ params: JSONValue, decode: Waiter.Decode?) async throws -> any Sendable {
         let id: RPCID = lock.withLock {
             defer { nextID += 1 }
             return .number(nextID)
         }
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<JSONValue, any Error>) in
+            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<any Sendable, any Error>) in
                 let closedReason: CloseReason? = lock.withLock {
-                    if closed == nil { pending[id] = continuation }
+                    if closed == nil { pending[id] = Waiter(continuation: continuation, decode: decode, maxDepth: maxDepth) }
                     return closed
                 }
                 if let closedReason {
@@ -481,14 +495,32 @@ public final class RPCConnection: @unchecked Sendable {
                     try send(.request(id: id, method: method, params: params))
                 } catch {
                     if let c = lock.withLock({ pending.removeValue(forKey: id) }) {
-                        c.resume(throwing: SearchlightError(.remoteConnection, "could not send \(method): \(error)"))
+                        c.fail(SearchlightError(.remoteConnection, "could not send \(method): \(error)"))
                     }
                 }
             }
         } onCancel: {
             if let c = lock.withLock({ pending.removeValue(forKey: id) }) {
-                c.resume(throwing: CancellationError())
+                c.fail(CancellationError())
             }
+        }
+    }
+
+    /// A success answer to a call that reads its result itself (`call(_:_:decode:)`), delivered
+    /// from the frame's bytes without the `JSONValue` tree; false for every other frame (the
+    /// general path reads it). Only the envelope is read here, the result skipped over.
+    private func deliverDecoded(_ frame: ArraySlice<UInt8>) -> Bool {
+        // Only a call waiting with a decoder gains from it; submitted calls and requests do not.
+        guard lock.withLock({ pending.values.contains { $0.decode != nil } }) else { return false }
+        return frame.withUnsafeBufferPointer { buffer -> Bool in
+            guard let envelope = ResponseEnvelope.scan(buffer, maxDepth: maxDepth) else { return false }
+            let waiter: Waiter? = lock.withLock {
+                guard pending[envelope.id]?.decode != nil, submitted[envelope.id] == nil else { return nil }
+                return pending.removeValue(forKey: envelope.id)
+            }
+            guard let waiter else { return false }
+            waiter.deliver(UnsafeBufferPointer(rebasing: buffer[envelope.result]))
+            return true
         }
     }
 
@@ -589,4 +621,41 @@ public final class SubmittedCall: Sendable {
             if let done { continuation.resume(with: done) }
         }
     }
+}
+
+/// A call waiting for its answer: the caller's continuation, and how its result is read.
+private struct Waiter {
+    typealias Decode = @Sendable (UnsafeBufferPointer<UInt8>) throws -> any Sendable
+    let continuation: CheckedContinuation<any Sendable, any Error>
+    /// Reads the result from the answer's bytes; nil: the result as a `JSONValue`.
+    let decode: Decode?
+    let maxDepth: Int
+
+    /// An answer read by `RPCMessage.decode` (an error answer, or a call without a decoder).
+    func resume(_ result: Result<JSONValue, SearchlightError>) {
+        switch result {
+        case .success(let value):
+            guard decode != nil else { return continuation.resume(returning: value) }
+            // A success answer the envelope scan did not take (a member it does not know): its
+            // result is decoded from the value, written out again. Rare, and never from our daemon.
+            value.serialized().withUnsafeBufferPointer { deliver($0) }
+        case .failure(let error):
+            continuation.resume(throwing: error)
+        }
+    }
+
+    /// A success answer's result bytes.
+    func deliver(_ result: UnsafeBufferPointer<UInt8>) {
+        do {
+            if let decode {
+                continuation.resume(returning: try decode(result))
+            } else {
+                continuation.resume(returning: try JSONValue.parse(result, maxDepth: maxDepth))
+            }
+        } catch {
+            continuation.resume(throwing: SearchlightError(.parseError, "the answer could not be read: \(error)"))
+        }
+    }
+
+    func fail(_ error: any Error) { continuation.resume(throwing: error) }
 }

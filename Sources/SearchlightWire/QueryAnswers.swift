@@ -1,0 +1,186 @@
+import Foundation
+
+// The answers of `query.search` and `query.user` read straight from the frame's bytes into the
+// SDK's items (`RPCConnection.call(_:_:decode:)`), without a `JSONValue` tree in between: the
+// same fields, with the same leniency, as `QuerySearch.Response(result:)` and
+// `QueryUser.Response(result:)` followed by `SearchableItem(wire:)` (tests compare the two).
+
+/// A `query.search` answer: a page of items.
+public struct SearchPageAnswer: Sendable {
+    public var items: [SearchableItem] = []
+    public var cursor: String?
+    public var incomplete = false
+
+    public static func decode(_ result: UnsafeBufferPointer<UInt8>, maxDepth: Int = 128) throws(JSONParseError) -> SearchPageAnswer {
+        var p = JSONParser(bytes: result, maxDepth: maxDepth)
+        var answer = SearchPageAnswer()
+        if p.peek() == UInt8(ascii: "{") {
+            try p.beginObject()
+            var first = true
+            while let key = try p.nextMember(first: &first) {
+                if key.equals("items") {
+                    answer.items = try p.items(explain: nil)
+                } else if key.equals("cursor") {
+                    answer.cursor = try p.optionalString()
+                } else if key.equals("incomplete") {
+                    answer.incomplete = try p.optionalBool() ?? false
+                } else {
+                    try p.skipValue()
+                }
+            }
+        } else {
+            try p.skipValue()
+        }
+        try p.end()
+        return answer
+    }
+}
+
+/// A `query.user` answer.
+public struct UserQueryAnswer: Sendable {
+    public var items: [SearchableItem] = []
+    /// Each item's `explain` member, when it has one (one per item of `items`).
+    public var explanations: [JSONValue?] = []
+    public var rankedItems: [SearchableItem] = []
+    public var suggestions: [QueryUser.Suggestion] = []
+    public var incomplete = false
+
+    public static func decode(_ result: UnsafeBufferPointer<UInt8>, maxDepth: Int = 128) throws(JSONParseError) -> UserQueryAnswer {
+        var p = JSONParser(bytes: result, maxDepth: maxDepth)
+        var answer = UserQueryAnswer()
+        if p.peek() == UInt8(ascii: "{") {
+            try p.beginObject()
+            var first = true
+            while let key = try p.nextMember(first: &first) {
+                if key.equals("items") {
+                    var explanations: [JSONValue?] = []
+                    answer.items = try p.items(explain: &explanations)
+                    answer.explanations = explanations
+                } else if key.equals("rankedItems") {
+                    answer.rankedItems = try p.items(explain: nil)
+                } else if key.equals("suggestions") {
+                    answer.suggestions = (try p.parseValue().arrayValue ?? []).compactMap(QueryUser.Suggestion.init(json:))
+                } else if key.equals("incomplete") {
+                    answer.incomplete = try p.optionalBool() ?? false
+                } else {
+                    try p.skipValue()
+                }
+            }
+        } else {
+            try p.skipValue()
+        }
+        try p.end()
+        return answer
+    }
+}
+
+extension JSONParser {
+    /// An array of items (anything else: none). An element without a `uniqueIdentifier` string is
+    /// left out, as `SearchableItem(wire:)` leaves it out; `explain` gets each kept item's
+    /// `explain` member (nil without one).
+    mutating func items(explain: UnsafeMutablePointer<[JSONValue?]>?) throws(JSONParseError) -> [SearchableItem] {
+        guard peek() == UInt8(ascii: "[") else {
+            try skipValue()
+            return []
+        }
+        var out: [SearchableItem] = []
+        try beginArray()
+        var first = true
+        while try nextElement(first: &first) {
+            guard peek() == UInt8(ascii: "{") else {
+                try skipValue()
+                continue
+            }
+            var id: String?, domain: String?, attributes: [String: JSONValue] = [:], expiration: Date?, explanation: JSONValue?
+            try beginObject()
+            var firstMember = true
+            while let key = try nextMember(first: &firstMember) {
+                if key.equals("uniqueIdentifier") {
+                    id = try optionalString()
+                } else if key.equals("attributeSet") {
+                    attributes = try parseValue().objectValue ?? [:]
+                } else if key.equals("expirationDate") {
+                    expiration = try date()
+                } else if key.equals("domainIdentifier") {
+                    domain = try optionalString()
+                } else if explain != nil, key.equals("explain") {
+                    explanation = try parseValue()
+                } else {
+                    try skipValue()
+                }
+            }
+            guard let id else { continue }
+            var item = SearchableItem(uniqueIdentifier: id, domainIdentifier: domain, attributeSet: AttributeSet(validatedValues: attributes))
+            item.expirationDate = expiration
+            out.append(item)
+            explain?.pointee.append(explanation)
+        }
+        return out
+    }
+
+    /// A date string read in place (`ISO8601.parse`); anything else, or a string that is no date, nil.
+    mutating func date() throws(JSONParseError) -> Date? {
+        guard peek() == UInt8(ascii: "\"") else {
+            try skipValue()
+            return nil
+        }
+        if let raw = try stringBytes() { return ISO8601.parse(bytes: raw) }
+        return ISO8601.parse(try parseString())
+    }
+
+    mutating func optionalBool() throws(JSONParseError) -> Bool? {
+        try parseValue().boolValue
+    }
+
+    /// Only white space may follow the value.
+    mutating func end() throws(JSONParseError) {
+        skipSpace()
+        if pos != bytes.count { throw fail("unexpected data after the JSON value") }
+    }
+}
+
+/// A success response found by `scan`: its id and where its result lies in the frame.
+struct ResponseEnvelope {
+    var id: RPCID
+    var result: Range<Int>
+
+    /// The id and result of a frame that is a well-formed success response (`jsonrpc` "2.0", an
+    /// integer or string id, a result, no `method`, no `error`, no key twice), its result only
+    /// skipped over; nil for anything else, which `RPCMessage.decode` then reads (and answers or
+    /// refuses) as before.
+    static func scan(_ frame: UnsafeBufferPointer<UInt8>, maxDepth: Int) -> ResponseEnvelope? {
+        var p = JSONParser(bytes: frame, maxDepth: maxDepth)
+        var id: RPCID?, result: Range<Int>?, version = false
+        do {
+            try p.beginObject()
+            var first = true
+            while let key = try p.nextMember(first: &first) {
+                if key.equals("id") {
+                    guard id == nil else { return nil }
+                    switch p.peek() {
+                    case UInt8(ascii: "\"")?: id = .string(try p.parseString())
+                    default:
+                        guard let n = try p.parseValue().intValue else { return nil }
+                        id = .number(n)
+                    }
+                } else if key.equals("result") {
+                    guard result == nil else { return nil }
+                    let start = p.pos
+                    try p.skipValue()
+                    result = start..<p.pos
+                } else if key.equals("jsonrpc") {
+                    guard !version, try p.parseValue() == "2.0" else { return nil }
+                    version = true
+                } else {
+                    // "method", "error", "params" or anything else: the general path decides.
+                    return nil
+                }
+            }
+            try p.end()
+        } catch {
+            return nil
+        }
+        guard let id, let result, version else { return nil }
+        return ResponseEnvelope(id: id, result: result)
+    }
+}
