@@ -100,7 +100,12 @@ struct RefineBench {
             var first: (t: Double, n: Int, cpu: Double)?
             var last = try await counts().refined
             let deadline = now() + (full ? 4 * 3600 : 900)
+            var reported = now()
             while now() < deadline {
+                if now() - reported >= 60 {
+                    reported = now()
+                    progress("semantic refinement: \(last) of \(total) refined")
+                }
                 try await Task.sleep(for: .milliseconds(500))
                 let n = try await counts().refined
                 let t = now(), cpu = ProcessSample(pid: daemon.pid)?.cpuSeconds ?? 0
@@ -121,7 +126,7 @@ struct RefineBench {
         progress(String(format: "semantic refinement: started %.1f s after the machine became idle (throttle steps, --idle-after, the model's load)", now() - resumeT0))
         for run in 1...max(3, options.runs) where refined < total {
             // A steady stretch, then pressure at a random phase of the 2 s sampling period.
-            refined = try await runFor(full ? 2000 : 150)
+            refined = try await runFor(full ? min(2000, max(150, total / 8)) : 150)
             guard refined < total else { break }
             try await Task.sleep(for: .seconds(Double.random(in: 0..<2)))
             let t0 = now()
