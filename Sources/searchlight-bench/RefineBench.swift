@@ -93,7 +93,7 @@ struct RefineBench {
 
         // Undisturbed stretches: (seconds, items, daemon CPU seconds).
         var stretches: [(Double, Int, Double)] = []
-        var pauses: [Double] = [], resumes: [Double] = []
+        var pauses: [Double] = [], resumes: [Double] = [], bounds: [Double] = []
         /// Polls until refinement has run `items` more (or is done); returns the stretch measured
         /// from the first rise of the count, so the start-up (throttle, idle wait, model load) is out.
         func runFor(_ items: Int) async throws -> Int {
@@ -136,6 +136,8 @@ struct RefineBench {
                     + daemon.lastLines(20).joined(separator: "\n"))
             }
             pauses.append(stopped - t0)
+            // The bound: one sampling period, then the batch in flight, at the rate just measured.
+            if let s = stretches.last, s.1 > 0 { bounds.append(2 + 16 * s.0 / Double(s.1)) }
             let atPause = try await counts().refined
             try await Task.sleep(for: .seconds(3))
             let still = try await counts().refined
@@ -166,8 +168,13 @@ struct RefineBench {
             unit: "items/s", higherIsBetter: true, size: size))
         rows.append(Row(scenario: "refinement through the daemon, per CPU-second of the daemon", figure: Figure([perCPU]),
             unit: "items/s", higherIsBetter: true, size: size))
-        rows.append(Row(scenario: "refinement: pressure over the pause mark to the run yielded (--load-interval 2 s)", figure: Figure(pauses),
-            unit: "s", higherIsBetter: false, size: size, target: "≤ 2 s + one batch", met: Figure(pauses).max <= 2.5))
+        // Each pause against its own bound (a batch is 0.2 s on an idle machine, seconds on a loaded one).
+        let within = zip(pauses, bounds).allSatisfy { $0 <= $1 } && bounds.count == pauses.count
+        var pauseRow = Row(scenario: "refinement: pressure over the pause mark to the run yielded (--load-interval 2 s)", figure: Figure(pauses),
+            unit: "s", higherIsBetter: false, size: size, target: "≤ 2 s + the batch in flight", met: within)
+        pauseRow.detail = "bounds: " + bounds.map { String(format: "%.2f s", $0) }.joined(separator: ", ")
+        progress("semantic refinement: pauses " + pauses.map { String(format: "%.2f", $0) }.joined(separator: ", ") + " s; " + pauseRow.detail!)
+        rows.append(pauseRow)
         rows.append(Row(scenario: "refinement: load gone to refinement resumed (--resume-after 1 ×2, --idle-after 1)", figure: Figure(resumes),
             unit: "s", higherIsBetter: false, size: size))
 
@@ -201,9 +208,10 @@ struct RefineBench {
             worse = ", \(losers.count) queries more than 0.1 below lexical"
                 + (losers.isEmpty ? "" : ": " + losers.map { String(format: "%@ %.3f → %.3f", $0.0.tag, $0.1.1, $0.1.0) }.joined(separator: ", "))
         }
-        progress(String(format: "relevance, whole corpus (%d queries), %@: nDCG@10 %.3f, recall@100 %.3f%@", judged.count, name, mean, recall, worse))
-        rows.append(Row(scenario: "debtags nDCG@10 (whole corpus, refinement bench), \(name)", figure: Figure([mean]), unit: "", higherIsBetter: true))
-        rows.append(Row(scenario: "debtags recall@100 (whole corpus, refinement bench), \(name)", figure: Figure([recall]), unit: "",
+        progress(String(format: "relevance, %@ items without keywords (%d queries), %@: nDCG@10 %.3f, recall@100 %.3f%@", sizeLabel(corpus.entries.count),
+            judged.count, name, mean, recall, worse))
+        rows.append(Row(scenario: "debtags nDCG@10 (\(sizeLabel(corpus.entries.count)) items, refinement bench), \(name)", figure: Figure([mean]), unit: "", higherIsBetter: true))
+        rows.append(Row(scenario: "debtags recall@100 (\(sizeLabel(corpus.entries.count)) items, refinement bench), \(name)", figure: Figure([recall]), unit: "",
             higherIsBetter: true))
         return n
     }
