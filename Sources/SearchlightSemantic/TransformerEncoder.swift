@@ -1,6 +1,7 @@
 import COpenBLAS
 import CSemanticKernels
 import Foundation
+import Synchronization
 
 /// all-MiniLM-L6-v2 in Swift: embeddings and LayerNorm, 6 layers of 12-head self-attention and a
 /// GELU feed-forward, mean pooling, L2 normalisation; the 384-dimensional sentence embedding of
@@ -79,6 +80,32 @@ public final class TransformerEncoder: Sendable {
     /// One unit vector per text, in order.
     public func embed(_ texts: [String]) -> [[Float]] {
         embed(tokenIDs: texts.map { tokenizer.encode($0, maxLength: maxLength) })
+    }
+
+    /// One unit vector per text, in order, the texts shared out over up to `threads` threads in
+    /// contiguous parts of about equal token counts (each part its own packed passes). For
+    /// background refinement, which runs only while the machine is idle: the parts are
+    /// independent, so two threads on two cores do nearly twice the work (splitting each product's
+    /// columns, as a query does, would synchronise six times per layer).
+    public func embed(_ texts: [String], threads: Int) -> [[Float]] {
+        let ids = texts.map { tokenizer.encode($0, maxLength: maxLength) }
+        let parts = max(1, min(threads, ids.count))
+        if parts == 1 { return embed(tokenIDs: ids) }
+        // Cut where the running token count passes each part's share.
+        let total = ids.reduce(0) { $0 + $1.count }
+        var bounds = [0], running = 0
+        for (i, s) in ids.enumerated() {
+            running += s.count
+            if bounds.count < parts, running * parts >= total * bounds.count, i + 1 < ids.count { bounds.append(i + 1) }
+        }
+        bounds.append(ids.count)
+        let cuts = bounds
+        let results = Mutex<[Int: [[Float]]]>([:])
+        DispatchQueue.concurrentPerform(iterations: cuts.count - 1) { p in
+            let out = embed(tokenIDs: Array(ids[cuts[p]..<cuts[p + 1]]))
+            results.withLock { $0[p] = out }
+        }
+        return results.withLock { r in (0..<(cuts.count - 1)).flatMap { r[$0] ?? [] } }
     }
 
     /// One unit vector per sequence of ids (as `WordPieceTokenizer.encode` makes them). Ids outside

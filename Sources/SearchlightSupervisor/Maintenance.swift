@@ -182,21 +182,39 @@ final class Maintenance: Sendable {
         }
     }
 
-    /// Semantic refinement (Docs/SemanticSearch.md): the transformer replaces the index's static
-    /// vectors, batch by batch, until all are refined or the load says to give way; the next idle
-    /// run resumes. Loads the transformer when its files are there (it is unloaded after
-    /// `--model-idle` once refinement and queries leave it alone).
+    /// Semantic refinement (Docs/SemanticSearch.md, "Refinement"): the transformer replaces the
+    /// index's static vectors, batch by batch, until all are refined or the load says to give way
+    /// (checked before each batch); the next idle run resumes. Loads the transformer when its
+    /// files are there (it is unloaded after `--model-idle` once refinement and queries leave it
+    /// alone).
+    ///
+    /// Its log line says how it ended: `yielded=true` with `last_batch_sample`, the throttle's
+    /// sample count (`ThrottleController.sampleCount`) when the last batch began. It is read
+    /// before the throttle's state, so a batch begun after the sample that saw pressure (the
+    /// `sample` of `load throttle changed`) would show a count at least that sample's: a count
+    /// below it proves that the batch in flight when pressure was sampled was the last.
     private func refine(_ store: IndexStore, bundle: String, index: String, yieldNow: @Sendable () -> Bool) throws(SearchlightError) -> Int {
         guard store.hasVectors, let encoder = context.semantic.transformerForRefinement() else { return 0 }
+        let throttle = context.scheduler?.throttle
         let started = Date()
+        var lastBatchSample = -1, yielded = false
         let n = try store.refineVectors(embed: { texts in
             context.semantic.touch()
-            return encoder.embed(texts)
-        }, yieldNow: yieldNow)
-        if n > 0 {
+            return encoder.embed(texts, threads: SemanticEngine.refinementThreads)
+        }, yieldNow: {
+            let sample = throttle?.sampleCount ?? -1
+            if yieldNow() {
+                yielded = true
+                return true
+            }
+            lastBatchSample = sample
+            return false
+        })
+        if n > 0 || yielded {
             let elapsed = Date().timeIntervalSince(started)
             log.info("vectors refined", ["bundle": bundle, "index": index, "items": n, "elapsed_s": String(format: "%.1f", elapsed),
-                "items_per_s": String(format: "%.1f", Double(n) / max(elapsed, 0.001))])
+                "items_per_s": String(format: "%.1f", Double(n) / max(elapsed, 0.001)), "yielded": yielded,
+                "last_batch_sample": lastBatchSample, "stopped_at_sample": throttle?.sampleCount ?? -1])
         }
         return n
     }

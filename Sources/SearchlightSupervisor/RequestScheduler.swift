@@ -239,7 +239,7 @@ actor RequestScheduler {
         let backgroundDue = candidates.contains { $0.1.contains { $0.background && $0.notBefore <= now } }
         let maintenanceWaits = maintenance?.wantsSampling(at: now) ?? false
         let sampled = throttle.refresh(now: now, needed: backgroundDue || maintenanceWaits || backgroundRunning > 0)
-        if let t = sampled.transition { announce(t) }
+        if let t = sampled.transition { announce(t, sample: sampled.sample) }
         if let at = sampled.nextSample { next = min(next, at) }
         pollMaintenance(now, next: &next)
         for (host, pending) in candidates {
@@ -320,11 +320,12 @@ actor RequestScheduler {
 
     /// A throttle state change: one log line with the numbers, a `throttle.changed` event, and
     /// `didThrottle` / `didFinishThrottle` to the running extensions.
-    private func announce(_ t: Throttle.Transition) {
+    private func announce(_ t: Throttle.Transition, sample: Int) {
         let p = t.pressure
         log.notice("load throttle changed", ["from": t.from.rawValue, "to": t.to.rawValue,
             "cpu": p.map { String(format: "%.1f", $0.cpu) } ?? "-", "io": p.map { String(format: "%.1f", $0.io) } ?? "-",
-            "memory": p.map { String(format: "%.1f", $0.memory) } ?? "-", "source": p?.source.rawValue ?? "none", "reason": t.reason])
+            "memory": p.map { String(format: "%.1f", $0.memory) } ?? "-", "source": p?.source.rawValue ?? "none", "reason": t.reason,
+            "sample": sample])
         var e: [String: JSONValue] = ["state": .string(t.to.rawValue), "from": .string(t.from.rawValue), "reason": .string(t.reason)]
         if let p {
             e["cpu"] = .number(p.cpu)

@@ -110,6 +110,11 @@ final class SemanticEngine: @unchecked Sendable {
         return lock.withLock { transformer }
     }
 
+    /// Threads of one refinement batch (`TransformerEncoder.embed(_:threads:)`): every core, up to
+    /// 4. Refinement runs only while the machine is idle and stops at the first batch after the
+    /// throttle leaves normal, so the cores it takes are cores nobody else wanted.
+    static let refinementThreads = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
+
     /// Refinement is using the transformer: the idle unload waits.
     func touch() { lock.withLock { lastUse = Date() } }
 

@@ -11,20 +11,29 @@ final class ThrottleController: Sendable {
         var transition: Throttle.Transition?
         /// When the next sample is due, if sampling continues.
         var nextSample: Date?
+        /// Samples applied so far (`sampleCount`), this one included.
+        var sample: Int
     }
 
     let monitor: LoadMonitor
     let interval: TimeInterval
-    private let machine: Mutex<(throttle: Throttle, lastSample: Date?)>
+    /// The state machine, the last sample's time, and how many samples it was fed (counted
+    /// with the update, under the same lock, so that a count read before the state proves the
+    /// state was not yet changed by any later sample).
+    private let machine: Mutex<(throttle: Throttle, lastSample: Date?, samples: Int)>
 
     init(monitor: LoadMonitor, marks: ThrottleMarks, interval: TimeInterval, now: Date = Date()) {
         self.monitor = monitor
         self.interval = interval
-        machine = Mutex((Throttle(marks: marks, now: now), nil))
+        machine = Mutex((Throttle(marks: marks, now: now), nil, 0))
     }
 
     var state: Throttle.State { machine.withLock { $0.throttle.state } }
     var snapshot: Throttle { machine.withLock { $0.throttle } }
+    /// Samples fed to the state machine so far: background work records it when it starts a
+    /// step, so a log can show that no step began after the sample that saw pressure
+    /// (Docs/SemanticSearch.md, "Refinement").
+    var sampleCount: Int { machine.withLock { $0.samples } }
 
     /// Samples when work is waiting (`needed`) or the state has yet to step back down to normal,
     /// and the last sample is `interval` old. Otherwise nothing is read: a quiet daemon sleeps.
@@ -39,18 +48,19 @@ final class ThrottleController: Sendable {
             var transition: Throttle.Transition?
             if due {
                 m.lastSample = now
+                m.samples += 1
                 transition = m.throttle.update(pressure, at: now)
             }
             let next = needed || m.throttle.state != .normal ? (m.lastSample ?? now).addingTimeInterval(interval) : nil
-            return Sampled(state: m.throttle.state, transition: transition, nextSample: next)
+            return Sampled(state: m.throttle.state, transition: transition, nextSample: next, sample: m.samples)
         }
     }
 
     /// `admin.status`'s `throttle` object.
     var statusJSON: JSONValue {
-        let t = snapshot
+        let (t, samples) = machine.withLock { ($0.throttle, $0.samples) }
         var o: [String: JSONValue] = ["state": .string(t.state.rawValue), "since": .string(ISO8601.format(t.since)),
-            "reason": .string(t.reason)]
+            "reason": .string(t.reason), "samples": .number(Double(samples))]
         if let p = t.pressure {
             o["cpu"] = .number(p.cpu)
             o["io"] = .number(p.io)

@@ -44,6 +44,9 @@ struct Bench {
         if options.scenarios.contains(.semantic) {
             run.rows += try await SemanticBench(options: options, corpus: corpus, dir: run.dir + "/semantic-bench").run()
         }
+        if options.scenarios.contains(.refined) {
+            run.rows += try await RefineBench(options: options, corpus: corpus, dir: run.dir + "/refine-bench", count: corpus.entries.count, full: true).run()
+        }
         if options.scenarios.contains(.delegate) {
             run.rows += try await DelegateBench(daemon: run.daemon, dir: run.dir, runs: options.runs).run()
         }

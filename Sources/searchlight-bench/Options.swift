@@ -18,6 +18,9 @@ struct Options {
         /// Semantic search through the daemon: donation cost of the static vectors, hybrid query
         /// latency, the debtags relevance set lexical against hybrid (`SemanticBench`).
         case semantic
+        /// Refinement of the whole corpus through the daemon and the relevance set before and
+        /// after it (`RefineBench`, full): half an hour or more of CPU. Not in the default set.
+        case refined
     }
 
     /// A corpus file (`--corpus`, or `SEARCHLIGHT_CORPUS`); nil: a synthetic corpus.
@@ -60,7 +63,7 @@ struct Options {
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
-                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic]
+                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic,refined]
                                  [--idle-seconds S] [--quick] [--keep] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--no-check] [--ranked-items N] [--ranked-parts term,prefix,top,suggest] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)

@@ -76,6 +76,9 @@ struct SemanticBench {
         } else {
             progress("semantic: no relevance set at \(Self.judgements); quality skipped")
         }
+        // Background refinement through the daemon: throughput, pause and resume (`RefineBench`;
+        // the whole corpus and its relevance: `--scenarios refined`).
+        rows += try await RefineBench(options: options, corpus: corpus, dir: dir + "/refine", count: 2000, full: false).run()
         return rows
     }
 

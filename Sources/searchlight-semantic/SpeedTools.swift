@@ -152,11 +152,13 @@ func donateSpeed(_ options: ToolOptions) throws {
 /// items/s. Then the same on a fresh store, told to yield `--pause-after` seconds in (as the
 /// throttle does when it sees pressure): how long refinement takes to stop after that, which
 /// is at most one batch, to compare with the throttle's sampling period (`loadInterval`, 2 s).
+/// `--threads`: a batch's texts shared over that many threads, as the daemon does
+/// (`TransformerEncoder.embed(_:threads:)`, `SemanticEngine.refinementThreads`).
 func refineSpeed(_ options: ToolOptions) throws {
     let docs = try loadCorpus(options.corpusPath)
     let table = try StaticEncoder(file: options.staticTablePath)
     let transformer = try TransformerEncoder(directory: options.modelDirectory, queryThreads: 1)
-    TransformerEncoder.setThreads(options.int("threads", 1))
+    let threads = options.int("threads", 1)
     let count = min(options.int("count", 256), docs.count), batch = options.int("batch", 16)
     let pauseAfter = Double(options["pause-after"] ?? "3") ?? 3
     func freshStore(_ name: String) throws -> (IndexStore, String) {
@@ -171,17 +173,17 @@ func refineSpeed(_ options: ToolOptions) throws {
     let (store, dir) = try freshStore("speed")
     var refined = 0
     var wall = 0.0
-    let cpu = try cpuTime { wall = try time { refined = try store.refineVectors(batch: batch, embed: transformer.embed, yieldNow: { false }) } }
+    let cpu = try cpuTime { wall = try time { refined = try store.refineVectors(batch: batch, embed: { transformer.embed($0, threads: threads) }, yieldNow: { false }) } }
     store.close()
     try? FileManager.default.removeItem(atPath: dir)
     print("refinement: \(refined) items in \(format(wall, 1)) s: \(format(Double(refined) / wall, 1)) items/s wall, "
-        + "\(format(Double(refined) / cpu, 1)) per CPU-second (batches of \(batch), title. synopsis. description)")
+        + "\(format(Double(refined) / cpu, 1)) per CPU-second (batches of \(batch), \(threads) threads, title. synopsis. description)")
 
     let (paused, pausedDir) = try freshStore("pause")
     let start = Date()
     var batchEnds: [Double] = []
     let n = try paused.refineVectors(batch: batch, embed: { texts in
-        let v = transformer.embed(texts)
+        let v = transformer.embed(texts, threads: threads)
         batchEnds.append(Date().timeIntervalSince(start))
         return v
     }, yieldNow: { Date().timeIntervalSince(start) >= pauseAfter })

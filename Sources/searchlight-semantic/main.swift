@@ -19,7 +19,7 @@ let usage = """
       donate-speed [--clients 4] [--batch 500] [--runs 2] [--only with|without]
                                                  the corpus donated to an IndexStore without and with the
                                                  static encoder: items/s and CPU µs per item
-      refine-speed [--count 256] [--batch 16] [--pause-after 3]
+      refine-speed [--count 256] [--batch 16] [--threads 1] [--pause-after 3]
                                                  background refinement with the transformer: items/s, and
                                                  how long it takes to stop once told to yield
       tune [--weights 0.3,0.5] [--floors 0.3,0.35] [--ks 60] [--verbose]

@@ -72,6 +72,24 @@ struct TransformerEncoderTests {
         }
     }
 
+    @Test("a batch shared over threads (refinement) gives every text its own vector, in order, as one thread does")
+    func threadedBatch() async throws {
+        let e = try #require(try await sharedEncoder())
+        let texts = (0..<11).map { i in
+            String(repeating: "text \(i) about a music player and audio files ", count: 1 + i % 4) + "end \(i)"
+        }
+        let one = e.embed(texts)
+        for threads in [2, 3, 4, 20] {
+            let shared = e.embed(texts, threads: threads)
+            #expect(shared.count == texts.count)
+            for i in texts.indices {
+                #expect(cosine(shared[i], one[i]) > 0.99999, "text \(i) with \(threads) threads")
+            }
+        }
+        #expect(e.embed(["alone"], threads: 2).count == 1)
+        #expect(e.embed([], threads: 2).isEmpty)
+    }
+
     @Test("vectors are unit length and have 384 dimensions; related texts are nearer than unrelated ones")
     func geometry() async throws {
         let e = try #require(try await sharedEncoder())

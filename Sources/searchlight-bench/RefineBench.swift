@@ -1,0 +1,239 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import Synchronization
+import SearchlightKit
+import SearchlightSemantic
+import SearchlightWire
+
+/// Background refinement through the real daemon (issue 18; Docs/SemanticSearch.md,
+/// "Refinement"): the transformer replacing the static vectors as idle maintenance, with the
+/// model `make model` installed.
+///
+/// The daemon reads a fake `--proc-root` (as `ThrottleBench`): the bench holds it paused (cpu
+/// pressure over the pause mark) while the items are donated, then makes the machine idle, so the
+/// idle trigger starts maintenance and refinement (`--idle-after 1`, `--maintenance-interval 1`,
+/// `--resume-after 1`; the sampling period stays the default `--load-interval 2`). Measured:
+///
+/// - **throughput**, items/s, from `admin.status`'s `refined` count, polled, over the stretches in
+///   which refinement ran undisturbed, and per CPU-second of the daemon;
+/// - **pause latency**: pressure written at a random phase of the sampling period while a batch
+///   is under way, to the `maintenance.finished` event with `yielded` (the refinement stopped and
+///   the run gave way). The bound is one sampling period plus the batch in flight;
+/// - **resume**: pressure gone to the count rising again (the throttle steps down twice after
+///   `--resume-after`, then `--idle-after` of quiet: about 4 s here, by design, not a reaction time).
+///
+/// `full` refines the whole corpus (indexed without its debtags keywords) and runs the relevance
+/// set before (lexical, hybrid with the static table) and after (hybrid with the transformer on
+/// both sides): `--scenarios refined`. Otherwise `count` items and no relevance: part of
+/// `--scenarios semantic`.
+struct RefineBench {
+    let options: Options
+    let corpus: Corpus
+    let dir: String
+    let count: Int
+    let full: Bool
+
+    var procRoot: String { dir + "/proc" }
+    let bundle = "bench.refine"
+
+    func writePressure(cpu: Double) throws {
+        try FileManager.default.createDirectory(atPath: procRoot + "/pressure", withIntermediateDirectories: true)
+        for (name, v) in [("cpu", cpu), ("io", 0.0), ("memory", 0.0)] {
+            let path = procRoot + "/pressure/" + name
+            try Data("some avg10=\(v) avg60=0.00 avg300=0.00 total=1\n".utf8).write(to: URL(fileURLWithPath: path + ".new"))
+            rename(path + ".new", path)
+        }
+    }
+
+    func run() async throws -> [Row] {
+        let model = ModelDirectory.resolve(systemMode: false)
+        guard model.hasTransformer, FileManager.default.fileExists(atPath: model.staticTableFile) else {
+            progress("semantic refinement: skipped, no model in \(model.path) (make model)")
+            return []
+        }
+        try? FileManager.default.removeItem(atPath: dir)
+        try writePressure(cpu: 70)
+        let daemon = try Daemon(dir: dir + "/daemon", arguments: ["--model-dir", model.path, "--proc-root", procRoot,
+            "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1"])
+        defer {
+            daemon.stop(remove: true)
+            try? FileManager.default.removeItem(atPath: dir)
+        }
+        let events = EventLog()
+        let monitor = SearchlightConnection(role: .admin, socketPath: daemon.socket, onNotification: { events.record($0, $1) })
+        _ = try await monitor.call("admin.monitor")
+        let admin = SearchlightConnection(role: .admin, socketPath: daemon.socket)
+        defer { Task { await monitor.close(); await admin.close() } }
+
+        let items = corpus.entries.prefix(full ? corpus.entries.count : count).map { e -> SearchableItem in
+            var item = e.searchableItem
+            item.attributeSet.keywords = nil  // the relevance set's tags are the answer
+            return item
+        }
+        _ = try await donate(Array(items), socket: daemon.socket, bundle: bundle, clients: 4, batch: options.batch)
+        let index = SearchableIndex(bundleIdentifier: bundle, socketPath: daemon.socket)
+        var rows: [Row] = []
+        let judged = full ? ((try? SemanticBench.loadJudgements()) ?? []) : []
+        var lexical: [Double] = []
+        if !judged.isEmpty {
+            // Before any refinement, the transformer not loaded: static vectors, static query.
+            lexical = try await relevance(judged, index: index, name: "lexical", semantic: false, lexical: [], into: &rows)
+            _ = try await relevance(judged, index: index, name: "hybrid, static table", semantic: true, lexical: lexical, into: &rows)
+        }
+
+        func counts() async throws -> (vectors: Int, refined: Int) {
+            let status = try await admin.call("admin.status")
+            let entry = status["bundles"]?.arrayValue?.first { $0["bundle"]?.stringValue == bundle }?["indexes"]?.arrayValue?.first
+            return (entry?["vectors"]?.intValue ?? 0, entry?["refined"]?.intValue ?? 0)
+        }
+        let total = try await counts().vectors
+        progress("semantic refinement: \(total) items donated with static vectors; the machine made idle")
+
+        // Undisturbed stretches: (seconds, items, daemon CPU seconds).
+        var stretches: [(Double, Int, Double)] = []
+        var pauses: [Double] = [], resumes: [Double] = [], bounds: [Double] = []
+        /// Polls until refinement has run `items` more (or is done); returns the stretch measured
+        /// from the first rise of the count, so the start-up (throttle, idle wait, model load) is out.
+        func runFor(_ items: Int) async throws -> Int {
+            var first: (t: Double, n: Int, cpu: Double)?
+            var last = try await counts().refined
+            let deadline = now() + (full ? 4 * 3600 : 900)
+            var reported = now()
+            while now() < deadline {
+                if now() - reported >= 60 {
+                    reported = now()
+                    progress("semantic refinement: \(last) of \(total) refined")
+                }
+                try await Task.sleep(for: .milliseconds(500))
+                let n = try await counts().refined
+                let t = now(), cpu = ProcessSample(pid: daemon.pid)?.cpuSeconds ?? 0
+                if first == nil, n > last { first = (t, n, cpu) }
+                last = n
+                if let f = first, n - f.n >= items || n >= total {
+                    if n > f.n { stretches.append((t - f.t, n - f.n, cpu - f.cpu)) }
+                    return n
+                }
+                if n >= total { return n }  // finished before a rise was seen
+            }
+            fatal("semantic refinement: \(last) of \(total) refined after the deadline; last lines:\n" + daemon.lastLines(20).joined(separator: "\n"))
+        }
+
+        try writePressure(cpu: 0)
+        let resumeT0 = now()
+        var refined = try await runFor(0)
+        progress(String(format: "semantic refinement: started %.1f s after the machine became idle (throttle steps, --idle-after, the model's load)", now() - resumeT0))
+        for run in 1...max(3, options.runs) where refined < total {
+            // A steady stretch, then pressure at a random phase of the 2 s sampling period.
+            refined = try await runFor(full ? min(2000, max(150, total / 8)) : 150)
+            guard refined < total else { break }
+            try await Task.sleep(for: .seconds(Double.random(in: 0..<2)))
+            let t0 = now()
+            try writePressure(cpu: 70)
+            guard let stopped = await events.first("maintenance.finished", after: t0, timeout: 30, where: { $0["yielded"]?.boolValue == true }) else {
+                fatal("semantic refinement: no yielded maintenance run within 30 s of the pressure; last lines:\n"
+                    + daemon.lastLines(20).joined(separator: "\n"))
+            }
+            pauses.append(stopped - t0)
+            // The bound: one sampling period, then the batch in flight, at the rate just measured.
+            if let s = stretches.last, s.1 > 0 { bounds.append(2 + 16 * s.0 / Double(s.1)) }
+            let atPause = try await counts().refined
+            try await Task.sleep(for: .seconds(3))
+            let still = try await counts().refined
+            if still != atPause { fatal("semantic refinement: \(still - atPause) items refined while paused") }
+            let t1 = now()
+            try writePressure(cpu: 0)
+            var n = still
+            while n == still {
+                try await Task.sleep(for: .milliseconds(100))
+                n = try await counts().refined
+                if now() - t1 > 60 { fatal("semantic refinement: did not resume within 60 s of the load falling") }
+            }
+            resumes.append(now() - t1)
+            refined = n
+            progress(String(format: "semantic refinement run %d: paused %.2f s after the pressure write (sampling period 2 s), resumed %.1f s after it fell",
+                run, pauses.last!, resumes.last!))
+        }
+        if full {
+            refined = try await runFor(total)
+            progress("semantic refinement: all \(refined) of \(total) refined")
+        }
+        let seconds = stretches.map(\.0).reduce(0, +), done = stretches.map(\.1).reduce(0, +), cpu = stretches.map(\.2).reduce(0, +)
+        let rate = Double(done) / max(seconds, 0.001), perCPU = Double(done) / max(cpu, 0.001)
+        progress(String(format: "semantic refinement: %d items in %.0f s of undisturbed stretches: %.1f items/s wall, %.1f per CPU-second of the daemon",
+            done, seconds, rate, perCPU))
+        let size = items.count
+        rows.append(Row(scenario: "refinement through the daemon (idle maintenance, transformer), wall", figure: Figure([rate]),
+            unit: "items/s", higherIsBetter: true, size: size))
+        rows.append(Row(scenario: "refinement through the daemon, per CPU-second of the daemon", figure: Figure([perCPU]),
+            unit: "items/s", higherIsBetter: true, size: size))
+        // Each pause against its own bound (a batch is 0.2 s on an idle machine, seconds on a loaded one).
+        let within = zip(pauses, bounds).allSatisfy { $0 <= $1 } && bounds.count == pauses.count
+        var pauseRow = Row(scenario: "refinement: pressure over the pause mark to the run yielded (--load-interval 2 s)", figure: Figure(pauses),
+            unit: "s", higherIsBetter: false, size: size, target: "≤ 2 s + the batch in flight", met: within)
+        pauseRow.detail = "bounds: " + bounds.map { String(format: "%.2f s", $0) }.joined(separator: ", ")
+        progress("semantic refinement: pauses " + pauses.map { String(format: "%.2f", $0) }.joined(separator: ", ") + " s; " + pauseRow.detail!)
+        rows.append(pauseRow)
+        rows.append(Row(scenario: "refinement: load gone to refinement resumed (--resume-after 1 ×2, --idle-after 1)", figure: Figure(resumes),
+            unit: "s", higherIsBetter: false, size: size))
+
+        if !judged.isEmpty {
+            // The transformer embeds the queries (loaded by refinement; prepare keeps it loaded).
+            let state = try await UserQuery.prepare(index: index)
+            if state.state != "loaded" { fatal("semantic refinement: the transformer is not loaded (\(state))") }
+            _ = try await relevance(judged, index: index, name: "hybrid, refined (transformer)", semantic: true, lexical: lexical, into: &rows)
+        }
+        await index.close()
+        return rows
+    }
+
+    /// Every judgement's query through `query.user`, top 100; the rows and each query's nDCG@10.
+    func relevance(_ judged: [SemanticBench.Judgement], index: SearchableIndex, name: String, semantic: Bool, lexical: [Double],
+                   into rows: inout [Row]) async throws -> [Double] {
+        var c = UserQueryContext()
+        c.maxResultCount = 100
+        c.semanticSearch = semantic
+        var n: [Double] = [], r: [Double] = []
+        for j in judged {
+            let answer = try await UserQuery(userQueryString: j.query, userQueryContext: c, index: index).run()
+            let ranking = answer.items.map(\.uniqueIdentifier)
+            n.append(SemanticBench.ndcg(ranking, j.relevant))
+            r.append(SemanticBench.recall(ranking, j.relevant))
+        }
+        let mean = n.reduce(0, +) / Double(n.count), recall = r.reduce(0, +) / Double(r.count)
+        var worse = ""
+        if !lexical.isEmpty {
+            let losers = zip(judged, zip(n, lexical)).filter { $0.1.0 < $0.1.1 - 0.1 }
+            worse = ", \(losers.count) queries more than 0.1 below lexical"
+                + (losers.isEmpty ? "" : ": " + losers.map { String(format: "%@ %.3f → %.3f", $0.0.tag, $0.1.1, $0.1.0) }.joined(separator: ", "))
+        }
+        progress(String(format: "relevance, %@ items without keywords (%d queries), %@: nDCG@10 %.3f, recall@100 %.3f%@", sizeLabel(corpus.entries.count),
+            judged.count, name, mean, recall, worse))
+        rows.append(Row(scenario: "debtags nDCG@10 (\(sizeLabel(corpus.entries.count)) items, refinement bench), \(name)", figure: Figure([mean]), unit: "", higherIsBetter: true))
+        rows.append(Row(scenario: "debtags recall@100 (\(sizeLabel(corpus.entries.count)) items, refinement bench), \(name)", figure: Figure([recall]), unit: "",
+            higherIsBetter: true))
+        return n
+    }
+}
+
+/// The daemon's events (`admin.monitor`) with their arrival time.
+private final class EventLog: Sendable {
+    private let events = Mutex<[(name: String, params: JSONValue, time: Double)]>([])
+
+    func record(_ method: String, _ params: JSONValue) {
+        guard method == "admin.event", let name = params["event"]?.stringValue else { return }
+        let t = now()
+        events.withLock { $0.append((name, params, t)) }
+    }
+
+    /// The arrival time of the first `name` event after `t0` that `matches`, waiting up to `timeout`.
+    func first(_ name: String, after t0: Double, timeout: Double, where matches: (JSONValue) -> Bool) async -> Double? {
+        let deadline = now() + timeout
+        while now() < deadline {
+            if let hit = events.withLock({ $0.first { $0.name == name && $0.time >= t0 && matches($0.params) } }) { return hit.time }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return nil
+    }
+}
