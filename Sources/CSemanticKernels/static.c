@@ -36,6 +36,45 @@ static void project_portable(const float *x, ptrdiff_t count, ptrdiff_t dim, con
     }
 }
 
+// 16 lanes of squares, added as ((l0+l8)+(l4+l12)) … : the tree _mm512_reduce_add_ps would use
+// is not promised, so both levels spell it out.
+static float lanes_total(const float lanes[16]) {
+    float h[8], q[4], e[2];
+    for (int k = 0; k < 8; k++) h[k] = lanes[k] + lanes[k + 8];
+    for (int k = 0; k < 4; k++) q[k] = h[k] + h[k + 4];
+    for (int k = 0; k < 2; k++) e[k] = q[k] + q[k + 2];
+    return e[0] + e[1];
+}
+
+static void normalize_portable(float *v, ptrdiff_t n) {
+    float lanes[16] = {0};
+    for (ptrdiff_t j = 0; j < n; j++) {
+        const float square = v[j] * v[j];  // a separate statement: never fused with the add
+        lanes[j % 16] = lanes[j % 16] + square;
+    }
+    const float norm = sqrtf(lanes_total(lanes));
+    const float scale = 1.0f / (norm > 1e-12f ? norm : 1e-12f);
+    for (ptrdiff_t j = 0; j < n; j++) v[j] *= scale;
+}
+
+float sl_quantize_i8(const float *v, ptrdiff_t n, int8_t *codes) {
+    float top = 0;
+    for (ptrdiff_t j = 0; j < n; j++) {
+        const float a = fabsf(v[j]);
+        if (a <= 3.4028235e38f && a > top) top = a;  // finite values only (NaN fails both tests)
+    }
+    const float scale = top > 0 ? top / 127.0f : 1.0f;
+    const float inverse = 1.0f / scale;
+    const float magic = 12582912.0f;  // 1.5 · 2^23: x + magic - magic rounds x half to even
+    for (ptrdiff_t j = 0; j < n; j++) {
+        float x = v[j] * inverse;
+        x = fabsf(v[j]) <= 3.4028235e38f ? x : 0.0f;
+        x = x < -127.0f ? -127.0f : (x > 127.0f ? 127.0f : x);
+        codes[j] = (int8_t)(int)((x + magic) - magic);
+    }
+    return scale;
+}
+
 #if defined(__x86_64__)
 #include <immintrin.h>
 
@@ -257,6 +296,31 @@ static AVX2 void project_avx2(const float *x, ptrdiff_t count, ptrdiff_t dim, co
     }
 }
 
+static AVX512 void normalize_avx512(float *v, ptrdiff_t n) {
+    __m512 acc = _mm512_setzero_ps();
+    ptrdiff_t j = 0;
+    for (; j + 16 <= n; j += 16) {
+        const __m512 x = _mm512_loadu_ps(v + j);
+        acc = _mm512_add_ps(acc, _mm512_mul_ps(x, x));
+    }
+    float lanes[16];
+    _mm512_storeu_ps(lanes, acc);
+    for (; j < n; j++) {
+        const float square = v[j] * v[j];
+        lanes[j % 16] = lanes[j % 16] + square;
+    }
+    const float norm = sqrtf(lanes_total(lanes));
+    const __m512 scale = _mm512_set1_ps(1.0f / (norm > 1e-12f ? norm : 1e-12f));
+    j = 0;
+    for (; j + 16 <= n; j += 16) _mm512_storeu_ps(v + j, _mm512_mul_ps(_mm512_loadu_ps(v + j), scale));
+    for (; j < n; j++) v[j] *= 1.0f / (norm > 1e-12f ? norm : 1e-12f);
+}
+
+void sl_static_normalize(int level, float *v, ptrdiff_t n) {
+    if (level >= 2) normalize_avx512(v, n);
+    else normalize_portable(v, n);
+}
+
 void sl_static_sum(int level, const int8_t *rows, const float *scales, ptrdiff_t dim, const int32_t *ids,
                    ptrdiff_t count, float *sum) {
     if (level >= 2) sum_avx512(rows, scales, dim, ids, count, sum);
@@ -274,6 +338,11 @@ void sl_static_project(int level, const float *x, ptrdiff_t count, ptrdiff_t dim
 #else
 
 int sl_static_level(void) { return 0; }
+
+void sl_static_normalize(int level, float *v, ptrdiff_t n) {
+    (void)level;
+    normalize_portable(v, n);
+}
 
 void sl_static_sum(int level, const int8_t *rows, const float *scales, ptrdiff_t dim, const int32_t *ids,
                    ptrdiff_t count, float *sum) {

@@ -1,3 +1,5 @@
+import CSemanticKernels
+
 /// A vector stored as int8 codes with one float scale: value[j] ≈ codes[j] · scale, with
 /// scale = max|value| / 127. A 384-dimensional vector takes 384 + 4 bytes instead of 1536.
 ///
@@ -19,22 +21,12 @@ public struct QuantizedVector: Sendable, Equatable {
         self = values.withUnsafeBufferPointer { QuantizedVector($0, refined: refined) }
     }
 
-    /// The same from memory the caller owns (the static encoder's batch buffers). Codes round
-    /// half to even (the magic-number sum below: exact for |x| ≤ 2^22, and branch-free, so the
-    /// loop vectorises on baseline x86-64, which has no rounding instruction); a value that is
-    /// not finite counts as 0.
+    /// The same from memory the caller owns (the static encoder's batch buffers), with
+    /// `sl_quantize_i8`: codes round half to even; a value that is not finite counts as 0.
     public init(_ values: UnsafeBufferPointer<Float>, refined: Bool = false) {
-        var top: Float = 0
-        for v in values where v.isFinite { top = max(top, abs(v)) }
-        let scale = top > 0 ? top / 127 : 1
-        let inverse = 1 / scale
+        var scale: Float = 1
         codes = [Int8](unsafeUninitializedCapacity: values.count) { codes, initialized in
-            let magic: Float = 12_582_912  // 1.5 · 2^23
-            for j in 0..<values.count {
-                let v = values[j]
-                let x = v.isFinite ? max(-127, min(127, v * inverse)) : 0
-                codes[j] = Int8(truncatingIfNeeded: Int32((x + magic) - magic))
-            }
+            if let v = values.baseAddress { scale = sl_quantize_i8(v, values.count, codes.baseAddress!) }
             initialized = values.count
         }
         self.scale = scale

@@ -92,7 +92,7 @@ public final class StaticEncoder: Sendable {
         mean.withUnsafeMutableBufferPointer { sum(ids, into: $0.baseAddress!) }
         out.withUnsafeMutableBufferPointer { y in
             mean.withUnsafeBufferPointer { project($0.baseAddress!, count: 1, into: y.baseAddress!) }
-            Self.normalize(y)
+            normalize(y)
         }
         return out
     }
@@ -124,7 +124,7 @@ public final class StaticEncoder: Sendable {
                     if empty[k] {
                         y.update(repeating: 0)
                     } else {
-                        Self.normalize(y)
+                        normalize(y)
                     }
                     vectors.append(QuantizedVector(UnsafeBufferPointer(y)))
                 }
@@ -159,23 +159,10 @@ public final class StaticEncoder: Sendable {
         }
     }
 
-    /// Scales `v` to unit length: its squares summed in eight lanes (a fixed order, so every
+    /// Scales `v` to unit length (`sl_static_normalize`: a fixed order of additions, so every
     /// path that normalises gets the same bits).
-    static func normalize(_ v: UnsafeMutableBufferPointer<Float>) {
-        var lanes = SIMD8<Float>()
-        var j = 0
-        while j + 8 <= v.count {
-            let x = SIMD8<Float>(v[j], v[j + 1], v[j + 2], v[j + 3], v[j + 4], v[j + 5], v[j + 6], v[j + 7])
-            lanes += x * x
-            j += 8
-        }
-        var norm = lanes.sum()
-        while j < v.count {
-            norm += v[j] * v[j]
-            j += 1
-        }
-        let scale = 1 / max(norm.squareRoot(), 1e-12)
-        for k in v.indices { v[k] *= scale }
+    func normalize(_ v: UnsafeMutableBufferPointer<Float>) {
+        sl_static_normalize(kernelLevel, v.baseAddress!, v.count)
     }
 }
 

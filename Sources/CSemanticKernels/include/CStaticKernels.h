@@ -24,4 +24,14 @@ void sl_static_sum(int level, const int8_t *rows, const float *scales, ptrdiff_t
 void sl_static_project(int level, const float *x, ptrdiff_t count, ptrdiff_t dim, const float *map, const float *bias,
                        ptrdiff_t outputs, float *y);
 
+/// Scales v to unit length (unchanged when its norm is below 1e-12): the squares summed in 16
+/// lanes (lane l takes every element j with j mod 16 = l, in order), the lanes then added in a
+/// fixed tree, so that levels 2 and 0 give the same bits (no fused operations in either).
+void sl_static_normalize(int level, float *v, ptrdiff_t n);
+
+/// int8 codes of v, returning the scale: scale = max|v| / 127 over the finite values (1 when
+/// that is 0), codes[j] = round-half-even(clamp(v[j] / scale, ±127)), 0 for a value that is not
+/// finite. The same bits on every CPU (exact operations only).
+float sl_quantize_i8(const float *v, ptrdiff_t n, int8_t *codes);
+
 #endif
