@@ -38,10 +38,17 @@ extension IndexStore {
     }
 
     private static func prepared(_ items: [SearchableItem], defaultExpires: Double, encoder: StaticEncoder?) -> [PreparedItem] {
-        let replacing = items.filter { !$0.isUpdate }
-        var rows = StoredRow.rows(replacing.map { ItemRecord(item: $0, defaultExpires: defaultExpires) }, encoder: encoder).makeIterator()
-        return items.map { item in
-            item.isUpdate ? .update(item) : .replace(uid: item.uniqueIdentifier, row: rows.next()!)
+        guard let encoder else {
+            return items.map { item in
+                item.isUpdate ? .update(item)
+                    : .replace(uid: item.uniqueIdentifier, row: StoredRow(ItemRecord(item: item, defaultExpires: defaultExpires), vector: nil))
+            }
+        }
+        let records = items.map { $0.isUpdate ? nil : ItemRecord(item: $0, defaultExpires: defaultExpires) }
+        let vectors = StoredRow.vectors(records, encoder: encoder)
+        return items.indices.map { i in
+            guard let record = records[i] else { return .update(items[i]) }
+            return .replace(uid: items[i].uniqueIdentifier, row: StoredRow(record, vector: vectors[i]))
         }
     }
 

@@ -258,18 +258,22 @@ struct StoredRow {
         }
     }
 
-    /// The rows of donated `records` with their vectors, embedded in one batch
-    /// (`StaticEncoder.quantizedVectors`: the same vectors as one at a time, in less time).
-    static func rows(_ records: [ItemRecord], encoder: StaticEncoder?) -> [StoredRow] {
-        guard let encoder else { return records.map { StoredRow($0, vector: nil) } }
-        let texts = records.map { semanticText($0.text) }
-        let embedded = encoder.quantizedVectors(of: texts.filter { !$0.isEmpty })
-        var next = 0
-        return zip(records, texts).map { record, text in
-            guard !text.isEmpty else { return StoredRow(record, vector: nil) }
-            next += 1
-            return StoredRow(record, vector: embedded[next - 1])
+    /// The vectors of donated `records` (nil where there is no record, or no text), embedded in
+    /// one batch (`StaticEncoder.quantizedVectors`: the same vectors as one at a time, in less time).
+    static func vectors(_ records: [ItemRecord?], encoder: StaticEncoder) -> [QuantizedVector?] {
+        var texts: [String] = [], positions: [Int] = []
+        texts.reserveCapacity(records.count)
+        for i in records.indices {
+            guard let record = records[i] else { continue }
+            let text = semanticText(record.text)
+            if !text.isEmpty {
+                texts.append(text)
+                positions.append(i)
+            }
         }
+        var vectors = [QuantizedVector?](repeating: nil, count: records.count)
+        for (i, v) in zip(positions, encoder.quantizedVectors(of: texts)) { vectors[i] = v }
+        return vectors
     }
 
     init(_ record: ItemRecord, vector: QuantizedVector?) {
