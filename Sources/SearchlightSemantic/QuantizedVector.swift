@@ -1,3 +1,5 @@
+import CSemanticKernels
+
 /// A vector stored as int8 codes with one float scale: value[j] ≈ codes[j] · scale, with
 /// scale = max|value| / 127. A 384-dimensional vector takes 384 + 4 bytes instead of 1536.
 ///
@@ -16,13 +18,16 @@ public struct QuantizedVector: Sendable, Equatable {
 
     /// Quantises `values` (any length; usually a unit vector).
     public init(_ values: [Float], refined: Bool = false) {
-        var top: Float = 0
-        for v in values where v.isFinite { top = max(top, abs(v)) }
-        let scale = top > 0 ? top / 127 : 1
-        let inverse = 1 / scale
-        codes = values.map { v in
-            guard v.isFinite else { return 0 }
-            return Int8(max(-127, min(127, (v * inverse).rounded())))
+        self = values.withUnsafeBufferPointer { QuantizedVector($0, refined: refined) }
+    }
+
+    /// The same from memory the caller owns (the static encoder's batch buffers), with
+    /// `sl_quantize_i8`: codes round half to even; a value that is not finite counts as 0.
+    public init(_ values: UnsafeBufferPointer<Float>, refined: Bool = false) {
+        var scale: Float = 1
+        codes = [Int8](unsafeUninitializedCapacity: values.count) { codes, initialized in
+            if let v = values.baseAddress { scale = sl_quantize_i8(v, values.count, codes.baseAddress!) }
+            initialized = values.count
         }
         self.scale = scale
         self.refined = refined
@@ -40,12 +45,16 @@ public struct QuantizedVector: Sendable, Equatable {
     static let formatVersion: UInt8 = 1
 
     public var blob: [UInt8] {
-        var out: [UInt8] = [Self.formatVersion, refined ? 1 : 0, UInt8(dimension & 0xFF), UInt8(dimension >> 8)]
-        let bits = scale.bitPattern
-        for i in 0..<4 { out.append(UInt8(truncatingIfNeeded: bits >> (8 * UInt32(i)))) }
-        out.reserveCapacity(8 + dimension)
-        for c in codes { out.append(UInt8(bitPattern: c)) }
-        return out
+        let n = dimension, bits = scale.bitPattern
+        return [UInt8](unsafeUninitializedCapacity: 8 + n) { out, initialized in
+            out[0] = Self.formatVersion
+            out[1] = refined ? 1 : 0
+            out[2] = UInt8(n & 0xFF)
+            out[3] = UInt8(n >> 8)
+            for i in 0..<4 { out[4 + i] = UInt8(truncatingIfNeeded: bits >> (8 * UInt32(i))) }
+            codes.withUnsafeBytes { UnsafeMutableRawBufferPointer(UnsafeMutableBufferPointer(rebasing: out[8...])).copyMemory(from: $0) }
+            initialized = 8 + n
+        }
     }
 
     /// Decodes a BLOB written by `blob`; a BLOB of another format or a wrong length is refused

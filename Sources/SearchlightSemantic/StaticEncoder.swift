@@ -1,3 +1,4 @@
+import CSemanticKernels
 import Foundation
 
 /// The static tier: a document's vector is a linear map of the mean of its tokens' rows in a
@@ -22,6 +23,13 @@ public final class StaticEncoder: Sendable {
     private let rows: [Int8]
     private let map: [Float]
     private let bias: [Float]
+    /// Which kernels of `CStaticKernels` run (2 AVX-512, 1 AVX2, 0 portable C): the CPU's best
+    /// unless a test picks another.
+    let kernelLevel: Int32
+    private let scratches = ScratchPool()
+
+    /// Documents per call of the map kernel: their sums (16 KB) and outputs (48 KB) stay in cache.
+    static let batchSize = 32
 
     public convenience init(file: String) throws(SemanticError) {
         guard let data = FileManager.default.contents(atPath: file) else {
@@ -30,7 +38,11 @@ public final class StaticEncoder: Sendable {
         try self.init(data: data, path: file)
     }
 
-    public init(data: Data, path: String = "(memory)") throws(SemanticError) {
+    public convenience init(data: Data, path: String = "(memory)") throws(SemanticError) {
+        try self.init(data: data, path: path, kernelLevel: sl_static_level())
+    }
+
+    init(data: Data, path: String, kernelLevel: Int32) throws(SemanticError) {
         var reader = ByteReader(data: data, path: path)
         guard try reader.bytes(4) == Array("SLST".utf8) else { throw reader.bad("it does not start with SLST") }
         let version = try reader.uint32()
@@ -52,49 +64,151 @@ public final class StaticEncoder: Sendable {
         }
         reducedDimension = d
         dimension = o
+        self.kernelLevel = kernelLevel
     }
 
     /// The unit vector of `text` (all zeros when the text has no token).
     public func embed(_ text: String) -> [Float] {
-        var pieces: [Int32] = []
-        pieces.reserveCapacity(64)
-        tokenizer.appendPieces(of: text, to: &pieces, limit: maxPieces)
-        return embed(pieces: pieces)
+        scratches.use { scratch in
+            var pieces = scratch.pieces
+            defer { scratch.pieces = pieces }
+            pieces.removeAll()
+            tokenizer.appendPieces(of: text, to: &pieces, limit: maxPieces, cache: scratch.cache)
+            return embed(validPieces: pieces.pieces)
+        }
     }
 
     /// The unit vector of word-piece ids (no `[CLS]`/`[SEP]`); ids outside the table are skipped.
     public func embed(pieces: [Int32]) -> [Float] {
+        let ids = pieces.prefix(maxPieces).filter { $0 >= 0 && Int($0) < scales.count }
+        return ids.withUnsafeBufferPointer(embed(validPieces:))
+    }
+
+    private func embed(validPieces ids: UnsafeBufferPointer<Int32>) -> [Float] {
         let d = reducedDimension, o = dimension
         var out = [Float](repeating: 0, count: o)
+        guard !ids.isEmpty else { return out }
         var mean = [Float](repeating: 0, count: d)
-        var n = 0
-        rows.withUnsafeBufferPointer { rp in
-            mean.withUnsafeMutableBufferPointer { mp in
-                for id in pieces.prefix(maxPieces) where id >= 0 && Int(id) < scales.count {
-                    let row = rp.baseAddress! + Int(id) * d
-                    let s = scales[Int(id)]
-                    for j in 0..<d { mp[j] += Float(row[j]) * s }
-                    n += 1
-                }
-            }
-        }
-        guard n > 0 else { return out }
-        let inverse = 1 / Float(n)
-        map.withUnsafeBufferPointer { wp in
-            out.withUnsafeMutableBufferPointer { op in
-                for j in 0..<o { op[j] = bias[j] }
-                for i in 0..<d {
-                    let m = mean[i] * inverse
-                    let w = wp.baseAddress! + i * o
-                    for j in 0..<o { op[j] += m * w[j] }
-                }
-                var norm: Float = 0
-                for j in 0..<o { norm += op[j] * op[j] }
-                let scale = 1 / max(norm.squareRoot(), 1e-12)
-                for j in 0..<o { op[j] *= scale }
-            }
+        mean.withUnsafeMutableBufferPointer { sum(ids, into: $0.baseAddress!) }
+        out.withUnsafeMutableBufferPointer { y in
+            mean.withUnsafeBufferPointer { project($0.baseAddress!, count: 1, into: y.baseAddress!) }
+            normalize(y)
         }
         return out
+    }
+
+    /// The quantised vectors of `texts` for donation, in order (the codes of a text without tokens
+    /// are all zero): the same vectors as `QuantizedVector(embed(text))`, made in batches (the map
+    /// applied to `batchSize` documents at a time) with the pieces of repeated words cached.
+    public func quantizedVectors(of texts: [String]) -> [QuantizedVector] {
+        let d = reducedDimension, o = dimension
+        var vectors: [QuantizedVector] = []
+        vectors.reserveCapacity(texts.count)
+        scratches.use { scratch in
+            scratch.reserve(documents: Self.batchSize, reduced: d, outputs: o)
+            var first = 0
+            while first < texts.count {
+                let n = min(Self.batchSize, texts.count - first)
+                var empty = [Bool](repeating: false, count: n)
+                var pieces = scratch.pieces
+                for k in 0..<n {
+                    pieces.removeAll()
+                    tokenizer.appendPieces(of: texts[first + k], to: &pieces, limit: maxPieces, cache: scratch.cache)
+                    empty[k] = pieces.count == 0
+                    sum(pieces.pieces, into: scratch.sums + k * d)  // the tokenizer's ids are the table's rows
+                }
+                scratch.pieces = pieces
+                project(scratch.sums, count: n, into: scratch.outputs)
+                for k in 0..<n {
+                    let y = UnsafeMutableBufferPointer(start: scratch.outputs + k * o, count: o)
+                    if empty[k] {
+                        y.update(repeating: 0)
+                    } else {
+                        normalize(y)
+                    }
+                    vectors.append(QuantizedVector(UnsafeBufferPointer(y)))
+                }
+                first += n
+            }
+        }
+        return vectors
+    }
+
+    /// The mean of the rows of `ids` (all valid rows), or zeros when there are none.
+    private func sum(_ ids: UnsafeBufferPointer<Int32>, into mean: UnsafeMutablePointer<Float>) {
+        let d = reducedDimension
+        guard !ids.isEmpty else {
+            mean.update(repeating: 0, count: d)
+            return
+        }
+        rows.withUnsafeBufferPointer { r in
+            scales.withUnsafeBufferPointer { s in
+                sl_static_sum(kernelLevel, r.baseAddress!, s.baseAddress!, d, ids.baseAddress!, ids.count, mean)
+            }
+        }
+        let inverse = 1 / Float(ids.count)
+        for j in 0..<d { mean[j] *= inverse }
+    }
+
+    /// `count` documents' means (count × reduced) through the map, plus the bias.
+    private func project(_ means: UnsafePointer<Float>, count: Int, into y: UnsafeMutablePointer<Float>) {
+        map.withUnsafeBufferPointer { m in
+            bias.withUnsafeBufferPointer { b in
+                sl_static_project(kernelLevel, means, count, reducedDimension, m.baseAddress!, b.baseAddress!, dimension, y)
+            }
+        }
+    }
+
+    /// Scales `v` to unit length (`sl_static_normalize`: a fixed order of additions, so every
+    /// path that normalises gets the same bits).
+    func normalize(_ v: UnsafeMutableBufferPointer<Float>) {
+        sl_static_normalize(kernelLevel, v.baseAddress!, v.count)
+    }
+}
+
+/// Scratch memory of one embedding call, lent by a pool: a call allocates nothing per document.
+private final class EmbedScratch {
+    /// Given back after each use (it may have grown).
+    var pieces = PieceBuffer(capacity: 512)
+    let cache = WordPieceCache()
+    private(set) var sums = UnsafeMutablePointer<Float>.allocate(capacity: 1)
+    private(set) var outputs = UnsafeMutablePointer<Float>.allocate(capacity: 1)
+    private var capacity = (sums: 1, outputs: 1)
+
+
+    func reserve(documents: Int, reduced: Int, outputs o: Int) {
+        if capacity.sums < documents * reduced {
+            sums.deallocate()
+            sums = .allocate(capacity: documents * reduced)
+            capacity.sums = documents * reduced
+        }
+        if capacity.outputs < documents * o {
+            outputs.deallocate()
+            outputs = .allocate(capacity: documents * o)
+            capacity.outputs = documents * o
+        }
+    }
+
+    deinit {
+        pieces.deallocate()
+        sums.deallocate()
+        outputs.deallocate()
+    }
+}
+
+/// Scratches for the threads embedding at once (the daemon's connections each prepare their own
+/// donations). At most `kept` stay between calls, so the memory is bounded: a scratch is about
+/// 0.6 MB, most of it its word cache.
+private final class ScratchPool: @unchecked Sendable {
+    // @unchecked: `free` is only touched under `lock`; a scratch is used by one call at a time.
+    private let lock = NSLock()
+    private var free: [EmbedScratch] = []
+    static let kept = 8
+
+    func use<R>(_ body: (EmbedScratch) -> R) -> R {
+        let scratch = lock.withLock { free.popLast() } ?? EmbedScratch()
+        defer { lock.withLock { if free.count < Self.kept { free.append(scratch) } } }
+        return body(scratch)
     }
 }
 

@@ -93,32 +93,37 @@ public struct Vocabulary: Sendable {
     func lookup(_ piece: ArraySlice<UInt8>, continuation: Bool) -> Int32? {
         var h = Vocabulary.hashSeed
         for b in piece { h = Vocabulary.hashStep(h, b) }
-        return lookup(piece, hash: h, continuation: continuation)
+        return piece.withUnsafeBufferPointer { lookup($0, hash: h, continuation: continuation) }
     }
 
     /// The same, given the piece's FNV state (`hashStep` over its bytes from `hashSeed`).
     @inline(__always)
-    func lookup(_ piece: ArraySlice<UInt8>, hash: UInt64, continuation: Bool) -> Int32? {
+    func lookup(_ piece: UnsafeBufferPointer<UInt8>, hash: UInt64, continuation: Bool) -> Int32? {
+        let slot = Vocabulary.finish(hash) & mask
+        // Not `(continuation ? a : b).with…`: that copies an array reference (a retain and a
+        // release per probe).
+        if continuation { return probe(self.continuation, slot: slot, piece) }
+        return probe(initial, slot: slot, piece)
+    }
+
+    @inline(__always)
+    private func probe(_ table: [Int32], slot: Int, _ piece: UnsafeBufferPointer<UInt8>) -> Int32? {
         let mask = self.mask
-        var slot = Vocabulary.finish(hash) & mask
-        return (continuation ? self.continuation : initial).withUnsafeBufferPointer { table -> Int32? in
+        var slot = slot
+        return table.withUnsafeBufferPointer { table -> Int32? in
             bytes.withUnsafeBufferPointer { bytes -> Int32? in
-                while true {
-                    let entry = table[slot]
-                    if entry == 0 { return nil }
-                    let id = Int(entry - 1)
-                    let len = Int(lengths[id])
-                    if len == piece.count {
-                        let start = Int(starts[id])
-                        var equal = true
-                        var j = piece.startIndex
-                        for k in start..<(start + len) {
-                            if bytes[k] != piece[j] { equal = false; break }
-                            j += 1
+                lengths.withUnsafeBufferPointer { lengths -> Int32? in
+                    while true {
+                        let entry = table[slot]
+                        if entry == 0 { return nil }
+                        let id = Int(entry &- 1)
+                        let len = Int(lengths[id])
+                        if len == piece.count {
+                            let start = Int(starts[id])
+                            if len == 0 || memcmp(bytes.baseAddress! + start, piece.baseAddress!, len) == 0 { return Int32(id) }
                         }
-                        if equal { return Int32(id) }
+                        slot = (slot + 1) & mask
                     }
-                    slot = (slot + 1) & mask
                 }
             }
         }

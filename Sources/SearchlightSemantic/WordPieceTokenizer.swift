@@ -68,20 +68,30 @@ public struct WordPieceTokenizer: Sendable {
 
     /// Appends the pieces of `text` to `ids` until `ids` holds `limit` ids.
     public func appendPieces(of text: String, to ids: inout [Int32], limit: Int) {
+        var buffer = PieceBuffer(capacity: max(16, min(limit, 1024), ids.count + 16))
+        defer { buffer.deallocate() }
+        for id in ids { buffer.append(id) }
+        appendPieces(of: text, to: &buffer, limit: limit, cache: nil)
+        ids = Array(buffer.pieces)
+    }
+
+    /// The same into a `PieceBuffer`, taking the pieces of words seen before from `cache` (and
+    /// adding new ones to it): the static encoder's path, with no Array in the inner loops.
+    func appendPieces(of text: String, to ids: inout PieceBuffer, limit: Int, cache: WordPieceCache?) {
         var text = text
         let specials: [(Range<Int>, Int32)] = text.withUTF8(specialTokens)
         guard !specials.isEmpty else {
-            appendSegment(text, to: &ids, limit: limit)
+            appendSegment(text, to: &ids, limit: limit, cache: cache)
             return
         }
         let utf8 = Array(text.utf8)
         var start = 0
         for (range, id) in specials {
-            appendSegment(String(decoding: utf8[start..<range.lowerBound], as: UTF8.self), to: &ids, limit: limit)
+            appendSegment(String(decoding: utf8[start..<range.lowerBound], as: UTF8.self), to: &ids, limit: limit, cache: cache)
             if ids.count < limit { ids.append(id) }
             start = range.upperBound
         }
-        appendSegment(String(decoding: utf8[start...], as: UTF8.self), to: &ids, limit: limit)
+        appendSegment(String(decoding: utf8[start...], as: UTF8.self), to: &ids, limit: limit, cache: cache)
     }
 
     /// Where the raw text names a special token, left to right.
@@ -89,7 +99,11 @@ public struct WordPieceTokenizer: Sendable {
         var found: [(Range<Int>, Int32)] = []
         var i = 0
         while i < utf8.count {
-            if utf8[i] == 0x5B, let (length, id) = specialToken(at: i, in: utf8) {
+            // Skip to the next '[' with memchr: most texts have none, and a byte loop was a
+            // measurable part of a donation's embedding.
+            guard let open = memchr(utf8.baseAddress! + i, 0x5B, utf8.count - i) else { break }
+            i = utf8.baseAddress!.distance(to: open.assumingMemoryBound(to: UInt8.self))
+            if let (length, id) = specialToken(at: i, in: utf8) {
                 found.append((i..<(i + length), id))
                 i += length
             } else {
@@ -118,10 +132,12 @@ public struct WordPieceTokenizer: Sendable {
     /// text: every step but NFD is per character, NFD only reorders marks after a starter (an
     /// ASCII space is one, and it ends a word anyway), so one accented word no longer sends the
     /// whole document down the slow path.
-    private func appendSegment(_ text: String, to ids: inout [Int32], limit: Int) {
+    private func appendSegment(_ text: String, to ids: inout PieceBuffer, limit: Int, cache: WordPieceCache?) {
         var word = WordBuffer()
+        defer { word.deallocate() }
         var text = text
-        text.withUTF8 { utf8 in
+        let classes = ASCIIClass.table  // read once: a static's every use checks its lazy initialisation
+        classes.withUnsafeBufferPointer { classes in text.withUTF8 { utf8 in
             let n = utf8.count
             var i = 0
             while i < n && ids.count < limit {
@@ -136,30 +152,32 @@ public struct WordPieceTokenizer: Sendable {
                     for k in i..<end {
                         if ids.count >= limit { break }
                         let b = utf8[k]
-                        switch ASCIIClass.table[Int(b)] {
+                        switch classes[Int(b)] {
                         case .drop: continue
-                        case .space: flush(&word, into: &ids)
+                        case .space: flush(&word, into: &ids, cache: cache)
                         case .punctuation:
-                            flush(&word, into: &ids)
+                            flush(&word, into: &ids, cache: cache)
                             word.append(b)
-                            flush(&word, into: &ids)
+                            flush(&word, into: &ids, cache: cache)
                         case .upper: word.append(b | 0x20)
                         case .keep: word.append(b)
                         }
                     }
                 } else {
                     appendPiecesUnicode(of: String(decoding: UnsafeBufferPointer(rebasing: utf8[i..<end]), as: UTF8.self),
-                        to: &ids, word: &word, limit: limit)
+                        to: &ids, word: &word, limit: limit, cache: cache)
                 }
-                if end < n && ids.count < limit { flush(&word, into: &ids) }  // the whitespace after the chunk
+                if end < n && ids.count < limit { flush(&word, into: &ids, cache: cache) }  // the whitespace after the chunk
                 i = end + 1
             }
-        }
-        if ids.count < limit { flush(&word, into: &ids) }
-        if ids.count > limit { ids.removeLast(ids.count - limit) }
+        } }
+        if ids.count < limit { flush(&word, into: &ids, cache: cache) }
+        ids.truncate(to: limit)
     }
 
-    private func appendPiecesUnicode(of text: String, to ids: inout [Int32], word: inout WordBuffer, limit: Int) {
+    private func appendPiecesUnicode(of text: String, to ids: inout PieceBuffer, word: inout WordBuffer, limit: Int,
+        cache: WordPieceCache?)
+    {
         // Steps 1-2 on the original characters, then 3 on the whole string, as the reference does.
         var cleaned = String.UnicodeScalarView()
         for c in text.unicodeScalars {
@@ -180,11 +198,11 @@ public struct WordPieceTokenizer: Sendable {
             if c.properties.generalCategory == .nonspacingMark { continue }
             for l in UnicodeClass.lowercase(c) {
                 if UnicodeClass.isWhitespace(l) {
-                    flush(&word, into: &ids)
+                    flush(&word, into: &ids, cache: cache)
                 } else if UnicodeClass.isPunctuation(l) {
-                    flush(&word, into: &ids)
+                    flush(&word, into: &ids, cache: cache)
                     word.append(l)
-                    flush(&word, into: &ids)
+                    flush(&word, into: &ids, cache: cache)
                 } else {
                     word.append(l)
                 }
@@ -192,39 +210,68 @@ public struct WordPieceTokenizer: Sendable {
         }
     }
 
-    /// WordPiece on the word in `word` (then emptied).
-    private func flush(_ word: inout WordBuffer, into ids: inout [Int32]) {
-        guard !word.bytes.isEmpty else { return }
+    /// WordPiece on the word in `word` (then emptied). With a cache, a word seen before takes its
+    /// pieces from it (a word of at most 48 bytes has at most 48 characters, so the 100-character
+    /// rule, the only thing besides the bytes that decides the pieces, cannot apply to it).
+    @inline(__always)
+    private func flush(_ word: inout WordBuffer, into ids: inout PieceBuffer, cache: WordPieceCache?) {
+        guard word.count > 0 else { return }
         defer { word.removeAll() }
         if word.characterCount > maxInputCharsPerWord {
             ids.append(unkID)
             return
         }
+        guard let cache else {
+            wordPiece(&word, into: &ids)
+            return
+        }
+        let hash = word.hash
+        if cache.append(word.bytes, hash: hash, to: &ids) { return }
+        let firstOutput = ids.count
+        wordPiece(&word, into: &ids)
+        cache.insert(word.bytes, hash: hash, pieces: UnsafeBufferPointer(start: ids.base + firstOutput, count: ids.count - firstOutput))
+    }
+
+    /// Greedy longest-match WordPiece of `word`'s bytes, appended to `ids` (one `[UNK]` when a
+    /// piece matches nothing).
+    private func wordPiece(_ word: inout WordBuffer, into ids: inout PieceBuffer) {
+        // The whole word first: most words are one token, found by the hash kept while the word was read.
+        let bytes = word.bytes
+        if let id = vocabulary.lookup(bytes, hash: word.hash, continuation: false) {
+            ids.append(id)
+            return
+        }
         let firstOutput = ids.count
         var start = 0
-        let count = word.bytes.count
+        let count = bytes.count
+        let prefixHashes = word.prefixHashes
         while start < count {
             // The hash of every prefix of bytes[start...] in one pass, so that trying shorter
             // pieces costs one probe each rather than hashing the piece again.
-            word.prefixHashes.removeAll(keepingCapacity: true)
             var h = Vocabulary.hashSeed
             for k in start..<count {
-                h = Vocabulary.hashStep(h, word.bytes[k])
-                word.prefixHashes.append(h)
+                h = Vocabulary.hashStep(h, bytes[k])
+                prefixHashes[k - start] = h
             }
             var end = count
+            if start == 0 {  // the whole word was tried above
+                end -= 1
+                while end > start && bytes[end] & 0xC0 == 0x80 { end -= 1 }
+            }
             var found: Int32?
             while end > start {
-                if let id = vocabulary.lookup(word.bytes[start..<end], hash: word.prefixHashes[end - start - 1], continuation: start > 0) {
+                if let id = vocabulary.lookup(UnsafeBufferPointer(rebasing: bytes[start..<end]), hash: prefixHashes[end - start - 1],
+                    continuation: start > 0)
+                {
                     found = id
                     break
                 }
                 // Back to the previous character boundary (UTF-8 continuation bytes are 10xxxxxx).
                 end -= 1
-                while end > start && word.bytes[end] & 0xC0 == 0x80 { end -= 1 }
+                while end > start && bytes[end] & 0xC0 == 0x80 { end -= 1 }
             }
             guard let id = found else {
-                ids.removeLast(ids.count - firstOutput)
+                ids.truncate(to: firstOutput)
                 ids.append(unkID)
                 return
             }
@@ -234,35 +281,109 @@ public struct WordPieceTokenizer: Sendable {
     }
 }
 
-/// One word's UTF-8 bytes and its character count, reused across words.
+/// One word's UTF-8 bytes and its character count, reused across words: unsafe storage, grown
+/// when a word is longer than any before, so that appending a byte is a store (an Array checks
+/// that its buffer is unique and large enough on every append). The owner calls `deallocate`.
 struct WordBuffer {
-    var bytes: [UInt8] = []
+    private var storage: UnsafeMutablePointer<UInt8>
+    /// Scratch for `wordPiece`: FNV state of each prefix of the piece being matched.
+    private(set) var prefixStorage: UnsafeMutablePointer<UInt64>
+    private var capacity = 64
+    private(set) var count = 0
     var characterCount = 0
-    /// Scratch for `flush`: FNV state of each prefix of the piece being matched.
-    var prefixHashes: [UInt64] = []
+    /// FNV state of the bytes (`Vocabulary.hashStep` from `hashSeed`).
+    var hash = Vocabulary.hashSeed
 
     init() {
-        bytes.reserveCapacity(64)
-        prefixHashes.reserveCapacity(64)
+        storage = .allocate(capacity: 64)
+        prefixStorage = .allocate(capacity: 64)
+    }
+
+    func deallocate() {
+        storage.deallocate()
+        prefixStorage.deallocate()
+    }
+
+    var bytes: UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(start: storage, count: count) }
+    /// Room for one hash per byte of the word.
+    var prefixHashes: UnsafeMutableBufferPointer<UInt64> { UnsafeMutableBufferPointer(start: prefixStorage, count: capacity) }
+
+    @inline(__always) private mutating func store(_ b: UInt8) {
+        if count == capacity { grow() }
+        storage[count] = b
+        count &+= 1
+        hash = Vocabulary.hashStep(hash, b)
+    }
+
+    private mutating func grow() {
+        let bigger = capacity * 2
+        let s = UnsafeMutablePointer<UInt8>.allocate(capacity: bigger)
+        s.moveInitialize(from: storage, count: count)
+        storage.deallocate()
+        storage = s
+        prefixStorage.deallocate()
+        prefixStorage = .allocate(capacity: bigger)
+        capacity = bigger
     }
 
     @inline(__always) mutating func append(_ b: UInt8) {
-        bytes.append(b)
+        store(b)
         characterCount += 1
     }
 
     mutating func append(_ c: Unicode.Scalar) {
         characterCount += 1
         if c.isASCII {
-            bytes.append(UInt8(c.value))
+            store(UInt8(c.value))
         } else {
-            bytes.append(contentsOf: String(c).utf8)
+            for b in String(c).utf8 { store(b) }
         }
     }
 
-    mutating func removeAll() {
-        bytes.removeAll(keepingCapacity: true)
+    @inline(__always) mutating func removeAll() {
+        count = 0
         characterCount = 0
+        hash = Vocabulary.hashSeed
+    }
+}
+
+/// Word-piece ids appended without Array's per-append checks (see `WordBuffer`); grows by
+/// doubling. The owner calls `deallocate`.
+struct PieceBuffer {
+    private(set) var base: UnsafeMutablePointer<Int32>
+    private var capacity: Int
+    private(set) var count = 0
+
+    init(capacity: Int) {
+        self.capacity = max(1, capacity)
+        base = .allocate(capacity: self.capacity)
+    }
+
+    func deallocate() { base.deallocate() }
+
+    /// Drops the ids after the first `n`.
+    mutating func truncate(to n: Int) {
+        precondition(n >= 0)
+        count = min(count, n)
+    }
+
+    mutating func removeAll() { count = 0 }
+
+    var pieces: UnsafeBufferPointer<Int32> { UnsafeBufferPointer(start: base, count: count) }
+
+    @inline(__always) mutating func append(_ id: Int32) {
+        if count == capacity { grow() }
+        base[count] = id
+        count &+= 1
+    }
+
+    private mutating func grow() {
+        let bigger = capacity * 2
+        let b = UnsafeMutablePointer<Int32>.allocate(capacity: bigger)
+        b.moveInitialize(from: base, count: count)
+        base.deallocate()
+        base = b
+        capacity = bigger
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import SearchlightSemantic
 import SearchlightWire
 
 /// The writer-thread half of `IndexStore`: each function runs inside the group's transaction.
@@ -26,14 +27,28 @@ extension IndexStore {
         return mutations.map { mutation in
             switch mutation {
             case .items(let items):
-                .items(items.map { item in
-                    item.isUpdate ? .update(item)
-                        : .replace(uid: item.uniqueIdentifier, row: StoredRow(ItemRecord(item: item, defaultExpires: defaultExpires), encoder: encoder))
-                })
+                // The new items' rows in one batch (their vectors are embedded together); updates
+                // are merged by the writer, which alone can read the stored item.
+                .items(Self.prepared(items, defaultExpires: defaultExpires, encoder: encoder))
             case .deleteIdentifiers(let ids): .deleteIdentifiers(ids)
             case .deleteDomains(let domains): .deleteDomains(domains)
             case .deleteAll: .deleteAll
             }
+        }
+    }
+
+    private static func prepared(_ items: [SearchableItem], defaultExpires: Double, encoder: StaticEncoder?) -> [PreparedItem] {
+        guard let encoder else {
+            return items.map { item in
+                item.isUpdate ? .update(item)
+                    : .replace(uid: item.uniqueIdentifier, row: StoredRow(ItemRecord(item: item, defaultExpires: defaultExpires), vector: nil))
+            }
+        }
+        let records = items.map { $0.isUpdate ? nil : ItemRecord(item: $0, defaultExpires: defaultExpires) }
+        let vectors = StoredRow.vectors(records, encoder: encoder)
+        return items.indices.map { i in
+            guard let record = records[i] else { return .update(items[i]) }
+            return .replace(uid: items[i].uniqueIdentifier, row: StoredRow(record, vector: vectors[i]))
         }
     }
 

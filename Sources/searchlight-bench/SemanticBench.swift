@@ -228,12 +228,13 @@ struct SemanticBench {
         relevant.isEmpty ? 0 : Double(ranking.prefix(100).filter(relevant.contains).count) / Double(relevant.count)
     }
 
-    /// The corpus without its keywords (the tags are the answer) in a bundle of its own; each
+    /// The corpus without its debtags keywords (`a::b`: the tags are the answer; the section
+    /// stays, as in `searchlight-semantic evaluate` and `tune`) in a bundle of its own; each
     /// judgement's query through `query.user`, top 100, lexical and hybrid.
     func quality(_ judged: [Judgement], socket: String) async throws -> [Row] {
         let items = corpus.entries.map { e -> SearchableItem in
             var item = e.searchableItem
-            item.attributeSet.keywords = nil
+            item.attributeSet.keywords = item.attributeSet.keywords?.filter { !$0.contains("::") }
             return item
         }
         let bundle = "bench.semantic.relevance"

@@ -5,7 +5,7 @@ import SearchlightWire
 
 /// The hybrid ranking's settings measured on the debtags relevance set, in-process: the corpus
 /// donated to an `IndexStore` with the static encoder, as the daemon keeps it (the items without
-/// keywords, like `searchlight-bench --scenarios semantic`), then each query through
+/// their debtags keywords, like `evaluate` and `searchlight-bench --scenarios semantic`), then each query through
 /// `IndexStore.userQuery` with every combination of the settings given. It prints, per setting,
 /// nDCG@10, recall@100 and the queries more than 0.1 nDCG@10 below the lexical ranking, so that
 /// a setting is chosen with its neighbours in view.
@@ -20,7 +20,7 @@ func tune(_ options: ToolOptions) throws {
     storeOptions.rankedIndexBuilds = false  // the exhaustive ranking: the definition the ranked index equals
     let store = try IndexStore(path: dir + "/tune.sqlite", options: storeOptions)
     defer { store.close() }
-    let donateTime = try time { try donate(docs, to: store, keywords: .none) }
+    let donateTime = try time { try donate(docs, to: store, keywords: .withoutTags) }
     progress("tune: \(judgements.count) queries, \(docs.count) documents donated in \(format(donateTime, 1)) s")
     let vectors = judgements.map { table.embed($0.query) }
 

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "CVectorKernels.h"
+#include "CStaticKernels.h"
 
 /// Output columns per panel: every `outputs` given to these functions is a multiple of it.
 #define SL_PANEL 48
