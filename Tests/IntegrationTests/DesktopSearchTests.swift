@@ -106,6 +106,9 @@ struct DesktopSearchTests {
         unit.openWith = "org.example.Journal.desktop"
         try unit.plist(control: units + "/control").write(toFile: units + "/\(unit.label).plist", atomically: true, encoding: .utf8)
         let daemon = try DaemonProcess(arguments: ["--units-dir", units], dir: dir)
+        // The new bundle's initial reindex-all comes first: the test extension's reindex-all
+        // deletes every item before donating its own, so an item imported before it ends is gone.
+        _ = try daemon.waitForLog("index filled bundle=\(unit.bundle)")
         try importItems(unit.bundle, [#"{"uniqueIdentifier":"entry-7","attributeSet":{"title":"Evening by the river"}}"#],
                         socket: daemon.socket, dir: dir)
         let bus = try SessionBusHarness(daemonSocket: daemon.socket)
