@@ -38,14 +38,7 @@ struct RefineBench {
     var procRoot: String { dir + "/proc" }
     let bundle = "bench.refine"
 
-    func writePressure(cpu: Double) throws {
-        try FileManager.default.createDirectory(atPath: procRoot + "/pressure", withIntermediateDirectories: true)
-        for (name, v) in [("cpu", cpu), ("io", 0.0), ("memory", 0.0)] {
-            let path = procRoot + "/pressure/" + name
-            try Data("some avg10=\(v) avg60=0.00 avg300=0.00 total=1\n".utf8).write(to: URL(fileURLWithPath: path + ".new"))
-            rename(path + ".new", path)
-        }
-    }
+    func writePressure(cpu: Double) throws { try writeFakePressure(procRoot: procRoot, cpu: cpu) }
 
     func run() async throws -> [Row] {
         let model = ModelDirectory.resolve(systemMode: false)

@@ -25,14 +25,7 @@ final class ThrottleBench: @unchecked Sendable {
 
     static var extensionPath: String { Daemon.executableDirectory + "/searchlight-test-extension" }
 
-    func writePressure(cpu: Double) throws {
-        try FileManager.default.createDirectory(atPath: procRoot + "/pressure", withIntermediateDirectories: true)
-        for (name, v) in [("cpu", cpu), ("io", 0.0), ("memory", 0.0)] {
-            let path = procRoot + "/pressure/" + name
-            try Data("some avg10=\(v) avg60=0.00 avg300=0.00 total=1\n".utf8).write(to: URL(fileURLWithPath: path + ".new"))
-            rename(path + ".new", path)
-        }
-    }
+    func writePressure(cpu: Double) throws { try writeFakePressure(procRoot: procRoot, cpu: cpu) }
 
     private func writeUnit() throws {
         let control = dir + "/control"
@@ -163,5 +156,16 @@ extension BenchRun {
             figure: Figure(paused), unit: "s", higherIsBetter: false, target: "≤ 2 s", met: Figure(paused).max <= 2))
         rows.append(Row(scenario: "throttle reaction: pressure over the pause mark to the last background dispatch",
             figure: Figure(stopped), unit: "s", higherIsBetter: false, target: "≤ 2 s", met: Figure(stopped).max <= 2))
+    }
+}
+
+/// Writes a fake `--proc-root`'s PSI files (cpu at `cpu`, io and memory quiet), each replaced by a
+/// rename so the daemon's sampler never reads half a file.
+func writeFakePressure(procRoot: String, cpu: Double) throws {
+    try FileManager.default.createDirectory(atPath: procRoot + "/pressure", withIntermediateDirectories: true)
+    for (name, v) in [("cpu", cpu), ("io", 0.0), ("memory", 0.0)] {
+        let path = procRoot + "/pressure/" + name
+        try Data("some avg10=\(v) avg60=0.00 avg300=0.00 total=1\n".utf8).write(to: URL(fileURLWithPath: path + ".new"))
+        rename(path + ".new", path)
     }
 }
