@@ -34,13 +34,7 @@ extension IndexStore {
     public func search(
         _ filter: SQLFilter, fetch: [String]? = nil, limit: Int = 1000, cursor: String? = nil, budget: QueryBudget? = nil
     ) throws(SearchlightError) -> SearchPage {
-        var after: Int64 = 0
-        if let cursor {
-            guard let v = Int64(cursor), v >= 0 else {
-                throw SearchlightError(.invalidParams, "\"cursor\" must be the cursor string of a previous page")
-            }
-            after = v
-        }
+        let after = try Self.cursorRowID(cursor)
         let now = options.clock().timeIntervalSince1970
         let fetchSet = fetch.map(Set.init)
         let (sql, bindings) = Self.searchStatement(filter, after: after, now: now, limit: limit + 1, columns: ItemRecord.selectColumns(fetch: fetchSet))
@@ -52,6 +46,39 @@ extension IndexStore {
         }
         let next = rows.count > limit ? rows[limit - 1].int(0).map(String.init) : nil
         return SearchPage(items: items, cursor: next)
+    }
+
+    /// `search`'s page with its items written as JSON straight from the rows (`WireItemWriter`),
+    /// appended to `items`: what the daemon answers. Same items, same cursor.
+    public func search(
+        _ filter: SQLFilter, fetch: [String]? = nil, limit: Int = 1000, cursor: String? = nil, budget: QueryBudget? = nil,
+        into items: inout EncodedItems
+    ) throws(SearchlightError) -> String? {
+        let after = try Self.cursorRowID(cursor)
+        let now = options.clock().timeIntervalSince1970
+        let fetchSet = fetch.map(Set.init)
+        let writer = WireItemWriter(fetch: fetchSet)
+        let (sql, bindings) = Self.searchStatement(filter, after: after, now: now, limit: limit + 1, columns: ItemRecord.selectColumns(fetch: fetchSet))
+        return try read(budget: budget) { db in
+            var written = 0
+            var last: Int64 = 0
+            var more = false
+            try db.forEachRow(sql, bindings) { s in
+                guard written < limit else { more = true; return }
+                last = s.int64(0)
+                items.append { writer.write(s, offset: 1, to: &$0) }
+                written += 1
+            }
+            return more ? String(last) : nil
+        }
+    }
+
+    static func cursorRowID(_ cursor: String?) throws(SearchlightError) -> Int64 {
+        guard let cursor else { return 0 }
+        guard let v = Int64(cursor), v >= 0 else {
+            throw SearchlightError(.invalidParams, "\"cursor\" must be the cursor string of a previous page")
+        }
+        return v
     }
 
     /// The statement behind `search`: rows of `items.rowid` then `ItemRecord.selectColumns`.

@@ -138,8 +138,12 @@ struct ItemRecord {
         return out
     }
 
-    private func wireCustom(_ value: JSONValue) -> JSONValue {
-        let dates = Set(attrs["customDates"]?.arrayValue?.compactMap(\.stringValue) ?? [])
+    private func wireCustom(_ value: JSONValue) -> JSONValue { Self.wireCustom(value, dates: attrs["customDates"]) }
+
+    /// The stored `custom` object in wire form: the members named in the stored `customDates`
+    /// (dates kept as Unix seconds) as `{"$date": ISO 8601}`.
+    static func wireCustom(_ value: JSONValue, dates storedDates: JSONValue?) -> JSONValue {
+        let dates = Set(storedDates?.arrayValue?.compactMap(\.stringValue) ?? [])
         guard case .object(var custom) = value, !dates.isEmpty else { return value }
         func date(_ v: JSONValue) -> JSONValue {
             guard let t = v.doubleValue else { return v }

@@ -175,16 +175,54 @@ extension IndexStore {
     public func userQuery(_ request: UserQueryRequest, path: RankingPath = .automatic, budget: QueryBudget? = nil)
         throws(SearchlightError) -> UserQueryResult
     {
+        let fetch = request.fetch.map(Set.init)
+        let columns = ItemRecord.selectColumns(fetch: fetch)
+        var items: [JSONValue] = []
+        let (found, suggestions) = try rankedUserQuery(request, path: path, budget: budget) { db, c in
+            guard let row = try db.rows("SELECT \(columns) FROM items WHERE items.rowid = ?", [.integer(c.rowID)]).first else { return false }
+            items.append(ItemRecord(row: row, fetch: fetch).wireItem(fetch: fetch))
+            return true
+        }
+        let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
+        return UserQueryResult(items: items, scores: found.map(\.score), rankedItems: ranked, suggestions: suggestions,
+            explanations: request.explain ? found : nil)
+    }
+
+    /// `userQuery` with its items written as JSON straight from their rows (`WireItemWriter`),
+    /// appended to `items`: what the daemon answers. The same items in the same order; the
+    /// result's `items` and `rankedItems` are left empty (`rankedItems` is a prefix of the items).
+    public func userQuery(_ request: UserQueryRequest, path: RankingPath = .automatic, budget: QueryBudget? = nil,
+                          into items: inout EncodedItems) throws(SearchlightError) -> UserQueryResult
+    {
+        let fetch = request.fetch.map(Set.init)
+        let sql = "SELECT \(ItemRecord.selectColumns(fetch: fetch)) FROM items WHERE items.rowid = ?"
+        let writer = WireItemWriter(fetch: fetch)
+        let (found, suggestions) = try rankedUserQuery(request, path: path, budget: budget) { db, c in
+            var written = false
+            try db.forEachRow(sql, [.integer(c.rowID)]) { s in
+                guard !written else { return }
+                items.append { writer.write(s, offset: 0, to: &$0) }
+                written = true
+            }
+            return written
+        }
+        return UserQueryResult(items: [], scores: found.map(\.score), rankedItems: [], suggestions: suggestions,
+            explanations: request.explain ? found : nil)
+    }
+
+    /// The ranking of a user query and its suggestions; `item` reads each ranked item (false:
+    /// it is gone), in order, inside the same read transaction. Answers the candidates found.
+    private func rankedUserQuery(_ request: UserQueryRequest, path: RankingPath, budget: QueryBudget?,
+                                 item: (Database, FusedCandidate) throws -> Bool) throws(SearchlightError)
+        -> (found: [FusedCandidate], suggestions: [Suggestion])
+    {
         let terms = try UserQueryTerms(request.text, maxTerms: options.limits.maxQueryTerms)
         let now = options.clock().timeIntervalSince1970
-        let fetch = request.fetch.map(Set.init)
         let semantic = hasVectors ? request.semantic : nil
         if semantic != nil { try loadVectors() }
         return try read(budget: budget) { db in
             try db.transaction("DEFERRED") {
-                var items: [JSONValue] = []
-                var scores: [Double] = []
-                var explanations: [FusedCandidate]? = request.explain ? [] : nil
+                var found: [FusedCandidate] = []
                 var ranking: [FusedCandidate] = []
                 if request.maxResultCount > 0 {
                     let lexical = terms.words.isEmpty ? []
@@ -211,24 +249,18 @@ extension IndexStore {
                             FusedCandidate(rowID: $1.rowID, lexicalRank: $0 + 1, vectorRank: nil, similarity: nil, score: $1.score)
                         }
                     }
-                    items.reserveCapacity(ranking.count)
-                    let columns = ItemRecord.selectColumns(fetch: fetch)
+                    found.reserveCapacity(ranking.count)
                     for c in ranking {
                         try budget?.check()
-                        guard let row = try db.rows("SELECT \(columns) FROM items WHERE items.rowid = ?", [.integer(c.rowID)]).first
-                        else { continue }
-                        items.append(ItemRecord(row: row, fetch: fetch).wireItem(fetch: fetch))
-                        scores.append(c.score)
-                        explanations?.append(c)
+                        if try item(db, c) { found.append(c) }
                     }
                 }
-                let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
                 var suggestions: [Suggestion] = []
                 if request.maxSuggestionCount > 0 {
                     suggestions = try self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db,
                         path: path, budget: budget)
                 }
-                return UserQueryResult(items: items, scores: scores, rankedItems: ranked, suggestions: suggestions, explanations: explanations)
+                return (found, suggestions)
             }
         }
     }

@@ -11,18 +11,41 @@ public enum ISO8601 {
         // Years 1970-9999 (every item's expiration): the civil date by arithmetic into 24 bytes.
         // gmtime_r and string interpolation cost about 9 000 instructions per date, and every
         // item a query returns carries at least one.
-        if t >= 0, t < 253_402_300_800 {
-            var seconds = Int(t.rounded(.down))
-            var millis = Int(((t - Double(seconds)) * 1000).rounded())
-            if millis >= 1000 { seconds += 1; millis -= 1000 }
-            if seconds < 253_402_300_800 { return formatFast(seconds: seconds, millis: millis) }
+        if let (seconds, millis) = fastParts(t) {
+            return String(unsafeUninitializedCapacity: 24) { b in
+                put(seconds: seconds, millis: millis, into: UnsafeMutableBufferPointer(rebasing: b[0..<24]))
+                return 24
+            }
         }
         return formatSlow(t)
     }
 
+    /// `format` of the date `t` seconds after 1970, quoted, appended to a JSON text being written
+    /// (the daemon's answers: no `String` per date).
+    public static func writeQuoted(_ t: Double, to out: inout [UInt8]) {
+        guard let (seconds, millis) = fastParts(t) else {
+            JSONValue.writeString(formatSlow(t), to: &out)
+            return
+        }
+        let start = out.count
+        out.append(contentsOf: repeatElement(UInt8(ascii: "\""), count: 26))
+        out.withUnsafeMutableBufferPointer { b in
+            put(seconds: seconds, millis: millis, into: UnsafeMutableBufferPointer(rebasing: b[(start + 1)..<(start + 25)]))
+        }
+    }
+
+    /// Whole seconds and milliseconds of `t`, when it is in years 1970-9999.
+    private static func fastParts(_ t: Double) -> (Int, Int)? {
+        guard t >= 0, t < 253_402_300_800 else { return nil }
+        var seconds = Int(t.rounded(.down))
+        var millis = Int(((t - Double(seconds)) * 1000).rounded())
+        if millis >= 1000 { seconds += 1; millis -= 1000 }
+        return seconds < 253_402_300_800 ? (seconds, millis) : nil
+    }
+
     /// `YYYY-MM-DDTHH:MM:SS.mmmZ` of a non-negative second count before year 10000 (Howard
-    /// Hinnant's civil-from-days).
-    private static func formatFast(seconds: Int, millis: Int) -> String {
+    /// Hinnant's civil-from-days), into 24 bytes.
+    private static func put(seconds: Int, millis: Int, into b: UnsafeMutableBufferPointer<UInt8>) {
         let days = seconds / 86_400, rest = seconds % 86_400
         let z = days + 719_468
         let era = z / 146_097
@@ -33,19 +56,17 @@ public enum ISO8601 {
         let day = doy - (153 * mp + 2) / 5 + 1
         let month = mp < 10 ? mp + 3 : mp - 9
         let year = yoe + era * 400 + (month <= 2 ? 1 : 0)
-        return String(unsafeUninitializedCapacity: 24) { b in
-            func put(_ v: Int, _ at: Int, _ width: Int) {
-                var v = v
-                for k in stride(from: at + width - 1, through: at, by: -1) {
-                    b[k] = UInt8(0x30 + v % 10)
-                    v /= 10
-                }
+        let base = b.startIndex
+        func put(_ v: Int, _ at: Int, _ width: Int) {
+            var v = v
+            for k in stride(from: base + at + width - 1, through: base + at, by: -1) {
+                b[k] = UInt8(0x30 + v % 10)
+                v /= 10
             }
-            put(year, 0, 4); b[4] = 0x2D; put(month, 5, 2); b[7] = 0x2D; put(day, 8, 2); b[10] = 0x54
-            put(rest / 3600, 11, 2); b[13] = 0x3A; put(rest / 60 % 60, 14, 2); b[16] = 0x3A; put(rest % 60, 17, 2)
-            b[19] = 0x2E; put(millis, 20, 3); b[23] = 0x5A
-            return 24
         }
+        put(year, 0, 4); b[base + 4] = 0x2D; put(month, 5, 2); b[base + 7] = 0x2D; put(day, 8, 2); b[base + 10] = 0x54
+        put(rest / 3600, 11, 2); b[base + 13] = 0x3A; put(rest / 60 % 60, 14, 2); b[base + 16] = 0x3A; put(rest % 60, 17, 2)
+        b[base + 19] = 0x2E; put(millis, 20, 3); b[base + 23] = 0x5A
     }
 
     private static func formatSlow(_ t: Double) -> String {

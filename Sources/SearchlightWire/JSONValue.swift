@@ -143,7 +143,7 @@ extension JSONValue {
         }
     }
 
-    static func writeNumber(_ n: Double, to out: inout [UInt8]) {
+    public static func writeNumber(_ n: Double, to out: inout [UInt8]) {
         guard n.isFinite else { out.append(contentsOf: "null".utf8); return }
         if n.rounded() == n, abs(n) < 1e15 {
             out.append(contentsOf: String(Int64(n)).utf8)
@@ -174,42 +174,65 @@ extension JSONValue {
     @inline(__always)
     static func needsEscape(_ b: UInt8) -> Bool { b < 0x20 || b == 0x22 || b == 0x5C || b == 0x7F }
 
-    static func writeString(_ s: String, to out: inout [UInt8]) {
-        out.append(UInt8(ascii: "\""))
+    public static func writeString(_ s: String, to out: inout [UInt8]) {
         var copy = s
-        copy.withUTF8 { bytes in
-            // Nearly every string of an answer (keys, titles, identifiers) needs no escape: one
-            // scan, one copy. (A byte loop with a copy per run cost ~450 instructions a string.)
-            var plain = plainPrefixEnd(bytes, from: 0)
-            while plain < bytes.count, !needsEscape(bytes[plain]) { plain += 1 }
-            if plain == bytes.count {
-                out.append(contentsOf: bytes)
-                return
-            }
-            var runStart = 0
-            var i = 0
-            while i < bytes.count {
-                i = plainPrefixEnd(bytes, from: i)
-                guard i < bytes.count else { break }
-                let b = bytes[i]
-                i += 1
-                guard b < 0x20 || b == 0x22 || b == 0x5C || b == 0x7F else { continue }
-                let at = i - 1
-                if at > runStart { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<at])) }
-                runStart = i
-                switch b {
-                case 0x22: out.append(contentsOf: [0x5C, 0x22])
-                case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
-                case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
-                case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
-                case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
-                default:
-                    let hex: [UInt8] = Array("0123456789abcdef".utf8)
-                    out.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(b >> 4)], hex[Int(b & 0xF)]])
-                }
-            }
-            if bytes.count > runStart { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...])) }
-        }
+        copy.withUTF8 { writeString(utf8: $0, to: &out) }
+    }
+
+    /// `bytes` (valid UTF-8: a Swift string's, or text checked to be ASCII) as a JSON string,
+    /// quoted and escaped exactly as `writeString` does: the daemon writes answers' text columns
+    /// from SQLite's buffers this way, without a `String` per column.
+    public static func writeString(utf8 bytes: UnsafeBufferPointer<UInt8>, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
+        // Nearly every string of an answer (keys, titles, identifiers) needs no escape: one
+        // scan, one copy. (A byte loop with a copy per run cost ~450 instructions a string.)
+        var plain = plainPrefixEnd(bytes, from: 0)
+        while plain < bytes.count, !needsEscape(bytes[plain]) { plain += 1 }
+        if plain == bytes.count {
+            out.append(contentsOf: bytes)
+            out.append(UInt8(ascii: "\""))
+            return
+        }
+        var runStart = 0
+        var i = 0
+        while i < bytes.count {
+            i = plainPrefixEnd(bytes, from: i)
+            guard i < bytes.count else { break }
+            let b = bytes[i]
+            i += 1
+            guard b < 0x20 || b == 0x22 || b == 0x5C || b == 0x7F else { continue }
+            let at = i - 1
+            if at > runStart { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart..<at])) }
+            runStart = i
+            switch b {
+            case 0x22: out.append(contentsOf: [0x5C, 0x22])
+            case 0x5C: out.append(contentsOf: [0x5C, 0x5C])
+            case 0x0A: out.append(contentsOf: [0x5C, UInt8(ascii: "n")])
+            case 0x0D: out.append(contentsOf: [0x5C, UInt8(ascii: "r")])
+            case 0x09: out.append(contentsOf: [0x5C, UInt8(ascii: "t")])
+            default:
+                let hex: [UInt8] = Array("0123456789abcdef".utf8)
+                out.append(contentsOf: [0x5C, UInt8(ascii: "u"), 0x30, 0x30, hex[Int(b >> 4)], hex[Int(b & 0xF)]])
+            }
+        }
+        if bytes.count > runStart { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[runStart...])) }
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// Whether `bytes` are all ASCII (then they are valid UTF-8 as they are), eight at a time.
+    public static func isASCII(_ bytes: UnsafeBufferPointer<UInt8>) -> Bool {
+        guard let base = bytes.baseAddress else { return true }
+        let raw = UnsafeRawPointer(base)
+        var i = 0
+        var any: UInt64 = 0
+        while i + 8 <= bytes.count {
+            any |= raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+            i += 8
+        }
+        while i < bytes.count {
+            any |= UInt64(bytes[i])
+            i += 1
+        }
+        return any & 0x8080_8080_8080_8080 == 0
     }
 }

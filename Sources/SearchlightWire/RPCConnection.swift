@@ -454,6 +454,21 @@ public final class RPCConnection: @unchecked Sendable {
         }
     }
 
+    /// Answers a request with a handler's answer: a value, or a result already written (a
+    /// query's items), framed without being read again.
+    public func reply(to id: RPCID, answer: Result<WireAnswer, SearchlightError>) {
+        switch answer {
+        case .success(.value(let value)): reply(to: id, .success(value))
+        case .success(.encoded(let result)):
+            do {
+                try enqueue(RPCMessage.responseFrame(id: id, encodedResult: result))
+            } catch {
+                close(reason: .unreadAnswers("\(error)"))
+            }
+        case .failure(let error): reply(to: id, .failure(error))
+        }
+    }
+
     public func notify(_ method: String, _ params: JSONValue = [:]) throws {
         try send(.notification(method: method, params: params))
     }

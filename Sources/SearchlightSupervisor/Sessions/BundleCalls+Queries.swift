@@ -11,34 +11,69 @@ private let queryLogGates = Mutex<[String: (last: Date, count: Int)]>([:])
 /// at once instead of working on for nobody. Its size is bounded before it runs (bytes, depth,
 /// comparisons, filter queries, words: `Limits`).
 extension BundleCalls {
-    func search(_ r: QuerySearch) throws(SearchlightError) -> QuerySearch.Response {
+    /// `query.search`: a page of items, answered as JSON written straight from the rows
+    /// (`EncodedItems`), with `cursor` while more remain (one bundle) and `incomplete`.
+    func search(_ r: QuerySearch) throws(SearchlightError) -> WireAnswer {
         let filter = try QueryFront.filter(query: r.query, filterQueries: r.filterQueries, limits: limits, now: Date())
         let budget = queryBudget(Method.querySearch)
-        return try budgeted(Method.querySearch, budget) { () throws(SearchlightError) -> QuerySearch.Response in
+        return try budgeted(Method.querySearch, budget) { () throws(SearchlightError) -> WireAnswer in
+            var items = EncodedItems()
             if !acrossBundles(r.bundle) {
-                var out = QuerySearch.Response(items: [])
+                var cursor: String?
                 let incomplete = try forEachQueryTarget(bundle: r.bundle, index: r.index) { (_, _, store) throws(SearchlightError) -> Bool in
-                    let page = try store.search(filter, fetch: r.fetchAttributes, limit: max(r.limit, 1), cursor: r.cursor, budget: budget)
-                    out.items = page.items
-                    out.cursor = page.cursor
+                    cursor = try store.search(filter, fetch: r.fetchAttributes, limit: max(r.limit, 1), cursor: r.cursor, budget: budget,
+                        into: &items)
                     return true
                 }
-                out.incomplete = incomplete
-                return out
+                return .encoded(Self.searchResult(items, tags: [], cursor: cursor, incomplete: incomplete))
             }
             // Admin search across bundles: each item says where it lives; no cursor.
-            var items: [JSONValue] = []
+            var tags: [(bundle: String, index: String)] = []
             let incomplete = try forEachQueryTarget(bundle: r.bundle, index: r.index) { (bundle, index, store) throws(SearchlightError) -> Bool in
                 guard items.count < r.limit else { return false }
-                let page = try store.search(filter, fetch: r.fetchAttributes, limit: r.limit - items.count, cursor: nil, budget: budget)
-                items += page.items.map { Self.tag($0, bundle: bundle, index: index) }
+                _ = try store.search(filter, fetch: r.fetchAttributes, limit: r.limit - items.count, cursor: nil, budget: budget, into: &items)
+                tags += repeatElement((bundle: bundle, index: index), count: items.count - tags.count)
                 return items.count < r.limit
             }
-            return QuerySearch.Response(items: items, incomplete: incomplete)
+            return .encoded(Self.searchResult(items, tags: tags, cursor: nil, incomplete: incomplete))
         }
     }
 
-    func userQuery(_ r: QueryUser) throws(SearchlightError) -> QueryUser.Response {
+    /// `{items, cursor?, incomplete?}`; `tags`, when not empty, one per item.
+    static func searchResult(_ items: EncodedItems, tags: [(bundle: String, index: String)], cursor: String?, incomplete: Bool) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(items.bytes.count + items.count * 48 + 64)
+        out.append(contentsOf: #"{"items":["#.utf8)
+        for i in 0..<items.count {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            if tags.isEmpty {
+                items.write(i, to: &out)
+            } else {
+                items.write(i, to: &out) { o, out in tag(&o, &out, bundle: tags[i].bundle, index: tags[i].index) }
+            }
+        }
+        out.append(UInt8(ascii: "]"))
+        if let cursor {
+            out.append(contentsOf: #","cursor":"#.utf8)
+            JSONValue.writeString(cursor, to: &out)
+        }
+        if incomplete { out.append(contentsOf: #","incomplete":true"#.utf8) }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    /// One item of a user query's answer: where its JSON is, its score, where it was found.
+    private struct UserQueryHit {
+        var score: Double
+        var item: Int
+        var target: Int
+        var explanation: FusedCandidate?
+    }
+
+    /// `query.user`: ranked items (merged by score across bundles) and suggestions, answered as
+    /// JSON written straight from the rows. `desktop`: the desktop role's answer, where every
+    /// item names its bundle and `bundles` says how each bundle's items open.
+    func userQuery(_ r: QueryUser, desktop: DesktopCalls? = nil) throws(SearchlightError) -> WireAnswer {
         try UserQueryRequest.check(r.text, limits: limits)
         var request = UserQueryRequest(text: r.text)
         request.enableRankedResults = r.context.enableRankedResults
@@ -56,42 +91,79 @@ extension BundleCalls {
            !r.text.allSatisfy({ $0.isWhitespace }), let vector = context.semantic.embedQuery(r.text) {
             request.semantic = SemanticRequest(vector: vector, weight: r.context.semanticWeight)
         }
-        let tagged = acrossBundles(r.bundle)
+        // The desktop's items always name their bundle, also when the query named one.
+        let tagged = acrossBundles(r.bundle) || desktop != nil
         let budget = queryBudget(Method.queryUser)
-        var scored: [(Double, JSONValue)] = []
+        var items = EncodedItems()
+        var hits: [UserQueryHit] = []
+        var targets: [(bundle: String, index: String)] = []
         var suggestions: [Suggestion] = []
-        var targets = 0
         let incomplete = try budgeted(Method.queryUser, budget) { () throws(SearchlightError) -> Bool in
             try forEachQueryTarget(bundle: r.bundle, index: r.index) { (bundle, index, store) throws(SearchlightError) -> Bool in
-                targets += 1
-                let result = try store.userQuery(request, budget: budget)
-                for (i, (item, score)) in zip(result.items, result.scores).enumerated() {
-                    var item = tagged ? Self.tag(item, bundle: bundle, index: index) : item
-                    if let e = result.explanations?[i] { item = Self.explained(item, e) }
-                    scored.append((score, item))
+                targets.append((bundle, index))
+                let first = items.count
+                let result = try store.userQuery(request, budget: budget, into: &items)
+                for (i, score) in result.scores.enumerated() {
+                    hits.append(UserQueryHit(score: score, item: first + i, target: targets.count - 1, explanation: result.explanations?[i]))
                 }
                 for s in result.suggestions where !suggestions.contains(where: { $0.text == s.text }) { suggestions.append(s) }
                 return true
             }
         }
-        if targets > 1 { scored.sort { $0.0 < $1.0 } }
-        let items = Array(scored.prefix(request.maxResultCount).map(\.1))
-        let ranked = request.enableRankedResults ? Array(items.prefix(request.maxRankedResultCount)) : []
-        return QueryUser.Response(items: items, rankedItems: ranked,
-            suggestions: suggestions.prefix(request.maxSuggestionCount).map { QueryUser.Suggestion(text: $0.text, highlight: $0.highlight, kind: $0.kind) },
-            incomplete: incomplete)
+        if targets.count > 1 { hits.sort { $0.score < $1.score } }
+        let chosen = hits.prefix(request.maxResultCount)
+        let ranked = request.enableRankedResults ? chosen.prefix(request.maxRankedResultCount) : []
+
+        var out: [UInt8] = []
+        out.reserveCapacity(items.bytes.count * (ranked.isEmpty ? 1 : 2) + 256)
+        func writeItems(_ list: ArraySlice<UserQueryHit>) {
+            out.append(UInt8(ascii: "["))
+            for (n, hit) in list.enumerated() {
+                if n > 0 { out.append(UInt8(ascii: ",")) }
+                guard tagged || hit.explanation != nil else {
+                    items.write(hit.item, to: &out)
+                    continue
+                }
+                items.write(hit.item, to: &out) { o, out in
+                    if tagged { Self.tag(&o, &out, bundle: targets[hit.target].bundle, index: targets[hit.target].index) }
+                    if let e = hit.explanation {
+                        o.key("explain", &out)
+                        Self.explanation(e).write(to: &out)
+                    }
+                }
+            }
+            out.append(UInt8(ascii: "]"))
+        }
+        out.append(contentsOf: #"{"items":"#.utf8)
+        writeItems(chosen)
+        out.append(contentsOf: #","rankedItems":"#.utf8)
+        writeItems(ranked)
+        out.append(contentsOf: #","suggestions":"#.utf8)
+        JSONValue.array(suggestions.prefix(request.maxSuggestionCount).map {
+            QueryUser.Suggestion(text: $0.text, highlight: $0.highlight, kind: $0.kind).json
+        }).write(to: &out)
+        if incomplete { out.append(contentsOf: #","incomplete":true"#.utf8) }
+        if let desktop {
+            // How the items of each bundle in the answer open.
+            var bundles: [String: DesktopOpening?] = [:]
+            for hit in chosen where bundles[targets[hit.target].bundle] == nil {
+                bundles[targets[hit.target].bundle] = .some(desktop.opening(targets[hit.target].bundle))
+            }
+            out.append(contentsOf: #","bundles":"#.utf8)
+            (QueryUser.Response(items: [], rankedItems: [], suggestions: [], bundles: bundles).result["bundles"] ?? [:]).write(to: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+        return .encoded(out)
     }
 
-    /// An item with `explain: {lexicalRank?, vectorRank?, similarity?, score}`; `score` is the
+    /// An item's `explain`: `{lexicalRank?, vectorRank?, similarity?, score}`; `score` is the
     /// one the items are ordered by, higher first (the fused score in a hybrid query).
-    static func explained(_ item: JSONValue, _ e: FusedCandidate) -> JSONValue {
-        guard case .object(var o) = item else { return item }
+    static func explanation(_ e: FusedCandidate) -> JSONValue {
         var x: [String: JSONValue] = ["score": .number(-e.score)]
         if let r = e.lexicalRank { x["lexicalRank"] = .number(Double(r)) }
         if let r = e.vectorRank { x["vectorRank"] = .number(Double(r)) }
         if let s = e.similarity { x["similarity"] = .number((Double(s) * 10_000).rounded() / 10_000) }
-        o["explain"] = .object(x)
-        return .object(o)
+        return .object(x)
     }
 
     /// `query.prepare`: loads the transformer; answers the model's state.
@@ -205,10 +277,14 @@ extension BundleCalls {
         return incomplete
     }
 
-    static func tag(_ item: JSONValue, bundle: String, index: String) -> JSONValue {
-        guard case .object(var o) = item else { return item }
-        o["bundle"] = .string(bundle)
-        if !index.isEmpty { o["index"] = .string(index) }
-        return .object(o)
+    /// The members that say where an item found across bundles lives: `bundle`, and `index`
+    /// unless it is the default one.
+    static func tag(_ o: inout JSONObjectWriter, _ out: inout [UInt8], bundle: String, index: String) {
+        o.key("bundle", &out)
+        JSONValue.writeString(bundle, to: &out)
+        if !index.isEmpty {
+            o.key("index", &out)
+            JSONValue.writeString(index, to: &out)
+        }
     }
 }

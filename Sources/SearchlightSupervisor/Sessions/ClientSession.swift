@@ -129,13 +129,13 @@ final class ClientSession: @unchecked Sendable {
             switch handler {
             case .sync(let run):
                 if case .extensionHost(let session) = role, let delay = session.donationPacing(method) { Thread.sleep(forTimeInterval: delay) }
-                let result = Result { () throws(SearchlightError) -> JSONValue in
-                    try runRecovering(method, params, targets: role.target(of: method, params)) { () throws(SearchlightError) -> JSONValue in
+                let result = Result { () throws(SearchlightError) -> WireAnswer in
+                    try runRecovering(method, params, targets: role.target(of: method, params)) { () throws(SearchlightError) -> WireAnswer in
                         try run(params, limits)
                     }
                 }
                 if case .failure(let error) = result, error.code == .indexUnavailable { logUnavailable(method, error) }
-                connection.reply(to: id, result)
+                connection.reply(to: id, answer: result)
             case .deferred(let run):
                 answerLater(id, params, run)
             }
@@ -240,10 +240,10 @@ final class ClientSession: @unchecked Sendable {
     /// caller gets an answer from the fresh file (`incomplete: true` while it is refilled)
     /// instead of the error. Each attempt is gated on its own, so the wait holds no swap back.
     private func runRecovering(_ method: String, _ params: JSONValue, targets target: (bundle: String, index: String)?,
-                               _ body: () throws(SearchlightError) -> JSONValue) throws(SearchlightError) -> JSONValue {
-        func gated() throws(SearchlightError) -> JSONValue {
+                               _ body: () throws(SearchlightError) -> WireAnswer) throws(SearchlightError) -> WireAnswer {
+        func gated() throws(SearchlightError) -> WireAnswer {
             defer { callLeases.release() }
-            return try context.registry.gate.serving { () throws(SearchlightError) -> JSONValue in try body() }
+            return try context.registry.gate.serving { () throws(SearchlightError) -> WireAnswer in try body() }
         }
         var served: (bundle: String, index: String, store: IndexStore)?
         if Self.retriedAfterRecovery.contains(method), let target,

@@ -26,7 +26,7 @@ final class DesktopSession: BundleSession {
 
     static let handlers: HandlerTable<DesktopSession> = {
         var table = HandlerTable<DesktopSession>()
-        table.on(QueryUser.self) { s, r throws(SearchlightError) in try s.userQuery(r) }
+        table.onEncoded(QueryUser.self) { s, r throws(SearchlightError) in try s.userQuery(r) }
         table.on(QueryEngaged.self) { s, r throws(SearchlightError) in try s.engaged(r) }
         table.on(DesktopResolve.self) { s, r throws(SearchlightError) in try s.desktop.resolve(r) }
         return table
@@ -34,22 +34,11 @@ final class DesktopSession: BundleSession {
 
     static let refusal = "the desktop role may only search (query.user), record engagement (query.engaged) and resolve items (desktop.resolve)"
 
-    private func userQuery(_ r: QueryUser) throws(SearchlightError) -> QueryUser.Response {
+    private func userQuery(_ r: QueryUser) throws(SearchlightError) -> WireAnswer {
         if let bundle = r.bundle { try desktop.requireVisible(bundle) }
-        var answer = try calls.userQuery(r)
         // Every item names its bundle (also when the query named one), and `bundles` says how the
         // items of each bundle in the answer open.
-        var bundles: [String: DesktopOpening?] = [:]
-        func annotate(_ item: JSONValue) -> JSONValue {
-            var item = item
-            if let bundle = r.bundle, item["bundle"] == nil { item = BundleCalls.tag(item, bundle: bundle, index: r.index) }
-            if let b = item["bundle"]?.stringValue, bundles[b] == nil { bundles[b] = .some(desktop.opening(b)) }
-            return item
-        }
-        answer.items = answer.items.map(annotate)
-        answer.rankedItems = answer.rankedItems.map(annotate)
-        answer.bundles = bundles
-        return answer
+        return try calls.userQuery(r, desktop: desktop)
     }
 
     /// Engagement on an item or suggestion of a bundle it may show, in an index that exists:

@@ -3,7 +3,7 @@ import SearchlightWire
 /// How one method is answered: at once, on the connection's reader thread (inside the gate,
 /// retried after a recovery), or later from a task (it waits on an extension).
 enum RoleHandler {
-    typealias Sync = (_ params: JSONValue, _ limits: Limits) throws(SearchlightError) -> JSONValue
+    typealias Sync = (_ params: JSONValue, _ limits: Limits) throws(SearchlightError) -> WireAnswer
     typealias Deferred = @Sendable (_ params: JSONValue, _ limits: Limits) async throws -> JSONValue
     case sync(Sync)
     case deferred(Deferred)
@@ -13,7 +13,7 @@ enum RoleHandler {
 /// the session method that answers it. Built once per role; looked up per call.
 struct HandlerTable<Session: AnyObject & Sendable>: Sendable {
     private enum Entry: Sendable {
-        case sync(@Sendable (Session, JSONValue, Limits) throws(SearchlightError) -> JSONValue)
+        case sync(@Sendable (Session, JSONValue, Limits) throws(SearchlightError) -> WireAnswer)
         case deferred(@Sendable (Session, JSONValue, Limits) async throws -> JSONValue)
     }
     private var entries: [String: Entry] = [:]
@@ -24,7 +24,15 @@ struct HandlerTable<Session: AnyObject & Sendable>: Sendable {
     /// `R` answered at once by `answer`.
     mutating func on<R: WireRequest>(_: R.Type, _ answer: @escaping @Sendable (Session, R) throws(SearchlightError) -> R.Response) {
         entries[R.method] = .sync { session, params, limits throws(SearchlightError) in
-            try answer(session, try R.decode(params, limits: limits)).result
+            .value(try answer(session, try R.decode(params, limits: limits)).result)
+        }
+    }
+
+    /// `R` answered at once by `answer`, which writes the result's JSON itself (query answers:
+    /// items written from their rows, no `R.Response` in between).
+    mutating func onEncoded<R: WireRequest>(_: R.Type, _ answer: @escaping @Sendable (Session, R) throws(SearchlightError) -> WireAnswer) {
+        entries[R.method] = .sync { session, params, limits throws(SearchlightError) in
+            try answer(session, try R.decode(params, limits: limits))
         }
     }
 
@@ -76,8 +84,8 @@ extension HandlerTable where Session: BundleSession {
 
     /// The query methods (`query.search`, `query.user`, `query.engaged`, `query.prepare`).
     mutating func addQueryMethods() {
-        on(QuerySearch.self) { s, r throws(SearchlightError) in try s.calls.search(r) }
-        on(QueryUser.self) { s, r throws(SearchlightError) in try s.calls.userQuery(r) }
+        onEncoded(QuerySearch.self) { s, r throws(SearchlightError) in try s.calls.search(r) }
+        onEncoded(QueryUser.self) { s, r throws(SearchlightError) in try s.calls.userQuery(r) }
         on(QueryEngaged.self) { s, r throws(SearchlightError) in try s.calls.engaged(r) }
         on(QueryPrepare.self) { s, _ throws(SearchlightError) in s.calls.prepare() }
     }
