@@ -6,13 +6,13 @@
 // under `valgrind --tool=callgrind` with two values of N and subtract for instructions per call.
 //
 // Built against a release build's objects (no package target: a profiling tool, not a product):
-//   Scripts/transport/build-sdkloop.sh   then   /tmp/sdkloop SOCKET term|userlex N
+//   Scripts/transport/build-sdkloop.sh   then   /tmp/sdkloop SOCKET term|prefix|userlex N
 import Foundation
 import SearchlightKit
 
 let args = CommandLine.arguments
 guard args.count == 4, let n = Int(args[3]) else {
-    FileHandle.standardError.write("usage: sdkloop SOCKET term|userlex N\n".data(using: .utf8)!)
+    FileHandle.standardError.write("usage: sdkloop SOCKET term|prefix|userlex N\n".data(using: .utf8)!)
     exit(2)
 }
 let socket = args[1], kind = args[2]
@@ -38,10 +38,11 @@ func cpuSeconds() -> Double {
 
 func once(_ index: SearchableIndex) async throws {
     switch kind {
-    case "term":
+    case "term", "prefix":
         var context = SearchQueryContext(fetchAttributes: ["title"])
         context.pageSize = 20
-        var iterator = SearchQuery(queryString: "textContent == \"library\"cdw", queryContext: context, index: index).results.makeAsyncIterator()
+        let query = kind == "term" ? "textContent == \"library\"cdw" : "title == \"pars*\"cdw"
+        var iterator = SearchQuery(queryString: query, queryContext: context, index: index).results.makeAsyncIterator()
         _ = try await iterator.next()
     case "userlex":
         var c = UserQueryContext()
@@ -51,7 +52,7 @@ func once(_ index: SearchableIndex) async throws {
         c.fetchAttributes = ["title"]
         _ = try await UserQuery(userQueryString: "gtk theme", userQueryContext: c, index: index).run()
     default:
-        fatalError("term or userlex")
+        fatalError("term, prefix or userlex")
     }
 }
 
