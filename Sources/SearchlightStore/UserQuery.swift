@@ -197,14 +197,17 @@ extension IndexStore {
         let fetch = request.fetch.map(Set.init)
         let sql = "SELECT \(ItemRecord.selectColumns(fetch: fetch)) FROM items WHERE items.rowid = ?"
         let writer = WireItemWriter(fetch: fetch)
+        // One statement for every item, looked up once (its cache is keyed by the SQL's text).
+        var statement: Statement?
         let (found, suggestions) = try rankedUserQuery(request, path: path, budget: budget) { db, c in
-            var written = false
-            try db.forEachRow(sql, [.integer(c.rowID)]) { s in
-                guard !written else { return }
-                items.append { writer.write(s, offset: 0, to: &$0) }
-                written = true
-            }
-            return written
+            let s = try statement ?? db.statement(sql)
+            statement = s
+            s.reset()
+            defer { s.reset() }
+            try s.bind(.integer(c.rowID), at: 1)
+            guard try s.step() else { return false }
+            items.append { writer.write(s, offset: 0, to: &$0) }
+            return true
         }
         return UserQueryResult(items: [], scores: found.map(\.score), rankedItems: [], suggestions: suggestions,
             explanations: request.explain ? found : nil)

@@ -25,16 +25,18 @@ struct WireItemWriter {
     private let readsAttrs: Bool
     private let fetch: Set<String>?
 
+    /// Every text attribute's column, made once.
+    private static let columns: [TextColumn] = AttributeCatalog.textAttributes.map { name in
+        var key: [UInt8] = []
+        JSONValue.writeString(name, to: &key)
+        key.append(UInt8(ascii: ":"))
+        return TextColumn(key: key, name: name, isArray: AttributeCatalog.kinds[name] == .textArray)
+    }
+
     /// For rows of `ItemRecord.selectColumns(fetch:)` with the same `fetch`.
     init(fetch: Set<String>?) {
         self.fetch = fetch
-        text = AttributeCatalog.textAttributes.map { name in
-            guard fetch?.contains(name) ?? true else { return nil }
-            var key: [UInt8] = []
-            JSONValue.writeString(name, to: &key)
-            key.append(UInt8(ascii: ":"))
-            return TextColumn(key: key, name: name, isArray: AttributeCatalog.kinds[name] == .textArray)
-        }
+        text = Self.columns.map { column in fetch?.contains(column.name) ?? true ? column : nil }
         readsAttrs = !(fetch.map { $0.isSubset(of: ItemRecord.textAttributeNames) } ?? false)
     }
 
@@ -66,7 +68,7 @@ struct WireItemWriter {
             }
         }
         for (name, value) in attrs where name != "customDates" && (fetch?.contains(name) ?? true) {
-            set.key(name, &out)
+            set.key(escaping: name, &out)
             if name == "custom" {
                 ItemRecord.wireCustom(value, dates: attrs["customDates"]).write(to: &out)
             } else if AttributeCatalog.kinds[name] == .date, let t = value.doubleValue {

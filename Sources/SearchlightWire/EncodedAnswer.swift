@@ -61,7 +61,8 @@ public struct JSONObjectWriter {
         first = false
         out.append(UInt8(ascii: "\""))
         out.append(contentsOf: UnsafeBufferPointer(start: name.utf8Start, count: name.utf8CodeUnitCount))
-        out.append(contentsOf: [UInt8(ascii: "\""), UInt8(ascii: ":")])
+        out.append(UInt8(ascii: "\""))
+        out.append(UInt8(ascii: ":"))
     }
 
     /// A key already written with its colon (`"name":`).
@@ -71,8 +72,8 @@ public struct JSONObjectWriter {
         out.append(contentsOf: encoded)
     }
 
-    /// `"name":` for any name (escaped).
-    public mutating func key(_ name: String, _ out: inout [UInt8]) {
+    /// `"name":` for any name (escaped). (Not `key(_:)`: a literal would pick it over `StaticString`.)
+    public mutating func key(escaping name: String, _ out: inout [UInt8]) {
         if !first { out.append(UInt8(ascii: ",")) }
         first = false
         JSONValue.writeString(name, to: &out)
