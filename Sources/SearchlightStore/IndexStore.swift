@@ -508,7 +508,7 @@ public final class IndexStore: @unchecked Sendable {
     }
 
     private func checkin(_ db: Database) {
-        db.clearFunctionCache()  // the query's compiled patterns go with it
+        db.clearFunctionCache()  // the query's compiled patterns by address go with it
         readers.lock()
         checkedOutReaders -= 1
         if retired {

@@ -15,7 +15,8 @@ import CSQLite
 /// (`ArgumentCache`), so a scan compiles them once, not once per row.
 public enum SQLFunctions {
     /// Registers the functions; the answer empties the connection's cache of compiled arguments
-    /// (`Database` calls it after each read, so a connection keeps nothing of past queries).
+    /// by address (`Database` calls it after each read); what it keeps by content is bounded
+    /// (`ArgumentCache.contentCapacity`).
     @discardableResult
     public static func register(on db: OpaquePointer) -> @Sendable () -> Void {
         let flags = SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_INNOCUOUS
@@ -61,11 +62,16 @@ private final class ArgumentCache: @unchecked Sendable {
     var bytes = 0
     static let capacity = 1 << 20
 
+    /// Bytes of argument text in the second level: it outlives reads (`clear`) up to this.
+    var contentBytes = 0
+    static let contentCapacity = 256 << 10
+
+    /// After each read: the first level's addresses mean nothing to the next statement. The
+    /// second level stays (bounded by `contentCapacity`): the next call of the same query finds
+    /// its compiled arguments there.
     func clear() {
         patterns.removeAll()
         literals.removeAll()
-        patternsByContent.removeAll()
-        literalsByContent.removeAll()
         bytes = 0
     }
 
@@ -73,6 +79,16 @@ private final class ArgumentCache: @unchecked Sendable {
     func make(room count: Int) {
         if bytes + count > Self.capacity { clear() }
         bytes += count
+    }
+
+    /// Room for a second-level entry of `count` bytes of text.
+    func makeContentRoom(_ count: Int) {
+        if contentBytes + count > Self.contentCapacity {
+            patternsByContent.removeAll()
+            literalsByContent.removeAll()
+            contentBytes = 0
+        }
+        contentBytes += count
     }
 
     static func of(_ ctx: OpaquePointer?) -> ArgumentCache {
@@ -114,7 +130,8 @@ private func cachedPattern(
         cache.make(room: source.count)
     } else {
         value = TextPattern(String(decoding: source, as: UTF8.self), modifiers: String(decoding: modifiers, as: UTF8.self))
-        cache.make(room: 2 * source.count)
+        cache.make(room: source.count)
+        cache.makeContentRoom(source.count + modifiers.count)
         cache.patternsByContent[content] = value
     }
     cache.patterns[key] = ArgumentCache.Entry(source: content.source, modifiers: content.modifiers, value: value)
@@ -137,7 +154,8 @@ private func cachedLiteral(
         cache.make(room: source.count)
     } else {
         value = order.folded(String(decoding: source, as: UTF8.self))
-        cache.make(room: 2 * source.count)
+        cache.make(room: source.count)
+        cache.makeContentRoom(source.count + modifiers.count)
         cache.literalsByContent[content] = value
     }
     cache.literals[key] = ArgumentCache.Entry(source: content.source, modifiers: content.modifiers, value: value)
