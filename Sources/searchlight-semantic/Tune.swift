@@ -13,16 +13,45 @@ func tune(_ options: ToolOptions) throws {
     let judgements = try loadJudgements(options["judgements"] ?? "Scripts/semantic/relevance/debtags-judgements.jsonl")
     let docs = try loadCorpus(options.corpusPath)
     let table = try StaticEncoder(file: options.staticTablePath)
+    // --store FILE keeps the store (and reuses it when it exists): refining the whole corpus with
+    // the transformer takes half an hour of both cores, tuning on it seconds per setting.
     let dir = NSTemporaryDirectory() + "sl-tune-\(getpid())"
     defer { try? FileManager.default.removeItem(atPath: dir) }
+    let storePath = options["store"] ?? dir + "/tune.sqlite"
+    let reuse = options["store"] != nil && FileManager.default.fileExists(atPath: storePath)
     var storeOptions = StoreOptions()
     storeOptions.vectorEncoder = table
     storeOptions.rankedIndexBuilds = false  // the exhaustive ranking: the definition the ranked index equals
-    let store = try IndexStore(path: dir + "/tune.sqlite", options: storeOptions)
+    if !reuse { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
+    let store = try IndexStore(path: storePath, options: storeOptions)
     defer { store.close() }
-    let donateTime = try time { try donate(docs, to: store, keywords: .withoutTags) }
-    progress("tune: \(judgements.count) queries, \(docs.count) documents donated in \(format(donateTime, 1)) s")
-    let vectors = judgements.map { table.embed($0.query) }
+    if reuse {
+        progress("tune: \(judgements.count) queries, the store \(storePath) reused")
+    } else {
+        let donateTime = try time { try donate(docs, to: store, keywords: .withoutTags) }
+        progress("tune: \(judgements.count) queries, \(docs.count) documents donated in \(format(donateTime, 1)) s")
+    }
+    // --refine: every vector replaced by the transformer's (as idle maintenance does in the
+    // daemon), and the queries embedded by the transformer (as the daemon does once it is loaded).
+    var transformer: TransformerEncoder?
+    if options["refine"] != nil {
+        let encoder = try TransformerEncoder(directory: options.modelDirectory)
+        let threads = options.int("threads", 2)
+        var embedded = 0
+        let start = Date()
+        let refined = try store.refineVectors(batch: 64, embed: { texts in
+            let v = encoder.embed(texts, threads: threads)
+            embedded += texts.count
+            if embedded % 2048 < texts.count {
+                progress("tune: \(embedded) embedded in \(format(Date().timeIntervalSince(start), 0)) s")
+            }
+            return v
+        }, yieldNow: { false })
+        let counts = try store.vectorCounts()
+        progress("tune: refined \(refined) now, \(counts.refined) of \(counts.vectors) vectors refined")
+        transformer = encoder
+    }
+    let vectors = judgements.map { transformer?.embed($0.query) ?? table.embed($0.query) }
 
     func run(_ semantic: SemanticRequest?, _ j: Judgement, _ vector: [Float]) throws -> [String] {
         var request = UserQueryRequest(text: j.query)

@@ -22,7 +22,7 @@ let usage = """
       refine-speed [--count 256] [--batch 16] [--threads 1] [--pause-after 3]
                                                  background refinement with the transformer: items/s, and
                                                  how long it takes to stop once told to yield
-      tune [--weights 0.3,0.5] [--floors 0.3,0.35] [--ks 60] [--verbose]
+      tune [--weights 0.3,0.5] [--floors 0.3,0.35] [--ks 60] [--verbose] [--store FILE [--refine [--threads 2]]]
                                                  the hybrid ranking of IndexStore.userQuery on the relevance
                                                  set for each combination of settings
 
