@@ -108,8 +108,6 @@ func tune(_ options: ToolOptions) throws {
     let lexical = try zip(judgements, vectors).map { j, v in try run(nil, j, v) }
     let lexicalNDCG = zip(lexical, judgements).map { ndcg($0, $1.relevant) }
     let lexicalRecall = zip(lexical, judgements).map { recall($0, $1.relevant) }
-    print("setting                                   nDCG@10  recall@100  worse>0.1  (queries)")
-    print("lexical                                   \(format(mean(lexicalNDCG)))    \(format(mean(lexicalRecall)))")
 
     let weights = options.doubles("weights", [0.3, 0.4, 0.5])
     let floors = options.doubles("floors", [0.3, 0.35, 0.4])
