@@ -57,7 +57,7 @@ public struct SemanticRequest: Sendable {
     /// transformer made: the refined ones only for a transformer query where at least
     /// `refinedShare` of the vectors are refined (a static query ranks by static similarities
     /// whatever the documents' vectors are; Docs/SemanticSearch.md, "Tuning the fusion").
-    /// `counts` is asked only for a transformer query (it counts the index's refined flags).
+    /// `counts` is asked only for a transformer query (it takes the vector index's lock).
     public func tuning(counts: () -> (vectors: Int, refined: Int)) -> FusionTuning {
         guard encoder == .transformer else { return staticTuning }
         let (vectors, refined) = counts()

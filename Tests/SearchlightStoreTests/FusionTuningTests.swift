@@ -30,7 +30,7 @@ struct FusionTuningTests {
         let r = request(.staticTable)
         var counted = false
         #expect(r.tuning { counted = true; return (100, 100) } == r.staticTuning)
-        #expect(!counted, "the count walks every vector's flag: a static query must not pay for it")
+        #expect(!counted, "a static query has no use for the count: it must not ask for it")
     }
 
     @Test("the static tier keeps the constants tuned for it (floor 0.35, k 60, 10 lexical hits × 0.15)")
