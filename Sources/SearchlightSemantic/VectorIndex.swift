@@ -38,6 +38,9 @@ public struct VectorIndex: Sendable {
     private(set) var signs: [UInt64] = []
     public private(set) var rowids: [Int64] = []
     private(set) var refinedFlags: [Bool] = []
+    /// The true entries of `refinedFlags`, kept as they change: a hybrid query with the
+    /// transformer asks for it (`SemanticRequest.tuning`), and counting 1M flags is most of a ms.
+    public private(set) var refinedCount = 0
     private var slots: [Int64: Int] = [:]
 
     /// Above this many items `automatic` search prefilters.
@@ -53,8 +56,6 @@ public struct VectorIndex: Sendable {
     }
 
     public var count: Int { rowids.count }
-    /// How many vectors came from the transformer (`QuantizedVector.refined`).
-    public var refinedCount: Int { refinedFlags.reduce(0) { $0 + ($1 ? 1 : 0) } }
     public func contains(_ rowid: Int64) -> Bool { slots[rowid] != nil }
 
     /// The stored vector of an item.
@@ -81,6 +82,7 @@ public struct VectorIndex: Sendable {
             signs.append(contentsOf: repeatElement(0, count: words))
         }
         scales[slot] = vector.scale
+        refinedCount += (vector.refined ? 1 : 0) - (refinedFlags[slot] ? 1 : 0)
         refinedFlags[slot] = vector.refined
         for j in 0..<dimension { codes[slot * dimension + j] = vector.codes[j] }
         let code = Self.signCode(vector.codes)
@@ -91,6 +93,7 @@ public struct VectorIndex: Sendable {
     @discardableResult
     public mutating func remove(_ rowid: Int64) -> Bool {
         guard let slot = slots.removeValue(forKey: rowid) else { return false }
+        if refinedFlags[slot] { refinedCount -= 1 }
         let last = rowids.count - 1
         if slot != last {
             let moved = rowids[last]

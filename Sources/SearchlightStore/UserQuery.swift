@@ -25,30 +25,44 @@ public struct SemanticRequest: Sendable {
     public var vector: [Float]
     /// 0…1: the weight of the vector side in the fusion (`HybridFusion`).
     public var weight: Double
-    /// Vector hits less similar than this (cosine) are left out: the vector side always has a
-    /// nearest item, and without a floor every query would list unrelated items. 0.35 separates
-    /// related from unrelated texts on the examples measured (Docs/SemanticSearch.md).
-    public var minimumSimilarity: Float
-
-    public static let defaultMinimumSimilarity: Float = 0.35
-    /// The k of reciprocal rank fusion (`HybridFusion.fuse`).
-    public var rrfK: Double = HybridFusion.k
-    /// Lexical confidence: when the lexical side found at least `confidentHits` items (or filled
-    /// the result count, when that is smaller), the vector side's weight is multiplied by
-    /// `confidentFactor` (nil: no such rule). Many lexical hits mean the words themselves answer;
-    /// the vector side then adds what they miss without reordering them much. Tuned on the
-    /// debtags set (Docs/SemanticSearch.md, "Tuning"): 10 and 0.15 leave no query more than 0.1
-    /// nDCG@10 below the lexical ranking.
-    public var confidentHits: Int? = 10
-    public var confidentFactor = 0.15
+    /// What embedded `vector`: with the index's share of refined vectors it chooses the fusion's
+    /// constants (`tuning(counts:)`).
+    public var encoder: QueryEncoder = .staticTable
+    /// The constants where the static table's vectors rank (a static query, or an index mostly
+    /// unrefined), and where the transformer's do (a transformer query on a mostly refined index).
+    public var staticTuning = FusionTuning.staticVectors
+    public var refinedTuning = FusionTuning.refinedVectors
     /// Whether exact title or phrase hits rank above every other item (else only above items
     /// that only the vector side found: `HybridFusion.demoteNearMisses`).
     public var exactFirst = false
 
-    public init(vector: [Float], weight: Double, minimumSimilarity: Float = SemanticRequest.defaultMinimumSimilarity) {
+    public static let defaultMinimumSimilarity = FusionTuning.staticVectors.minimumSimilarity
+    /// The share of an index's vectors that the transformer must have made for a transformer
+    /// query to use `refinedTuning` there. Below it most of the ranking still comes from static
+    /// vectors, whose constants keep every query of the relevance set within 0.1 of lexical.
+    public static let refinedShare = 0.9
+
+    /// `minimumSimilarity`, when given, is the floor of both tunings (tests: -1 keeps every hit).
+    public init(vector: [Float], weight: Double, encoder: QueryEncoder = .staticTable, minimumSimilarity: Float? = nil) {
         self.vector = vector
         self.weight = weight
-        self.minimumSimilarity = minimumSimilarity
+        self.encoder = encoder
+        if let minimumSimilarity {
+            staticTuning.minimumSimilarity = minimumSimilarity
+            refinedTuning.minimumSimilarity = minimumSimilarity
+        }
+    }
+
+    /// The constants for an index whose `counts` are its vectors and how many of them the
+    /// transformer made: the refined ones only for a transformer query where at least
+    /// `refinedShare` of the vectors are refined (a static query ranks by static similarities
+    /// whatever the documents' vectors are; Docs/SemanticSearch.md, "Tuning the fusion").
+    /// `counts` is asked only for a transformer query (it takes the vector index's lock).
+    public func tuning(counts: () -> (vectors: Int, refined: Int)) -> FusionTuning {
+        guard encoder == .transformer else { return staticTuning }
+        let (vectors, refined) = counts()
+        guard vectors > 0, Double(refined) >= Self.refinedShare * Double(vectors) else { return staticTuning }
+        return refinedTuning
     }
 }
 
@@ -231,15 +245,12 @@ extension IndexStore {
                     let lexical = terms.words.isEmpty ? []
                         : try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now, path: path).candidates
                     if let semantic {
+                        let tuning = semantic.tuning { vectors.counts ?? (0, 0) }
                         let nearest = try vectorCandidates(db, query: semantic.vector, limit: request.maxResultCount, filter: request.filter,
-                            now: now, minimumSimilarity: semantic.minimumSimilarity, budget: budget)
-                        var weight = semantic.weight
-                        // Weight 1 stays the vector ranking alone.
-                        if let hits = semantic.confidentHits, weight < 1, lexical.count >= min(hits, request.maxResultCount) {
-                            weight *= semantic.confidentFactor
-                        }
+                            now: now, minimumSimilarity: tuning.minimumSimilarity, budget: budget)
+                        let weight = tuning.weight(semantic.weight, lexicalHits: lexical.count, limit: request.maxResultCount)
                         let fused = HybridFusion.fuse(lexical: lexical.map(\.rowID), vector: nearest, weight: weight,
-                            limit: .max, k: semantic.rrfK)
+                            limit: .max, k: tuning.rrfK)
                         // Only a lexical hit ranked below a near miss can be moved: the others need no check.
                         let firstNearMiss = fused.firstIndex { $0.lexicalRank == nil } ?? fused.endIndex
                         let exact = try exactHits(db, terms: terms,

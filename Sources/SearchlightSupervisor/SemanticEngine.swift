@@ -119,14 +119,22 @@ final class SemanticEngine: @unchecked Sendable {
     func touch() { lock.withLock { lastUse = Date() } }
 
     /// The query's vector: the transformer's when it is loaded, else the static table's (the same
-    /// space: Docs/SemanticSearch.md measured the mixed case). nil when unavailable.
-    func embedQuery(_ text: String) -> [Float]? {
+    /// space: Docs/SemanticSearch.md measured the mixed case), with which of the two made it (the
+    /// fusion's constants depend on it: `SemanticRequest.tuning`). nil when unavailable.
+    func embedQuery(_ text: String) -> (vector: [Float], encoder: QueryEncoder)? {
         let t: TransformerEncoder? = lock.withLock {
             if transformer != nil { lastUse = Date() }
             return transformer
         }
-        if let t { return t.embed(text) }
-        return staticEncoder?.embed(text)
+        if let t { return (t.embed(text), .transformer) }
+        return staticEncoder.map { ($0.embed(text), .staticTable) }
+    }
+
+    /// The vector side of a user query at `weight`: the query embedded once (`embedQuery`) for
+    /// every index it searches; each index then picks the constants for its own share of refined
+    /// vectors (`SemanticRequest.tuning`). nil when semantic search is unavailable.
+    func request(_ text: String, weight: Double) -> SemanticRequest? {
+        embedQuery(text).map { SemanticRequest(vector: $0.vector, weight: weight, encoder: $0.encoder) }
     }
 
     func unloadIfIdle(now: Date = Date()) {

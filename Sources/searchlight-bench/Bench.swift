@@ -45,7 +45,8 @@ struct Bench {
             run.rows += try await SemanticBench(options: options, corpus: corpus, dir: run.dir + "/semantic-bench").run()
         }
         if options.scenarios.contains(.refined) {
-            run.rows += try await RefineBench(options: options, corpus: corpus, dir: run.dir + "/refine-bench", count: corpus.entries.count, full: true).run()
+            run.rows += try await RefineBench(options: options, corpus: corpus, dir: options.keepState ?? run.dir + "/refine-bench",
+                count: min(options.refineItems ?? .max, corpus.entries.count), full: true, keep: options.keepState != nil).run()
         }
         if options.scenarios.contains(.delegate) {
             run.rows += try await DelegateBench(daemon: run.daemon, dir: run.dir, runs: options.runs).run()

@@ -60,11 +60,17 @@ struct Options {
     /// user queries' top 20, `suggest`: the user queries with 5 suggestions), to profile one alone.
     var rankedParts: Set<String> = Options.allRankedParts
     static let allRankedParts: Set<String> = ["term", "prefix", "top", "suggest"]
+    /// `--scenarios refined`: the daemon's directory to keep (its refined index), and to reuse when
+    /// it is there and fully refined (no donation, no refinement: the relevance rows in minutes).
+    var keepState: String?
+    /// `--scenarios refined`: the first N corpus items only (a check of the scenario end to end).
+    var refineItems: Int?
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
                                  [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic,refined]
-                                 [--idle-seconds S] [--quick] [--keep] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--no-check] [--ranked-items N] [--ranked-parts term,prefix,top,suggest] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
+                                 [--idle-seconds S] [--quick] [--keep] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--no-check] [--ranked-items N] [--ranked-parts term,prefix,top,suggest]
+                                 [--keep-state DIR] [--refine-items N] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)
                         or wire items; without it a synthetic corpus with Zipf word frequencies
@@ -78,6 +84,9 @@ struct Options {
           --no-check       as --no-exhaustive, and the first answer is not compared with the exhaustive one either
           --ranked-items   with --scenarios ranked: fill the store with N items (copies past the corpus's end)
           --ranked-parts   with --scenarios ranked: the parts to run (term, prefix, top, suggest; default all)
+          --keep-state     with --scenarios refined: keep the daemon's directory in DIR; when DIR holds a fully
+                           refined index from an earlier run, reuse it (no donation, no refinement, no speed rows)
+          --refine-items   with --scenarios refined: only the first N corpus items (to check the scenario quickly)
         """
 
     static func parse(_ arguments: [String]) -> Options {
@@ -116,6 +125,8 @@ struct Options {
             case "--no-exhaustive": o.exhaustiveBaseline = false
             case "--no-check": o.exhaustiveBaseline = false; o.exhaustiveCheck = false
             case "--ranked-items": o.rankedItems = count(a)
+            case "--keep-state": o.keepState = value(a)
+            case "--refine-items": o.refineItems = count(a)
             case "--ranked-parts":
                 let text = value(a)
                 let parts = Set(text.split(separator: ",").map(String.init))

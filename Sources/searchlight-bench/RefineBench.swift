@@ -34,6 +34,9 @@ struct RefineBench {
     let dir: String
     let count: Int
     let full: Bool
+    /// Keep `dir` (the daemon's indexes) at the end, and reuse it when it holds the same items
+    /// fully refined: `--keep-state DIR`.
+    var keep = false
 
     var procRoot: String { dir + "/proc" }
     let bundle = "bench.refine"
@@ -46,29 +49,61 @@ struct RefineBench {
             progress("semantic refinement: skipped, no model in \(model.path) (make model)")
             return []
         }
-        try? FileManager.default.removeItem(atPath: dir)
+        // The items as `searchlight-semantic tune` and the semantic bench's relevance rows donate
+        // them: without the debtags tags (`a::b`, the relevance set's answer), the section kept.
+        let items = corpus.entries.prefix(count).map { e -> SearchableItem in
+            var item = e.searchableItem
+            item.attributeSet.keywords = item.attributeSet.keywords?.filter { !$0.contains("::") }
+            return item
+        }
+        // A kept directory from an earlier run: reused when it holds these items, all refined.
+        let kept = keep && FileManager.default.fileExists(atPath: dir + "/daemon/state")
+        if !kept { try? FileManager.default.removeItem(atPath: dir) }
         try writePressure(cpu: 70)
-        let daemon = try Daemon(dir: dir + "/daemon", arguments: ["--model-dir", model.path, "--proc-root", procRoot,
+        var daemon = try Daemon(dir: dir + "/daemon", arguments: ["--model-dir", model.path, "--proc-root", procRoot,
             "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1"])
         defer {
+            daemon.stop(remove: !keep)
+            if keep { progress("semantic refinement: the daemon's directory kept in \(dir)") } else { try? FileManager.default.removeItem(atPath: dir) }
+        }
+        var admin = SearchlightConnection(role: .admin, socketPath: daemon.socket)
+        func counts() async throws -> (vectors: Int, refined: Int) {
+            let status = try await admin.call("admin.status")
+            let entry = status["bundles"]?.arrayValue?.first { $0["bundle"]?.stringValue == bundle }?["indexes"]?.arrayValue?.first
+            return (entry?["vectors"]?.intValue ?? 0, entry?["refined"]?.intValue ?? 0)
+        }
+        let judged = full ? ((try? SemanticBench.loadJudgements()) ?? []) : []
+        var rows: [Row] = []
+        if kept {
+            let (vectors, refined) = try await counts()
+            if vectors == items.count && refined == vectors {
+                progress("semantic refinement: \(dir) reused, \(refined) of \(vectors) vectors refined: relevance only")
+                let index = SearchableIndex(bundleIdentifier: bundle, socketPath: daemon.socket)
+                if !judged.isEmpty {
+                    let lexical = try await relevance(judged, index: index, name: "lexical", semantic: false, lexical: [], into: &rows)
+                    try await refinedRelevance(judged, index: index, lexical: lexical, into: &rows)
+                }
+                await index.close()
+                await admin.close()
+                return rows
+            }
+            progress("semantic refinement: \(dir) holds \(refined) of \(vectors) vectors refined, not the \(items.count) items all refined: "
+                + "starting over")
+            await admin.close()
             daemon.stop(remove: true)
             try? FileManager.default.removeItem(atPath: dir)
+            try writePressure(cpu: 70)
+            daemon = try Daemon(dir: dir + "/daemon", arguments: ["--model-dir", model.path, "--proc-root", procRoot,
+                "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1"])
+            admin = SearchlightConnection(role: .admin, socketPath: daemon.socket)
         }
         let events = EventLog()
         let monitor = SearchlightConnection(role: .admin, socketPath: daemon.socket, onNotification: { events.record($0, $1) })
         _ = try await monitor.call("admin.monitor")
-        let admin = SearchlightConnection(role: .admin, socketPath: daemon.socket)
-        defer { Task { await monitor.close(); await admin.close() } }
+        defer { Task { [admin] in await monitor.close(); await admin.close() } }
 
-        let items = corpus.entries.prefix(full ? corpus.entries.count : count).map { e -> SearchableItem in
-            var item = e.searchableItem
-            item.attributeSet.keywords = nil  // the relevance set's tags are the answer
-            return item
-        }
         _ = try await donate(Array(items), socket: daemon.socket, bundle: bundle, clients: 4, batch: options.batch)
         let index = SearchableIndex(bundleIdentifier: bundle, socketPath: daemon.socket)
-        var rows: [Row] = []
-        let judged = full ? ((try? SemanticBench.loadJudgements()) ?? []) : []
         var lexical: [Double] = []
         if !judged.isEmpty {
             // Before any refinement, the transformer not loaded: static vectors, static query.
@@ -76,11 +111,6 @@ struct RefineBench {
             _ = try await relevance(judged, index: index, name: "hybrid, static table", semantic: true, lexical: lexical, into: &rows)
         }
 
-        func counts() async throws -> (vectors: Int, refined: Int) {
-            let status = try await admin.call("admin.status")
-            let entry = status["bundles"]?.arrayValue?.first { $0["bundle"]?.stringValue == bundle }?["indexes"]?.arrayValue?.first
-            return (entry?["vectors"]?.intValue ?? 0, entry?["refined"]?.intValue ?? 0)
-        }
         let total = try await counts().vectors
         progress("semantic refinement: \(total) items donated with static vectors; the machine made idle")
 
@@ -171,14 +201,17 @@ struct RefineBench {
         rows.append(Row(scenario: "refinement: load gone to refinement resumed (--resume-after 1 ×2, --idle-after 1)", figure: Figure(resumes),
             unit: "s", higherIsBetter: false, size: size))
 
-        if !judged.isEmpty {
-            // The transformer embeds the queries (loaded by refinement; prepare keeps it loaded).
-            let state = try await UserQuery.prepare(index: index)
-            if state.state != "loaded" { fatal("semantic refinement: the transformer is not loaded (\(state))") }
-            _ = try await relevance(judged, index: index, name: "hybrid, refined (transformer)", semantic: true, lexical: lexical, into: &rows)
-        }
+        if !judged.isEmpty { try await refinedRelevance(judged, index: index, lexical: lexical, into: &rows) }
         await index.close()
         return rows
+    }
+
+    /// The relevance rows of the refined index: the transformer embeds the queries (loaded by
+    /// refinement or, on a reused directory, by `prepare`; prepare keeps it loaded).
+    func refinedRelevance(_ judged: [SemanticBench.Judgement], index: SearchableIndex, lexical: [Double], into rows: inout [Row]) async throws {
+        let state = try await UserQuery.prepare(index: index)
+        if state.state != "loaded" { fatal("semantic refinement: the transformer is not loaded (\(state))") }
+        _ = try await relevance(judged, index: index, name: "hybrid, refined (transformer)", semantic: true, lexical: lexical, into: &rows)
     }
 
     /// Every judgement's query through `query.user`, top 100; the rows and each query's nDCG@10.
@@ -201,10 +234,10 @@ struct RefineBench {
             worse = ", \(losers.count) queries more than 0.1 below lexical"
                 + (losers.isEmpty ? "" : ": " + losers.map { String(format: "%@ %.3f → %.3f", $0.0.tag, $0.1.1, $0.1.0) }.joined(separator: ", "))
         }
-        progress(String(format: "relevance, %@ items without keywords (%d queries), %@: nDCG@10 %.3f, recall@100 %.3f%@", sizeLabel(corpus.entries.count),
+        progress(String(format: "relevance, %@ items without tags (%d queries), %@: nDCG@10 %.3f, recall@100 %.3f%@", sizeLabel(count),
             judged.count, name, mean, recall, worse))
-        rows.append(Row(scenario: "debtags nDCG@10 (\(sizeLabel(corpus.entries.count)) items, refinement bench), \(name)", figure: Figure([mean]), unit: "", higherIsBetter: true))
-        rows.append(Row(scenario: "debtags recall@100 (\(sizeLabel(corpus.entries.count)) items, refinement bench), \(name)", figure: Figure([recall]), unit: "",
+        rows.append(Row(scenario: "debtags nDCG@10 (\(sizeLabel(count)) items, refinement bench), \(name)", figure: Figure([mean]), unit: "", higherIsBetter: true))
+        rows.append(Row(scenario: "debtags recall@100 (\(sizeLabel(count)) items, refinement bench), \(name)", figure: Figure([recall]), unit: "",
             higherIsBetter: true))
         return n
     }

@@ -10,19 +10,92 @@ import SearchlightWire
 /// nDCG@10, recall@100 and the queries more than 0.1 nDCG@10 below the lexical ranking, so that
 /// a setting is chosen with its neighbours in view.
 func tune(_ options: ToolOptions) throws {
-    let judgements = try loadJudgements(options["judgements"] ?? "Scripts/semantic/relevance/debtags-judgements.jsonl")
-    let docs = try loadCorpus(options.corpusPath)
+    var judgements = try loadJudgements(options["judgements"] ?? "Scripts/semantic/relevance/debtags-judgements.jsonl")
+    var docs = try loadCorpus(options.corpusPath)
+    // --documents N: the corpus's first N documents only, and the queries with at least 3 relevant
+    // documents among them (their judgements cut to those): a subset whose refinement is quick,
+    // or whose refined vectors another store already holds (copied in with sqlite3).
+    if let n = options["documents"].flatMap(Int.init), n < docs.count {
+        docs = Array(docs.prefix(n))
+        let kept = Set(docs.map(\.id))
+        judgements = judgements.compactMap { j in
+            var j = j
+            j.relevant = j.relevant.intersection(kept)
+            return j.relevant.count >= 3 ? j : nil
+        }
+        progress("tune: the first \(n) documents, \(judgements.count) queries with 3 or more relevant documents among them")
+    }
+    // --subset-ids FILE --subset-embeddings FILE: only the documents that sentence-transformers
+    // embedded (`evaluate`'s subset, a seeded random quarter of the corpus), and with --refine
+    // their vectors taken from those embeddings instead of computed again (the same model: cosine
+    // ≥ 0.999 to ours); the queries as with --documents.
+    var precomputed: [String: [Float]] = [:]
+    if let idsFile = options["subset-ids"] {
+        let ids = try String(contentsOfFile: idsFile, encoding: .utf8).split(separator: "\n").map(String.init)
+        let wanted = Set(ids)
+        docs = docs.filter { wanted.contains($0.id) }
+        judgements = judgements.compactMap { j in
+            var j = j
+            j.relevant = j.relevant.intersection(wanted)
+            return j.relevant.count >= 3 ? j : nil
+        }
+        if let file = options["subset-embeddings"] {
+            let floats = try readFloats(file), dim = 384
+            guard floats.count == ids.count * dim else { fail("\(file) holds \(floats.count / dim) vectors for \(ids.count) ids") }
+            let byID = Dictionary(docs.map { ($0.id, $0) }, uniquingKeysWith: { a, _ in a })
+            for (i, id) in ids.enumerated() {
+                guard let d = byID[id] else { continue }
+                // The text the store embeds: title, synopsis, description, the ones there, joined by ". ".
+                let text = [d.title, d.synopsis, d.description].filter { !$0.isEmpty }.joined(separator: ". ")
+                precomputed[text] = Array(floats[(i * dim)..<((i + 1) * dim)])
+            }
+        }
+        progress("tune: \(docs.count) documents of \(idsFile), \(judgements.count) queries with 3 or more relevant documents among them")
+    }
     let table = try StaticEncoder(file: options.staticTablePath)
+    // --store FILE keeps the store (and reuses it when it exists): refining the whole corpus with
+    // the transformer takes half an hour of both cores, tuning on it seconds per setting.
     let dir = NSTemporaryDirectory() + "sl-tune-\(getpid())"
     defer { try? FileManager.default.removeItem(atPath: dir) }
+    let storePath = options["store"] ?? dir + "/tune.sqlite"
+    let reuse = options["store"] != nil && FileManager.default.fileExists(atPath: storePath)
     var storeOptions = StoreOptions()
     storeOptions.vectorEncoder = table
     storeOptions.rankedIndexBuilds = false  // the exhaustive ranking: the definition the ranked index equals
-    let store = try IndexStore(path: dir + "/tune.sqlite", options: storeOptions)
+    if !reuse { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
+    let store = try IndexStore(path: storePath, options: storeOptions)
     defer { store.close() }
-    let donateTime = try time { try donate(docs, to: store, keywords: .withoutTags) }
-    progress("tune: \(judgements.count) queries, \(docs.count) documents donated in \(format(donateTime, 1)) s")
-    let vectors = judgements.map { table.embed($0.query) }
+    if reuse {
+        progress("tune: \(judgements.count) queries, the store \(storePath) reused")
+    } else {
+        let donateTime = try time { try donate(docs, to: store, keywords: .withoutTags) }
+        progress("tune: \(judgements.count) queries, \(docs.count) documents donated in \(format(donateTime, 1)) s")
+    }
+    // --refine: every vector replaced by the transformer's (as idle maintenance does in the
+    // daemon), and the queries embedded by the transformer (as the daemon does once it is loaded).
+    var transformer: TransformerEncoder?
+    if options["refine"] != nil {
+        let encoder = try TransformerEncoder(directory: options.modelDirectory)
+        let threads = options.int("threads", 2)
+        var embedded = 0
+        let start = Date()
+        var computed = 0
+        let refined = try store.refineVectors(batch: 64, embed: { texts in
+            let missing = texts.filter { precomputed[$0] == nil }
+            computed += missing.count
+            let made = Dictionary(zip(missing, missing.isEmpty ? [] : encoder.embed(missing, threads: threads)), uniquingKeysWith: { a, _ in a })
+            let v = texts.map { precomputed[$0] ?? made[$0]! }
+            embedded += texts.count
+            if embedded % 2048 < texts.count {
+                progress("tune: \(embedded) embedded in \(format(Date().timeIntervalSince(start), 0)) s")
+            }
+            return v
+        }, yieldNow: { false })
+        let counts = try store.vectorCounts()
+        progress("tune: refined \(refined) now (\(computed) embedded here, the others precomputed), \(counts.refined) of \(counts.vectors) vectors refined")
+        transformer = encoder
+    }
+    let vectors = judgements.map { transformer?.embed($0.query) ?? table.embed($0.query) }
 
     func run(_ semantic: SemanticRequest?, _ j: Judgement, _ vector: [Float]) throws -> [String] {
         var request = UserQueryRequest(text: j.query)
@@ -35,46 +108,100 @@ func tune(_ options: ToolOptions) throws {
     let lexical = try zip(judgements, vectors).map { j, v in try run(nil, j, v) }
     let lexicalNDCG = zip(lexical, judgements).map { ndcg($0, $1.relevant) }
     let lexicalRecall = zip(lexical, judgements).map { recall($0, $1.relevant) }
-    print("setting                                   nDCG@10  recall@100  worse>0.1  (queries)")
-    print("lexical                                   \(format(mean(lexicalNDCG)))    \(format(mean(lexicalRecall)))")
 
     let weights = options.doubles("weights", [0.3, 0.4, 0.5])
     let floors = options.doubles("floors", [0.3, 0.35, 0.4])
     let ks = options.doubles("ks", [60])
-    let defaults = SemanticRequest(vector: [], weight: 0.5)
+    // The defaults of the tier being tuned: the refined constants with --refine, else the static ones.
+    let defaults = transformer != nil ? FusionTuning.refinedVectors : FusionTuning.staticVectors
     let confidentHits = options.doubles("confident-hits", [Double(defaults.confidentHits ?? 0)]).map(Int.init)
     let confidentFactors = options.doubles("confident-factors", [defaults.confidentFactor])
     let exactFirst = options.doubles("exact-first", [0]).map { $0 != 0 }
     let verbose = options["verbose"] != nil
+    let encoder: QueryEncoder = transformer != nil ? .transformer : .staticTable
     var settings: [(String, SemanticRequest)] = []
+    // The daemon's own request first (its constants chosen by `SemanticRequest.tuning` for this
+    // store's share of refined vectors and the query's encoder), then the grid.
+    settings.append(("daemon default (w 0.50, \(encoder == .transformer ? "refined" : "static") rule)",
+        SemanticRequest(vector: [], weight: 0.5, encoder: encoder)))
     for w in weights { for floor in floors { for k in ks { for hits in confidentHits { for factor in confidentFactors { for first in exactFirst {
         if hits == 0 && factor != confidentFactors[0] { continue }
-        var s = SemanticRequest(vector: [], weight: w, minimumSimilarity: Float(floor))
-        s.rrfK = k
-        s.confidentHits = hits > 0 ? hits : nil
-        s.confidentFactor = factor
+        var s = SemanticRequest(vector: [], weight: w, encoder: encoder)
+        let t = FusionTuning(minimumSimilarity: Float(floor), rrfK: k, confidentHits: hits > 0 ? hits : nil, confidentFactor: factor)
+        s.staticTuning = t
+        s.refinedTuning = t
         s.exactFirst = first
         settings.append(("w \(format(w, 2)) floor \(format(floor, 2)) k \(Int(k))" + (hits > 0 ? " conf \(hits)×\(format(factor, 2))" : "")
             + (first ? " exact-first" : ""), s))
     } } } } } }
-    do {
-        do {
-            for (name, s) in settings {
-                var n: [Double] = [], r: [Double] = [], worse: [String] = []
-                var elapsed = 0.0
-                for (i, j) in judgements.enumerated() {
-                    var ranking: [String] = []
-                    elapsed += try time { ranking = try run(s, j, vectors[i]) }
-                    n.append(ndcg(ranking, j.relevant))
-                    r.append(recall(ranking, j.relevant))
-                    if n[i] < lexicalNDCG[i] - 0.1 { worse.append("\(j.query) \(format(lexicalNDCG[i], 2))→\(format(n[i], 2))") }
-                }
-                print(name.padding(toLength: 56, withPad: " ", startingAt: 0)
-                    + "\(format(mean(n)))    \(format(mean(r)))       \(worse.count)    \(format(elapsed / Double(judgements.count) * 1000, 2)) ms/query" + (verbose ? "  " + worse.joined(separator: "; ") : ""))
-            }
+
+    // Held out: two fixed halves of the queries (judgement order, even and odd lines), a setting
+    // chosen on one half and measured on the other, both ways; 65 queries are few, and a setting
+    // chosen and measured on the same queries flatters itself.
+    let halves = [judgements.indices.filter { $0 % 2 == 0 }, judgements.indices.filter { $0 % 2 == 1 }]
+    let gain = options.doubles("min-gain", [0])[0]
+    var results: [Scored] = []
+    print("""
+        setting                                                 nDCG@10  recall@100  worse>0.1   ms/query  | even: Δ nDCG worse | odd: Δ nDCG worse
+        """)
+    print("lexical".padding(toLength: 56, withPad: " ", startingAt: 0) + "\(format(mean(lexicalNDCG)))    \(format(mean(lexicalRecall)))"
+        + String(repeating: " ", count: 29) + "| even \(format(mean(halves[0].map { lexicalNDCG[$0] }))) | odd \(format(mean(halves[1].map { lexicalNDCG[$0] })))")
+    for (name, s) in settings {
+        var n: [Double] = [], r: [Double] = [], worse: [String] = []
+        var elapsed = 0.0
+        for (i, j) in judgements.enumerated() {
+            var ranking: [String] = []
+            elapsed += try time { ranking = try run(s, j, vectors[i]) }
+            n.append(ndcg(ranking, j.relevant))
+            r.append(recall(ranking, j.relevant))
+            if n[i] < lexicalNDCG[i] - 0.1 { worse.append("\(j.query) \(format(lexicalNDCG[i], 2))→\(format(n[i], 2))") }
         }
+        let scored = Scored(name: name, ndcg: n, lexical: lexicalNDCG)
+        results.append(scored)
+        let perHalf = halves.map { h in "Δ \(signed(scored.gain(h))) \(scored.worse(h))" }
+        print(name.padding(toLength: 56, withPad: " ", startingAt: 0)
+            + "\(format(mean(n)))    \(format(mean(r)))       \(worse.count)      \(format(elapsed / Double(judgements.count) * 1000, 2))"
+            + "  | even: \(perHalf[0]) | odd: \(perHalf[1])" + (verbose ? "  " + worse.joined(separator: "; ") : ""))
+    }
+    // The choice on each half: the best mean nDCG@10 among the settings that leave no query of
+    // that half more than 0.1 below lexical (and gain at least --min-gain there), then its figures
+    // on the other half, which had no say in it.
+    print("held out (chosen on one half: best nDCG@10 with 0 queries worse by > 0.1; measured on the other):")
+    var heldOut = [Double](repeating: .nan, count: judgements.count)
+    var heldWorse = 0
+    for (choose, measure) in [(0, 1), (1, 0)] {
+        let names = ["even", "odd"]
+        let eligible = results.filter { $0.worse(halves[choose]) == 0 && $0.gain(halves[choose]) >= gain }
+        guard let best = eligible.max(by: { $0.mean(halves[choose]) < $1.mean(halves[choose]) }) else {
+            print("  chosen on \(names[choose]): no setting qualifies")
+            continue
+        }
+        for i in halves[measure] { heldOut[i] = best.ndcg[i] }
+        heldWorse += best.worse(halves[measure])
+        print("  chosen on \(names[choose]) (Δ \(signed(best.gain(halves[choose])))): \(best.name.trimmingCharacters(in: .whitespaces))"
+            + " → on \(names[measure]): nDCG@10 \(format(best.mean(halves[measure]))), Δ \(signed(best.gain(halves[measure]))), "
+            + "\(best.worse(halves[measure])) worse by > 0.1")
+    }
+    if !heldOut.contains(where: \.isNaN) {
+        print("  both halves held out (each measured with the setting the other chose): nDCG@10 \(format(mean(heldOut))), "
+            + "Δ \(signed(mean(heldOut) - mean(lexicalNDCG))), \(heldWorse) worse by > 0.1")
     }
 }
+
+/// One setting's per-query nDCG@10 against the lexical ranking's, over any subset of the queries.
+private struct Scored {
+    var name: String
+    var ndcg: [Double]
+    var lexical: [Double]
+
+    func mean(_ queries: [Int]) -> Double { queries.isEmpty ? 0 : queries.map { ndcg[$0] }.reduce(0, +) / Double(queries.count) }
+    func gain(_ queries: [Int]) -> Double {
+        queries.isEmpty ? 0 : queries.map { ndcg[$0] - lexical[$0] }.reduce(0, +) / Double(queries.count)
+    }
+    func worse(_ queries: [Int]) -> Int { queries.filter { ndcg[$0] < lexical[$0] - 0.1 }.count }
+}
+
+private func signed(_ x: Double) -> String { (x >= 0 ? "+" : "") + format(x) }
 
 private func mean(_ xs: [Double]) -> Double { xs.isEmpty ? 0 : xs.reduce(0, +) / Double(xs.count) }
 

@@ -187,6 +187,27 @@ struct VectorTableTests {
         #expect(index.vector(for: 3) == a)
     }
 
+    @Test("the refined count follows every set, replacement and removal (it is kept, not counted per query)")
+    func refinedCountFollows() throws {
+        var index = VectorIndex(dimension: 4)
+        let plain = QuantizedVector([1, 0, 0, 0]), refined = QuantizedVector([0, 1, 0, 0], refined: true)
+        func check(_ n: Int) { #expect(index.refinedCount == n && index.refinedCount == index.rowids.filter { index.vector(for: $0)!.refined }.count) }
+        try index.set(1, refined)
+        try index.set(2, plain)
+        try index.set(3, refined)
+        check(2)
+        try index.set(2, refined)  // refined in place
+        check(3)
+        try index.set(1, plain)  // replaced by a static vector (a donation after refinement)
+        check(2)
+        index.remove(1)  // a plain one removed: the last slot (refined) moves into its place
+        check(2)
+        index.remove(3)
+        check(1)
+        index.remove(9)
+        check(1)
+    }
+
     @Test("a table name that is not a plain identifier is refused")
     func names() {
         #expect(throws: SemanticError.self) { try VectorTable(name: "v; DROP TABLE items") }

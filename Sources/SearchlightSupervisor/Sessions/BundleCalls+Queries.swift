@@ -88,8 +88,8 @@ extension BundleCalls {
         // Semantic search (hybrid ranking): on unless asked off, where the static table is there;
         // the query embedded once for every index it searches.
         if r.context.semanticSearch ?? true, r.context.semanticWeight > 0 || r.context.explain,
-           !r.text.allSatisfy({ $0.isWhitespace }), let vector = context.semantic.embedQuery(r.text) {
-            request.semantic = SemanticRequest(vector: vector, weight: r.context.semanticWeight)
+           !r.text.allSatisfy({ $0.isWhitespace }) {
+            request.semantic = context.semantic.request(r.text, weight: r.context.semanticWeight)
         }
         // The desktop's items always name their bundle, also when the query named one.
         let tagged = acrossBundles(r.bundle) || desktop != nil
