@@ -36,7 +36,7 @@ struct CLIExtensionTests {
     // MARK: - reindex arguments
 
     @Test("reindex without a target, without a selection or with two selections is a usage error")
-    func reindexUsage() throws {
+    func reindexUsage() async throws {
         let cases: [([String], String)] = [
             (["reindex"], "missing LABEL|BUNDLE"),
             (["reindex", "org.example.notes"], "say what to rebuild"),
@@ -45,7 +45,7 @@ struct CLIExtensionTests {
             (["reindex", "org.example.notes", "a", "--all"], "unexpected argument 'a'"),
         ]
         for (args, message) in cases {
-            let r = try runCLI(args, socket: Self.nowhere)
+            let r = try await runCLI(args, socket: Self.nowhere)
             #expect(r.status == 2, "\(args): \(r.stderr)")
             #expect(r.stderr.contains(message), "\(args): \(r.stderr)")
             #expect(r.stderr.contains("Usage: searchlight reindex"), "\(args)")
@@ -53,32 +53,32 @@ struct CLIExtensionTests {
     }
 
     @Test("reindex --timeout must be a number of seconds up to a week (1e308 once trapped in Duration), and means nothing with --no-wait")
-    func reindexTimeoutUsage() throws {
+    func reindexTimeoutUsage() async throws {
         for value in ["0", "abc", "-3", "inf", "1e308", "1e-320", "604801"] {
-            let r = try runCLI(["reindex", "org.example.notes", "--all", "--timeout=\(value)"], socket: Self.nowhere)
+            let r = try await runCLI(["reindex", "org.example.notes", "--all", "--timeout=\(value)"], socket: Self.nowhere)
             #expect(r.status == 2, "\(value): \(r.stderr)")
             #expect(r.stderr.contains("--timeout must be a number of seconds from 0.001 to 604800"), "\(value): \(r.stderr)")
         }
-        let r = try runCLI(["reindex", "org.example.notes", "--all", "--no-wait", "--timeout", "5"], socket: Self.nowhere)
+        let r = try await runCLI(["reindex", "org.example.notes", "--all", "--no-wait", "--timeout", "5"], socket: Self.nowhere)
         #expect(r.status == 2)
         #expect(r.stderr.contains("it does nothing with --no-wait"), "\(r.stderr)")
     }
 
     @Test("reindex --identifiers-from an empty file fails before asking the daemon")
-    func reindexEmptyIdentifierFile() throws {
+    func reindexEmptyIdentifierFile() async throws {
         let dir = TempDir()
         let file = dir.path + "/ids.txt"
         try "\n  \n".write(toFile: file, atomically: false, encoding: .utf8)
-        let r = try runCLI(["reindex", "org.example.notes", "--identifiers-from", file], socket: Self.nowhere)
+        let r = try await runCLI(["reindex", "org.example.notes", "--identifiers-from", file], socket: Self.nowhere)
         #expect(r.status == 1)
         #expect(r.stderr.contains("has no identifiers; put one per line"), "\(r.stderr)")
     }
 
     @Test("extension commands exit 3 when no daemon listens")
-    func unreachable() throws {
+    func unreachable() async throws {
         for args in [["reindex", "org.example.notes", "--all"], ["reindex", "x", "--identifiers", "a", "--no-wait"],
                      ["units"], ["requests"], ["monitor"]] {
-            let r = try runCLI(args, socket: Self.nowhere)
+            let r = try await runCLI(args, socket: Self.nowhere)
             #expect(r.status == 3, "\(args): \(r.stderr)")
             #expect(r.stderr.contains("cannot reach searchlightd"), "\(args): \(r.stderr)")
         }
@@ -87,20 +87,20 @@ struct CLIExtensionTests {
     // MARK: - units --verify
 
     @Test("units --verify accepts a good unit file without the daemon")
-    func verifyGoodUnit() throws {
+    func verifyGoodUnit() async throws {
         let dir = TempDir()
         let file = try writeUnit(dir, label: "org.example.ok", bundle: "org.example.notes")
-        let r = try runCLI(["units", "--verify", file], socket: Self.nowhere)
+        let r = try await runCLI(["units", "--verify", file], socket: Self.nowhere)
         #expect(r.status == 0, "\(r.stdout)\(r.stderr)")
         #expect(r.stdout == "\(file): ok (org.example.ok for org.example.notes)\n")
     }
 
     @Test("units --verify names the file, the key and the fix of a bad unit, checks the others, and exits 1")
-    func verifyBadUnit() throws {
+    func verifyBadUnit() async throws {
         let dir = TempDir()
         let good = try writeUnit(dir, label: "org.example.ok", bundle: "org.example.notes")
         let bad = try writeUnit(dir, label: "org.example.bad", bundle: nil)
-        let r = try runCLI(["units", "--verify", bad, good], socket: Self.nowhere)
+        let r = try await runCLI(["units", "--verify", bad, good], socket: Self.nowhere)
         #expect(r.status == 1)
         let lines = r.stdout.split(separator: "\n").map(String.init)
         #expect(lines.count == 2, "\(r.stdout)")
@@ -111,19 +111,19 @@ struct CLIExtensionTests {
     }
 
     @Test("units --verify of a missing file says it cannot be opened")
-    func verifyMissingUnit() throws {
+    func verifyMissingUnit() async throws {
         let dir = TempDir()
-        let r = try runCLI(["units", "--verify", dir.path + "/org.example.absent.plist"], socket: Self.nowhere)
+        let r = try await runCLI(["units", "--verify", dir.path + "/org.example.absent.plist"], socket: Self.nowhere)
         #expect(r.status == 1)
         #expect(r.stdout.contains("org.example.absent.plist"), "\(r.stdout)")
     }
 
     @Test("units --verify --json prints one object per file")
-    func verifyJSON() throws {
+    func verifyJSON() async throws {
         let dir = TempDir()
         let good = try writeUnit(dir, label: "org.example.ok", bundle: "org.example.notes")
         let bad = try writeUnit(dir, label: "org.example.bad", bundle: nil)
-        let r = try runCLI(["units", "--verify", good, bad, "--json"], socket: Self.nowhere)
+        let r = try await runCLI(["units", "--verify", good, bad, "--json"], socket: Self.nowhere)
         #expect(r.status == 1)
         let objects = try r.stdout.split(separator: "\n").map { try JSONValue.parse(String($0)) }
         #expect(objects.count == 2)
@@ -150,18 +150,18 @@ struct CLIExtensionTests {
     }
 
     /// A new (disabled) unit, loaded by `units`: an event that needs no extension process.
-    func addUnitAndReload(_ daemon: DaemonProcess, _ units: String) throws {
+    func addUnitAndReload(_ daemon: DaemonProcess, _ units: String) async throws {
         let unit = Self.unitFile(label: "org.example.more", bundle: "org.example.more", disabled: true)
         try unit.write(toFile: units + "/org.example.more.plist", atomically: false, encoding: .utf8)
-        let r = try runCLI(["units"], socket: daemon.socket)
+        let r = try await runCLI(["units"], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
     }
 
     @Test("reindex of a target no unit serves exits 1 with unknownExtension")
-    func reindexUnknownTarget() throws {
+    func reindexUnknownTarget() async throws {
         let (daemon, _) = try daemonWithUnits()
         for args in [["reindex", "org.example.nobody", "--all"], ["reindex", "org.example.nobody", "--identifiers", "a", "--no-wait"]] {
-            let r = try runCLI(args, socket: daemon.socket)
+            let r = try await runCLI(args, socket: daemon.socket)
             #expect(r.status == 1, "\(args): \(r.stderr)")
             #expect(r.stderr.contains("(unknownExtension)"), "\(args): \(r.stderr)")
             #expect(r.stdout.isEmpty)
@@ -169,9 +169,9 @@ struct CLIExtensionTests {
     }
 
     @Test("units lists each unit with its state, then each refused file with its key")
-    func unitsTable() throws {
+    func unitsTable() async throws {
         let (daemon, units) = try daemonWithUnits()
-        let r = try runCLI(["units"], socket: daemon.socket)
+        let r = try await runCLI(["units"], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
         let lines = r.stdout.split(separator: "\n").map(String.init)
         #expect(lines.first == "units from \(units)")
@@ -179,32 +179,32 @@ struct CLIExtensionTests {
         #expect(lines.contains { $0.hasPrefix("org.example.off") && $0.contains("org.example.notes") && $0.contains("disabled") })
         #expect(lines.contains { $0.hasPrefix(units + "/org.example.bad.plist: BundleIdentifier: ") }, "\(r.stdout)")
 
-        let json = try JSONValue.parse(try runCLI(["units", "--json"], socket: daemon.socket).stdout)
+        let json = try JSONValue.parse(try await runCLI(["units", "--json"], socket: daemon.socket).stdout)
         #expect(json["units"]?.arrayValue?.first?["label"]?.stringValue == "org.example.off")
         #expect(json["problems"]?.arrayValue?.first?["key"]?.stringValue == "BundleIdentifier")
     }
 
     @Test("status adds the extensions and the request counts; requests says when the journal is empty")
-    func statusAndRequests() throws {
+    func statusAndRequests() async throws {
         let (daemon, _) = try daemonWithUnits()
-        let status = try runCLI(["status"], socket: daemon.socket)
+        let status = try await runCLI(["status"], socket: daemon.socket)
         #expect(status.status == 0, "\(status.stderr)")
         #expect(status.stdout.contains("reindex requests: 0 pending, 0 running, 0 failed, 0 poisoned identifiers"), "\(status.stdout)")
 
-        let requests = try runCLI(["requests"], socket: daemon.socket)
+        let requests = try await runCLI(["requests"], socket: daemon.socket)
         #expect(requests.status == 0, "\(requests.stderr)")
         #expect(requests.stdout == "no reindex requests are journaled\n")
-        let json = try JSONValue.parse(try runCLI(["requests", "--json"], socket: daemon.socket).stdout)
+        let json = try JSONValue.parse(try await runCLI(["requests", "--json"], socket: daemon.socket).stdout)
         #expect(json["requests"]?.arrayValue?.isEmpty == true)
         #expect(json["poisoned"]?.arrayValue?.isEmpty == true)
     }
 
     @Test("monitor prints one line per event and exits 0 on SIGINT")
-    func monitorUntilInterrupted() throws {
+    func monitorUntilInterrupted() async throws {
         let (daemon, units) = try daemonWithUnits()
         let monitor = try BackgroundCLI(["monitor"], socket: daemon.socket)
         try monitor.waitForStderr("press Ctrl-C to stop")
-        try addUnitAndReload(daemon, units)
+        try await addUnitAndReload(daemon, units)
         let line = try monitor.waitForStdout("units.reloaded")
         #expect(line.range(of: #"^\d\d:\d\d:\d\d units\.reloaded "#, options: .regularExpression) != nil, "\(line)")
         #expect(line.contains("problems=1"), "\(line)")
@@ -212,15 +212,15 @@ struct CLIExtensionTests {
     }
 
     @Test("monitor --json prints each event as a JSON object, and exits 3 when the daemon goes away")
-    func monitorDaemonGone() throws {
+    func monitorDaemonGone() async throws {
         let (daemon, units) = try daemonWithUnits()
         let monitor = try BackgroundCLI(["monitor", "--json"], socket: daemon.socket)
         try monitor.waitForStderr("press Ctrl-C to stop")
-        try addUnitAndReload(daemon, units)
+        try await addUnitAndReload(daemon, units)
         let event = try JSONValue.parse(try monitor.waitForStdout("units.reloaded"))
         #expect(event["event"]?.stringValue == "units.reloaded")
         #expect(event["time"]?.stringValue.flatMap(ISO8601.parse) != nil)
-        daemon.stop()
+        await daemon.stop()
         #expect(monitor.wait() == 3)
         #expect(monitor.stderr.contains("searchlightd went away"), "\(monitor.stderr)")
     }
@@ -228,18 +228,18 @@ struct CLIExtensionTests {
     // MARK: - mdutil -cr
 
     @Test("mdutil -cr LABEL is reindex --all; it takes one label, and global options may follow it")
-    func mdutilReindex() throws {
+    func mdutilReindex() async throws {
         let links = TempDir()
         let mdutil = links.path + "/mdutil"
         try FileManager.default.createSymbolicLink(atPath: mdutil, withDestinationPath: Products.path("searchlight"))
 
-        let missing = try runCLI(["-cr"], socket: Self.nowhere, executable: mdutil)
+        let missing = try await runCLI(["-cr"], socket: Self.nowhere, executable: mdutil)
         #expect(missing.status == 2)
         #expect(missing.stderr.contains("-cr takes one LABEL or BUNDLE"), "\(missing.stderr)")
         #expect(missing.stderr.contains("Usage: mdutil"))
 
         // Translated and sent: it gets as far as the (absent) daemon.
-        let sent = try runCLI(["-cr", "org.example.notes-indexer", "--json"], socket: Self.nowhere, executable: mdutil)
+        let sent = try await runCLI(["-cr", "org.example.notes-indexer", "--json"], socket: Self.nowhere, executable: mdutil)
         #expect(sent.status == 3, "\(sent.stderr)")
         #expect(sent.stderr.contains("cannot reach searchlightd"), "\(sent.stderr)")
     }

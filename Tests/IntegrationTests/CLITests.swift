@@ -25,16 +25,16 @@ struct CLITests {
     }
 
     /// A daemon holding the three notes.
-    func daemonWithNotes() throws -> DaemonProcess {
-        let daemon = try DaemonProcess()
+    func daemonWithNotes() async throws -> DaemonProcess {
+        let daemon = try await DaemonProcess()
         let file = try write(Self.notes, to: "notes.jsonl", in: daemon)
-        let r = try runCLI(["import", Self.bundle, file], socket: daemon.socket)
+        let r = try await runCLI(["import", Self.bundle, file], socket: daemon.socket)
         try #require(r.status == 0, "import failed: \(r.stderr)")
         return daemon
     }
 
-    func identifiers(_ daemon: DaemonProcess, bundle: String = bundle) throws -> [String] {
-        let r = try runCLI(["query", bundle, Self.everything], socket: daemon.socket)
+    func identifiers(_ daemon: DaemonProcess, bundle: String = bundle) async throws -> [String] {
+        let r = try await runCLI(["query", bundle, Self.everything], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
         return r.stdout.split(separator: "\n").compactMap { $0.split(separator: " ").first.map(String.init) }.sorted()
     }
@@ -42,31 +42,31 @@ struct CLITests {
     // MARK: - import, query, search
 
     @Test("import then query and search find the items")
-    func importQuerySearch() throws {
-        let daemon = try daemonWithNotes()
-        #expect(try identifiers(daemon) == ["n1", "n2", "n3"])
+    func importQuerySearch() async throws {
+        let daemon = try await daemonWithNotes()
+        await #expect(try identifiers(daemon) == ["n1", "n2", "n3"])
 
-        let query = try runCLI(["query", Self.bundle, "textContent == \"*parser*\"cd", "--fetch", "keywords,domainIdentifier"], socket: daemon.socket)
+        let query = try await runCLI(["query", Self.bundle, "textContent == \"*parser*\"cd", "--fetch", "keywords,domainIdentifier"], socket: daemon.socket)
         #expect(query.status == 0)
         let lines = query.stdout.split(separator: "\n").map(String.init)
         #expect(lines.count == 2)
         #expect(lines.contains { $0.hasPrefix("n1") && $0.contains("Quarterly report") && $0.contains("finance") && $0.contains("notes.work") })
         #expect(lines.contains { $0.hasPrefix("n3") && $0.contains("Old memo") })
 
-        let search = try runCLI(["search", "parser"], socket: daemon.socket)
+        let search = try await runCLI(["search", "parser"], socket: daemon.socket)
         #expect(search.status == 0, "\(search.stderr)")
         #expect(search.stdout.contains("n1") && search.stdout.contains("n3") && search.stdout.contains(Self.bundle))
         #expect(!search.stdout.contains("n2"))
 
-        let own = try runCLI(["search", Self.bundle, "milk"], socket: daemon.socket)
+        let own = try await runCLI(["search", Self.bundle, "milk"], socket: daemon.socket)
         #expect(own.status == 0)
         #expect(own.stdout.contains("Shopping list"))
     }
 
     @Test("query --json prints one wire-shape item per line")
-    func queryJSON() throws {
-        let daemon = try daemonWithNotes()
-        let r = try runCLI(["query", Self.bundle, Self.everything, "--json", "--limit", "2"], socket: daemon.socket)
+    func queryJSON() async throws {
+        let daemon = try await daemonWithNotes()
+        let r = try await runCLI(["query", Self.bundle, Self.everything, "--json", "--limit", "2"], socket: daemon.socket)
         #expect(r.status == 0)
         let items = try r.stdout.split(separator: "\n").map { try JSONValue.parse(String($0)) }
         #expect(items.count == 2)
@@ -77,9 +77,9 @@ struct CLITests {
     }
 
     @Test("search --json answers items tagged with their bundle, and suggestions")
-    func searchJSON() throws {
-        let daemon = try daemonWithNotes()
-        let r = try runCLI(["search", "pars", "--json", "--suggestions", "3"], socket: daemon.socket)
+    func searchJSON() async throws {
+        let daemon = try await daemonWithNotes()
+        let r = try await runCLI(["search", "pars", "--json", "--suggestions", "3"], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
         let answer = try JSONValue.parse(r.stdout)
         let items = answer["items"]?.arrayValue ?? []
@@ -89,33 +89,33 @@ struct CLITests {
     }
 
     @Test("import with one bad line imports nothing and names the line")
-    func importBadLine() throws {
-        let daemon = try DaemonProcess()
+    func importBadLine() async throws {
+        let daemon = try await DaemonProcess()
         let file = try write("""
             {"uniqueIdentifier":"a","attributeSet":{"title":"fine"}}
             {"uniqueIdentifier":"b","attributeSet":{"title":5}}
             {"uniqueIdentifier":"c","attributeSet":{"title":"fine too"}}
             """, to: "bad.jsonl", in: daemon)
-        let r = try runCLI(["import", Self.bundle, file], socket: daemon.socket)
+        let r = try await runCLI(["import", Self.bundle, file], socket: daemon.socket)
         #expect(r.status == 1)
         #expect(r.stderr.contains("line 2"))
         #expect(r.stderr.contains("attributeSet.title"))
         #expect(r.stderr.contains("nothing was imported"))
-        #expect(try identifiers(daemon).isEmpty)
+        await #expect(try identifiers(daemon).isEmpty)
     }
 
     @Test("import names a line that is not JSON")
-    func importNotJSON() throws {
-        let daemon = try DaemonProcess()
-        let r = try runCLI(["import", Self.bundle, "-"], socket: daemon.socket, stdin: "{\"uniqueIdentifier\":\"a\"}\nnot json\n")
+    func importNotJSON() async throws {
+        let daemon = try await DaemonProcess()
+        let r = try await runCLI(["import", Self.bundle, "-"], socket: daemon.socket, stdin: "{\"uniqueIdentifier\":\"a\"}\nnot json\n")
         #expect(r.status == 1)
         #expect(r.stderr.contains("stdin line 2: invalid JSON"))
     }
 
     @Test("import reads stdin and a gzip file")
-    func importStdinAndGzip() throws {
-        let daemon = try DaemonProcess()
-        let stdin = try runCLI(["import", "com.example.stdin", "-"], socket: daemon.socket, stdin: Self.notes)
+    func importStdinAndGzip() async throws {
+        let daemon = try await DaemonProcess()
+        let stdin = try await runCLI(["import", "com.example.stdin", "-"], socket: daemon.socket, stdin: Self.notes)
         #expect(stdin.status == 0, "\(stdin.stderr)")
         #expect(stdin.stdout.contains("imported 3 items"))
 
@@ -125,32 +125,32 @@ struct CLITests {
         gzip.arguments = ["gzip", "-k", plain]
         try gzip.run()
         gzip.waitUntilExit()
-        let r = try runCLI(["import", "com.example.gz", plain + ".gz", "--batch", "2"], socket: daemon.socket)
+        let r = try await runCLI(["import", "com.example.gz", plain + ".gz", "--batch", "2"], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
-        #expect(try identifiers(daemon, bundle: "com.example.gz") == ["n1", "n2", "n3"])
+        await #expect(try identifiers(daemon, bundle: "com.example.gz") == ["n1", "n2", "n3"])
     }
 
     @Test("import with --client-state commits the items with that state")
     func importClientState() async throws {
-        let daemon = try DaemonProcess()
+        let daemon = try await DaemonProcess()
         let file = try write(Self.notes, to: "notes.jsonl", in: daemon)
-        let r = try runCLI(["import", Self.bundle, file, "--client-state", "v7", "--batch", "1"], socket: daemon.socket)
+        let r = try await runCLI(["import", Self.bundle, file, "--client-state", "v7", "--batch", "1"], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
         let index = daemon.index(Self.bundle)
         #expect(try await index.fetchLastClientState() == Data("v7".utf8))
-        #expect(try identifiers(daemon) == ["n1", "n2", "n3"])
+        await #expect(try identifiers(daemon) == ["n1", "n2", "n3"])
     }
 
     @Test("2000 corpus items import, and search finds \"json parser\"", .enabled(if: Products.corpus != nil))
-    func importCorpus() throws {
-        let daemon = try DaemonProcess()
+    func importCorpus() async throws {
+        let daemon = try await DaemonProcess()
         let file = try write(try Self.corpusAsWireItems(2000), to: "corpus.jsonl", in: daemon)
-        let r = try runCLI(["import", "org.debian.packages", file], socket: daemon.socket)
+        let r = try await runCLI(["import", "org.debian.packages", file], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
         #expect(r.stdout.contains("imported 2000 items"))
         #expect(r.stdout.contains("items/s"))
 
-        let search = try runCLI(["search", "json parser", "--json"], socket: daemon.socket)
+        let search = try await runCLI(["search", "json parser", "--json"], socket: daemon.socket)
         #expect(search.status == 0, "\(search.stderr)")
         #expect(try JSONValue.parse(search.stdout)["items"]?.arrayValue?.isEmpty == false)
     }
@@ -163,67 +163,67 @@ struct CLITests {
     // MARK: - delete, erase, indexing
 
     @Test("delete --identifiers removes those items")
-    func deleteIdentifiers() throws {
-        let daemon = try daemonWithNotes()
-        let r = try runCLI(["delete", Self.bundle, "--identifiers", "n1", "n2"], socket: daemon.socket)
+    func deleteIdentifiers() async throws {
+        let daemon = try await daemonWithNotes()
+        let r = try await runCLI(["delete", Self.bundle, "--identifiers", "n1", "n2"], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
-        #expect(try identifiers(daemon) == ["n3"])
+        await #expect(try identifiers(daemon) == ["n3"])
     }
 
     @Test("delete --domains removes the domain and its subdomains")
-    func deleteDomains() throws {
-        let daemon = try daemonWithNotes()
-        let r = try runCLI(["delete", Self.bundle, "--domains", "notes.work"], socket: daemon.socket)
+    func deleteDomains() async throws {
+        let daemon = try await daemonWithNotes()
+        let r = try await runCLI(["delete", Self.bundle, "--domains", "notes.work"], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
-        #expect(try identifiers(daemon) == ["n2"])
+        await #expect(try identifiers(daemon) == ["n2"])
     }
 
     @Test("delete without a choice of what to delete is a usage error")
-    func deleteNeedsChoice() throws {
-        let daemon = try daemonWithNotes()
-        let r = try runCLI(["delete", Self.bundle], socket: daemon.socket)
+    func deleteNeedsChoice() async throws {
+        let daemon = try await daemonWithNotes()
+        let r = try await runCLI(["delete", Self.bundle], socket: daemon.socket)
         #expect(r.status == 2)
         #expect(r.stderr.contains("--identifiers, --domains or --all"))
-        #expect(try identifiers(daemon).count == 3)
+        await #expect(try identifiers(daemon).count == 3)
     }
 
     @Test("erase removes the bundle's items")
-    func erase() throws {
-        let daemon = try daemonWithNotes()
-        let r = try runCLI(["erase", Self.bundle], socket: daemon.socket)
+    func erase() async throws {
+        let daemon = try await daemonWithNotes()
+        let r = try await runCLI(["erase", Self.bundle], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
-        #expect(try identifiers(daemon).isEmpty)
+        await #expect(try identifiers(daemon).isEmpty)
     }
 
     @Test("erase --reindex is refused before anything is erased")
-    func eraseReindexRefused() throws {
-        let daemon = try daemonWithNotes()
-        let r = try runCLI(["erase", Self.bundle, "--reindex"], socket: daemon.socket)
+    func eraseReindexRefused() async throws {
+        let daemon = try await daemonWithNotes()
+        let r = try await runCLI(["erase", Self.bundle, "--reindex"], socket: daemon.socket)
         #expect(r.status == 1)
         #expect(r.stderr.contains("nothing was erased"))
-        #expect(try identifiers(daemon).count == 3)
+        await #expect(try identifiers(daemon).count == 3)
     }
 
     @Test("indexing off makes import fail with a message about indexing")
-    func indexingOff() throws {
-        let daemon = try daemonWithNotes()
-        let off = try runCLI(["indexing", "off", Self.bundle], socket: daemon.socket)
+    func indexingOff() async throws {
+        let daemon = try await daemonWithNotes()
+        let off = try await runCLI(["indexing", "off", Self.bundle], socket: daemon.socket)
         #expect(off.status == 0, "\(off.stderr)")
         let file = try write(Self.notes, to: "again.jsonl", in: daemon)
-        let r = try runCLI(["import", Self.bundle, file], socket: daemon.socket)
+        let r = try await runCLI(["import", Self.bundle, file], socket: daemon.socket)
         #expect(r.status == 1)
         #expect(r.stderr.contains("indexing is off"))
 
-        #expect(try runCLI(["indexing", "on", Self.bundle], socket: daemon.socket).status == 0)
-        #expect(try runCLI(["import", Self.bundle, file], socket: daemon.socket).status == 0)
+        #expect(try await runCLI(["indexing", "on", Self.bundle], socket: daemon.socket).status == 0)
+        #expect(try await runCLI(["import", Self.bundle, file], socket: daemon.socket).status == 0)
     }
 
     // MARK: - status, check, version
 
     @Test("status --json shows the bundle with its item count")
-    func statusJSON() throws {
-        let daemon = try daemonWithNotes()
-        let r = try runCLI(["status", "--json"], socket: daemon.socket)
+    func statusJSON() async throws {
+        let daemon = try await daemonWithNotes()
+        let r = try await runCLI(["status", "--json"], socket: daemon.socket)
         #expect(r.status == 0)
         let status = try JSONValue.parse(r.stdout)
         let bundle = status["bundles"]?.arrayValue?.first { $0["bundle"]?.stringValue == Self.bundle }
@@ -232,9 +232,9 @@ struct CLITests {
     }
 
     @Test("status prints a header and a table of indexes")
-    func statusTable() throws {
-        let daemon = try daemonWithNotes()
-        let r = try runCLI(["status", Self.bundle], socket: daemon.socket)
+    func statusTable() async throws {
+        let daemon = try await daemonWithNotes()
+        let r = try await runCLI(["status", Self.bundle], socket: daemon.socket)
         #expect(r.status == 0)
         #expect(r.stdout.contains("mode user"))
         #expect(r.stdout.contains("socket \(daemon.socket)"))
@@ -243,23 +243,23 @@ struct CLITests {
     }
 
     @Test("check exits 0 on a healthy index")
-    func checkHealthy() throws {
-        let daemon = try daemonWithNotes()
-        let r = try runCLI(["check"], socket: daemon.socket)
+    func checkHealthy() async throws {
+        let daemon = try await daemonWithNotes()
+        let r = try await runCLI(["check"], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
         #expect(r.stdout.contains("\(Self.bundle) (default): ok"))
     }
 
     @Test("version prints the CLI's and the daemon's versions")
-    func version() throws {
-        let daemon = try DaemonProcess()
-        let r = try runCLI(["version", "--json"], socket: daemon.socket)
+    func version() async throws {
+        let daemon = try await DaemonProcess()
+        let r = try await runCLI(["version", "--json"], socket: daemon.socket)
         #expect(r.status == 0)
         let v = try JSONValue.parse(r.stdout)
         #expect(v["cli"]?.stringValue?.isEmpty == false)
         #expect(v["daemon"]?.stringValue?.isEmpty == false)
 
-        let alone = try runCLI(["version"], socket: daemon.dir.path + "/absent.sock")
+        let alone = try await runCLI(["version"], socket: daemon.dir.path + "/absent.sock")
         #expect(alone.status == 0)
         #expect(alone.stdout.contains("searchlight "))
         #expect(alone.stdout.contains("not reachable"))
@@ -268,80 +268,80 @@ struct CLITests {
     // MARK: - the command line itself
 
     @Test("a missing argument exits 2 with the command's usage")
-    func usageError() throws {
-        let r = try runCLI(["query", Self.bundle], socket: "/nonexistent.sock")
+    func usageError() async throws {
+        let r = try await runCLI(["query", Self.bundle], socket: "/nonexistent.sock")
         #expect(r.status == 2)
         #expect(r.stderr.contains("searchlight: missing QUERY"))
         #expect(r.stderr.contains("Usage: searchlight query BUNDLE"))
     }
 
     @Test("a bad option is named")
-    func badOption() throws {
-        let unknown = try runCLI(["query", Self.bundle, "x", "--colour"], socket: "/nonexistent.sock")
+    func badOption() async throws {
+        let unknown = try await runCLI(["query", Self.bundle, "x", "--colour"], socket: "/nonexistent.sock")
         #expect(unknown.status == 2)
         #expect(unknown.stderr.contains("'--colour'"))
-        let badValue = try runCLI(["import", Self.bundle, "-", "--batch", "lots"], socket: "/nonexistent.sock")
+        let badValue = try await runCLI(["import", Self.bundle, "-", "--batch", "lots"], socket: "/nonexistent.sock")
         #expect(badValue.status == 2)
         #expect(badValue.stderr.contains("--batch"))
     }
 
     @Test("an unknown subcommand exits 2")
-    func unknownSubcommand() throws {
-        let r = try runCLI(["frobnicate"], socket: "/nonexistent.sock")
+    func unknownSubcommand() async throws {
+        let r = try await runCLI(["frobnicate"], socket: "/nonexistent.sock")
         #expect(r.status == 2)
         #expect(r.stderr.contains("unknown command 'frobnicate'"))
     }
 
     @Test("--help prints a command's options and exits 0")
-    func help() throws {
-        let r = try runCLI(["import", "--help"], socket: nil)
+    func help() async throws {
+        let r = try await runCLI(["import", "--help"], socket: nil)
         #expect(r.status == 0)
         #expect(r.stdout.contains("--client-state S"))
     }
 
     @Test("an unreachable daemon exits 3 and says what to do")
-    func unreachable() throws {
+    func unreachable() async throws {
         let dir = TempDir()
-        let r = try runCLI(["status"], socket: dir.path + "/absent.sock")
+        let r = try await runCLI(["status"], socket: dir.path + "/absent.sock")
         #expect(r.status == 3)
         #expect(r.stderr.hasPrefix("searchlight: cannot reach searchlightd"))
     }
 
     @Test("global options may follow the subcommand")
-    func globalOptionsAfterSubcommand() throws {
-        let daemon = try daemonWithNotes()
-        let r = try runCLI(["status", "--json", "--socket", daemon.socket], socket: nil)
+    func globalOptionsAfterSubcommand() async throws {
+        let daemon = try await daemonWithNotes()
+        let r = try await runCLI(["status", "--json", "--socket", daemon.socket], socket: nil)
         #expect(r.status == 0, "\(r.stderr)")
         #expect(try JSONValue.parse(r.stdout)["bundles"]?.arrayValue?.count == 1)
     }
 
     @Test("simulate prints the daemon's refusal and exits 1")
-    func simulateRefused() throws {
-        let daemon = try DaemonProcess()
-        let r = try runCLI(["simulate", "idle", "org.example.nothing"], socket: daemon.socket)
+    func simulateRefused() async throws {
+        let daemon = try await DaemonProcess()
+        let r = try await runCLI(["simulate", "idle", "org.example.nothing"], socket: daemon.socket)
         #expect(r.status == 1)
         #expect(r.stderr.contains("has no index"), "\(r.stderr)")
     }
 
     @Test("invoked as mdutil, -s shows status and -i off turns indexing off")
-    func mdutil() throws {
-        let daemon = try daemonWithNotes()
+    func mdutil() async throws {
+        let daemon = try await daemonWithNotes()
         let links = TempDir()
         let mdutil = links.path + "/mdutil"
         try FileManager.default.createSymbolicLink(atPath: mdutil, withDestinationPath: Products.path("searchlight"))
         // runCLI runs a program named relative to the products directory.
         let relative = String(repeating: "../", count: Products.directory.split(separator: "/").count) + mdutil.dropFirst()
 
-        let status = try runCLI(["-s"], socket: daemon.socket, executable: relative)
+        let status = try await runCLI(["-s"], socket: daemon.socket, executable: relative)
         #expect(status.status == 0, "\(status.stderr)")
         #expect(status.stdout.contains(Self.bundle))
 
-        let off = try runCLI(["-i", "off", Self.bundle], socket: daemon.socket, executable: relative)
+        let off = try await runCLI(["-i", "off", Self.bundle], socket: daemon.socket, executable: relative)
         #expect(off.status == 0, "\(off.stderr)")
-        let json = try JSONValue.parse(try runCLI(["status", "--json"], socket: daemon.socket).stdout)
+        let json = try JSONValue.parse(try await runCLI(["status", "--json"], socket: daemon.socket).stdout)
         #expect(json["bundles"]?.arrayValue?.first?["indexingEnabled"]?.boolValue == false)
 
-        let bad = try runCLI(["-x"], socket: daemon.socket, executable: relative)
+        let bad = try await runCLI(["-x"], socket: daemon.socket, executable: relative)
         #expect(bad.status == 2)
         #expect(bad.stderr.contains("Usage: mdutil"))
     }

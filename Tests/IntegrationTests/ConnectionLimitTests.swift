@@ -45,21 +45,21 @@ final class ConnectionHolder: @unchecked Sendable {
 struct ConnectionLimitTests {
     @Test("one user's idle connections lock out neither another user nor root's status",
         .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
-    func perUserShare() throws {
+    func perUserShare() async throws {
         let dir = TempDir()
         chmod(dir.path, 0o755)
         // 24 slots, one reserved for administrators (a sixteenth, at least one), 8 per user.
-        let daemon = try DaemonProcess(arguments: ["--system", "--max-connections", "24", "--max-connections-per-user", "8"], dir: dir)
+        let daemon = try await DaemonProcess(arguments: ["--system", "--max-connections", "24", "--max-connections-per-user", "8"], dir: dir)
         let alice = try ConnectionHolder(as: OwnershipTests.alice, socket: daemon.socket, count: 30, bundle: "com.alice.app")
         #expect(alice.report == "held=8 refused=22 codes=-1004", "\(alice.report)")
-        try daemon.waitForLog("connection refused: too many connections of one user")
+        try await daemon.waitForLog("connection refused: too many connections of one user")
         let bob = try ConnectionHolder(as: OwnershipTests.bob, socket: daemon.socket, count: 8, bundle: "com.bob.app")
         #expect(bob.report == "held=8 refused=0 codes=", "another user still gets his share: \(bob.report)")
         // A third user takes what is left to users (7), and then the daemon is full for users...
         let carol = try ConnectionHolder(as: 64_103, socket: daemon.socket, count: 8, bundle: "com.carol.app")
         #expect(carol.report == "held=7 refused=1 codes=-1000", "\(carol.report)")
         // ...but not for root: the administrators' slot.
-        let status = try runCLI(["status", "--json"], socket: daemon.socket)
+        let status = try await runCLI(["status", "--json"], socket: daemon.socket)
         #expect(status.status == 0, "\(status.stderr)")
         #expect(status.stdout.contains("\"connections\" : 24") || status.stdout.contains("\"connections\":24"), "\(status.stdout.prefix(400))")
         for holder in [alice, bob, carol] { holder.finish() }
@@ -118,8 +118,8 @@ struct ConnectionLimitTests {
     }
 
     @Test("a peer writing 4 MiB of junk without reading its error answers is disconnected within the send timeout")
-    func junkWriterDisconnected() throws {
-        let daemon = try DaemonProcess(arguments: ["--send-timeout", "2"])
+    func junkWriterDisconnected() async throws {
+        let daemon = try await DaemonProcess(arguments: ["--send-timeout", "2"])
         let line = Array("this is junk, not JSON!\n".utf8)
         let notification = Array(#"{"jsonrpc":"2.0","method":"$/nothing","params":{}}"#.utf8) + [0x0A]
         // Pure junk (every line owes an error answer: cut off after 100 in a row), and junk with a
@@ -143,7 +143,7 @@ struct ConnectionLimitTests {
                 do { try peer.socket.writeAll(Array(junk[written..<end])) } catch { break }
                 written = end
             }
-            let closed = try daemon.waitForLog("client connection closed", after: mark, timeout: 20)
+            let closed = try await daemon.waitForLog("client connection closed", after: mark, timeout: 20)
             let took = Date().timeIntervalSince(started)
             print("junk-writer: case=\(k) interleaved=\(interleaved) bytes_written=\(written) closed_after_s=\(String(format: "%.2f", took)) \(closed)")
             #expect(closed.contains(interleaved ? "the peer does not read" : "malformed frames in a row"), "\(closed)")

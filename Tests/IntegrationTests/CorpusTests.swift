@@ -37,7 +37,7 @@ struct CorpusTests {
     func donateAndQuery() async throws {
         let items = try Corpus.load()
         #expect(items.count == 63_666)
-        let daemon = try DaemonProcess()
+        let daemon = try await DaemonProcess()
         let started = Date()
         let clients = 4
         try await withThrowingTaskGroup(of: Void.self) { group in

@@ -46,13 +46,25 @@ final class DaemonProcess: @unchecked Sendable {
     private var logLines: [String] = []
     private var logDrained: DispatchSemaphore?
 
-    init(arguments: [String] = [], dir: TempDir = TempDir(), launcher: [String] = [], environment: [String: String] = [:]) throws {
+    private init(arguments: [String], dir: TempDir, launcher: [String], environment: [String: String], starting: ()) {
         self.dir = dir
         socket = dir.path + "/d.sock"
         stateDir = dir.path + "/state"
         extraArguments = arguments
         self.launcher = launcher
         self.environment = environment
+    }
+
+    /// Starts the daemon and waits until it is ready, from an async test: the wait is on a thread
+    /// of its own (`blocking`), not one of the pool's (see `runCLI`).
+    convenience init(arguments: [String] = [], dir: TempDir = TempDir(), launcher: [String] = [], environment: [String: String] = [:]) async throws {
+        self.init(arguments: arguments, dir: dir, launcher: launcher, environment: environment, starting: ())
+        try await blocking { [self] in try start() }
+    }
+
+    /// The same, blocking the calling thread.
+    convenience init(arguments: [String] = [], dir: TempDir = TempDir(), launcher: [String] = [], environment: [String: String] = [:]) throws {
+        self.init(arguments: arguments, dir: dir, launcher: launcher, environment: environment, starting: ())
         try start()
     }
 
@@ -112,7 +124,14 @@ final class DaemonProcess: @unchecked Sendable {
         if waitForReady { try waitForLog("searchlightd ready", after: generation, timeout: 60) }
     }
 
-    /// Waits until a log line (after index `after`) contains `text`.
+    /// Waits until a log line (after index `after`) contains `text`, from an async test: on a
+    /// thread of its own (`blocking`), not one of the pool's two (see `runCLI`).
+    @discardableResult
+    func waitForLog(_ text: String, after: Int = 0, timeout: TimeInterval = 30) async throws -> String {
+        try await blocking { [self] in try waitForLog(text, after: after, timeout: timeout) }
+    }
+
+    /// The same, blocking the calling thread.
     @discardableResult
     func waitForLog(_ text: String, after: Int = 0, timeout: TimeInterval = 30) throws -> String {
         let deadline = Date().addingTimeInterval(timeout)
@@ -144,6 +163,11 @@ final class DaemonProcess: @unchecked Sendable {
         try start()
     }
 
+    /// `restart`, `start` and `stop` from an async test, on a thread of their own.
+    func restart() async throws { try await blocking { [self] in try restart() } }
+    func start(waitForReady: Bool = true) async throws { try await blocking { [self] in try start(waitForReady: waitForReady) } }
+    func stop(signal sig: Int32 = SIGTERM) async { _ = try? await blocking { [self] in stop(signal: sig) } }
+
     func index(_ bundle: String, name: String = "") -> SearchableIndex {
         SearchableIndex(name: name, bundleIdentifier: bundle, socketPath: socket)
     }
@@ -163,6 +187,16 @@ struct CLIResult {
     var stderr: String
 }
 
+/// Runs a program to its end, from an async test: the wait is on a thread of its own (`blocking`).
+/// On Linux, Swift's tasks and Dispatch's global queues share one pool as wide as the machine (2
+/// threads here); a test blocked in `waitUntilExit` there holds one of them for the process's
+/// life, and with dozens of suites doing so at once, in-process work (the store delegate's
+/// tasks, SDK replies) waited tens of seconds on a loaded machine.
+func runCLI(_ arguments: [String], socket: String?, stdin: String? = nil, executable: String = "searchlight") async throws -> CLIResult {
+    try await blocking { try runCLI(arguments, socket: socket, stdin: stdin, executable: executable) }
+}
+
+/// The same, blocking the calling thread: for synchronous code (already off the pool).
 func runCLI(_ arguments: [String], socket: String?, stdin: String? = nil, executable: String = "searchlight") throws -> CLIResult {
     let p = Process()
     // A bare name is one of our products; an absolute path is any program (e.g. setpriv).
@@ -184,16 +218,17 @@ func runCLI(_ arguments: [String], socket: String?, stdin: String? = nil, execut
         p.standardInput = FileHandle.nullDevice
         try p.run()
     }
-    // Read both pipes fully before waiting, so a chatty child never blocks on a full pipe.
-    let group = DispatchGroup()
+    // Read both pipes fully before waiting, so a chatty child never blocks on a full pipe. The
+    // second reader is a thread of its own, not Dispatch's pool: a pool thread waiting here for
+    // another pool thread stalled when every pool thread was waiting alike.
+    let done = DispatchSemaphore(value: 0)
     nonisolated(unsafe) var errData = Data()
-    group.enter()
-    DispatchQueue.global().async {
+    Thread.detachNewThread {
         errData = err.fileHandleForReading.readDataToEndOfFile()
-        group.leave()
+        done.signal()
     }
     let outData = out.fileHandleForReading.readDataToEndOfFile()
-    group.wait()
+    done.wait()
     p.waitUntilExit()
     return CLIResult(status: p.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
         stderr: String(decoding: errData, as: UTF8.self))

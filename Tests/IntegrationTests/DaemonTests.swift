@@ -50,7 +50,7 @@ final class RawClient {
 struct DaemonSDKTests {
     @Test("donate, search with the query language, user query, and delete")
     func roundTrip() async throws {
-        let daemon = try DaemonProcess()
+        let daemon = try await DaemonProcess()
         let index = daemon.index("com.example.notes")
         try await index.indexSearchableItems([
             item("1", domain: "work.a", title: "Natural Bridges trip", keywords: ["Natural Bridges", "Utah"]),
@@ -75,7 +75,7 @@ struct DaemonSDKTests {
 
     @Test("a batch commits with its client state, and a stale expectation applies nothing")
     func batches() async throws {
-        let daemon = try DaemonProcess()
+        let daemon = try await DaemonProcess()
         let index = daemon.index("com.example.journal")
         try await index.beginBatch()
         try await index.indexSearchableItems([item("e1", title: "first entry")])
@@ -92,7 +92,7 @@ struct DaemonSDKTests {
 
     @Test("errors carry the documented codes")
     func errorCodes() async throws {
-        let daemon = try DaemonProcess()
+        let daemon = try await DaemonProcess()
         let index = daemon.index("com.example.errors")
         do {
             _ = try await SearchQuery(queryString: #"title == "unterminated"#, index: index).allItems()
@@ -129,13 +129,13 @@ struct DaemonSDKTests {
 
     @Test("an acknowledged write survives kill -9 of the daemon", arguments: 1...3)
     func killAfterAcknowledgement(round: Int) async throws {
-        let daemon = try DaemonProcess()
+        let daemon = try await DaemonProcess()
         let index = daemon.index("com.example.durable")
         try await index.beginBatch()
         try await index.indexSearchableItems((0..<50).map { item("r\(round)-\($0)", title: "durable \($0)") })
         try await index.endBatch(newClientState: Data("state-\(round)".utf8))
-        daemon.stop(signal: SIGKILL)
-        try daemon.start()
+        await daemon.stop(signal: SIGKILL)
+        try await daemon.start()
         let again = daemon.index("com.example.durable")
         #expect(try await again.fetchLastClientState() == Data("state-\(round)".utf8))
         #expect(try await SearchQuery(queryString: #"title == "durable*"c"#, index: again).allItems().count == 50)
@@ -143,37 +143,37 @@ struct DaemonSDKTests {
 
     @Test("expired items are invisible at once and purged when the index is next opened")
     func expiredPurged() async throws {
-        let daemon = try DaemonProcess()
+        let daemon = try await DaemonProcess()
         let index = daemon.index("com.example.expiry")
         var old = item("old", title: "stale")
         old.expirationDate = Date(timeIntervalSinceNow: -60)
         try await index.indexSearchableItems([old, item("new", title: "fresh")])
         #expect(try await SearchQuery(queryString: #"uniqueIdentifier == "*""#, index: index).allItems().map(\.uniqueIdentifier) == ["new"])
         let mark = daemon.log.count
-        try daemon.restart()
+        try await daemon.restart()
         #expect(try await SearchQuery(queryString: #"uniqueIdentifier == "*""#, index: daemon.index("com.example.expiry")).allItems().count == 1)
-        let line = try daemon.waitForLog("expired items purged", after: mark)
+        let line = try await daemon.waitForLog("expired items purged", after: mark)
         #expect(line.contains("items=1"))
     }
 
     @Test("one SearchableIndex keeps working across a daemon restart")
     func reconnects() async throws {
-        let daemon = try DaemonProcess()
+        let daemon = try await DaemonProcess()
         let index = daemon.index("com.example.reconnect")
         try await index.indexSearchableItems([item("a", title: "before")])
-        daemon.stop(signal: SIGKILL)
+        await daemon.stop(signal: SIGKILL)
         await #expect(throws: SearchlightError.self) { try await index.indexSearchableItems([item("b", title: "down")]) }
-        try daemon.start()
+        try await daemon.start()
         try await index.indexSearchableItems([item("c", title: "after")])
         #expect(try await SearchQuery(queryString: #"uniqueIdentifier == "*""#, index: index).allItems().map(\.uniqueIdentifier).sorted() == ["a", "c"])
     }
 
     @Test("SIGTERM stops the daemon gracefully and removes its socket")
     func gracefulStop() async throws {
-        let daemon = try DaemonProcess()
+        let daemon = try await DaemonProcess()
         try await daemon.index("com.example.stop").indexSearchableItems([item("a", title: "a")])
-        daemon.stop(signal: SIGTERM)
-        try daemon.waitForLog("searchlightd stopped", timeout: 10)
+        await daemon.stop(signal: SIGTERM)
+        try await daemon.waitForLog("searchlightd stopped", timeout: 10)
         #expect(access(daemon.socket, F_OK) != 0)
     }
 }
@@ -211,7 +211,7 @@ struct HostileInputTests {
 
     @Test("64 clients donate and query at once, each sees its own writes")
     func manyClients() async throws {
-        let daemon = try DaemonProcess()
+        let daemon = try await DaemonProcess()
         try await withThrowingTaskGroup(of: Void.self) { group in
             for c in 0..<64 {
                 group.addTask {
@@ -230,8 +230,8 @@ struct HostileInputTests {
     }
 
     @Test("connections beyond --max-connections are refused with an error, the others go on")
-    func connectionLimit() throws {
-        let daemon = try DaemonProcess(arguments: ["--max-connections", "2"])
+    func connectionLimit() async throws {
+        let daemon = try await DaemonProcess(arguments: ["--max-connections", "2"])
         let a = try RawClient(path: daemon.socket)
         let b = try RawClient(path: daemon.socket)
         try a.initialize()
@@ -241,7 +241,7 @@ struct HostileInputTests {
         #expect(refusal?["error"]?["message"]?.stringValue?.contains("connections") == true)
         #expect(try c.next() == nil, "then the daemon closes it")
         #expect(try a.call(1, "index.items", ["items": [["uniqueIdentifier": "x"]]])?["result"] != nil)
-        try daemon.waitForLog("connection refused: too many connections")
+        try await daemon.waitForLog("connection refused: too many connections")
     }
 
     @Test("a newer protocol version is refused with a clear error")
@@ -258,21 +258,21 @@ struct HostileInputTests {
 
     @Test("an oversized frame closes only that connection, with a logged reason")
     func oversized() async throws {
-        let daemon = try DaemonProcess(arguments: ["--max-frame-bytes", "65536"])
+        let daemon = try await DaemonProcess(arguments: ["--max-frame-bytes", "65536"])
         let other = daemon.index("com.example.other")
         try await other.indexSearchableItems([item("before", title: "before")])
         let c = try RawClient(path: daemon.socket)
         try c.initialize()
         try c.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"index.items\",\"params\":{\"pad\":\"" + String(repeating: "x", count: 100_000))
         #expect(try c.next() == nil, "the daemon closed the connection")
-        try daemon.waitForLog("frame larger than 65536 bytes")
+        try await daemon.waitForLog("frame larger than 65536 bytes")
         try await other.indexSearchableItems([item("after", title: "after")])
         #expect(try await SearchQuery(queryString: #"uniqueIdentifier == "*""#, index: other).allItems().count == 2)
     }
 
     @Test("a client stalled mid-frame does not stall other clients")
     func slowClient() async throws {
-        let daemon = try DaemonProcess()
+        let daemon = try await DaemonProcess()
         let stalled = try RawClient(path: daemon.socket)
         try stalled.initialize()
         try stalled.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"index.items\",\"params\":{\"items\":[")
@@ -284,15 +284,15 @@ struct HostileInputTests {
     }
 
     @Test("a frame left half-sent past --incomplete-frame-timeout closes that connection; an idle one stays")
-    func incompleteFrame() throws {
-        let daemon = try DaemonProcess(arguments: ["--incomplete-frame-timeout", "1"])
+    func incompleteFrame() async throws {
+        let daemon = try await DaemonProcess(arguments: ["--incomplete-frame-timeout", "1"])
         let idle = try RawClient(path: daemon.socket)
         try idle.initialize()
         let stalled = try RawClient(path: daemon.socket)
         try stalled.initialize()
         try stalled.send("{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"index.items\",")
         #expect(try stalled.next() == nil, "closed by the daemon")
-        try daemon.waitForLog("a frame was left unfinished for 1 s")
+        try await daemon.waitForLog("a frame was left unfinished for 1 s")
         #expect(try idle.call(2, "index.items", ["items": [["uniqueIdentifier": "idle-but-alive"]]])?["result"] != nil)
     }
 

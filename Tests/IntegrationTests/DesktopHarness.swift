@@ -241,16 +241,16 @@ final class SessionBusHarness: @unchecked Sendable {
 }
 
 /// Items for desktop tests, imported through the CLI (as root unless `asUID`).
-func importItems(_ bundle: String, _ lines: [String], socket: String, asUID uid: UInt32? = nil, dir: TempDir) throws {
+func importItems(_ bundle: String, _ lines: [String], socket: String, asUID uid: UInt32? = nil, dir: TempDir) async throws {
     let file = dir.path + "/\(bundle)-\(UUID().uuidString.prefix(8)).jsonl"
     try (lines.joined(separator: "\n") + "\n").write(toFile: file, atomically: true, encoding: .utf8)
     chmod(file, 0o644)
     let r: CLIResult
     if let uid {
-        r = try runCLI(["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", "--", Products.path("searchlight"), "--socket", socket,
+        r = try await runCLI(["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", "--", Products.path("searchlight"), "--socket", socket,
                         "import", bundle, file], socket: nil, executable: "/usr/bin/setpriv")
     } else {
-        r = try runCLI(["import", bundle, file], socket: socket)
+        r = try await runCLI(["import", bundle, file], socket: socket)
     }
     guard r.status == 0 else { throw HarnessError("import into \(bundle) failed: \(r.stderr)") }
 }

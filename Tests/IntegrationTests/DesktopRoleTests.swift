@@ -13,11 +13,11 @@ struct DesktopRoleTests {
 
     @Test("the desktop role searches every readable bundle, tags each item with its bundle and says how each opens")
     func searchAcrossBundles() async throws {
-        let daemon = try DaemonProcess()
-        try importItems("com.example.notes", [Self.item], socket: daemon.socket, dir: daemon.dir)
-        try importItems("com.example.photos", [#"{"uniqueIdentifier":"p1","attributeSet":{"title":"Bridges at dusk"}}"#],
+        let daemon = try await DaemonProcess()
+        try await importItems("com.example.notes", [Self.item], socket: daemon.socket, dir: daemon.dir)
+        try await importItems("com.example.photos", [#"{"uniqueIdentifier":"p1","attributeSet":{"title":"Bridges at dusk"}}"#],
                         socket: daemon.socket, dir: daemon.dir)
-        let r = try runCLI(["register", "com.example.notes", "--open-with", "org.example.Notes.desktop"], socket: daemon.socket)
+        let r = try await runCLI(["register", "com.example.notes", "--open-with", "org.example.Notes.desktop"], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
         let desktop = SearchlightConnection(role: .desktop, socketPath: daemon.socket)
         defer { Task { await desktop.close() } }
@@ -32,8 +32,8 @@ struct DesktopRoleTests {
 
     @Test("the desktop role cannot write, change settings or administer, and engagement never creates an index")
     func refusals() async throws {
-        let daemon = try DaemonProcess()
-        try importItems("com.example.notes", [Self.item], socket: daemon.socket, dir: daemon.dir)
+        let daemon = try await DaemonProcess()
+        try await importItems("com.example.notes", [Self.item], socket: daemon.socket, dir: daemon.dir)
         let desktop = SearchlightConnection(role: .desktop, socketPath: daemon.socket)
         defer { Task { await desktop.close() } }
         func refused(_ method: String, _ params: JSONValue) async {
@@ -59,17 +59,17 @@ struct DesktopRoleTests {
         await refused(Method.queryEngaged, QueryEngaged(target: .identifier("n1"), bundle: "com.example.nobody").params)
         #expect(!FileManager.default.fileExists(atPath: daemon.stateDir + "/indexes/com.example.nobody"))
         // The items are untouched.
-        let still = try runCLI(["query", "com.example.notes", #"uniqueIdentifier == "n1""#], socket: daemon.socket)
+        let still = try await runCLI(["query", "com.example.notes", #"uniqueIdentifier == "n1""#], socket: daemon.socket)
         #expect(still.status == 0 && still.stdout.contains("n1"))
     }
 
     @Test("a hidden bundle is out of the desktop's search, named or not, and its owner is told how to show it")
     func hidden() async throws {
-        let daemon = try DaemonProcess()
-        try importItems("com.example.notes", [Self.item], socket: daemon.socket, dir: daemon.dir)
-        let hide = try runCLI(["desktop", "hide", "com.example.notes"], socket: daemon.socket)
+        let daemon = try await DaemonProcess()
+        try await importItems("com.example.notes", [Self.item], socket: daemon.socket, dir: daemon.dir)
+        let hide = try await runCLI(["desktop", "hide", "com.example.notes"], socket: daemon.socket)
         #expect(hide.status == 0, "\(hide.stderr)")
-        let status = try runCLI(["desktop", "status"], socket: daemon.socket)
+        let status = try await runCLI(["desktop", "status"], socket: daemon.socket)
         #expect(status.stdout.contains("com.example.notes") && status.stdout.contains("hidden"), "\(status.stdout)")
         let desktop = SearchlightConnection(role: .desktop, socketPath: daemon.socket)
         defer { Task { await desktop.close() } }
@@ -81,7 +81,7 @@ struct DesktopRoleTests {
             #expect(error.code == .permissionDenied && error.message.contains("searchlight desktop show com.example.notes"), "\(error)")
         }
         // The app's own search is not affected.
-        let own = try runCLI(["search", "com.example.notes", "bridges"], socket: daemon.socket)
+        let own = try await runCLI(["search", "com.example.notes", "bridges"], socket: daemon.socket)
         #expect(own.status == 0 && own.stdout.contains("n1"), "\(own.stdout) \(own.stderr)")
     }
 }
@@ -111,17 +111,17 @@ struct DesktopFilesTests {
 
     @Test("desktop-file-validate passes the installed desktop files with no warning",
           .enabled(if: DesktopFilesTests.validator != nil, "desktop-file-validate is missing (Debian: desktop-file-utils; make test installs it)"))
-    func validate() throws {
+    func validate() async throws {
         let dir = TempDir()
         let share = try SystemdUnitTests().install(into: dir) + "/share"
         for file in [share + "/applications/searchlight.desktop", share + "/krunner/dbusplugins/searchlight.desktop"] {
-            let r = try runCLI([file], socket: nil, executable: Self.validator!)
+            let r = try await runCLI([file], socket: nil, executable: Self.validator!)
             #expect(r.status == 0 && r.stdout.isEmpty && r.stderr.isEmpty, "\(file): \(r.stdout) \(r.stderr)")
         }
         // The check catches a broken file.
         let broken = dir.path + "/broken.desktop"
         try "[Desktop Entry]\nType=Application\nExec=searchlight-desktop\n".write(toFile: broken, atomically: true, encoding: .utf8)
-        #expect(try runCLI([broken], socket: nil, executable: Self.validator!).status != 0)
+        #expect(try await runCLI([broken], socket: nil, executable: Self.validator!).status != 0)
     }
 }
 
@@ -130,8 +130,8 @@ struct DesktopFilesTests {
 @Suite("searchlight open", .serialized, .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/gio")))
 struct OpenCommandTests {
     /// Runs the CLI with a desktop of its own: XDG folders in `dir`, `PATH` as given.
-    func open(_ arguments: [String], socket: String, dir: TempDir, path: String = "/usr/bin:/bin") throws -> CLIResult {
-        try runCLI(["XDG_DATA_HOME=\(dir.path)/data", "XDG_DATA_DIRS=\(dir.path)/share", "XDG_CONFIG_HOME=\(dir.path)/config",
+    func open(_ arguments: [String], socket: String, dir: TempDir, path: String = "/usr/bin:/bin") async throws -> CLIResult {
+        try await runCLI(["XDG_DATA_HOME=\(dir.path)/data", "XDG_DATA_DIRS=\(dir.path)/share", "XDG_CONFIG_HOME=\(dir.path)/config",
                     "HOME=\(dir.path)", "PATH=\(path)", "DISPLAY=", "WAYLAND_DISPLAY=", "DBUS_SESSION_BUS_ADDRESS=",
                     Products.path("searchlight"), "--socket", socket] + arguments,
                    socket: nil, executable: "/usr/bin/env")
@@ -149,45 +149,45 @@ struct OpenCommandTests {
     }
 
     @Test("open launches the registered desktop file with the item's URI and records the engagement; --dry-run runs nothing")
-    func registered() throws {
-        let daemon = try DaemonProcess()
+    func registered() async throws {
+        let daemon = try await DaemonProcess()
         let dir = daemon.dir
-        try importItems("com.example.notes", [DesktopRoleTests.item], socket: daemon.socket, dir: dir)
+        try await importItems("com.example.notes", [DesktopRoleTests.item], socket: daemon.socket, dir: dir)
         let record = dir.path + "/notes.record"
         try recorder(dir.path + "/bin/notes", record: record)
         try FileManager.default.createDirectory(atPath: dir.path + "/data/applications", withIntermediateDirectories: true)
         try "[Desktop Entry]\nType=Application\nName=Notes\nExec=\(dir.path)/bin/notes %u\n"
             .write(toFile: dir.path + "/data/applications/org.example.Notes.desktop", atomically: true, encoding: .utf8)
-        let dry = try open(["open", "com.example.notes", "n1", "--dry-run"], socket: daemon.socket, dir: dir)
+        let dry = try await open(["open", "com.example.notes", "n1", "--dry-run"], socket: daemon.socket, dir: dir)
         #expect(dry.status == 0 && dry.stdout.contains("would open https://example.org/n1 with the default handler"), "\(dry.stdout) \(dry.stderr)")
-        let r = try runCLI(["register", "com.example.notes", "--open-with", "org.example.Notes.desktop"], socket: daemon.socket)
+        let r = try await runCLI(["register", "com.example.notes", "--open-with", "org.example.Notes.desktop"], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
-        let planned = try open(["open", "com.example.notes", "n1", "--dry-run", "--json"], socket: daemon.socket, dir: dir)
+        let planned = try await open(["open", "com.example.notes", "n1", "--dry-run", "--json"], socket: daemon.socket, dir: dir)
         #expect(planned.stdout.contains("\"opensWith\"") && planned.stdout.contains("org.example.Notes.desktop"), "\(planned.stdout)")
         #expect(lines(record).isEmpty, "--dry-run ran the app")
-        #expect(try DesktopSearchTests().engagement(daemon, "com.example.notes", "n1", wait: false) == 0)
-        let opened = try open(["open", "com.example.notes", "n1"], socket: daemon.socket, dir: dir)
+        await #expect(try DesktopSearchTests().engagement(daemon, "com.example.notes", "n1", wait: false) == 0)
+        let opened = try await open(["open", "com.example.notes", "n1"], socket: daemon.socket, dir: dir)
         #expect(opened.status == 0 && opened.stdout.contains("launched org.example.Notes.desktop"), "\(opened.stdout) \(opened.stderr)")
         let deadline = Date().addingTimeInterval(10)
         while lines(record).isEmpty, Date() < deadline { usleep(20_000) }
         #expect(lines(record) == ["searchlight-item:com.example.notes/n1"])
-        #expect(try DesktopSearchTests().engagement(daemon, "com.example.notes", "n1") == 1)
+        await #expect(try DesktopSearchTests().engagement(daemon, "com.example.notes", "n1") == 1)
     }
 
     @Test("without a declared app, open gives the contentURL to the default handler: xdg-open when gio is not on PATH")
-    func contentURLFallback() throws {
-        let daemon = try DaemonProcess()
+    func contentURLFallback() async throws {
+        let daemon = try await DaemonProcess()
         let dir = daemon.dir
-        try importItems("com.example.notes", [DesktopRoleTests.item], socket: daemon.socket, dir: dir)
+        try await importItems("com.example.notes", [DesktopRoleTests.item], socket: daemon.socket, dir: dir)
         let record = dir.path + "/xdg-open.record"
         try recorder(dir.path + "/fakebin/xdg-open", record: record)
-        let opened = try open(["open", "com.example.notes", "n1"], socket: daemon.socket, dir: dir, path: dir.path + "/fakebin")
+        let opened = try await open(["open", "com.example.notes", "n1"], socket: daemon.socket, dir: dir, path: dir.path + "/fakebin")
         #expect(opened.status == 0, "\(opened.stdout) \(opened.stderr)")
         #expect(lines(record) == ["https://example.org/n1"])
         // Nothing to open it with: the error says what is missing.
-        let none = try open(["open", "com.example.notes", "n1"], socket: daemon.socket, dir: dir, path: dir.path + "/nowhere")
+        let none = try await open(["open", "com.example.notes", "n1"], socket: daemon.socket, dir: dir, path: dir.path + "/nowhere")
         #expect(none.status != 0 && none.stderr.contains("xdg-open"), "\(none.stderr)")
-        let missing = try open(["open", "com.example.notes", "nothing"], socket: daemon.socket, dir: dir)
+        let missing = try await open(["open", "com.example.notes", "nothing"], socket: daemon.socket, dir: dir)
         #expect(missing.status != 0 && missing.stderr.contains("has no item nothing"), "\(missing.stderr)")
     }
 }

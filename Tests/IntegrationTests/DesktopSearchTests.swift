@@ -22,16 +22,16 @@ struct DesktopSearchTests {
     static let packingID = "com.example.notes/notes%2Fpacking.md"
 
     /// A daemon with the notes and photos, and a bus whose provider searches it.
-    func setUp(daemonArguments: [String] = []) throws -> (DaemonProcess, SessionBusHarness) {
-        let daemon = try DaemonProcess(arguments: daemonArguments)
-        try importItems("com.example.notes", Self.notes, socket: daemon.socket, dir: daemon.dir)
-        try importItems("com.example.photos", Self.photos, socket: daemon.socket, dir: daemon.dir)
+    func setUp(daemonArguments: [String] = []) async throws -> (DaemonProcess, SessionBusHarness) {
+        let daemon = try await DaemonProcess(arguments: daemonArguments)
+        try await importItems("com.example.notes", Self.notes, socket: daemon.socket, dir: daemon.dir)
+        try await importItems("com.example.photos", Self.photos, socket: daemon.socket, dir: daemon.dir)
         return (daemon, try SessionBusHarness(daemonSocket: daemon.socket))
     }
 
     @Test("the provider is started by D-Bus activation from its service file, and GetInitialResultSet answers across apps, grouped by app")
-    func activationAndInitialResults() throws {
-        let (daemon, bus) = try setUp()
+    func activationAndInitialResults() async throws {
+        let (daemon, bus) = try await setUp()
         #expect(try !bus.nameHasOwner())
         let ids = try bus.initialResults(["bridges"])
         #expect(Set(ids) == [Self.tripID, Self.packingID, "com.example.photos/p1"], "\(ids)\n\(bus.busLog)")
@@ -47,8 +47,8 @@ struct DesktopSearchTests {
     }
 
     @Test("GetSubsearchResultSet answers for the narrower terms")
-    func subsearch() throws {
-        let (daemon, bus) = try setUp()
+    func subsearch() async throws {
+        let (daemon, bus) = try await setUp()
         let previous = try bus.initialResults(["bridges"])
         let r = try bus.provider("GetSubsearchResultSet", [SessionBusHarness.stringArray(previous), "['bridges', 'packing']"])
         #expect(r.ok, "\(r.stderr)")
@@ -60,8 +60,8 @@ struct DesktopSearchTests {
     }
 
     @Test("GetResultMetas gives each result's id, name, description and an icon GNOME Shell can deserialize")
-    func resultMetas() throws {
-        let (daemon, bus) = try setUp()
+    func resultMetas() async throws {
+        let (daemon, bus) = try await setUp()
         _ = try bus.initialResults(["bridges"])
         let r = try bus.provider("GetResultMetas", [SessionBusHarness.stringArray([Self.tripID, "com.example.photos/p1"])])
         #expect(r.ok, "\(r.stderr)")
@@ -79,10 +79,10 @@ struct DesktopSearchTests {
     }
 
     @Test("ActivateResult launches the app's registered desktop file with the item's searchlight-item URI, and records the engagement")
-    func activateRegisteredHandler() throws {
-        let (daemon, bus) = try setUp()
+    func activateRegisteredHandler() async throws {
+        let (daemon, bus) = try await setUp()
         let record = try bus.installRecorder("org.example.Notes.desktop", name: "Notes")
-        let registered = try runCLI(["register", "com.example.notes", "--open-with", "org.example.Notes.desktop"], socket: daemon.socket)
+        let registered = try await runCLI(["register", "com.example.notes", "--open-with", "org.example.Notes.desktop"], socket: daemon.socket)
         #expect(registered.status == 0, "\(registered.stderr)")
         _ = try bus.initialResults(["bridges"])
         let r = try bus.provider("ActivateResult", ["'\(Self.packingID)'", "['bridges']", "0"])
@@ -91,25 +91,25 @@ struct DesktopSearchTests {
         // The app reads the item back from its argument.
         let activity = try #require(SearchableItemActivity.fromLaunchArguments(["notes", "searchlight-item:\(Self.packingID)"]))
         #expect(activity == SearchableItemActivity(bundleIdentifier: "com.example.notes", uniqueIdentifier: "notes/packing.md"))
-        #expect(try engagement(daemon, "com.example.notes", "notes/packing.md") == 1)
+        await #expect(try engagement(daemon, "com.example.notes", "notes/packing.md") == 1)
         // The registered app names and draws the results now.
         let metas = try bus.provider("GetResultMetas", ["['\(Self.packingID)']"])
         #expect(metas.stdout.contains("— Notes'") && metas.stdout.contains("'accessories-text-editor'"), "\(metas.stdout)")
     }
 
     @Test("an extension unit's OpenWith is the desktop file ActivateResult launches")
-    func activateUnitHandler() throws {
+    func activateUnitHandler() async throws {
         let dir = TempDir()
         let units = dir.path + "/units"
         try FileManager.default.createDirectory(atPath: units + "/control", withIntermediateDirectories: true)
         var unit = TestUnit("org.example.test.journal", bundle: "org.example.journal")
         unit.openWith = "org.example.Journal.desktop"
         try unit.plist(control: units + "/control").write(toFile: units + "/\(unit.label).plist", atomically: true, encoding: .utf8)
-        let daemon = try DaemonProcess(arguments: ["--units-dir", units], dir: dir)
+        let daemon = try await DaemonProcess(arguments: ["--units-dir", units], dir: dir)
         // The new bundle's initial reindex-all comes first: the test extension's reindex-all
         // deletes every item before donating its own, so an item imported before it ends is gone.
-        _ = try daemon.waitForLog("index filled bundle=\(unit.bundle)")
-        try importItems(unit.bundle, [#"{"uniqueIdentifier":"entry-7","attributeSet":{"title":"Evening by the river"}}"#],
+        _ = try await daemon.waitForLog("index filled bundle=\(unit.bundle)")
+        try await importItems(unit.bundle, [#"{"uniqueIdentifier":"entry-7","attributeSet":{"title":"Evening by the river"}}"#],
                         socket: daemon.socket, dir: dir)
         let bus = try SessionBusHarness(daemonSocket: daemon.socket)
         let record = try bus.installRecorder("org.example.Journal.desktop", name: "Journal")
@@ -120,20 +120,20 @@ struct DesktopSearchTests {
     }
 
     @Test("ActivateResult without a declared desktop file opens the item's contentURL with the default handler")
-    func activateContentURL() throws {
-        let (daemon, bus) = try setUp()
+    func activateContentURL() async throws {
+        let (daemon, bus) = try await setUp()
         let record = try bus.installRecorder("org.example.Browser.desktop", name: "Browser", mimeTypes: ["x-scheme-handler/https"])
         try bus.setDefaultHandler("x-scheme-handler/https", "org.example.Browser.desktop")
         _ = try bus.initialResults(["bridges"])
         let r = try bus.provider("ActivateResult", ["'\(Self.tripID)'", "['bridges']", "0"])
         #expect(r.ok, "\(r.stderr)\n\(bus.busLog)")
         #expect(try bus.recorded(record) == ["https://example.org/notes/trip"])
-        #expect(try engagement(daemon, "com.example.notes", "notes/trip plan.md") == 1)
+        await #expect(try engagement(daemon, "com.example.notes", "notes/trip plan.md") == 1)
     }
 
     @Test("ActivateResult of an item that nothing can open fails with a D-Bus error that says why")
-    func activateNothing() throws {
-        let (daemon, bus) = try setUp()
+    func activateNothing() async throws {
+        let (daemon, bus) = try await setUp()
         let r = try bus.provider("ActivateResult", ["'\(Self.packingID)'", "['packing']", "0"])
         #expect(!r.ok)
         #expect(r.stderr.contains("declares no desktop file") && r.stderr.contains("has no contentURL"), "\(r.stderr)")
@@ -143,8 +143,8 @@ struct DesktopSearchTests {
     }
 
     @Test("LaunchSearch opens the Searchlight app with the terms")
-    func launchSearch() throws {
-        let (daemon, bus) = try setUp()
+    func launchSearch() async throws {
+        let (daemon, bus) = try await setUp()
         let record = try bus.installRecorder("searchlight.desktop", name: "Searchlight")
         let r = try bus.provider("LaunchSearch", ["['natural', 'bridges']", "0"])
         #expect(r.ok, "\(r.stderr)\n\(bus.busLog)")
@@ -153,8 +153,8 @@ struct DesktopSearchTests {
     }
 
     @Test("KRunner's Match answers the same search with subtext and the app as category, and Run opens a match")
-    func krunner() throws {
-        let (daemon, bus) = try setUp()
+    func krunner() async throws {
+        let (daemon, bus) = try await setUp()
         let record = try bus.installRecorder("org.example.Browser.desktop", name: "Browser", mimeTypes: ["x-scheme-handler/https"])
         try bus.setDefaultHandler("x-scheme-handler/https", "org.example.Browser.desktop")
         let match = try bus.krunner("Match", ["'natural bridges trip plan'"])
@@ -171,9 +171,9 @@ struct DesktopSearchTests {
     }
 
     @Test("a hidden bundle never appears in the desktop's search, and the app's own search still finds it")
-    func hiddenBundle() throws {
-        let (daemon, bus) = try setUp()
-        let hide = try runCLI(["desktop", "hide", "com.example.photos"], socket: daemon.socket)
+    func hiddenBundle() async throws {
+        let (daemon, bus) = try await setUp()
+        let hide = try await runCLI(["desktop", "hide", "com.example.photos"], socket: daemon.socket)
         #expect(hide.status == 0, "\(hide.stderr)")
         let ids = try bus.initialResults(["bridges"])
         #expect(!ids.isEmpty && !ids.contains { $0.hasPrefix("com.example.photos/") }, "\(ids)")
@@ -181,15 +181,15 @@ struct DesktopSearchTests {
         #expect(!match.stdout.contains("com.example.photos"))
         let metas = try bus.provider("GetResultMetas", ["['com.example.photos/p1']"])
         #expect(metas.ok && !metas.stdout.contains("p1"), "\(metas.stdout)")
-        let own = try runCLI(["search", "com.example.photos", "bridges"], socket: daemon.socket)
+        let own = try await runCLI(["search", "com.example.photos", "bridges"], socket: daemon.socket)
         #expect(own.status == 0 && own.stdout.contains("p1"), "\(own.stdout) \(own.stderr)")
-        let show = try runCLI(["desktop", "show", "com.example.photos"], socket: daemon.socket)
+        let show = try await runCLI(["desktop", "show", "com.example.photos"], socket: daemon.socket)
         #expect(show.status == 0)
         #expect(try bus.initialResults(["bridges"]).contains("com.example.photos/p1"))
     }
 
     @Test("a daemon that is down gives empty results at once, and one that hangs gives them within the deadline")
-    func daemonDown() throws {
+    func daemonDown() async throws {
         let dir = TempDir()
         let bus = try SessionBusHarness(daemonSocket: dir.path + "/nobody.sock")
         let down = try bus.provider("GetInitialResultSet", ["['bridges']"])
@@ -199,7 +199,7 @@ struct DesktopSearchTests {
         #expect(again.ok && again.seconds < 1, "\(again.seconds) s")
 
         // A daemon that accepts connections and never answers (stopped).
-        let (daemon, hungBus) = try setUp()
+        let (daemon, hungBus) = try await setUp()
         #expect(try hungBus.initialResults(["bridges"]).count == 3)
         let pid = try #require(daemon.process?.processIdentifier)
         kill(pid, SIGSTOP)
@@ -215,18 +215,18 @@ struct DesktopSearchTests {
 
     @Test("the desktop's search never shows, describes or opens a bundle its user cannot read (other uids, system mode)",
           .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
-    func otherUsersBundles() throws {
+    func otherUsersBundles() async throws {
         // Users with a passwd entry: dbus-daemon refuses to run as a uid without one.
         let alice = try #require(testUser("searchlight-test-a"), "could not create searchlight-test-a with useradd")
         let bob = try #require(testUser("searchlight-test-b"), "could not create searchlight-test-b with useradd")
         let dir = TempDir()
         chmod(dir.path, 0o755)
-        let daemon = try DaemonProcess(arguments: ["--system"], dir: dir)
-        try importItems("com.alice.notes", [#"{"uniqueIdentifier":"a1","attributeSet":{"title":"Alice bridges diary","contentURL":"https://example.org/a1"}}"#],
+        let daemon = try await DaemonProcess(arguments: ["--system"], dir: dir)
+        try await importItems("com.alice.notes", [#"{"uniqueIdentifier":"a1","attributeSet":{"title":"Alice bridges diary","contentURL":"https://example.org/a1"}}"#],
                         socket: daemon.socket, asUID: alice, dir: dir)
-        try importItems("com.bob.notes", [#"{"uniqueIdentifier":"b1","attributeSet":{"title":"Bob bridges notes"}}"#],
+        try await importItems("com.bob.notes", [#"{"uniqueIdentifier":"b1","attributeSet":{"title":"Bob bridges notes"}}"#],
                         socket: daemon.socket, asUID: bob, dir: dir)
-        try importItems("com.example.shared", [#"{"uniqueIdentifier":"r1","attributeSet":{"title":"Root bridges manual"}}"#],
+        try await importItems("com.example.shared", [#"{"uniqueIdentifier":"r1","attributeSet":{"title":"Root bridges manual"}}"#],
                         socket: daemon.socket, dir: dir)
 
         let bobsBus = try SessionBusHarness(daemonSocket: daemon.socket, uid: bob)
@@ -254,10 +254,10 @@ struct DesktopSearchTests {
 
     /// The engagement recorded for an item (`items.engagement`, read from the index file).
     /// With `wait`, waits up to 10 s for a positive value.
-    func engagement(_ daemon: DaemonProcess, _ bundle: String, _ identifier: String, wait: Bool = true) throws -> Double? {
+    func engagement(_ daemon: DaemonProcess, _ bundle: String, _ identifier: String, wait: Bool = true) async throws -> Double? {
         let deadline = Date().addingTimeInterval(wait ? 10 : 0)
         while true {
-            let r = try runCLI(["-readonly", daemon.stateDir + "/indexes/\(bundle)/_default.sqlite",
+            let r = try await runCLI(["-readonly", daemon.stateDir + "/indexes/\(bundle)/_default.sqlite",
                                 "SELECT engagement FROM items WHERE uid = '\(identifier)'"], socket: nil, executable: "/usr/bin/sqlite3")
             if let value = Double(r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)), value > 0 || Date() >= deadline { return value }
             if Date() >= deadline { return nil }

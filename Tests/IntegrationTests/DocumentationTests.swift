@@ -29,7 +29,7 @@ struct DocumentationTests {
     }
 
     @Test("every Swift block of the documentation compiles against the SDK", arguments: documents)
-    func swiftBlocksCompile(document: String) throws {
+    func swiftBlocksCompile(document: String) async throws {
         let text = try String(contentsOfFile: Self.repository + "/" + document, encoding: .utf8)
         let parsed = try DocSnippet.parse(text, document: document)
         let toolchain = try Toolchain.locate()
@@ -66,10 +66,10 @@ struct DocumentationTests {
     }
 
     @Test("Docs/SDK.md describes every public type and member of SearchlightKit")
-    func sdkReferenceIsComplete() throws {
+    func sdkReferenceIsComplete() async throws {
         let toolchain = try Toolchain.locate()
         let reference = try String(contentsOfFile: Self.repository + "/Docs/SDK.md", encoding: .utf8)
-        let symbols = try toolchain.publicSymbols(module: "SearchlightKit")
+        let symbols = try await toolchain.publicSymbols(module: "SearchlightKit")
         #expect(symbols.count > 20, "the symbol graph of SearchlightKit looks empty: \(symbols)")
         let missing = symbols.filter { !reference.contains($0) }
         #expect(missing.isEmpty, "Docs/SDK.md does not mention: \(missing.joined(separator: ", "))")
@@ -226,9 +226,9 @@ struct Toolchain: Sendable {
 
     /// The names a reader looks up in the reference: each public type (`SearchableIndex`) and each
     /// public member declared in the module's own sources, as its base name (`indexSearchableItems`).
-    func publicSymbols(module: String) throws -> [String] {
+    func publicSymbols(module: String) async throws -> [String] {
         let dir = TempDir("sym")
-        let result = try runCLI(["-module-name", module, "-I", modules, "-target", "x86_64-unknown-linux-gnu",
+        let result = try await runCLI(["-module-name", module, "-I", modules, "-target", "x86_64-unknown-linux-gnu",
             "-output-dir", dir.path, "-minimum-access-level", "public"], socket: nil, executable: symbolGraphExtract)
         guard result.status == 0 else { throw HarnessError("swift-symbolgraph-extract failed: \(result.stderr)") }
         let data = try Data(contentsOf: URL(fileURLWithPath: dir.path + "/\(module).symbols.json"))
@@ -264,7 +264,7 @@ struct PythonExtensionDocumentTests {
 
     @Test("it fills its index, answers reindex-identifiers (a vanished line is deleted) and fails negatively when its file is gone",
         .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/python3")))
-    func pythonExtensionWorks() throws {
+    func pythonExtensionWorks() async throws {
         let dir = TempDir("py")
         let script = dir.path + "/lines-extension.py", lines = dir.path + "/lines.txt", units = dir.path + "/units"
         try FileManager.default.createDirectory(atPath: units, withIntermediateDirectories: true)
@@ -282,24 +282,24 @@ struct PythonExtensionDocumentTests {
                 <key>ThrottleInterval</key><integer>0</integer>
             </dict></plist>
             """.write(toFile: units + "/\(label).plist", atomically: true, encoding: .utf8)
-        let daemon = try DaemonProcess(arguments: ["--units-dir", units, "--backoff", "0.2"], dir: dir)
-        try daemon.waitForLog("reindex request acknowledged", timeout: 60)
+        let daemon = try await DaemonProcess(arguments: ["--units-dir", units, "--backoff", "0.2"], dir: dir)
+        try await daemon.waitForLog("reindex request acknowledged", timeout: 60)
 
-        func titles() throws -> [String] {
-            let r = try runCLI(["query", "org.example.lines", #"title == "*""#, "--fetch", "title", "--json"], socket: daemon.socket)
+        func titles() async throws -> [String] {
+            let r = try await runCLI(["query", "org.example.lines", #"title == "*""#, "--fetch", "title", "--json"], socket: daemon.socket)
             #expect(r.status == 0, "\(r.stderr)")
             return r.stdout.split(separator: "\n").compactMap { try? JSONValue.parse(String($0)) }
                 .compactMap { $0["attributeSet"]?["title"]?.stringValue }.sorted()
         }
-        #expect(try titles() == ["angels landing", "delicate arch", "natural bridges"])
+        await #expect(try titles() == ["angels landing", "delicate arch", "natural bridges"])
 
         try "natural bridges\ncanyonlands\n".write(toFile: lines, atomically: true, encoding: .utf8)
-        let some = try runCLI(["reindex", label, "--identifiers", "line-2", "line-4"], socket: daemon.socket)
+        let some = try await runCLI(["reindex", label, "--identifiers", "line-2", "line-4"], socket: daemon.socket)
         #expect(some.status == 0, "\(some.stdout) \(some.stderr)")
-        #expect(try titles() == ["canyonlands", "natural bridges"])
+        await #expect(try titles() == ["canyonlands", "natural bridges"])
 
         try FileManager.default.removeItem(atPath: lines)
-        let all = try runCLI(["reindex", label, "--all", "--timeout", "30"], socket: daemon.socket)
+        let all = try await runCLI(["reindex", label, "--all", "--timeout", "30"], socket: daemon.socket)
         #expect(all.status == 1, "\(all.stdout) \(all.stderr)")
         #expect(all.stderr.contains("reindex failed") && all.stderr.contains("No such file"), "\(all.stderr)")
     }

@@ -259,7 +259,7 @@ struct ExtensionFailureTests {
             try await bench.requests(bundle: unit.bundle).first?["progress"] != nil
         }
 
-        bench.daemon.stop(signal: SIGKILL)
+        await bench.daemon.stop(signal: SIGKILL)
         try bench.control(unit.label).setMode("ok")
         let mark = bench.mark
         try await blocking { try bench.daemon.start() }

@@ -131,8 +131,8 @@ struct HostileClientTests {
     }
 
     @Test("a client dribbling a frame byte by byte is closed after --incomplete-frame-timeout")
-    func dribblingClient() throws {
-        let daemon = try DaemonProcess(arguments: ["--incomplete-frame-timeout", "2"])
+    func dribblingClient() async throws {
+        let daemon = try await DaemonProcess(arguments: ["--incomplete-frame-timeout", "2"])
         let c = try RawClient(path: daemon.socket)
         try c.initialize()
         let frame = Array(#"{"jsonrpc":"2.0","id":1,"method":"index.items","params":{"items":["#.utf8)
@@ -151,13 +151,13 @@ struct HostileClientTests {
         }
         #expect(closed, "the dribbling client was closed")
         #expect(Date().timeIntervalSince(started) < 30)
-        try daemon.waitForLog("a frame was left unfinished for 2 s")
+        try await daemon.waitForLog("a frame was left unfinished for 2 s")
         try Self.expectHealthy(daemon)
     }
 
     @Test("stalled clients filling --max-connections get the next client a clear refusal, and free their slots at the timeout")
-    func connectionLimit() throws {
-        let daemon = try DaemonProcess(arguments: ["--max-connections", "4", "--incomplete-frame-timeout", "3"])
+    func connectionLimit() async throws {
+        let daemon = try await DaemonProcess(arguments: ["--max-connections", "4", "--incomplete-frame-timeout", "3"])
         var stalled: [RawClient] = []
         for _ in 0..<4 {
             let s = try RawClient(path: daemon.socket)
@@ -168,7 +168,7 @@ struct HostileClientTests {
         let refusal = try refused.next()
         #expect(refusal?["error"]?["code"] == -1000)
         #expect(refusal?["error"]?["message"]?.stringValue?.contains("4 connections, its limit; retry later") == true)
-        try daemon.waitForLog("connection refused: too many connections")
+        try await daemon.waitForLog("connection refused: too many connections")
         for s in stalled { #expect(try s.next() == nil, "closed at the incomplete-frame timeout") }
         // The slots are released as the stalled connections' threads finish.
         let deadline = Date().addingTimeInterval(30)

@@ -13,79 +13,79 @@ struct IsolationTests {
     static let alice: UInt32 = 64_101
     static let bob: UInt32 = 64_102
 
-    func cli(as uid: UInt32, _ arguments: [String], socket: String) throws -> CLIResult {
-        try runCLI(["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", "--", Products.path("searchlight"), "--socket", socket] + arguments,
+    func cli(as uid: UInt32, _ arguments: [String], socket: String) async throws -> CLIResult {
+        try await runCLI(["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", "--", Products.path("searchlight"), "--socket", socket] + arguments,
             socket: nil, executable: "/usr/bin/setpriv")
     }
 
     @Test("another uid's bundle cannot be read, written, erased or administered")
-    func isolation() throws {
+    func isolation() async throws {
         let dir = TempDir()
         chmod(dir.path, 0o755)
-        let daemon = try DaemonProcess(arguments: ["--system"], dir: dir)
+        let daemon = try await DaemonProcess(arguments: ["--system"], dir: dir)
         let items = dir.path + "/items.jsonl"
         try #"{"uniqueIdentifier":"secret-1","attributeSet":{"title":"alice private note"}}"#.write(toFile: items, atomically: false, encoding: .utf8)
         chmod(items, 0o644)
 
-        let imported = try cli(as: Self.alice, ["import", "com.alice.notes", items], socket: daemon.socket)
+        let imported = try await cli(as: Self.alice, ["import", "com.alice.notes", items], socket: daemon.socket)
         #expect(imported.status == 0, "\(imported.stderr)")
-        let own = try cli(as: Self.alice, ["query", "com.alice.notes", #"title == "*private*""#], socket: daemon.socket)
+        let own = try await cli(as: Self.alice, ["query", "com.alice.notes", #"title == "*private*""#], socket: daemon.socket)
         #expect(own.status == 0 && own.stdout.contains("secret-1"), "\(own.stderr)")
 
-        let read = try cli(as: Self.bob, ["query", "com.alice.notes", #"title == "*""#], socket: daemon.socket)
+        let read = try await cli(as: Self.bob, ["query", "com.alice.notes", #"title == "*""#], socket: daemon.socket)
         #expect(read.status == 1)
         #expect(!read.stdout.contains("secret"))
         // Refused without naming the owner (issue 13: nothing that helps enumerate other users' bundles).
         #expect(read.stderr.contains("permission denied for bundle com.alice.notes") && !read.stderr.contains(String(Self.alice)), "\(read.stderr)")
 
-        let write = try cli(as: Self.bob, ["import", "com.alice.notes", items], socket: daemon.socket)
+        let write = try await cli(as: Self.bob, ["import", "com.alice.notes", items], socket: daemon.socket)
         #expect(write.status == 1 && write.stderr.contains("permission denied for bundle com.alice.notes"), "\(write.stderr)")
-        let delete = try cli(as: Self.bob, ["delete", "com.alice.notes", "--all"], socket: daemon.socket)
+        let delete = try await cli(as: Self.bob, ["delete", "com.alice.notes", "--all"], socket: daemon.socket)
         #expect(delete.status == 1)
-        let search = try cli(as: Self.bob, ["search", "com.alice.notes", "private"], socket: daemon.socket)
+        let search = try await cli(as: Self.bob, ["search", "com.alice.notes", "private"], socket: daemon.socket)
         #expect(search.status == 1 && !search.stdout.contains("secret"))
 
         // Admin methods (status, erase, search across bundles) are for root and the daemon's user.
         for args in [["status"], ["erase", "com.alice.notes"], ["search", "private"]] {
-            let r = try cli(as: Self.bob, args, socket: daemon.socket)
+            let r = try await cli(as: Self.bob, args, socket: daemon.socket)
             #expect(r.status == 1, "\(args): \(r.stdout) \(r.stderr)")
             #expect(!r.stdout.contains("secret"))
         }
         // Bob's own bundle works, and Alice's data is intact.
-        let bobs = try cli(as: Self.bob, ["import", "com.bob.notes", items], socket: daemon.socket)
+        let bobs = try await cli(as: Self.bob, ["import", "com.bob.notes", items], socket: daemon.socket)
         #expect(bobs.status == 0, "\(bobs.stderr)")
-        let still = try cli(as: Self.alice, ["query", "com.alice.notes", #"uniqueIdentifier == "secret-1""#], socket: daemon.socket)
+        let still = try await cli(as: Self.alice, ["query", "com.alice.notes", #"uniqueIdentifier == "secret-1""#], socket: daemon.socket)
         #expect(still.status == 0 && still.stdout.contains("secret-1"))
     }
 
     @Test("members of --admin-group may use admin methods; other users may not",
         .enabled(if: getgrnam("adm") != nil))
-    func adminGroup() throws {
+    func adminGroup() async throws {
         let dir = TempDir()
         chmod(dir.path, 0o755)
-        let daemon = try DaemonProcess(arguments: ["--system", "--admin-group", "adm"], dir: dir)
+        let daemon = try await DaemonProcess(arguments: ["--system", "--admin-group", "adm"], dir: dir)
         let admGID = getgrnam("adm")!.pointee.gr_gid
-        let member = try runCLI(["--reuid=\(Self.bob)", "--regid=\(admGID)", "--clear-groups", "--", Products.path("searchlight"),
+        let member = try await runCLI(["--reuid=\(Self.bob)", "--regid=\(admGID)", "--clear-groups", "--", Products.path("searchlight"),
             "--socket", daemon.socket, "status", "--json"], socket: nil, executable: "/usr/bin/setpriv")
         #expect(member.status == 0, "\(member.stderr)")
         #expect(member.stdout.contains("\"mode\""))
-        let other = try cli(as: Self.bob, ["status"], socket: daemon.socket)
+        let other = try await cli(as: Self.bob, ["status"], socket: daemon.socket)
         #expect(other.status == 1)
         #expect(other.stderr.contains("admin"), "\(other.stderr)")
     }
 
     @Test("system-mode files and socket have the modes of the design")
-    func modes() throws {
+    func modes() async throws {
         let dir = TempDir()
         chmod(dir.path, 0o755)
-        let daemon = try DaemonProcess(arguments: ["--system"], dir: dir)
+        let daemon = try await DaemonProcess(arguments: ["--system"], dir: dir)
         var st = stat()
         #expect(stat(daemon.socket, &st) == 0 && st.st_mode & 0o777 == 0o666)
         let index = daemon.stateDir + "/indexes/com.alice.notes/_default.sqlite"
         let items = dir.path + "/one.jsonl"
         try #"{"uniqueIdentifier":"x"}"#.write(toFile: items, atomically: false, encoding: .utf8)
         chmod(items, 0o644)
-        #expect(try cli(as: Self.alice, ["import", "com.alice.notes", items], socket: daemon.socket).status == 0)
+        await #expect(try cli(as: Self.alice, ["import", "com.alice.notes", items], socket: daemon.socket).status == 0)
         #expect(stat(index, &st) == 0 && st.st_mode & 0o777 == 0o600)
         #expect(stat(daemon.stateDir + "/indexes/com.alice.notes", &st) == 0 && st.st_mode & 0o777 == 0o700)
         #expect(stat(daemon.stateDir + "/supervisor.sqlite", &st) == 0 && st.st_mode & 0o777 == 0o600)
@@ -115,7 +115,7 @@ struct IsolationTests {
         let items = bench.dir.path + "/b.jsonl"
         try #"{"uniqueIdentifier":"b-1","attributeSet":{"title":"b private"}}"#.write(toFile: items, atomically: false, encoding: .utf8)
         chmod(items, 0o644)
-        let imported = try cli(as: b, ["import", "org.example.bobs", items], socket: bench.socket)
+        let imported = try await cli(as: b, ["import", "org.example.bobs", items], socket: bench.socket)
         #expect(imported.status == 0, "\(imported.stderr)")
         try control.setMode("foreign:org.example.bobs")
         let mark = bench.mark
@@ -128,16 +128,16 @@ struct IsolationTests {
             let outcome = attempt.detail?["outcome"]?.stringValue ?? ""
             #expect(outcome.contains("permission denied for bundle org.example.bobs") && !outcome.contains(String(b)), "\(kind): \(outcome)")
         }
-        let bobs = try cli(as: b, ["query", "org.example.bobs", #"uniqueIdentifier == "*""#], socket: bench.socket)
+        let bobs = try await cli(as: b, ["query", "org.example.bobs", #"uniqueIdentifier == "*""#], socket: bench.socket)
         #expect(bobs.status == 0 && bobs.stdout.contains("b-1") && !bobs.stdout.contains("stolen"), "\(bobs.stdout) \(bobs.stderr)")
 
         // The unit's bundle belongs to A: A reads it, B may not.
-        let own = try cli(as: a, ["query", unit.bundle, #"uniqueIdentifier == "own-1""#], socket: bench.socket)
+        let own = try await cli(as: a, ["query", unit.bundle, #"uniqueIdentifier == "own-1""#], socket: bench.socket)
         #expect(own.status == 0 && own.stdout.contains("own-1"), "\(own.stderr)")
-        let denied = try cli(as: b, ["query", unit.bundle, #"uniqueIdentifier == "*""#], socket: bench.socket)
+        let denied = try await cli(as: b, ["query", unit.bundle, #"uniqueIdentifier == "*""#], socket: bench.socket)
         #expect(denied.status == 1 && !denied.stdout.contains("own-1"))
         #expect(denied.stderr.contains("permission denied for bundle \(unit.bundle)") && !denied.stderr.contains(String(a)), "\(denied.stderr)")
-        let write = try cli(as: b, ["import", unit.bundle, items], socket: bench.socket)
+        let write = try await cli(as: b, ["import", unit.bundle, items], socket: bench.socket)
         #expect(write.status == 1, "\(write.stderr)")
     }
 
@@ -153,8 +153,8 @@ struct IsolationTests {
         let plist = TestUnit("org.example.test.writable", bundle: "org.example.writable").plist(control: dir.path)
             .replacingOccurrences(of: TestUnit.program, with: program)
         try plist.write(toFile: units + "/org.example.test.writable.plist", atomically: false, encoding: .utf8)
-        let daemon = try DaemonProcess(arguments: ["--system", "--units-dir", units], dir: dir)
-        let unitsList = try runCLI(["units"], socket: daemon.socket)
+        let daemon = try await DaemonProcess(arguments: ["--system", "--units-dir", units], dir: dir)
+        let unitsList = try await runCLI(["units"], socket: daemon.socket)
         let text = unitsList.stdout + unitsList.stderr
         #expect(text.contains("writable by group or others") && text.contains("chmod go-w \(program)"), "\(text)")
         #expect(!daemon.log.contains { $0.contains("extension launched") && $0.contains("org.example.test.writable") })

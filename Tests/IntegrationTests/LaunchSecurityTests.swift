@@ -14,8 +14,8 @@ struct LaunchSecurityTests {
     static let mallory: UInt32 = 64_103
 
     /// Runs `script` with /bin/sh as `uid` (and `gid`, no other groups).
-    func shell(as uid: UInt32, gid: UInt32? = nil, _ script: String) throws -> CLIResult {
-        try runCLI(["--reuid=\(uid)", "--regid=\(gid ?? uid)", "--clear-groups", "--", "/bin/sh", "-c", script],
+    func shell(as uid: UInt32, gid: UInt32? = nil, _ script: String) async throws -> CLIResult {
+        try await runCLI(["--reuid=\(uid)", "--regid=\(gid ?? uid)", "--clear-groups", "--", "/bin/sh", "-c", script],
                    socket: nil, executable: "/usr/bin/setpriv")
     }
 
@@ -72,7 +72,7 @@ struct LaunchSecurityTests {
             chown(bin, 0, Self.mallory)
             chmod(bin, 0o775)
         }
-        let swap = try shell(as: Self.mallory, "printf '#!/bin/sh\\ntouch \(marker)\\nexec sleep 30\\n' > \(bin)/new && chmod 755 \(bin)/new && mv -f \(bin)/new \(program)")
+        let swap = try await shell(as: Self.mallory, "printf '#!/bin/sh\\ntouch \(marker)\\nexec sleep 30\\n' > \(bin)/new && chmod 755 \(bin)/new && mv -f \(bin)/new \(program)")
         #expect(swap.status == 0, "\(swap.stderr)")
 
         let mark = bench.mark
@@ -165,7 +165,7 @@ struct LaunchSecurityTests {
         let bench = try await ExtensionBench.start([], arguments: ["--system"], shared: true)
         try FileManager.default.createDirectory(atPath: bench.dir.path + "/logs", withIntermediateDirectories: true)
         chown(bench.dir.path + "/logs", user.uid, user.uid)
-        let planted = try shell(as: user.uid, "ln -s \(secret) \(bench.dir.path)/logs/out.log")
+        let planted = try await shell(as: user.uid, "ln -s \(secret) \(bench.dir.path)/logs/out.log")
         #expect(planted.status == 0, "\(planted.stderr)")
         var unit = outputUnit("out-link", user: user.name)
         unit.standardOutPath = bench.dir.path + "/logs/out.log"
@@ -204,7 +204,7 @@ struct LaunchSecurityTests {
         let bench = try await ExtensionBench.start([], arguments: ["--system"], shared: true)
         try FileManager.default.createDirectory(atPath: bench.dir.path + "/logs", withIntermediateDirectories: true)
         chown(bench.dir.path + "/logs", user.uid, user.uid)
-        let made = try shell(as: user.uid, "mkfifo \(bench.dir.path)/logs/fifo")
+        let made = try await shell(as: user.uid, "mkfifo \(bench.dir.path)/logs/fifo")
         #expect(made.status == 0, "\(made.stderr)")
         var unit = outputUnit("out-fifo", user: user.name)
         unit.standardOutPath = bench.dir.path + "/logs/fifo"

@@ -15,8 +15,8 @@ struct OwnershipTests {
     static let alice: UInt32 = 64_101
     static let bob: UInt32 = 64_102
 
-    static func cli(as uid: UInt32, _ arguments: [String], socket: String) throws -> CLIResult {
-        try runCLI(["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", "--", Products.path("searchlight"), "--socket", socket] + arguments,
+    static func cli(as uid: UInt32, _ arguments: [String], socket: String) async throws -> CLIResult {
+        try await runCLI(["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", "--", Products.path("searchlight"), "--socket", socket] + arguments,
             socket: nil, executable: "/usr/bin/setpriv")
     }
 
@@ -46,22 +46,22 @@ struct OwnershipTests {
         let bench = try await ExtensionBench.start([unit], arguments: ["--system"], shared: true)
         try await bench.waitForAcknowledgement(unit.label)
         let everything = #"uniqueIdentifier == "*""#
-        let served = try Self.cli(as: a, ["query", unit.bundle, everything, "--limit", "1"], socket: bench.socket)
+        let served = try await Self.cli(as: a, ["query", unit.bundle, everything, "--limit", "1"], socket: bench.socket)
         #expect(served.status == 0 && served.stdout.contains("item-"), "\(served.stderr)")
 
         // The unit goes (SIGHUP or `searchlight units` re-reads the folder).
         try FileManager.default.removeItem(atPath: bench.unitsDir + "/" + unit.label + ".plist")
         _ = try await bench.admin(Method.adminUnits)
         let items = try Self.itemsFile(bench.dir, "bob", ids: ["claimed"])
-        func checkBobIsRefused(_ when: String) throws {
-            let read = try Self.cli(as: Self.bob, ["query", unit.bundle, everything], socket: bench.socket)
+        func checkBobIsRefused(_ when: String) async throws {
+            let read = try await Self.cli(as: Self.bob, ["query", unit.bundle, everything], socket: bench.socket)
             Self.expectDenied(read, unit.bundle, "bob reading \(when)")
             #expect(!read.stdout.contains("item-"))
-            Self.expectDenied(try Self.cli(as: Self.bob, ["import", unit.bundle, items], socket: bench.socket), unit.bundle, "bob claiming \(when)")
+            await Self.expectDenied(try Self.cli(as: Self.bob, ["import", unit.bundle, items], socket: bench.socket), unit.bundle, "bob claiming \(when)")
         }
-        try checkBobIsRefused("after the unit was removed")
+        try await checkBobIsRefused("after the unit was removed")
         // Still the unit user's: its recorded owner reads it.
-        let owner = try Self.cli(as: a, ["query", unit.bundle, everything, "--limit", "1"], socket: bench.socket)
+        let owner = try await Self.cli(as: a, ["query", unit.bundle, everything, "--limit", "1"], socket: bench.socket)
         #expect(owner.status == 0 && owner.stdout.contains("item-"), "the unit's user, recorded as owner: \(owner.stderr)")
         let status = try await bench.admin(Method.adminStatus, ["bundle": .string(unit.bundle)])
         #expect(status["bundles"]?.arrayValue?.first?["ownerUID"]?.intValue == Int(a), "\(status)")
@@ -69,16 +69,16 @@ struct OwnershipTests {
         // The unit returns: its user is the owner, bob claimed nothing meanwhile.
         try bench.write(unit)
         _ = try await bench.admin(Method.adminUnits)
-        try checkBobIsRefused("after the unit returned")
-        let none = try Self.cli(as: a, ["query", unit.bundle, #"uniqueIdentifier == "claimed""#], socket: bench.socket)
+        try await checkBobIsRefused("after the unit returned")
+        let none = try await Self.cli(as: a, ["query", unit.bundle, #"uniqueIdentifier == "claimed""#], socket: bench.socket)
         #expect(none.status == 0 && !none.stdout.contains("claimed"), "\(none.stdout) \(none.stderr)")
     }
 
     @Test("an administrator's writes leave the bundle to administrators: another uid can neither read nor claim it until an owner is given")
-    func adminWrittenBundle() throws {
+    func adminWrittenBundle() async throws {
         let dir = TempDir()
         chmod(dir.path, 0o755)
-        let daemon = try DaemonProcess(arguments: ["--system"], dir: dir)
+        let daemon = try await DaemonProcess(arguments: ["--system"], dir: dir)
         let bundle = "org.example.adminwritten"
         let admin = try RawClient(path: daemon.socket)
         #expect(try admin.call(1, "initialize", ["protocolVersion": 1, "role": "admin"])?["result"] != nil)
@@ -88,45 +88,45 @@ struct OwnershipTests {
 
         let everything = #"uniqueIdentifier == "*""#
         let items = try Self.itemsFile(dir, "bob", ids: ["claimed"])
-        Self.expectDenied(try Self.cli(as: Self.bob, ["query", bundle, everything], socket: daemon.socket), bundle, "bob reading")
-        Self.expectDenied(try Self.cli(as: Self.bob, ["import", bundle, items], socket: daemon.socket), bundle, "bob claiming")
-        let root = try runCLI(["query", bundle, everything], socket: daemon.socket)
+        await Self.expectDenied(try Self.cli(as: Self.bob, ["query", bundle, everything], socket: daemon.socket), bundle, "bob reading")
+        await Self.expectDenied(try Self.cli(as: Self.bob, ["import", bundle, items], socket: daemon.socket), bundle, "bob claiming")
+        let root = try await runCLI(["query", bundle, everything], socket: daemon.socket)
         #expect(root.status == 0 && root.stdout.contains("by-admin") && !root.stdout.contains("claimed"), "\(root.stderr)")
 
         // An administrator gives it to bob: from then on it is his, and only his.
-        let given = try runCLI(["owner", bundle, String(Self.bob)], socket: daemon.socket)
+        let given = try await runCLI(["owner", bundle, String(Self.bob)], socket: daemon.socket)
         #expect(given.status == 0 && given.stdout.contains("now belongs to uid \(Self.bob)"), "\(given.stdout) \(given.stderr)")
-        let bobs = try Self.cli(as: Self.bob, ["query", bundle, everything], socket: daemon.socket)
+        let bobs = try await Self.cli(as: Self.bob, ["query", bundle, everything], socket: daemon.socket)
         #expect(bobs.status == 0 && bobs.stdout.contains("by-admin"), "\(bobs.stderr)")
-        Self.expectDenied(try Self.cli(as: Self.alice, ["query", bundle, everything], socket: daemon.socket), bundle, "alice reading bob's")
+        await Self.expectDenied(try Self.cli(as: Self.alice, ["query", bundle, everything], socket: daemon.socket), bundle, "alice reading bob's")
     }
 
     @Test("a bundle written before owners were recorded is for administrators only until `searchlight owner` gives it one")
-    func legacyBundleWithoutOwner() throws {
+    func legacyBundleWithoutOwner() async throws {
         let dir = TempDir()
         chmod(dir.path, 0o755)
-        let daemon = try DaemonProcess(arguments: ["--system"], dir: dir)
+        let daemon = try await DaemonProcess(arguments: ["--system"], dir: dir)
         let bundle = "org.example.legacy"
         let items = try Self.itemsFile(dir, "legacy", ids: ["old-1", "old-2"])
-        #expect(try runCLI(["import", bundle, items], socket: daemon.socket).status == 0)
+        #expect(try await runCLI(["import", bundle, items], socket: daemon.socket).status == 0)
         // As an older daemon left it: the files, and no owner in supervisor.sqlite.
-        daemon.stop()
+        await daemon.stop()
         let state = try Database(path: daemon.stateDir + "/supervisor.sqlite")
         try state.execute("UPDATE bundles SET owner_uid = NULL")
         state.close()
-        try daemon.start()
+        try await daemon.start()
 
         let everything = #"uniqueIdentifier == "*""#
         let claim = try Self.itemsFile(dir, "claim", ids: ["claimed"])
-        Self.expectDenied(try Self.cli(as: Self.bob, ["query", bundle, everything], socket: daemon.socket), bundle, "bob reading")
-        Self.expectDenied(try Self.cli(as: Self.bob, ["import", bundle, claim], socket: daemon.socket), bundle, "bob claiming")
-        let root = try runCLI(["query", bundle, everything], socket: daemon.socket)
+        await Self.expectDenied(try Self.cli(as: Self.bob, ["query", bundle, everything], socket: daemon.socket), bundle, "bob reading")
+        await Self.expectDenied(try Self.cli(as: Self.bob, ["import", bundle, claim], socket: daemon.socket), bundle, "bob claiming")
+        let root = try await runCLI(["query", bundle, everything], socket: daemon.socket)
         #expect(root.status == 0 && root.stdout.contains("old-1"), "root still reads it: \(root.stderr)")
 
-        #expect(try runCLI(["owner", bundle, String(Self.alice)], socket: daemon.socket).status == 0)
-        let alices = try Self.cli(as: Self.alice, ["query", bundle, everything], socket: daemon.socket)
+        #expect(try await runCLI(["owner", bundle, String(Self.alice)], socket: daemon.socket).status == 0)
+        let alices = try await Self.cli(as: Self.alice, ["query", bundle, everything], socket: daemon.socket)
         #expect(alices.status == 0 && alices.stdout.contains("old-2"), "\(alices.stderr)")
-        Self.expectDenied(try Self.cli(as: Self.bob, ["query", bundle, everything], socket: daemon.socket), bundle, "bob after the owner was given")
+        await Self.expectDenied(try Self.cli(as: Self.bob, ["query", bundle, everything], socket: daemon.socket), bundle, "bob after the owner was given")
     }
 
     @Test("a refused bundle answers one permissionDenied, the same whether it holds items, has indexing off or only a unit serves it, before any other check")
@@ -139,7 +139,7 @@ struct OwnershipTests {
         let bench = try await ExtensionBench.start([unit], arguments: ["--system"], shared: true)
         let items = try Self.itemsFile(bench.dir, "alice", ids: ["a-1"])
         for bundle in ["com.alice.full", "com.alice.off"] {
-            let r = try Self.cli(as: Self.alice, ["import", bundle, items], socket: bench.socket)
+            let r = try await Self.cli(as: Self.alice, ["import", bundle, items], socket: bench.socket)
             #expect(r.status == 0, "\(r.stderr)")
         }
         #expect(try await bench.cli(["indexing", "off", "com.alice.off"]).status == 0)
@@ -155,7 +155,7 @@ struct OwnershipTests {
                 ("delete", ["delete", bundle, "--identifiers", "a-1"]),
             ]
             for (what, arguments) in attempts {
-                let r = try Self.cli(as: Self.bob, arguments, socket: bench.socket)
+                let r = try await Self.cli(as: Self.bob, arguments, socket: bench.socket)
                 Self.expectDenied(r, bundle, "bob: \(what) \(bundle)")
                 #expect(!r.stderr.contains(String(Self.alice)) && !r.stderr.contains("uid"), "names a uid: \(r.stderr)")
                 #expect(!r.stderr.contains("indexing"), "says indexing is off: \(r.stderr)")
@@ -165,11 +165,11 @@ struct OwnershipTests {
         for (what, texts) in answers { #expect(Set(texts).count == 1, "\(what) answers differ: \(texts)") }
         // What a non-owner can still learn is only that the name is taken: a name nobody uses
         // reads as empty and is claimed by the first writer (DESIGN §6).
-        let free = try Self.cli(as: Self.bob, ["query", "com.nobody.yet", #"uniqueIdentifier == "*""#], socket: bench.socket)
+        let free = try await Self.cli(as: Self.bob, ["query", "com.nobody.yet", #"uniqueIdentifier == "*""#], socket: bench.socket)
         #expect(free.status == 0, "\(free.stderr)")
-        #expect(try Self.cli(as: Self.bob, ["import", "com.nobody.yet", bobItems], socket: bench.socket).status == 0)
+        await #expect(try Self.cli(as: Self.bob, ["import", "com.nobody.yet", bobItems], socket: bench.socket).status == 0)
         // Alice, the owner, is told that indexing is off.
-        let off = try Self.cli(as: Self.alice, ["import", "com.alice.off", items], socket: bench.socket)
+        let off = try await Self.cli(as: Self.alice, ["import", "com.alice.off", items], socket: bench.socket)
         #expect(off.status == 1 && off.stderr.contains("indexingUnsupported"), "\(off.stderr)")
     }
 }

@@ -67,39 +67,39 @@ struct QueryCostTests {
     }
 
     @Test("a query running past --query-timeout is stopped and answered cancelled, while other clients are served")
-    func deadline() throws {
+    func deadline() async throws {
         // Every check of the query's budget sleeps 10 ms (a test seam): a scan of 500 items then
         // takes far longer than the 0.3 s deadline, whatever the machine.
-        let daemon = try DaemonProcess(arguments: ["--query-timeout", "0.3", "--slow-query", "0.05", "--test-query-step-delay", "0.01"])
+        let daemon = try await DaemonProcess(arguments: ["--query-timeout", "0.3", "--slow-query", "0.05", "--test-query-step-delay", "0.01"])
         let heavy = try Self.fill(daemon, count: 500)
         heavy.socket.setReceiveTimeout(seconds: 30)
         try heavy.socket.writeAll(RPCMessage.request(id: .number(5), method: "query.search",
             params: ["query": #"* == "*zz*"cd || * == "*qq*"cd"#]).frame())
-        try daemon.waitForLog("slow query method=query.search")
+        try await daemon.waitForLog("slow query method=query.search")
         try Self.expectServed(daemon)
         let answer = try #require(try heavy.next(), "the daemon closed the connection")
         #expect(answer["error"]?["code"] == -2003, "\(answer)")
         #expect(answer["error"]?["data"]?["reason"] == "deadline")
         #expect(answer["error"]?["message"]?.stringValue?.contains("limit of 0.3 s for one query") == true, "\(answer)")
-        let line = try daemon.waitForLog("query cancelled", after: 0)
+        let line = try await daemon.waitForLog("query cancelled", after: 0)
         #expect(line.contains("reason=deadline") && line.contains("method=query.search"), "\(line)")
         #expect(!daemon.log.contains { $0.contains("index unavailable") || $0.contains("index damage") })
         try Self.expectServed(daemon)
     }
 
     @Test("a query whose client disconnects stops at once, long before its deadline")
-    func disconnected() throws {
+    func disconnected() async throws {
         // 100 ms per budget check (a test seam): uninterrupted, this scan of 2 000 items with 16
         // alternatives would run for minutes; the 600 s deadline is out of the picture.
-        let daemon = try DaemonProcess(arguments: ["--query-timeout", "600", "--slow-query", "0.05", "--test-query-step-delay", "0.1"])
+        let daemon = try await DaemonProcess(arguments: ["--query-timeout", "600", "--slow-query", "0.05", "--test-query-step-delay", "0.1"])
         let heavy = try Self.fill(daemon, count: 2000)
         let query = (0..<16).map { #"* == "*q\#($0)z*"cd"# }.joined(separator: " || ")
         try heavy.socket.writeAll(RPCMessage.request(id: .number(5), method: "query.search", params: ["query": .string(query)]).frame())
-        try daemon.waitForLog("slow query method=query.search")
+        try await daemon.waitForLog("slow query method=query.search")
         let mark = daemon.log.count
         let closed = Date()
         heavy.socket.close()
-        let line = try daemon.waitForLog("query cancelled", after: mark, timeout: 30)
+        let line = try await daemon.waitForLog("query cancelled", after: mark, timeout: 30)
         #expect(line.contains("reason=disconnected"), "\(line)")
         print("disconnected query: stopped \(Self.seconds(since: closed)) s after its client closed (\(line))")
         try Self.expectServed(daemon)

@@ -52,26 +52,26 @@ struct RecoveryDurabilityTests {
     static func expected(_ bundle: String, _ count: Int) -> Set<String> { Set((0..<count).map { "\(bundle.suffix(8))-\($0)" }) }
 
     @Test("a daemon killed with SIGKILL in the middle of a salvage resumes it at start: every acknowledged item is back")
-    func killedMidSalvage() throws {
+    func killedMidSalvage() async throws {
         let dir = TempDir("slk")
         let bundle = "org.example.killsalvage"
         // The seam pauses every salvage once its first window of rows (rowids 0..<256) is committed.
-        let paused = try DaemonProcess(arguments: ["--test-pause-salvage-after", "100"], dir: dir)
+        let paused = try await DaemonProcess(arguments: ["--test-pause-salvage-after", "100"], dir: dir)
         try Self.donate(paused, bundle, count: 600)
         let started = try #require(try Self.admin(paused, "admin.simulate", ["event": "corruption", "bundle": .string(bundle)]))
         let file = try #require(started["result"]?["indexes"]?.arrayValue?.first?["quarantined"]?.stringValue, "\(started)")
-        let line = try paused.waitForLog("salvage paused (test seam)")
+        let line = try await paused.waitForLog("salvage paused (test seam)")
         let copied = Int(ExtensionBench.field("copied", in: line) ?? "") ?? -1
         #expect(copied >= 100 && copied < 600, "\(line)")
         let during = try Self.identifiers(paused, bundle)
         #expect(during.incomplete && during.ids.count == copied, "partly salvaged: \(during.ids.count)")
         #expect(try Self.indexStatus(paused, bundle)?["state"] == "recovering")
-        paused.stop(signal: SIGKILL)
+        await paused.stop(signal: SIGKILL)
 
-        let restarted = try DaemonProcess(dir: dir)
-        let resumed = try restarted.waitForLog("index recovery resumed")
+        let restarted = try await DaemonProcess(dir: dir)
+        let resumed = try await restarted.waitForLog("index recovery resumed")
         #expect(resumed.contains("bundle=\(bundle)") && resumed.contains("method=salvage") && resumed.contains("quarantined=\(file)"), "\(resumed)")
-        try restarted.waitForLog("index recovered")
+        try await restarted.waitForLog("index recovered")
         let after = try Self.identifiers(restarted, bundle)
         #expect(after.ids == Self.expected(bundle, 600), "missing \(Self.expected(bundle, 600).subtracting(after.ids).count) acknowledged items")
         #expect(!after.incomplete)
@@ -84,15 +84,15 @@ struct RecoveryDurabilityTests {
     }
 
     @Test("a quarantined file whose rows were not restored survives rotation past --quarantine-limit; once restored it rotates")
-    func pinnedSurvivesRotation() throws {
+    func pinnedSurvivesRotation() async throws {
         let dir = TempDir("slp")
         let first = "org.example.pinned", others = ["org.example.later1", "org.example.later2"]
-        let paused = try DaemonProcess(arguments: ["--test-pause-salvage-after", "100", "--quarantine-limit", "1"], dir: dir)
+        let paused = try await DaemonProcess(arguments: ["--test-pause-salvage-after", "100", "--quarantine-limit", "1"], dir: dir)
         try Self.donate(paused, first, count: 600)
         for b in others { try Self.donate(paused, b, count: 3) }
         let pinned = try #require(try Self.admin(paused, "admin.simulate", ["event": "corruption", "bundle": .string(first)])?["result"]?["indexes"]?
             .arrayValue?.first?["quarantined"]?.stringValue)
-        try paused.waitForLog("salvage paused (test seam)")
+        try await paused.waitForLog("salvage paused (test seam)")
         // Two more quarantines with a limit of one: the first file's rows are not restored, so it stays.
         for b in others {
             #expect(try Self.admin(paused, "admin.simulate", ["event": "corruption", "bundle": .string(b)])?["result"] != nil)
@@ -102,11 +102,11 @@ struct RecoveryDurabilityTests {
         let shown = try Self.admin(paused, "admin.status", [:])?["result"]?["quarantine"]?.arrayValue ?? []
         #expect(shown.filter { $0["pinned"] == true }.count == 3, "every salvage is still to do: \(shown)")
         #expect(shown.contains { $0["file"]?.stringValue == pinned && $0["bundle"]?.stringValue == first }, "\(shown)")
-        paused.stop(signal: SIGKILL)
+        await paused.stop(signal: SIGKILL)
 
-        let restarted = try DaemonProcess(arguments: ["--quarantine-limit", "1"], dir: dir)
+        let restarted = try await DaemonProcess(arguments: ["--quarantine-limit", "1"], dir: dir)
         for b in [first] + others {
-            try restarted.waitForLog("index salvaged bundle=\(b) ")
+            try await restarted.waitForLog("index salvaged bundle=\(b) ")
         }
         #expect(try Self.identifiers(restarted, first).ids == Self.expected(first, 600))
         for b in others { #expect(try Self.identifiers(restarted, b).ids == Self.expected(b, 3)) }
@@ -116,22 +116,22 @@ struct RecoveryDurabilityTests {
     }
 
     @Test("a bundle with the longest valid identifier (255 bytes) is quarantined, recovered, and written again")
-    func longestBundle() throws {
+    func longestBundle() async throws {
         let bundle = "com.example." + String(repeating: "a", count: 255 - "com.example.".utf8.count)
         #expect(bundle.utf8.count == 255)
-        let daemon = try DaemonProcess()
+        let daemon = try await DaemonProcess()
         try Self.donate(daemon, bundle, count: 40)
         let started = try #require(try Self.admin(daemon, "admin.simulate", ["event": "corruption", "bundle": .string(bundle)]))
         let file = try #require(started["result"]?["indexes"]?.arrayValue?.first?["quarantined"]?.stringValue, "\(started)")
         #expect(file.utf8.count < 64, "\(file)")
-        try daemon.waitForLog("index recovered")
+        try await daemon.waitForLog("index recovered")
         #expect(try Self.identifiers(daemon, bundle).ids == Self.expected(bundle, 40))
         // The sidecar and status say whose file it is.
         let sidecar = try JSONValue.parse(Array(try Data(contentsOf: URL(fileURLWithPath: daemon.stateDir + "/quarantine/" + file + ".json"))))
         #expect(sidecar["bundle"]?.stringValue == bundle && sidecar["index"] == "")
         let shown = try Self.admin(daemon, "admin.status", [:])?["result"]?["quarantine"]?.arrayValue ?? []
         #expect(shown.first?["bundle"]?.stringValue == bundle, "\(shown)")
-        let cli = try runCLI(["status"], socket: daemon.socket)
+        let cli = try await runCLI(["status"], socket: daemon.socket)
         #expect(cli.stdout.contains(file) && cli.stdout.contains(String(bundle.prefix(40))), "\(cli.stdout)")
         // Writes work at once (they failed with indexUnavailable once the quarantine could not be named).
         let c = try RawClient(path: daemon.socket)
@@ -139,7 +139,7 @@ struct RecoveryDurabilityTests {
         #expect(try c.call(1, "index.items", ["items": [["uniqueIdentifier": "after-recovery"]]])?["result"] != nil)
 
         // Damaged for real, while stopped: set aside on open, and a fresh index answers writes.
-        daemon.stop()
+        await daemon.stop()
         let path = daemon.stateDir + "/indexes/\(bundle)/_default.sqlite"
         let db = try Database(path: path)
         try db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -147,11 +147,11 @@ struct RecoveryDurabilityTests {
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
         try handle.write(contentsOf: Data("this is no longer a database".utf8))
         try handle.close()
-        try daemon.start()
+        try await daemon.start()
         let again = try RawClient(path: daemon.socket)
         try again.initialize(bundle: bundle)
         #expect(try again.call(1, "index.items", ["items": [["uniqueIdentifier": "after-damage"]]])?["result"] != nil)
-        try daemon.waitForLog("index damaged on open")
+        try await daemon.waitForLog("index damaged on open")
         #expect(Self.quarantined(daemon).count == 2)
         try HostileClientTests.expectHealthy(daemon)
     }

@@ -30,21 +30,21 @@ struct RefinementIntegrationTests {
         }
     }
 
-    static func status(_ daemon: DaemonProcess) throws -> JSONValue {
-        try JSONValue.parse(Array(try runCLI(["status", "--json"], socket: daemon.socket).stdout.utf8))
+    static func status(_ daemon: DaemonProcess) async throws -> JSONValue {
+        try JSONValue.parse(Array(try await runCLI(["status", "--json"], socket: daemon.socket).stdout.utf8))
     }
 
-    static func refined(_ daemon: DaemonProcess) throws -> (vectors: Int, refined: Int) {
-        let index = try status(daemon)["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first
+    static func refined(_ daemon: DaemonProcess) async throws -> (vectors: Int, refined: Int) {
+        let index = try await status(daemon)["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first
         return (index?["vectors"]?.intValue ?? -1, index?["refined"]?.intValue ?? -1)
     }
 
     /// Polls `status` until `condition` holds (the daemon's state is the event waited on).
-    static func until(_ what: String, timeout: TimeInterval, _ condition: () throws -> Bool) throws {
+    static func until(_ what: String, timeout: TimeInterval, _ condition: () async throws -> Bool) async throws {
         let deadline = Date().addingTimeInterval(timeout)
-        while try !condition() {
+        while try await !condition() {
             guard Date() < deadline else { throw HarnessError("not within \(Int(timeout)) s: \(what)") }
-            usleep(50_000)
+            try await Task.sleep(for: .milliseconds(50))
         }
     }
 
@@ -55,56 +55,56 @@ struct RefinementIntegrationTests {
     }
 
     @Test("refinement stops with the batch in flight when the sampler sees pressure, refines nothing while paused, and resumes when idle")
-    func yieldsAndResumes() throws {
+    func yieldsAndResumes() async throws {
         guard let model = SemanticSearchTests.transformerModel else { return }
         let dir = TempDir()
         let proc = dir.path + "/proc"
         // Paused from the start: no maintenance while the items come in.
         try ThrottleIntegrationTests.writePSI(proc, cpu: 70)
-        let daemon = try DaemonProcess(arguments: ["--model-dir", model, "--proc-root", proc, "--load-interval", "0.5",
+        let daemon = try await DaemonProcess(arguments: ["--model-dir", model, "--proc-root", proc, "--load-interval", "0.5",
             "--resume-after", "0.5", "--idle-after", "0.5", "--maintenance-interval", "1"], dir: dir)
-        try SemanticSearchTests.importItems(Self.items(), bundle: "com.example.refine", daemon: daemon, dir: dir) {
-            try runCLI($0, socket: daemon.socket)
+        try await SemanticSearchTests.importItems(Self.items(), bundle: "com.example.refine", daemon: daemon, dir: dir) {
+            try await runCLI($0, socket: daemon.socket)
         }
-        let start = try Self.refined(daemon)
+        let start = try await Self.refined(daemon)
         #expect(start.vectors == Self.itemCount && start.refined == 0, "\(start)")
 
         // Idle: the idle trigger starts maintenance, which refines.
         try ThrottleIntegrationTests.writePSI(proc, cpu: 0)
-        try Self.until("refinement under way", timeout: 120) { try Self.refined(daemon).refined > 0 }
+        try await Self.until("refinement under way", timeout: 120) { try await Self.refined(daemon).refined > 0 }
         let mark = daemon.log.count
-        let before = try #require(try Self.status(daemon)["throttle"]?["samples"]?.intValue)
+        let before = try await #require(try Self.status(daemon)["throttle"]?["samples"]?.intValue)
         try ThrottleIntegrationTests.writePSI(proc, cpu: 70)
 
         // The throttle sees it at the next sample (one taken while the file was being written may
         // have read the old figures: at most the one after).
-        let paused = try daemon.waitForLog("to=paused", after: mark)
+        let paused = try await daemon.waitForLog("to=paused", after: mark)
         #expect(paused.contains("load throttle changed") && paused.contains("cpu=70.0"), "\(paused)")
         let pressureSample = try #require(Self.field(paused, "sample"), "\(paused)")
         #expect(pressureSample <= before + 2, "paused at sample \(pressureSample), the pressure written after sample \(before)")
         // The batch in flight when pressure was sampled is the last one: the last batch began
         // before that sample.
-        let stopped = try daemon.waitForLog("vectors refined", after: mark, timeout: 120)
+        let stopped = try await daemon.waitForLog("vectors refined", after: mark, timeout: 120)
         #expect(stopped.contains("yielded=true"), "\(stopped)")
         let lastBatch = try #require(Self.field(stopped, "last_batch_sample"), "\(stopped)")
         #expect(lastBatch >= 0 && lastBatch < pressureSample, "last batch began at sample \(lastBatch); pressure seen at \(pressureSample)")
-        try daemon.waitForLog("maintenance yielded to load", after: mark)
-        let atPause = try Self.refined(daemon).refined
+        try await daemon.waitForLog("maintenance yielded to load", after: mark)
+        let atPause = try await Self.refined(daemon).refined
         #expect(atPause > 0 && atPause < Self.itemCount, "\(atPause) refined when it yielded")
 
         // Still paused two samples later: nothing refined meanwhile.
-        try Self.until("two more samples", timeout: 30) { try Self.status(daemon)["throttle"]?["samples"]?.intValue ?? 0 >= pressureSample + 2 }
-        #expect(try Self.status(daemon)["throttle"]?["state"]?.stringValue == "paused")
-        #expect(try Self.refined(daemon).refined == atPause)
+        try await Self.until("two more samples", timeout: 30) { try await Self.status(daemon)["throttle"]?["samples"]?.intValue ?? 0 >= pressureSample + 2 }
+        await #expect(try Self.status(daemon)["throttle"]?["state"]?.stringValue == "paused")
+        await #expect(try Self.refined(daemon).refined == atPause)
 
         // Idle again: a new run resumes where the unrefined vectors are, and finishes.
         let resumed = daemon.log.count
         try ThrottleIntegrationTests.writePSI(proc, cpu: 0)
-        try daemon.waitForLog("from=throttled to=normal", after: resumed)
-        try Self.until("every item refined", timeout: 300) { try Self.refined(daemon).refined == Self.itemCount }
-        let finished = try daemon.waitForLog("vectors refined", after: resumed, timeout: 60)
+        try await daemon.waitForLog("from=throttled to=normal", after: resumed)
+        try await Self.until("every item refined", timeout: 300) { try await Self.refined(daemon).refined == Self.itemCount }
+        let finished = try await daemon.waitForLog("vectors refined", after: resumed, timeout: 60)
         #expect(finished.contains("yielded=false") && Self.field(finished, "items") == Self.itemCount - atPause, "\(finished)")
-        let search = try runCLI(["search", "com.example.refine", "listen to songs", "--json"], socket: daemon.socket)
+        let search = try await runCLI(["search", "com.example.refine", "listen to songs", "--json"], socket: daemon.socket)
         #expect(search.status == 0, "\(search.stderr)")
     }
 }

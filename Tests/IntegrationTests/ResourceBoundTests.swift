@@ -104,14 +104,14 @@ struct ResourceBoundTests {
 
         // Status over every bundle opens none of them (closed ones show recorded figures).
         let statusStarted = Date()
-        let status = try await blocking { try runCLI(["status", "--json"], socket: daemon.socket) }
+        let status = try await runCLI(["status", "--json"], socket: daemon.socket)
         let statusTook = Date().timeIntervalSince(statusStarted)
         let answer = try JSONValue.parse(status.stdout)
         #expect(answer["bundles"]?.arrayValue?.count == total)
         #expect((answer["openIndexes"]?.intValue ?? .max) <= maxOpen)
 
         // A bundle closed long ago answers its owner with its item.
-        let old = try await blocking { try OwnershipTests.cli(as: Self.alice, ["query", "com.alice.app.3", #"uniqueIdentifier == "*""#], socket: daemon.socket) }
+        let old = try await OwnershipTests.cli(as: Self.alice, ["query", "com.alice.app.3", #"uniqueIdentifier == "*""#], socket: daemon.socket)
         #expect(old.status == 0 && old.stdout.contains("item-3"), "\(old.stderr)")
 
         let stopStarted = Date()
@@ -124,36 +124,36 @@ struct ResourceBoundTests {
     }
 
     @Test("the per-user bundle limit refuses the next bundle with quotaExceeded while other users, and administrators, still create theirs")
-    func perUserBundleLimit() throws {
+    func perUserBundleLimit() async throws {
         let dir = TempDir()
         chmod(dir.path, 0o755)
-        let daemon = try DaemonProcess(arguments: ["--system", "--max-bundles-per-user", "3", "--max-indexes-per-bundle", "2"], dir: dir)
+        let daemon = try await DaemonProcess(arguments: ["--system", "--max-bundles-per-user", "3", "--max-indexes-per-bundle", "2"], dir: dir)
         let items = dir.path + "/more.jsonl"
         try #"{"uniqueIdentifier":"more"}"#.write(toFile: items, atomically: false, encoding: .utf8)
         chmod(items, 0o644)
-        #expect(try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.first", items], socket: daemon.socket).status == 0)
+        await #expect(try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.first", items], socket: daemon.socket).status == 0)
         // Three more at once (four connections): two are created, whichever claims last is refused.
-        let alice = try runTestClient(as: Self.alice, ["bundles", daemon.socket, "3", "com.alice.app"])
+        let alice = try await blocking { [socket = daemon.socket] in try runTestClient(as: Self.alice, ["bundles", socket, "3", "com.alice.app"]) }
         #expect(alice.stdout.contains("created=2 failed=1"), "\(alice.stdout) \(alice.stderr)")
         #expect(alice.stdout.contains("already owns 3 bundles") && alice.stdout.contains("--max-bundles-per-user"), "\(alice.stdout)")
-        let bob = try runTestClient(as: Self.bob, ["bundles", daemon.socket, "3", "com.bob.app"])
+        let bob = try await blocking { [socket = daemon.socket] in try runTestClient(as: Self.bob, ["bundles", socket, "3", "com.bob.app"]) }
         #expect(bob.stdout.contains("created=3 failed=0"), "\(bob.stdout) \(bob.stderr)")
-        let root = try runTestClient(as: nil, ["bundles", daemon.socket, "5", "com.root.app"])
+        let root = try await blocking { [socket = daemon.socket] in try runTestClient(as: nil, ["bundles", socket, "5", "com.root.app"]) }
         #expect(root.stdout.contains("created=5 failed=0"), "administrators are not limited: \(root.stdout)")
 
         // Alice's own bundles still take donations, and she may create up to two indexes in one.
-        let more = try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.first", items], socket: daemon.socket)
+        let more = try await OwnershipTests.cli(as: Self.alice, ["import", "com.alice.first", items], socket: daemon.socket)
         #expect(more.status == 0, "\(more.stderr)")
-        #expect(try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.first", items, "--index", "second"], socket: daemon.socket).status == 0)
-        let third = try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.first", items, "--index", "third"], socket: daemon.socket)
+        await #expect(try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.first", items, "--index", "second"], socket: daemon.socket).status == 0)
+        let third = try await OwnershipTests.cli(as: Self.alice, ["import", "com.alice.first", items, "--index", "third"], socket: daemon.socket)
         #expect(third.status == 1 && third.stderr.contains("quotaExceeded") && third.stderr.contains("--max-indexes-per-bundle"), "\(third.stderr)")
-        let refused = try OwnershipTests.cli(as: Self.alice, ["import", "com.alice.other", items], socket: daemon.socket)
+        let refused = try await OwnershipTests.cli(as: Self.alice, ["import", "com.alice.other", items], socket: daemon.socket)
         #expect(refused.status == 1 && refused.stderr.contains("(quotaExceeded)"), "\(refused.stderr)")
     }
 
     @Test("an index closed by the open-index bound reopens transparently with its data, and a batch open across its close commits")
     func closedIndexReopens() async throws {
-        let daemon = try DaemonProcess(arguments: ["--max-open-indexes", "2"])
+        let daemon = try await DaemonProcess(arguments: ["--max-open-indexes", "2"])
         let a = daemon.index("com.example.a")
         try await a.indexSearchableItems((1...3).map { SearchableItem(uniqueIdentifier: "a-\($0)", attributeSet: AttributeSet(contentType: "public.text")) })
         try await a.beginBatch()
@@ -161,7 +161,7 @@ struct ResourceBoundTests {
         for name in ["com.example.b", "com.example.c", "com.example.d"] {
             try await daemon.index(name).indexSearchableItems([SearchableItem(uniqueIdentifier: "x", attributeSet: AttributeSet())])
         }
-        try daemon.waitForLog("index closed bundle=com.example.a")
+        try await daemon.waitForLog("index closed bundle=com.example.a")
         let status = try await daemon.admin().call(Method.adminStatus, ["bundle": "com.example.a"])
         #expect(status["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first?["open"] == false, "\(status)")
         // The same connection goes on: its batch (kept in the daemon's session, not the store) commits.
@@ -169,7 +169,7 @@ struct ResourceBoundTests {
         let all = try await SearchQuery(queryString: #"uniqueIdentifier == "a-*""#, index: a).allItems().map(\.uniqueIdentifier).sorted()
         #expect(all == ["a-1", "a-2", "a-3", "a-batched"])
         #expect(try await a.fetchLastClientState() == Data("s1".utf8))
-        try daemon.waitForLog("index opened bundle=com.example.a")
+        try await daemon.waitForLog("index opened bundle=com.example.a")
     }
 }
 

@@ -17,7 +17,7 @@ struct SampleExtensionTests {
     /// The daemon with the sample units, after all four initial reindexes are acknowledged. As
     /// `make run` does, the Tags app's store is seeded with the demo photos first (here in a temp
     /// `XDG_DATA_HOME`, where the daemon's extensions find it).
-    func daemonWithSamples() throws -> DaemonProcess {
+    func daemonWithSamples() async throws -> DaemonProcess {
         for (name, folder) in Self.samples {
             let program = "\(Self.root)/Extensions/\(folder)/.build/debug/\(name)-extension"
             guard FileManager.default.isExecutableFile(atPath: program) else {
@@ -35,64 +35,64 @@ struct SampleExtensionTests {
         try seed.run()
         seed.waitUntilExit()
         guard seed.terminationStatus == 0 else { throw HarnessError("Extensions/Tags/Sample/demo.sh failed (\(seed.terminationStatus))") }
-        let daemon = try DaemonProcess(arguments: ["--units-dir", Self.units], dir: dir, environment: ["XDG_DATA_HOME": dataHome])
+        let daemon = try await DaemonProcess(arguments: ["--units-dir", Self.units], dir: dir, environment: ["XDG_DATA_HOME": dataHome])
         let order = ["journal": 1, "notes": 2, "packages": 3, "tags": 4]
         for name in Self.samples.keys {
-            try daemon.waitForLog("reindex request acknowledged id=\(order[name]!) label=org.searchlight.sample.\(name)", timeout: 120)
+            try await daemon.waitForLog("reindex request acknowledged id=\(order[name]!) label=org.searchlight.sample.\(name)", timeout: 120)
         }
         return daemon
     }
 
-    func count(_ bundle: String, _ daemon: DaemonProcess) throws -> Int {
-        let r = try runCLI(["status", bundle, "--json"], socket: daemon.socket)
+    func count(_ bundle: String, _ daemon: DaemonProcess) async throws -> Int {
+        let r = try await runCLI(["status", bundle, "--json"], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
         let bundles = try JSONValue.parse(r.stdout)["bundles"]?.arrayValue ?? []
         return bundles.first { $0["bundle"]?.stringValue == bundle }?["indexes"]?.arrayValue?.first?["items"]?.intValue ?? -1
     }
 
     @Test("a first start indexes every sample, and a search across apps finds the journal and the notes")
-    func firstStartIndexesSamples() throws {
-        let daemon = try daemonWithSamples()
+    func firstStartIndexesSamples() async throws {
+        let daemon = try await daemonWithSamples()
         let journal = try JSONValue.parse(Array(try Data(contentsOf: URL(fileURLWithPath: Self.root + "/Extensions/Journal/Sample/journal.json"))))
-        #expect(try count("org.searchlight.sample.journal", daemon) == journal.arrayValue?.count)
+        await #expect(try count("org.searchlight.sample.journal", daemon) == journal.arrayValue?.count)
 
-        let r = try runCLI(["search", "json parser", "--json"], socket: daemon.socket)
+        let r = try await runCLI(["search", "json parser", "--json"], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
         let bundles = Set((try JSONValue.parse(r.stdout)["items"]?.arrayValue ?? []).compactMap { $0["bundle"]?.stringValue })
         #expect(bundles.isSuperset(of: ["org.searchlight.sample.journal", "org.searchlight.sample.notes"]), "\(r.stdout.prefix(2000))")
     }
 
     @Test("make run's tour: the Tags demo photos are indexed, and \"natural bridges\" finds the tag and its photos")
-    func tagsDemo() throws {
-        let daemon = try daemonWithSamples()
-        let r = try runCLI(["search", "natural bridges", "--json"], socket: daemon.socket)
+    func tagsDemo() async throws {
+        let daemon = try await daemonWithSamples()
+        let r = try await runCLI(["search", "natural bridges", "--json"], socket: daemon.socket)
         #expect(r.status == 0, "\(r.stderr)")
         let items = (try JSONValue.parse(r.stdout)["items"]?.arrayValue ?? []).filter { $0["bundle"]?.stringValue == "org.searchlight.sample.tags" }
         let names = Set(items.compactMap { $0["attributeSet"]?["displayName"]?.stringValue })
         #expect(names.contains("Natural Bridges State Park"), "the tag: \(r.stdout.prefix(2000))")
         #expect(names.contains("Sipapu Bridge at sunset"), "a photo tagged with it: \(r.stdout.prefix(2000))")
-        #expect(try count("org.searchlight.sample.tags", daemon) == 4 + 4)  // 4 photos, 4 tags
+        await #expect(try count("org.searchlight.sample.tags", daemon) == 4 + 4)  // 4 photos, 4 tags
     }
 
     @Test("the Packages sample indexes every installed package of dpkg's status file")
-    func packagesMatchDpkg() throws {
+    func packagesMatchDpkg() async throws {
         let status = (try? String(contentsOfFile: "/var/lib/dpkg/status", encoding: .utf8)) ?? ""
         let installed = status.components(separatedBy: "\n").filter { $0.hasPrefix("Status:") && $0.hasSuffix(" installed") }.count
-        let daemon = try daemonWithSamples()
-        #expect(try count("org.searchlight.sample.packages", daemon) == installed)
+        let daemon = try await daemonWithSamples()
+        await #expect(try count("org.searchlight.sample.packages", daemon) == installed)
     }
 
     @Test("mdutil -cr rebuilds a sample and waits for its acknowledgement")
-    func mdutilReindex() throws {
-        let daemon = try daemonWithSamples()
-        let r = try runCLI(["-cr", "org.searchlight.sample.notes"], socket: daemon.socket, executable: "mdutil")
+    func mdutilReindex() async throws {
+        let daemon = try await daemonWithSamples()
+        let r = try await runCLI(["-cr", "org.searchlight.sample.notes"], socket: daemon.socket, executable: "mdutil")
         #expect(r.status == 0, "\(r.stderr)")
         #expect(r.stdout.contains("acknowledged"), "\(r.stdout)")
     }
 
     @Test("an app fetches a journal entry's text from the extension (index.fetchData)")
-    func fetchData() throws {
-        let daemon = try daemonWithSamples()
+    func fetchData() async throws {
+        let daemon = try await daemonWithSamples()
         let client = try RawClient(path: daemon.socket)
         try client.initialize(bundle: "org.searchlight.sample.journal")
         let answer = try client.call(2, Method.indexFetchData, ["identifier": "2024-01-09-parser-crash", "typeIdentifier": "public.plain-text"])
@@ -103,10 +103,10 @@ struct SampleExtensionTests {
     @Test("every sample answers --dump (from the SDK, not its own code) with what its reindex-all donates, as import lines",
         arguments: [("journal", "Journal", "Extensions/Journal/Sample/journal.json"), ("notes", "Notes", "Extensions/Notes/Sample/notes"),
                     ("packages", "Packages", "/var/lib/dpkg/status")])
-    func dump(name: String, folder: String, data: String) throws {
+    func dump(name: String, folder: String, data: String) async throws {
         let program = "\(Self.root)/Extensions/\(folder)/.build/debug/\(name)-extension"
         let path = data.hasPrefix("/") ? data : Self.root + "/" + data
-        let r = try runCLI(["--dump", path], socket: nil, executable: program)
+        let r = try await runCLI(["--dump", path], socket: nil, executable: program)
         #expect(r.status == 0, "\(r.stderr)")
         let lines = r.stdout.split(separator: "\n")
         let items = lines.compactMap { try? JSONValue.parse(String($0)) }
@@ -114,7 +114,7 @@ struct SampleExtensionTests {
         #expect(items.allSatisfy { $0["uniqueIdentifier"]?.stringValue != nil && $0["attributeSet"]?.objectValue != nil })
         #expect(r.stderr.contains("--dump: \(items.count) items"), "\(r.stderr)")
         // What --dump prints is what a reindex-all donates: the same count the daemon indexes.
-        let daemon = try daemonWithSamples()
-        #expect(try count("org.searchlight.sample.\(name)", daemon) == items.count)
+        let daemon = try await daemonWithSamples()
+        await #expect(try count("org.searchlight.sample.\(name)", daemon) == items.count)
     }
 }

@@ -33,63 +33,63 @@ struct SemanticSearchTests {
         #"{"uniqueIdentifier":"images","attributeSet":{"title":"GIMP","contentDescription":"image manipulation program","textContent":"Edit photographs, retouch pictures and paint."}}"#,
     ]
 
-    static func importItems(_ lines: [String], bundle: String, daemon: DaemonProcess, dir: TempDir, runner: ([String]) throws -> CLIResult) throws {
+    static func importItems(_ lines: [String], bundle: String, daemon: DaemonProcess, dir: TempDir, runner: ([String]) async throws -> CLIResult) async throws {
         let file = dir.path + "/items-\(UUID().uuidString).jsonl"
         try lines.joined(separator: "\n").write(toFile: file, atomically: false, encoding: .utf8)
         chmod(file, 0o644)
-        let r = try runner(["import", bundle, file])
+        let r = try await runner(["import", bundle, file])
         #expect(r.status == 0, "\(r.stderr)")
     }
 
-    func search(_ args: [String], _ daemon: DaemonProcess) throws -> (ids: [String], items: [JSONValue], result: CLIResult) {
-        let r = try runCLI(["search"] + args + ["--json"], socket: daemon.socket)
+    func search(_ args: [String], _ daemon: DaemonProcess) async throws -> (ids: [String], items: [JSONValue], result: CLIResult) {
+        let r = try await runCLI(["search"] + args + ["--json"], socket: daemon.socket)
         let json = (try? JSONValue.parse(Array(r.stdout.utf8))) ?? .null
         let items = json["items"]?.arrayValue ?? []
         return (items.compactMap { $0["uniqueIdentifier"]?.stringValue }, items, r)
     }
 
     @Test("an item is found by meaning with no shared word, not with --no-semantic; --explain gives its ranks and similarity")
-    func findsByMeaning() throws {
+    func findsByMeaning() async throws {
         let dir = TempDir()
-        let daemon = try DaemonProcess(arguments: ["--model-dir", try Self.staticModelDirectory(dir)], dir: dir)
-        try Self.importItems(Self.items, bundle: "com.example.apps", daemon: daemon, dir: dir) { try runCLI($0, socket: daemon.socket) }
+        let daemon = try await DaemonProcess(arguments: ["--model-dir", try Self.staticModelDirectory(dir)], dir: dir)
+        try await Self.importItems(Self.items, bundle: "com.example.apps", daemon: daemon, dir: dir) { try await runCLI($0, socket: daemon.socket) }
 
-        let hybrid = try search(["com.example.apps", "listen to songs", "--explain"], daemon)
+        let hybrid = try await search(["com.example.apps", "listen to songs", "--explain"], daemon)
         #expect(hybrid.ids.first == "music", "\(hybrid.result.stdout) \(hybrid.result.stderr)")
         let explain = hybrid.items.first?["explain"]
         #expect(explain?["vectorRank"]?.intValue == 1 && explain?["lexicalRank"] == nil, "\(String(describing: explain))")
         #expect((explain?["similarity"]?.doubleValue ?? 0) > 0.35 && (explain?["score"]?.doubleValue ?? 0) > 0)
 
-        let lexical = try search(["com.example.apps", "listen to songs", "--no-semantic"], daemon)
+        let lexical = try await search(["com.example.apps", "listen to songs", "--no-semantic"], daemon)
         #expect(lexical.ids.isEmpty, "\(lexical.ids)")
 
         // A word hit and a meaning hit: both ranks shown, fused (admin search across bundles too).
-        let both = try search(["chess", "--explain"], daemon)
+        let both = try await search(["chess", "--explain"], daemon)
         let chess = both.items.first { $0["uniqueIdentifier"]?.stringValue == "chess" }?["explain"]
         #expect(chess?["lexicalRank"]?.intValue == 1 && chess?["vectorRank"]?.intValue == 1, "\(both.result.stdout)")
 
-        let text = try runCLI(["search", "com.example.apps", "listen to songs", "--explain"], socket: daemon.socket)
+        let text = try await runCLI(["search", "com.example.apps", "listen to songs", "--explain"], socket: daemon.socket)
         #expect(text.status == 0 && text.stdout.contains("lexical -, vector #1 (similarity"), "\(text.stdout)")
-        let both2 = try runCLI(["search", "com.example.apps", "x", "--semantic", "--no-semantic"], socket: daemon.socket)
+        let both2 = try await runCLI(["search", "com.example.apps", "x", "--semantic", "--no-semantic"], socket: daemon.socket)
         #expect(both2.status != 0 && both2.stderr.contains("not both"), "\(both2.stderr)")
     }
 
     @Test("deleted and expired items never come back through the vector side")
-    func deletedAndExpired() throws {
+    func deletedAndExpired() async throws {
         let dir = TempDir()
-        let daemon = try DaemonProcess(arguments: ["--model-dir", try Self.staticModelDirectory(dir)], dir: dir)
+        let daemon = try await DaemonProcess(arguments: ["--model-dir", try Self.staticModelDirectory(dir)], dir: dir)
         let expired = #"{"uniqueIdentifier":"radio","expirationDate":"2001-01-01T00:00:00Z","attributeSet":{"title":"Radio tray","contentDescription":"streaming audio player","textContent":"Plays music streams from online stations."}}"#
-        try Self.importItems(Self.items + [expired], bundle: "com.example.apps", daemon: daemon, dir: dir) { try runCLI($0, socket: daemon.socket) }
-        let before = try search(["com.example.apps", "listen to songs"], daemon)
+        try await Self.importItems(Self.items + [expired], bundle: "com.example.apps", daemon: daemon, dir: dir) { try await runCLI($0, socket: daemon.socket) }
+        let before = try await search(["com.example.apps", "listen to songs"], daemon)
         #expect(before.ids == ["music"], "the expired item is not returned: \(before.ids)")
-        let deleted = try runCLI(["delete", "com.example.apps", "--identifiers", "music"], socket: daemon.socket)
+        let deleted = try await runCLI(["delete", "com.example.apps", "--identifiers", "music"], socket: daemon.socket)
         #expect(deleted.status == 0, "\(deleted.stderr)")
-        let after = try search(["com.example.apps", "listen to songs"], daemon)
+        let after = try await search(["com.example.apps", "listen to songs"], daemon)
         #expect(after.ids.isEmpty, "\(after.ids)")
         // After a restart the index is loaded from the file: still gone.
-        try daemon.restart()
-        #expect(try search(["com.example.apps", "listen to songs"], daemon).ids.isEmpty)
-        let status = try runCLI(["status", "--json"], socket: daemon.socket)
+        try await daemon.restart()
+        await #expect(try search(["com.example.apps", "listen to songs"], daemon).ids.isEmpty)
+        let status = try await runCLI(["status", "--json"], socket: daemon.socket)
         let json = try JSONValue.parse(Array(status.stdout.utf8))
         let index = json["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first
         #expect(index?["vectors"]?.intValue == index?["items"]?.intValue && index?["refined"]?.intValue == 0, "a vector per item: \(String(describing: index))")
@@ -97,18 +97,18 @@ struct SemanticSearchTests {
     }
 
     @Test("without the model files everything lexical works and status says why, with the command that installs them")
-    func unavailable() throws {
+    func unavailable() async throws {
         let dir = TempDir()
         let empty = dir.path + "/no-model"
         try FileManager.default.createDirectory(atPath: empty, withIntermediateDirectories: true)
-        let daemon = try DaemonProcess(arguments: ["--model-dir", empty], dir: dir)
-        try Self.importItems(Self.items, bundle: "com.example.apps", daemon: daemon, dir: dir) { try runCLI($0, socket: daemon.socket) }
-        #expect(try search(["com.example.apps", "listen to songs"], daemon).ids.isEmpty)
-        let lexical = try search(["com.example.apps", "chess", "--explain"], daemon)
+        let daemon = try await DaemonProcess(arguments: ["--model-dir", empty], dir: dir)
+        try await Self.importItems(Self.items, bundle: "com.example.apps", daemon: daemon, dir: dir) { try await runCLI($0, socket: daemon.socket) }
+        await #expect(try search(["com.example.apps", "listen to songs"], daemon).ids.isEmpty)
+        let lexical = try await search(["com.example.apps", "chess", "--explain"], daemon)
         #expect(lexical.ids == ["chess"] && lexical.items.first?["explain"]?["lexicalRank"]?.intValue == 1)
-        let status = try runCLI(["status"], socket: daemon.socket)
+        let status = try await runCLI(["status"], socket: daemon.socket)
         #expect(status.stdout.contains("semantic search: unavailable") && status.stdout.contains("make model"), "\(status.stdout)")
-        let json = try JSONValue.parse(Array(try runCLI(["status", "--json"], socket: daemon.socket).stdout.utf8))
+        let json = try JSONValue.parse(Array(try await runCLI(["status", "--json"], socket: daemon.socket).stdout.utf8))
         #expect(json["semantic"]?["state"]?.stringValue == "unavailable")
         #expect(json["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first?["vectors"]?.intValue == 0)
     }
@@ -127,33 +127,34 @@ struct SemanticSearchTests {
     }
 
     @Test("idle maintenance refines the stored vectors with the transformer; status counts them")
-    func refinement() throws {
+    func refinement() async throws {
         guard let model = Self.transformerModel else { return }
         let dir = TempDir()
-        let daemon = try DaemonProcess(arguments: ["--model-dir", model], dir: dir)
-        try Self.importItems(Self.items, bundle: "com.example.apps", daemon: daemon, dir: dir) { try runCLI($0, socket: daemon.socket) }
-        func index() throws -> JSONValue? {
-            let json = try JSONValue.parse(Array(try runCLI(["status", "--json"], socket: daemon.socket).stdout.utf8))
+        let daemon = try await DaemonProcess(arguments: ["--model-dir", model], dir: dir)
+        try await Self.importItems(Self.items, bundle: "com.example.apps", daemon: daemon, dir: dir) { try await runCLI($0, socket: daemon.socket) }
+        func index() async throws -> JSONValue? {
+            let json = try JSONValue.parse(Array(try await runCLI(["status", "--json"], socket: daemon.socket).stdout.utf8))
             return json["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first
         }
-        #expect(try index()?["vectors"]?.intValue == 4 && index()?["refined"]?.intValue == 0)
+        let before = try await index()
+        #expect(before?["vectors"]?.intValue == 4 && before?["refined"]?.intValue == 0, "\(String(describing: before))")
         let mark = daemon.log.count
-        let idle = try runCLI(["simulate", "idle", "--json"], socket: daemon.socket)
+        let idle = try await runCLI(["simulate", "idle", "--json"], socket: daemon.socket)
         #expect(idle.status == 0, "\(idle.stderr)")
-        let line = try daemon.waitForLog("vectors refined", after: mark)
+        let line = try await daemon.waitForLog("vectors refined", after: mark)
         #expect(line.contains("items=4"), "\(line)")
-        #expect(try index()?["refined"]?.intValue == 4)
-        let status = try runCLI(["status"], socket: daemon.socket)
+        await #expect(try index()?["refined"]?.intValue == 4)
+        let status = try await runCLI(["status"], socket: daemon.socket)
         #expect(status.stdout.contains("4 (4 refined)"), "\(status.stdout)")
-        #expect(try search(["com.example.apps", "listen to songs"], daemon).ids.first == "music")
+        await #expect(try search(["com.example.apps", "listen to songs"], daemon).ids.first == "music")
     }
 
     @Test("query.prepare loads the transformer, queries use it, and it is unloaded after --model-idle")
     func prepareAndUnload() async throws {
         guard let model = Self.transformerModel else { return }
         let dir = TempDir()
-        let daemon = try DaemonProcess(arguments: ["--model-dir", model, "--model-idle", "1"], dir: dir)
-        try Self.importItems(Self.items, bundle: "com.example.apps", daemon: daemon, dir: dir) { try runCLI($0, socket: daemon.socket) }
+        let daemon = try await DaemonProcess(arguments: ["--model-dir", model, "--model-idle", "1"], dir: dir)
+        try await Self.importItems(Self.items, bundle: "com.example.apps", daemon: daemon, dir: dir) { try await runCLI($0, socket: daemon.socket) }
         let index = daemon.index("com.example.apps")
         let state = try await UserQuery.prepare(index: index)
         #expect(state.state == "loaded" && state.modelDirectory == model, "\(state)")
@@ -165,8 +166,8 @@ struct SemanticSearchTests {
         await index.close()
         // The one load of this daemon, then its unload once idle for a second (it may already
         // have happened while the query ran on a loaded machine: the query then used the table).
-        _ = try daemon.waitForLog("semantic model unloaded", after: 0, timeout: 30)
-        let json = try JSONValue.parse(Array(try runCLI(["status", "--json"], socket: daemon.socket).stdout.utf8))
+        _ = try await daemon.waitForLog("semantic model unloaded", after: 0, timeout: 30)
+        let json = try JSONValue.parse(Array(try await runCLI(["status", "--json"], socket: daemon.socket).stdout.utf8))
         #expect(json["semantic"]?["state"]?.stringValue == "unloaded")
     }
 }
@@ -175,29 +176,29 @@ struct SemanticSearchTests {
 @Suite("Semantic search between users", .serialized,
     .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
 struct SemanticIsolationTests {
-    func cli(as uid: UInt32, _ arguments: [String], socket: String) throws -> CLIResult {
-        try runCLI(["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", "--", Products.path("searchlight"), "--socket", socket] + arguments,
+    func cli(as uid: UInt32, _ arguments: [String], socket: String) async throws -> CLIResult {
+        try await runCLI(["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", "--", Products.path("searchlight"), "--socket", socket] + arguments,
             socket: nil, executable: "/usr/bin/setpriv")
     }
 
     @Test("another uid's bundle is never returned by the vector side")
-    func otherUID() throws {
+    func otherUID() async throws {
         let dir = TempDir()
         chmod(dir.path, 0o755)
         let model = try SemanticSearchTests.staticModelDirectory(dir)
         chmod(model, 0o755)
-        let daemon = try DaemonProcess(arguments: ["--system", "--model-dir", model], dir: dir)
-        try SemanticSearchTests.importItems(Array(SemanticSearchTests.items.prefix(1)), bundle: "com.alice.music", daemon: daemon, dir: dir) {
-            try cli(as: IsolationTests.alice, $0, socket: daemon.socket)
+        let daemon = try await DaemonProcess(arguments: ["--system", "--model-dir", model], dir: dir)
+        try await SemanticSearchTests.importItems(Array(SemanticSearchTests.items.prefix(1)), bundle: "com.alice.music", daemon: daemon, dir: dir) {
+            try await cli(as: IsolationTests.alice, $0, socket: daemon.socket)
         }
-        try SemanticSearchTests.importItems(Array(SemanticSearchTests.items.dropFirst()), bundle: "com.bob.apps", daemon: daemon, dir: dir) {
-            try cli(as: IsolationTests.bob, $0, socket: daemon.socket)
+        try await SemanticSearchTests.importItems(Array(SemanticSearchTests.items.dropFirst()), bundle: "com.bob.apps", daemon: daemon, dir: dir) {
+            try await cli(as: IsolationTests.bob, $0, socket: daemon.socket)
         }
-        let alice = try cli(as: IsolationTests.alice, ["search", "com.alice.music", "listen to songs", "--json"], socket: daemon.socket)
+        let alice = try await cli(as: IsolationTests.alice, ["search", "com.alice.music", "listen to songs", "--json"], socket: daemon.socket)
         #expect(alice.status == 0 && alice.stdout.contains("\"music\""), "\(alice.stdout) \(alice.stderr)")
-        let bob = try cli(as: IsolationTests.bob, ["search", "com.bob.apps", "listen to songs", "--json", "--explain"], socket: daemon.socket)
+        let bob = try await cli(as: IsolationTests.bob, ["search", "com.bob.apps", "listen to songs", "--json", "--explain"], socket: daemon.socket)
         #expect(bob.status == 0 && !bob.stdout.contains("\"music\""), "\(bob.stdout) \(bob.stderr)")
-        let denied = try cli(as: IsolationTests.bob, ["search", "com.alice.music", "listen to songs"], socket: daemon.socket)
+        let denied = try await cli(as: IsolationTests.bob, ["search", "com.alice.music", "listen to songs"], socket: daemon.socket)
         #expect(denied.status == 1 && !denied.stdout.contains("music"))
     }
 }

@@ -108,8 +108,8 @@ struct StoreDelegateTests {
         try await delegate.startSpotlightIndexing()
         try await delegate.waitUntilIndexed(timeout: .seconds(30))
 
-        func shellRun(_ sql: String) throws {
-            let r = try runCLI([url.path, sql], socket: nil, executable: shell)
+        func shellRun(_ sql: String) async throws {
+            let r = try await runCLI([url.path, sql], socket: nil, executable: shell)
             if r.status != 0 { throw HarnessError("sqlite3 failed (\(r.status)): \(r.stderr)") }
         }
         /// Polls the index (no call into the delegate, which would wake it) until `check` holds.
@@ -120,11 +120,11 @@ struct StoreDelegateTests {
                 try await Task.sleep(for: .milliseconds(25))
             }
         }
-        try shellRun("INSERT INTO photos(userSpecifiedName) VALUES ('Owachomo Bridge'); INSERT INTO tags(name) VALUES ('stars');")
+        try await shellRun("INSERT INTO photos(userSpecifiedName) VALUES ('Owachomo Bridge'); INSERT INTO tags(name) VALUES ('stars');")
         try await until("the shell's inserts") { try await search(#"displayName == "*"cd"#, daemon).count == 2 }
-        try shellRun("UPDATE photos SET userSpecifiedName = 'Owachomo at night'")
+        try await shellRun("UPDATE photos SET userSpecifiedName = 'Owachomo at night'")
         try await until("the shell's update") { try await search(#"displayName == "owachomo at*"cd"#, daemon).count == 1 }
-        try shellRun("DELETE FROM tags")
+        try await shellRun("DELETE FROM tags")
         try await until("the shell's delete") { try await search(#"displayName == "*"cd"#, daemon).keys.sorted() == ["photo-1"] }
         await delegate.stopSpotlightIndexing()
     }

@@ -175,7 +175,7 @@ struct SystemdTests {
     }
 
     @Test("STATUS= follows the daemon: an index under corruption recovery shows as recovering until its refill is acknowledged")
-    func statusFollowsRecovery() throws {
+    func statusFollowsRecovery() async throws {
         let dir = TempDir()
         let notify = try NotifySocket(dir.path + "/notify")
         try FileManager.default.createDirectory(atPath: dir.path + "/units", withIntermediateDirectories: true)
@@ -192,7 +192,7 @@ struct SystemdTests {
         _ = try notify.receive(until: "1 indexes in 1 bundles")
         // The refill after the simulated corruption is never acknowledged: recovering it stays.
         try control.setMode("noack")
-        let simulated = try runCLI(["simulate", "corruption", unit.bundle], socket: dir.path + "/d.sock")
+        let simulated = try await runCLI(["simulate", "corruption", unit.bundle], socket: dir.path + "/d.sock")
         #expect(simulated.status == 0, "\(simulated.stderr)\n\(daemon.log)")
         let seen = try notify.receive(until: "1 recovering")
         #expect(seen.last?.hasPrefix("STATUS=") == true, "\(seen)")
@@ -229,7 +229,7 @@ struct SystemdTests {
     }
 
     @Test("Socket activation: the listener passed as fd 3 with LISTEN_PID of the daemon serves clients, and its file stays at stop")
-    func socketActivation() throws {
+    func socketActivation() async throws {
         let dir = TempDir()
         let path = dir.path + "/activated.sock"
         let listener = try listeningSocket(path)
@@ -242,7 +242,7 @@ struct SystemdTests {
                         Products.path("searchlightd")] + daemonArguments(dir, socket: dir.path + "/unused.sock"),
             environment: daemonEnvironment(["NOTIFY_SOCKET": notify.address]), fd3: listener, logPath: dir.path + "/log")
         _ = try notify.receive(until: "READY=1")
-        let status = try runCLI(["status", "--json"], socket: path)
+        let status = try await runCLI(["status", "--json"], socket: path)
         #expect(status.status == 0, "\(status.stderr)\n\(daemon.log)")
         #expect(status.stdout.contains("\"pid\" : \(daemon.pid)") || status.stdout.contains("\"pid\":\(daemon.pid)"), "\(status.stdout)")
         #expect(!FileManager.default.fileExists(atPath: dir.path + "/unused.sock"), "bound its own socket too")
@@ -253,7 +253,7 @@ struct SystemdTests {
     }
 
     @Test("LISTEN_FDS with another process's LISTEN_PID is ignored: the daemon binds its own socket")
-    func foreignListenPID() throws {
+    func foreignListenPID() async throws {
         let dir = TempDir()
         let listener = try listeningSocket(dir.path + "/activated.sock")
         defer { close(listener) }
@@ -263,7 +263,7 @@ struct SystemdTests {
             environment: daemonEnvironment(["NOTIFY_SOCKET": notify.address, "LISTEN_PID": "1", "LISTEN_FDS": "1"]),
             fd3: listener, logPath: dir.path + "/log")
         _ = try notify.receive(until: "READY=1")
-        let status = try runCLI(["status"], socket: dir.path + "/d.sock")
+        let status = try await runCLI(["status"], socket: dir.path + "/d.sock")
         #expect(status.status == 0, "\(status.stderr)\n\(daemon.log)")
         #expect(daemon.log.contains("LISTEN_FDS ignored"), "\(daemon.log)")
         kill(daemon.pid, SIGTERM)

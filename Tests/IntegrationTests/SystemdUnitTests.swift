@@ -224,6 +224,6 @@ struct SandboxedDaemonTests {
         let exited = try await bench.waitForLog("extension exited", "label=\(unit.label) ", after: mark, timeout: 60)
         #expect(exited[0].contains("SIGTERM") || exited[0].contains("SIGKILL"), "\(exited[0])")
         #expect(!processExists(pid), "the hung extension (pid \(pid), uid \(uid)) is still alive")
-        bench.daemon.stop(signal: SIGTERM)
+        await bench.daemon.stop(signal: SIGTERM)
     }
 }

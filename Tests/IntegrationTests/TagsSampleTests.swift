@@ -38,7 +38,7 @@ struct TagsSampleTests {
         #expect(items["photo-\(b)"]?.attributeSet.keywords == ["Natural Bridges State Park", "Utah"])
         #expect(items["tag-1"]?.attributeSet.displayName == "Natural Bridges State Park")
 
-        let r = try runCLI(["search", "natural bridges", "--json"], socket: daemon.socket)
+        let r = try await runCLI(["search", "natural bridges", "--json"], socket: daemon.socket)
         let found = Set((try JSONValue.parse(r.stdout)["items"]?.arrayValue ?? []).compactMap { $0["uniqueIdentifier"]?.stringValue })
         #expect(found.isSuperset(of: ["tag-1", "photo-\(a)", "photo-\(b)"]), "\(r.stdout.prefix(1000)) \(r.stderr)")
 
@@ -101,14 +101,14 @@ struct TagsSampleTests {
         // Changes while no app runs: the history records them; reindex-identifiers re-reads rows.
         try db.run("UPDATE photos SET userSpecifiedName = 'Sipapu at dusk' WHERE id = 1")
         try db.execute("DELETE FROM photo_tags WHERE photo_id = 3; DELETE FROM photos WHERE id = 3")
-        let ids = try runCLI(["reindex", TagsSample.bundle, "--identifiers", "photo-1", "photo-3", "photo-77"], socket: daemon.socket)
+        let ids = try await runCLI(["reindex", TagsSample.bundle, "--identifiers", "photo-1", "photo-3", "photo-77"], socket: daemon.socket)
         #expect(ids.status == 0, "\(ids.stderr)")
         let items = try await TagsSample.items(socket: daemon.socket)
         #expect(items["photo-1"]?.attributeSet.displayName == "Sipapu at dusk")
         #expect(items["photo-3"] == nil)
 
         try db.run("UPDATE tags SET name = 'Natural Bridges State Park'")
-        let all = try runCLI(["reindex", TagsSample.bundle, "--all"], socket: daemon.socket)
+        let all = try await runCLI(["reindex", TagsSample.bundle, "--all"], socket: daemon.socket)
         #expect(all.status == 0, "\(all.stderr)")
         #expect(try await TagsSample.differences(socket: daemon.socket, store: db) == [])
         try await TagsSample.waitCaughtUp(db, socket: daemon.socket, timeout: 1)
