@@ -19,6 +19,12 @@ final class PrivateAware: SQLiteSpotlightDelegate, @unchecked Sendable {
 @Suite("store delegate with the daemon", .serialized)
 struct StoreDelegateTests {
     static let bundle = "com.example.photos"
+    /// How long a change may take to reach the index before a test fails. Alone a change takes
+    /// milliseconds; in a full run at load 10-25 on 2 cores one history range was seen taking
+    /// 5 s to send and 3 s to read (the delegate's tasks, the SDK's replies and the daemon all
+    /// wait for a core), and three such waits in one test passed 30 s. The deadline only bounds
+    /// a failure; the tests wait on the delegate's own progress, never on the clock.
+    static let indexedTimeout = Duration.seconds(120)
     static let model = SpotlightModel {
         Entity("Photo", table: "photos", key: "id", contentType: "public.image") {
             Attribute("userSpecifiedName", as: .displayName)
@@ -57,16 +63,16 @@ struct StoreDelegateTests {
         let delegate = try SQLiteSpotlightDelegate(databaseAt: url, model: Self.model, bundleIdentifier: Self.bundle, socketPath: daemon.socket)
         try await delegate.startSpotlightIndexing()
 
-        try await delegate.waitUntilIndexed(timeout: .seconds(30))
+        try await delegate.waitUntilIndexed(timeout: Self.indexedTimeout)
         #expect(try await search(#"displayName == "sipapu*"cd"#, daemon) == ["photo-1": "Sipapu Bridge"])
         try db.run("INSERT INTO photos(userSpecifiedName) VALUES ('Kachina Bridge')")
         try db.run("INSERT INTO tags(name) VALUES ('Natural Bridges')")
         try db.run("UPDATE photos SET userSpecifiedName = 'Sipapu at dusk' WHERE id = 1")
-        try await delegate.waitUntilIndexed(timeout: .seconds(30))
+        try await delegate.waitUntilIndexed(timeout: Self.indexedTimeout)
         #expect(try await search(#"displayName == "*bridge*"cd"#, daemon) == ["photo-2": "Kachina Bridge", "tag-1": "Natural Bridges"])
         #expect(try await search(#"displayName == "sipapu*"cd"#, daemon) == ["photo-1": "Sipapu at dusk"])
         try db.run("DELETE FROM photos WHERE id = 2")
-        try await delegate.waitUntilIndexed(timeout: .seconds(30))
+        try await delegate.waitUntilIndexed(timeout: Self.indexedTimeout)
         #expect(try await search(#"displayName == "kachina*"cd"#, daemon).isEmpty)
         #expect(try await search(#"contentTypeTree == "public.image""#, daemon).keys.sorted() == ["photo-1"])
         await delegate.stopSpotlightIndexing()
@@ -80,7 +86,7 @@ struct StoreDelegateTests {
         let delegate = try PrivateAware(databaseAt: url, model: Self.model, bundleIdentifier: Self.bundle, socketPath: daemon.socket)
         try await delegate.startSpotlightIndexing()
         try db.run("INSERT INTO photos(userSpecifiedName) VALUES ('first'), ('private')")
-        try await delegate.waitUntilIndexed(timeout: .seconds(30))
+        try await delegate.waitUntilIndexed(timeout: Self.indexedTimeout)
         #expect(try await search(#"displayName == "*"cd"#, daemon) == ["photo-1": "first"])
         await delegate.stopSpotlightIndexing()
         #expect(!delegate.isIndexingEnabled)
@@ -89,7 +95,7 @@ struct StoreDelegateTests {
         #expect(try db.intScalar("SELECT count(*) FROM sqlite_master WHERE type = 'trigger' AND name GLOB 'searchlight_*'") == 6)
         #expect(try await search(#"displayName == "*"cd"#, daemon) == ["photo-1": "first"], "nothing indexed while stopped")
         try await delegate.startSpotlightIndexing()
-        try await delegate.waitUntilIndexed(timeout: .seconds(30))
+        try await delegate.waitUntilIndexed(timeout: Self.indexedTimeout)
         #expect(try await search(#"displayName == "*"cd"#, daemon) == ["photo-3": "while stopped"])
         await delegate.stopSpotlightIndexing()
     }
@@ -106,7 +112,7 @@ struct StoreDelegateTests {
         let delegate = try SQLiteSpotlightDelegate(databaseAt: url, model: Self.model, bundleIdentifier: Self.bundle, socketPath: daemon.socket)
         delegate.fallbackCheckInterval = .seconds(3600)  // inotify alone must see the shell's commits
         try await delegate.startSpotlightIndexing()
-        try await delegate.waitUntilIndexed(timeout: .seconds(30))
+        try await delegate.waitUntilIndexed(timeout: Self.indexedTimeout)
 
         func shellRun(_ sql: String) async throws {
             let r = try await runCLI([url.path, sql], socket: nil, executable: shell)
@@ -114,7 +120,7 @@ struct StoreDelegateTests {
         }
         /// Polls the index (no call into the delegate, which would wake it) until `check` holds.
         func until(_ what: String, _ check: () async throws -> Bool) async throws {
-            let deadline = Date().addingTimeInterval(30)
+            let deadline = Date().addingTimeInterval(TimeInterval(Self.indexedTimeout.components.seconds))
             while try await !check() {
                 if Date() > deadline { throw HarnessError("timed out waiting for \(what)") }
                 try await Task.sleep(for: .milliseconds(25))
@@ -138,7 +144,7 @@ struct StoreDelegateTests {
         try await delegate.startSpotlightIndexing()
         try db.execute("ALTER TABLE photos ADD COLUMN rating INTEGER")
         try db.run("INSERT INTO photos(userSpecifiedName, rating) VALUES ('with a rating', 5)")
-        try await delegate.waitUntilIndexed(timeout: .seconds(30))
+        try await delegate.waitUntilIndexed(timeout: Self.indexedTimeout)
         #expect(try await search(#"displayName == "with a rating"cd"#, daemon).count == 1)
 
         let updates = delegate.indexDidUpdate
