@@ -34,4 +34,7 @@ void sl_static_normalize(int level, float *v, ptrdiff_t n);
 /// finite. The same bits on every CPU (exact operations only).
 float sl_quantize_i8(const float *v, ptrdiff_t n, int8_t *codes);
 
+/// Asks for the cache line at p ahead of its use (the word cache's entries: `WordQueue`).
+static inline void sl_prefetch(const void *p) { __builtin_prefetch(p); }
+
 #endif
