@@ -57,7 +57,7 @@ static void normalize_portable(float *v, ptrdiff_t n) {
     for (ptrdiff_t j = 0; j < n; j++) v[j] *= scale;
 }
 
-float sl_quantize_i8(const float *v, ptrdiff_t n, int8_t *codes) {
+static float quantize_portable(const float *v, ptrdiff_t n, int8_t *codes) {
     float top = 0;
     for (ptrdiff_t j = 0; j < n; j++) {
         const float a = fabsf(v[j]);
@@ -316,6 +316,49 @@ static AVX512 void normalize_avx512(float *v, ptrdiff_t n) {
     for (; j < n; j++) v[j] *= 1.0f / (norm > 1e-12f ? norm : 1e-12f);
 }
 
+// The same operations as quantize_portable on 16 lanes (max is exact in any order; the multiply,
+// add and subtract are separate instructions, never fused), so the codes are the same bits.
+static AVX512 float quantize_avx512(const float *v, ptrdiff_t n, int8_t *codes) {
+    const __m512 largest = _mm512_set1_ps(3.4028235e38f);
+    __m512 top = _mm512_setzero_ps();
+    for (ptrdiff_t j = 0; j < n; j += 16) {
+        const __mmask16 in = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        const __m512 a = _mm512_abs_ps(_mm512_maskz_loadu_ps(in, v + j));
+        const __mmask16 finite = _mm512_mask_cmp_ps_mask(in, a, largest, _CMP_LE_OQ);
+        top = _mm512_mask_max_ps(top, finite, top, a);
+    }
+    const float t = _mm512_reduce_max_ps(top);
+    const float scale = t > 0 ? t / 127.0f : 1.0f;
+    const __m512 inverse = _mm512_set1_ps(1.0f / scale);
+    const __m512 magic = _mm512_set1_ps(12582912.0f), high = _mm512_set1_ps(127.0f), low = _mm512_set1_ps(-127.0f);
+    for (ptrdiff_t j = 0; j < n; j += 16) {
+        const __mmask16 in = n - j >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << (n - j)) - 1);
+        const __m512 x = _mm512_maskz_loadu_ps(in, v + j);
+        const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_abs_ps(x), largest, _CMP_LE_OQ);
+        __m512 y = _mm512_maskz_mov_ps(finite, _mm512_mul_ps(x, inverse));
+        y = _mm512_max_ps(_mm512_min_ps(y, high), low);
+        y = _mm512_sub_ps(_mm512_add_ps(y, magic), magic);
+        _mm512_mask_cvtepi32_storeu_epi8(codes + j, in, _mm512_cvttps_epi32(y));
+    }
+    return scale;
+}
+
+static int quantize_level = -1;
+
+float sl_quantize_i8(const float *v, ptrdiff_t n, int8_t *codes) {
+    int level = __atomic_load_n(&quantize_level, __ATOMIC_RELAXED);
+    if (level < 0) {
+        level = sl_static_level();
+        __atomic_store_n(&quantize_level, level, __ATOMIC_RELAXED);
+    }
+    return sl_quantize_i8_level(level, v, n, codes);
+}
+
+float sl_quantize_i8_level(int level, const float *v, ptrdiff_t n, int8_t *codes) {
+    if (level >= 2) return quantize_avx512(v, n, codes);
+    return quantize_portable(v, n, codes);
+}
+
 void sl_static_normalize(int level, float *v, ptrdiff_t n) {
     if (level >= 2) normalize_avx512(v, n);
     else normalize_portable(v, n);
@@ -338,6 +381,13 @@ void sl_static_project(int level, const float *x, ptrdiff_t count, ptrdiff_t dim
 #else
 
 int sl_static_level(void) { return 0; }
+
+float sl_quantize_i8(const float *v, ptrdiff_t n, int8_t *codes) { return quantize_portable(v, n, codes); }
+
+float sl_quantize_i8_level(int level, const float *v, ptrdiff_t n, int8_t *codes) {
+    (void)level;
+    return quantize_portable(v, n, codes);
+}
 
 void sl_static_normalize(int level, float *v, ptrdiff_t n) {
     (void)level;

@@ -1,3 +1,4 @@
+import CSemanticKernels
 import Foundation
 
 /// Word → word-piece ids, remembered from earlier WordPiece runs (`WordPieceTokenizer.flush`).
@@ -41,8 +42,12 @@ final class WordPieceCache {
         storage + (Vocabulary.finish(hash) & mask) * Self.entrySize
     }
 
-    /// Appends the cached pieces of `word` (its FNV state `hash`, `Vocabulary.hashStep` from
-    /// `hashSeed`) to `ids` and returns true, or returns false when it is not cached.
+    /// Asks the CPU for the entry of a word's hash ahead of `append` (`WordQueue`).
+    @inline(__always)
+    func prefetch(_ hash: UInt64) { sl_prefetch(entry(hash)) }
+
+    /// Appends the cached pieces of `word` (`hash`: its `WordBuffer.cacheHash`) to `ids` and
+    /// returns true, or returns false when it is not cached.
     @inline(__always)
     func append(_ word: UnsafeBufferPointer<UInt8>, hash: UInt64, to ids: inout PieceBuffer) -> Bool {
         let n = word.count

@@ -26,6 +26,9 @@ public struct WordPieceTokenizer: Sendable {
     public let padID: Int32
     public let maxInputCharsPerWord = 100
     private let specialNames: [([UInt8], Int32)]
+    /// The id of each ASCII punctuation byte as a word of its own (its vocabulary token, else
+    /// `[UNK]`: WordPiece of a one-byte word), so the byte loop needs no lookup for it.
+    private let punctuationIDs: [Int32]
 
     public init(vocabulary: Vocabulary) throws(SemanticError) {
         func special(_ t: String) throws(SemanticError) -> Int32 {
@@ -42,6 +45,8 @@ public struct WordPieceTokenizer: Sendable {
         specialNames = ["[CLS]", "[SEP]", "[UNK]", "[PAD]", "[MASK]"].compactMap { t in
             vocabulary.id(of: t).map { (Array(t.utf8), $0) }
         }
+        let unk = unkID
+        punctuationIDs = (0..<128).map { b in vocabulary.lookup([UInt8(b)][...], continuation: false) ?? unk }
     }
 
     public init(vocabularyFile: String) throws(SemanticError) {
@@ -139,8 +144,12 @@ public struct WordPieceTokenizer: Sendable {
         let classes = ASCIIClass.table  // read once: a static's every use checks its lazy initialisation
         classes.withUnsafeBufferPointer { classes in text.withUTF8 { utf8 in
             let n = utf8.count
+            var queue = WordQueue(bytes: n)
+            defer { queue.deallocate() }
             var i = 0
-            while i < n && ids.count < limit {
+            // Every queued word gives at least one piece: once the queue and the ids reach the
+            // limit, the rest of the text cannot count.
+            while i < n && ids.count + queue.count < limit {
                 var end = i, ascii = true
                 while end < n {
                     let b = utf8[end]
@@ -149,30 +158,76 @@ public struct WordPieceTokenizer: Sendable {
                     end += 1
                 }
                 if ascii {
-                    for k in i..<end {
-                        if ids.count >= limit { break }
-                        let b = utf8[k]
-                        switch classes[Int(b)] {
-                        case .drop: continue
-                        case .space: flush(&word, into: &ids, cache: cache)
-                        case .punctuation:
-                            flush(&word, into: &ids, cache: cache)
-                            word.append(b)
-                            flush(&word, into: &ids, cache: cache)
-                        case .upper: word.append(b | 0x20)
-                        case .keep: word.append(b)
-                        }
-                    }
+                    queueASCIIChunk(UnsafeBufferPointer(rebasing: utf8[i..<end]), classes, into: &queue, cache: cache)
                 } else {
+                    drain(&queue, into: &ids, word: &word, limit: limit, cache: cache)
                     appendPiecesUnicode(of: String(decoding: UnsafeBufferPointer(rebasing: utf8[i..<end]), as: UTF8.self),
                         to: &ids, word: &word, limit: limit, cache: cache)
+                    if end < n && ids.count < limit { flush(&word, into: &ids, cache: cache) }  // the whitespace after the chunk
                 }
-                if end < n && ids.count < limit { flush(&word, into: &ids, cache: cache) }  // the whitespace after the chunk
                 i = end + 1
             }
+            drain(&queue, into: &ids, word: &word, limit: limit, cache: cache)
         } }
         if ids.count < limit { flush(&word, into: &ids, cache: cache) }
         ids.truncate(to: limit)
+    }
+
+    /// Queues the words of an all-ASCII chunk (no whitespace in it: the caller cut the text
+    /// there): each word's bytes copied lowercased with one table read each, control bytes
+    /// dropped, a punctuation byte queued as its precomputed id. Each word's hash is taken as it
+    /// is queued and its cache entry fetched, so that `drain` finds the entries in the CPU's
+    /// cache: looked up one word at a time, each waited on memory (the word cache is 512 KB).
+    @inline(__always)
+    private func queueASCIIChunk(_ chunk: UnsafeBufferPointer<UInt8>, _ classes: UnsafeBufferPointer<ASCIIClass>,
+        into queue: inout WordQueue, cache: WordPieceCache?)
+    {
+        let out = queue.bytes
+        var n = queue.byteCount
+        for b in chunk {
+            switch classes[Int(b)] {
+            case .keep:
+                out[n] = b
+                n &+= 1
+            case .upper:
+                out[n] = b | 0x20
+                n &+= 1
+            case .drop, .space: continue  // no space inside a chunk
+            case .punctuation:
+                if n > queue.byteCount { queue.pushWord(end: n, cache: cache) }
+                queue.pushPiece(punctuationIDs[Int(b)])
+            }
+        }
+        if n > queue.byteCount { queue.pushWord(end: n, cache: cache) }
+    }
+
+    /// The pieces of the queued words, in order, until `ids` holds `limit`; empties the queue.
+    private func drain(_ queue: inout WordQueue, into ids: inout PieceBuffer, word: inout WordBuffer, limit: Int,
+        cache: WordPieceCache?)
+    {
+        defer { queue.removeAll() }
+        for k in 0..<queue.count {
+            if ids.count >= limit { return }
+            let entry = queue.entries[k]
+            guard entry.length > 0 else {
+                ids.append(Int32(truncatingIfNeeded: entry.hash))
+                continue
+            }
+            let bytes = UnsafeBufferPointer(start: queue.bytes + Int(entry.start), count: Int(entry.length))
+            if bytes.count > maxInputCharsPerWord {  // ASCII: one character per byte
+                ids.append(unkID)
+                continue
+            }
+            if let cache, cache.append(bytes, hash: entry.hash, to: &ids) { continue }
+            word.removeAll()
+            word.reserve(bytes.count)
+            word.storage.update(from: bytes.baseAddress!, count: bytes.count)
+            word.setASCII(count: bytes.count)
+            let firstOutput = ids.count
+            wordPiece(&word, into: &ids)
+            word.removeAll()
+            cache?.insert(bytes, hash: entry.hash, pieces: UnsafeBufferPointer(start: ids.base + firstOutput, count: ids.count - firstOutput))
+        }
     }
 
     private func appendPiecesUnicode(of text: String, to ids: inout PieceBuffer, word: inout WordBuffer, limit: Int,
@@ -225,7 +280,7 @@ public struct WordPieceTokenizer: Sendable {
             wordPiece(&word, into: &ids)
             return
         }
-        let hash = word.hash
+        let hash = word.cacheHash
         if cache.append(word.bytes, hash: hash, to: &ids) { return }
         let firstOutput = ids.count
         wordPiece(&word, into: &ids)
@@ -235,9 +290,11 @@ public struct WordPieceTokenizer: Sendable {
     /// Greedy longest-match WordPiece of `word`'s bytes, appended to `ids` (one `[UNK]` when a
     /// piece matches nothing).
     private func wordPiece(_ word: inout WordBuffer, into ids: inout PieceBuffer) {
-        // The whole word first: most words are one token, found by the hash kept while the word was read.
+        // The whole word first: most words are one token.
         let bytes = word.bytes
-        if let id = vocabulary.lookup(bytes, hash: word.hash, continuation: false) {
+        var whole = Vocabulary.hashSeed
+        for b in bytes { whole = Vocabulary.hashStep(whole, b) }
+        if let id = vocabulary.lookup(bytes, hash: whole, continuation: false) {
             ids.append(id)
             return
         }
@@ -284,18 +341,20 @@ public struct WordPieceTokenizer: Sendable {
 /// One word's UTF-8 bytes and its character count, reused across words: unsafe storage, grown
 /// when a word is longer than any before, so that appending a byte is a store (an Array checks
 /// that its buffer is unique and large enough on every append). The owner calls `deallocate`.
+///
+/// The capacity is a multiple of 8 and the storage starts zeroed, so `cacheHash` may read the
+/// last 8-byte word whole (the bytes past `count` are masked off).
 struct WordBuffer {
-    private var storage: UnsafeMutablePointer<UInt8>
+    private(set) var storage: UnsafeMutablePointer<UInt8>
     /// Scratch for `wordPiece`: FNV state of each prefix of the piece being matched.
     private(set) var prefixStorage: UnsafeMutablePointer<UInt64>
     private var capacity = 64
     private(set) var count = 0
     var characterCount = 0
-    /// FNV state of the bytes (`Vocabulary.hashStep` from `hashSeed`).
-    var hash = Vocabulary.hashSeed
 
     init() {
         storage = .allocate(capacity: 64)
+        storage.initialize(repeating: 0, count: 64)
         prefixStorage = .allocate(capacity: 64)
     }
 
@@ -308,22 +367,56 @@ struct WordBuffer {
     /// Room for one hash per byte of the word.
     var prefixHashes: UnsafeMutableBufferPointer<UInt64> { UnsafeMutableBufferPointer(start: prefixStorage, count: capacity) }
 
-    @inline(__always) private mutating func store(_ b: UInt8) {
-        if count == capacity { grow() }
-        storage[count] = b
-        count &+= 1
-        hash = Vocabulary.hashStep(hash, b)
+    /// The word-cache hash (`WordPieceCache`): the bytes 8 at a time, one multiply each, where
+    /// FNV (the vocabulary's hash, needed only on a cache miss) takes one per byte.
+    var cacheHash: UInt64 { Self.cacheHash(UnsafeRawPointer(storage), count: count) }
+
+    /// `cacheHash` of the `count` bytes at `raw`; it reads whole 8-byte words, so up to 7 bytes
+    /// past the end must be readable (their values do not matter).
+    @inline(__always)
+    static func cacheHash(_ raw: UnsafeRawPointer, count: Int) -> UInt64 {
+        var h = UInt64(truncatingIfNeeded: count) &* 0x9E37_79B9_7F4A_7C15
+        var i = 0
+        while i + 8 <= count {
+            h = (h ^ raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)) &* 0xFF51_AFD7_ED55_8CCD
+            h ^= h >> 32
+            i += 8
+        }
+        if i < count {
+            let tail = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self) & (~UInt64(0) >> (64 - 8 * UInt64(count - i)))
+            h = (h ^ tail) &* 0xFF51_AFD7_ED55_8CCD
+        }
+        h ^= h >> 29
+        h = h &* 0xC4CE_B9FE_1A85_EC53
+        return h ^ (h >> 32)
     }
 
-    private mutating func grow() {
-        let bigger = capacity * 2
+    @inline(__always) private mutating func store(_ b: UInt8) {
+        if count == capacity { grow(to: capacity * 2) }
+        storage[count] = b
+        count &+= 1
+    }
+
+    /// Room for `extra` more bytes (and the 8-byte read past the end that `cacheHash` makes).
+    @inline(__always) mutating func reserve(_ extra: Int) {
+        if count + extra + 8 > capacity { grow(to: max(capacity * 2, (count + extra + 8 + 7) & ~7)) }
+    }
+
+    private mutating func grow(to bigger: Int) {
         let s = UnsafeMutablePointer<UInt8>.allocate(capacity: bigger)
         s.moveInitialize(from: storage, count: count)
+        (s + count).initialize(repeating: 0, count: bigger - count)
         storage.deallocate()
         storage = s
         prefixStorage.deallocate()
         prefixStorage = .allocate(capacity: bigger)
         capacity = bigger
+    }
+
+    /// After ASCII bytes were written straight into `storage` (one character each).
+    @inline(__always) mutating func setASCII(count n: Int) {
+        characterCount += n - count
+        count = n
     }
 
     @inline(__always) mutating func append(_ b: UInt8) {
@@ -343,7 +436,57 @@ struct WordBuffer {
     @inline(__always) mutating func removeAll() {
         count = 0
         characterCount = 0
-        hash = Vocabulary.hashSeed
+    }
+}
+
+/// The words of a document's ASCII chunks, queued lowercased with their cache hashes (or a
+/// punctuation byte's id) until `WordPieceTokenizer.drain` looks them up: one pass over the
+/// bytes, then one over the words, with every word's cache entry requested in between. Sized
+/// for the whole text (a word takes at least one byte of it). The owner calls `deallocate`.
+struct WordQueue {
+    struct Entry {
+        var start: Int32
+        /// 0 for a punctuation piece, whose id is `hash`.
+        var length: Int32
+        var hash: UInt64
+    }
+
+    let bytes: UnsafeMutablePointer<UInt8>
+    let entries: UnsafeMutablePointer<Entry>
+    private(set) var byteCount = 0
+    private(set) var count = 0
+
+    init(bytes n: Int) {
+        bytes = .allocate(capacity: n + 8)  // `cacheHash` reads up to 7 bytes past a word
+        bytes.initialize(repeating: 0, count: n + 8)
+        entries = .allocate(capacity: max(1, n))
+    }
+
+    func deallocate() {
+        bytes.deallocate()
+        entries.deallocate()
+    }
+
+    /// Queues the word written at `bytes[byteCount..<end]`.
+    @inline(__always)
+    mutating func pushWord(end: Int, cache: WordPieceCache?) {
+        let length = end - byteCount
+        let hash = WordBuffer.cacheHash(UnsafeRawPointer(bytes + byteCount), count: length)
+        cache?.prefetch(hash)
+        entries[count] = Entry(start: Int32(truncatingIfNeeded: byteCount), length: Int32(truncatingIfNeeded: length), hash: hash)
+        count &+= 1
+        byteCount = end
+    }
+
+    @inline(__always)
+    mutating func pushPiece(_ id: Int32) {
+        entries[count] = Entry(start: 0, length: 0, hash: UInt64(UInt32(bitPattern: id)))
+        count &+= 1
+    }
+
+    mutating func removeAll() {
+        count = 0
+        byteCount = 0
     }
 }
 

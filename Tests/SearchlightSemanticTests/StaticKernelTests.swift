@@ -68,6 +68,38 @@ struct StaticKernelTests {
         }
     }
 
+    @Test("quantising gives the portable loop's codes and scale at every level, for any length (the tails too), with values that are not finite, ties and zeros",
+          arguments: [384, 1, 15, 17, 100, 0])
+    func quantize(n: Int) {
+        var numbers = Numbers(state: UInt64(n + 7))
+        var cases: [[Float]] = (0..<20).map { _ in (0..<n).map { _ in numbers.float() } }
+        cases.append([Float](repeating: 0, count: n))
+        if n >= 4 {
+            var special = (0..<n).map { _ in numbers.float() }
+            special[0] = .nan
+            special[1] = .infinity
+            special[2] = -.infinity
+            special[3] = -0.0
+            cases.append(special)
+            // Halfway codes: with a top of 127, ±0.5, ±1.5, ±2.5 are ties (round half to even).
+            var ties = [Float](repeating: 0.5, count: n)
+            ties[0] = 127
+            for j in 1..<n { ties[j] = Float(j % 6) - 2.5 }
+            cases.append(ties)
+        }
+        for values in cases {
+            var reference = [Int8](repeating: 0, count: max(1, n))
+            let referenceScale = sl_quantize_i8_level(0, values, n, &reference)
+            for level in Self.levels {
+                var codes = [Int8](repeating: 0, count: max(1, n))
+                let scale = sl_quantize_i8_level(level, values, n, &codes)
+                #expect(scale.bitPattern == referenceScale.bitPattern && codes == reference, "level \(level), n \(n)")
+            }
+            var best = [Int8](repeating: 0, count: max(1, n))
+            #expect(sl_quantize_i8(values, n, &best).bitPattern == referenceScale.bitPattern && best == reference)
+        }
+    }
+
     static func texts() throws -> [String] {
         let fixture = try TestModel.jsonLines("Tests/SearchlightSemanticTests/Fixtures/tokenizer-reference.jsonl").map { $0["text"] as! String }
         // Empty and token-less texts, one longer than the window, and repeats (cache hits).

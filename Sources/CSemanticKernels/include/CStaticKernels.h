@@ -32,6 +32,13 @@ void sl_static_normalize(int level, float *v, ptrdiff_t n);
 /// int8 codes of v, returning the scale: scale = max|v| / 127 over the finite values (1 when
 /// that is 0), codes[j] = round-half-even(clamp(v[j] / scale, ±127)), 0 for a value that is not
 /// finite. The same bits on every CPU (exact operations only).
+/// The CPU's best level (AVX-512F: 16 lanes at a time).
 float sl_quantize_i8(const float *v, ptrdiff_t n, int8_t *codes);
+
+/// The same at `level` (2 AVX-512F, else portable C): the same bits at every level.
+float sl_quantize_i8_level(int level, const float *v, ptrdiff_t n, int8_t *codes);
+
+/// Asks for the cache line at p ahead of its use (the word cache's entries: `WordQueue`).
+static inline void sl_prefetch(const void *p) { __builtin_prefetch(p); }
 
 #endif
