@@ -73,15 +73,19 @@ struct RefinementIntegrationTests {
         try ThrottleIntegrationTests.writePSI(proc, cpu: 0)
         try await Self.until("refinement under way", timeout: 120) { try await Self.refined(daemon).refined > 0 }
         let mark = daemon.log.count
-        let before = try await #require(try Self.status(daemon)["throttle"]?["samples"]?.intValue)
         try ThrottleIntegrationTests.writePSI(proc, cpu: 70)
+        // Samples counted after the write: every sample after these began after it. (Counted
+        // before the write, the test's own delay between the count and the write — a second and
+        // more on a loaded machine — let samples with the old figures pass, and a correct daemon
+        // failed the bound.)
+        let written = try await #require(try Self.status(daemon)["throttle"]?["samples"]?.intValue)
 
         // The throttle sees it at the next sample (one taken while the file was being written may
         // have read the old figures: at most the one after).
         let paused = try await daemon.waitForLog("to=paused", after: mark)
         #expect(paused.contains("load throttle changed") && paused.contains("cpu=70.0"), "\(paused)")
         let pressureSample = try #require(Self.field(paused, "sample"), "\(paused)")
-        #expect(pressureSample <= before + 2, "paused at sample \(pressureSample), the pressure written after sample \(before)")
+        #expect(pressureSample <= written + 2, "paused at sample \(pressureSample), the pressure written before sample \(written + 1)")
         // The batch in flight when pressure was sampled is the last one: the last batch began
         // before that sample.
         let stopped = try await daemon.waitForLog("vectors refined", after: mark, timeout: 120)
