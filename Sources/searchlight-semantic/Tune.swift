@@ -173,6 +173,16 @@ func tune(_ options: ToolOptions) throws {
     // The choice on each group: the best mean nDCG@10 among the settings that leave no query of
     // that group more than 0.1 below lexical (and gain at least --min-gain there), then its
     // figures on the other group, which had no say in it.
+    // --per-query FILE: each query's nDCG@10, lexical and under every setting (a column each, the
+    // daemon's default first), tab-separated, to compare tiers or settings query by query.
+    if let file = options["per-query"] {
+        var text = "tag\tsplit\tquery\trelevant\tlexical\t" + results.map(\.name).joined(separator: "\t") + "\n"
+        for (i, j) in judgements.enumerated() {
+            text += "\(j.tag)\t\(j.split ?? "")\t\(j.query)\t\(j.relevant.count)\t\(format(lexicalNDCG[i], 4))\t"
+                + results.map { format($0.ndcg[i], 4) }.joined(separator: "\t") + "\n"
+        }
+        try text.write(toFile: file, atomically: true, encoding: .utf8)
+    }
     print("held out (chosen on one group: best nDCG@10 with 0 queries worse by > 0.1; measured on the other):")
     var heldOut = [Double](repeating: .nan, count: judgements.count)
     var heldWorse = 0
