@@ -163,6 +163,12 @@ func tune(_ options: ToolOptions) throws {
         }
         let scored = Scored(name: name, ndcg: n, lexical: lexicalNDCG)
         results.append(scored)
+        // --show TAG,…: those queries' top 10 under this setting, each id marked + when relevant.
+        for tag in (options["show"] ?? "").split(separator: ",").map(String.init) {
+            guard let i = judgements.firstIndex(where: { $0.tag == tag }) else { continue }
+            let top = try run(s, judgements[i], vectors[i]).prefix(10)
+            print("  \(tag) \"\(judgements[i].query)\": " + top.map { (judgements[i].relevant.contains($0) ? "+" : "-") + $0 }.joined(separator: " "))
+        }
         let perGroup = groups.map { g in
             "\(g.name): \(format(scored.mean(g.queries))) Δ \(signed(scored.gain(g.queries))) \(format(mean(g.queries.map { r[$0] }))) \(scored.worse(g.queries))"
         }
