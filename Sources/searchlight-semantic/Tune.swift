@@ -176,9 +176,6 @@ func tune(_ options: ToolOptions) throws {
             + "\(format(mean(n)))    \(format(mean(r)))       \(worse.count)      \(format(elapsed / Double(judgements.count) * 1000, 2))"
             + "  | " + perGroup.joined(separator: " | ") + (verbose ? "  " + worse.joined(separator: "; ") : ""))
     }
-    // The choice on each group: the best mean nDCG@10 among the settings that leave no query of
-    // that group more than 0.1 below lexical (and gain at least --min-gain there), then its
-    // figures on the other group, which had no say in it.
     // --per-query FILE: each query's nDCG@10, lexical and under every setting (a column each, the
     // daemon's default first), tab-separated, to compare tiers or settings query by query.
     if let file = options["per-query"] {
@@ -189,6 +186,9 @@ func tune(_ options: ToolOptions) throws {
         }
         try text.write(toFile: file, atomically: true, encoding: .utf8)
     }
+    // The choice on each group: the best mean nDCG@10 among the settings that leave no query of
+    // that group more than 0.1 below lexical (and gain at least --min-gain there), then its
+    // figures on the other group, which had no say in it.
     print("held out (chosen on one group: best nDCG@10 with 0 queries worse by > 0.1; measured on the other):")
     var heldOut = [Double](repeating: .nan, count: judgements.count)
     var heldWorse = 0
