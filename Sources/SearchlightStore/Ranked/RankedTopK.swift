@@ -247,13 +247,25 @@ struct Scorer {
             // overlap the driver block's documents (block-max): at 1M, where 16 segments hold
             // near-copies and the k-th score is high after the first, the whole segment's largest
             // addend let almost every block of "web" through for "server".
-            var otherBlocks = list.hasBounds ? OtherBlockBounds(others.map { (sources[$0], idf[$0]) }, bm25: bm25) : nil
-            var order: [(block: Int, bound: Double, boost: Double)] = list.blocks.indices.map { b in
-                guard list.hasBounds else { return (b, .infinity, segmentBoost) }
-                let boost = list.boostBound(block: b, now: now)
-                let first = b == 0 ? 0 : list.blocks[b - 1].lastDoc &+ 1
-                let other = otherBlocks!.bound(from: first, through: list.blocks[b].lastDoc)
-                return (b, (list.addendBound(block: b, idf: idf[driver], bm25) + other) * boost, boost)
+            // A plain loop: a `var` captured by a closure is boxed, and cost a single phrase
+            // (`lib` at 1M: 3 700 blocks a query) about 60 instructions a block.
+            var order: [(block: Int, bound: Double, boost: Double)] = []
+            order.reserveCapacity(list.blocks.count)
+            if !list.hasBounds {
+                for b in list.blocks.indices { order.append((b, .infinity, segmentBoost)) }
+            } else if others.isEmpty {
+                for b in list.blocks.indices {
+                    let boost = list.boostBound(block: b, now: now)
+                    order.append((b, list.addendBound(block: b, idf: idf[driver], bm25) * boost, boost))
+                }
+            } else {
+                var otherBlocks = OtherBlockBounds(others.map { (sources[$0], idf[$0]) }, bm25: bm25)
+                for b in list.blocks.indices {
+                    let boost = list.boostBound(block: b, now: now)
+                    let first = b == 0 ? 0 : list.blocks[b - 1].lastDoc &+ 1
+                    let other = otherBlocks.bound(from: first, through: list.blocks[b].lastDoc)
+                    order.append((b, (list.addendBound(block: b, idf: idf[driver], bm25) + other) * boost, boost))
+                }
             }
             if order.count > 1, others.isEmpty { order.sort { $0.bound > $1.bound } }
             var block: [Posting] = []
