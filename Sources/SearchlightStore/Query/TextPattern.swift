@@ -22,11 +22,41 @@ public struct TextPattern: Sendable {
     let diacriticInsensitive: Bool
     let wordBased: Bool
     let tokenized: Bool
-    private let glob: Glob
-    private let words: [Glob]
-    private let subWords: [Glob]
-    /// Folded literal pieces every match must contain: a cheap rejection before word splitting.
-    private let required: [[UInt8]]
+    /// What was compiled, in one object: `sl_match` copies the pattern out of its connection's
+    /// cache for every row it sees, and one reference is one retain where seven arrays were seven.
+    private let compiled: Compiled
+
+    private final class Compiled: Sendable {
+        let glob: Glob
+        let words: [Glob]
+        let subWords: [Glob]
+        /// Folded literal pieces every match must contain: a cheap rejection before word splitting.
+        let required: [[UInt8]]
+        /// The ASCII word search's anchor (`w` and `c`/`d`, not `t`): the longest literal piece
+        /// of the pattern's words, the word it belongs to (-1: no literal piece, no anchor), and
+        /// the piece's rarest byte (its offset), which `memchr` looks for.
+        let anchorWord: Int
+        let anchor: [UInt8]
+        let anchorRareOffset: Int
+
+        init(glob: Glob, words: [Glob], subWords: [Glob], required: [[UInt8]], anchorWord: Int, anchor: [UInt8]) {
+            self.glob = glob
+            self.words = words
+            self.subWords = subWords
+            self.required = required
+            self.anchorWord = anchorWord
+            self.anchor = anchor
+            anchorRareOffset = TextPattern.rarestByteOffset(anchor)
+        }
+    }
+
+    private var glob: Glob { compiled.glob }
+    private var words: [Glob] { compiled.words }
+    private var subWords: [Glob] { compiled.subWords }
+    private var required: [[UInt8]] { compiled.required }
+    private var anchorWord: Int { compiled.anchorWord }
+    private var anchor: [UInt8] { compiled.anchor }
+    private var anchorRareOffset: Int { compiled.anchorRareOffset }
 
     public init(_ pattern: String, modifiers: String) {
         self.init(parts: Self.parts(of: pattern), modifiers: modifiers)
@@ -38,15 +68,15 @@ public struct TextPattern: Sendable {
         caseInsensitive = tokenized || modifiers.contains("c")
         diacriticInsensitive = modifiers.contains("d")
         let ci = caseInsensitive, di = diacriticInsensitive
-        glob = Glob(parts: parts.map { part in
+        let glob = Glob(parts: parts.map { part in
             if case .text(let t) = part { return .text(TextAnalysis.fold(t, caseInsensitive: ci, diacriticInsensitive: di)) }
             return part
         })
         if wordBased {
             let patternWords = Self.patternWords(parts)
             let split = tokenized ? patternWords.flatMap(Self.splitWord) : []
-            words = patternWords.map { Self.wordGlob($0, ci, di) }
-            subWords = split.map { Self.wordGlob($0, ci, di) }
+            let words = patternWords.map { Self.wordGlob($0, ci, di) }
+            let subWords = split.map { Self.wordGlob($0, ci, di) }
             var pieces: [[UInt8]] = []
             for word in tokenized ? split : patternWords {
                 for case .text(let t) in word {
@@ -54,12 +84,31 @@ public struct TextPattern: Sendable {
                     if !piece.isEmpty { pieces.append(piece) }
                 }
             }
-            required = pieces
+            var best = (word: -1, piece: [UInt8]())
+            if !tokenized {
+                for (k, word) in patternWords.enumerated() {
+                    for case .text(let t) in word {
+                        let piece = Array(TextAnalysis.fold(t, caseInsensitive: ci, diacriticInsensitive: di).utf8)
+                        if piece.count > best.piece.count { best = (k, piece) }
+                    }
+                }
+            }
+            compiled = Compiled(glob: glob, words: words, subWords: subWords, required: pieces, anchorWord: best.word, anchor: best.piece)
         } else {
-            words = []
-            subWords = []
-            required = []
+            compiled = Compiled(glob: glob, words: [], subWords: [], required: [], anchorWord: -1, anchor: [])
         }
+    }
+
+    /// The offset of the byte of `piece` least frequent in English text (digits and symbols
+    /// count as rare), so that `memchr` stops at few false candidates.
+    static func rarestByteOffset(_ piece: [UInt8]) -> Int {
+        let common = Array("etaoinsrhldcumfpgwybvkxjqz".utf8)
+        var best = 0, bestRank = -1
+        for (i, b) in piece.enumerated() {
+            let rank = common.firstIndex(of: b | 0x20).map { b &- 0x41 < 26 || b &- 0x61 < 26 ? $0 : common.count } ?? common.count
+            if rank > bestRank { (best, bestRank) = (i, rank) }
+        }
+        return best
     }
 
     /// Splits pattern syntax into literal text and wildcards.
@@ -109,6 +158,13 @@ public struct TextPattern: Sendable {
 
     /// Matches UTF-8 bytes directly (the SQL function passes SQLite's buffer without copying).
     public func matches(utf8 value: UnsafeBufferPointer<UInt8>) -> Bool {
+        if anchorWord >= 0, let found = searchASCIIWords(value) { return found }
+        return matchesElements(value)
+    }
+
+    /// The answer without the ASCII word search: each element of the value, its words tokenized
+    /// (the definition the search is tested against).
+    func matchesElements(_ value: UnsafeBufferPointer<UInt8>) -> Bool {
         var start = 0
         var k = 0
         while k <= value.count {
@@ -221,6 +277,123 @@ public struct TextPattern: Sendable {
             }
             return false
         }
+    }
+
+    /// Word mode on an ASCII value (nil when the value is not ASCII): finds the anchor's
+    /// occurrences in the folded value (`memchr` on its rarest byte), and only around each one
+    /// checks the whole-word match: the token holding the occurrence must match the anchor's
+    /// word, and the tokens before and after it (in the same array element) the other words.
+    /// Every match holds the anchor inside its anchor word's token, so this finds every match
+    /// the tokenizing path finds, without cutting the whole value into words. The value is
+    /// checked for ASCII and case-folded eight bytes at a time.
+    private func searchASCIIWords(_ v: UnsafeBufferPointer<UInt8>) -> Bool? {
+        let n = v.count
+        guard n > 0, let src = v.baseAddress else { return false }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: caseInsensitive ? n : 1) { scratch -> Bool? in
+            guard let dst = scratch.baseAddress else { return nil }
+            var high: UInt64 = 0
+            var i = 0
+            let raw = UnsafeRawPointer(src)
+            if caseInsensitive {
+                let out = UnsafeMutableRawPointer(dst)
+                while i + 8 <= n {
+                    let x = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+                    high |= x
+                    // Per byte (all below 0x80, or the value is not ASCII and this is discarded):
+                    // bit 7 of b + 0x3F is b >= 0x41, of b + 0x25 is b >= 0x5B; no carry leaves a byte.
+                    let upper = ((x &+ 0x3F3F_3F3F_3F3F_3F3F) ^ (x &+ 0x2525_2525_2525_2525)) & 0x8080_8080_8080_8080
+                    out.storeBytes(of: x | (upper >> 2), toByteOffset: i, as: UInt64.self)
+                    i += 8
+                }
+                while i < n {
+                    let b = src[i]
+                    high |= UInt64(b)
+                    dst[i] = b &- 0x41 < 26 ? b | 0x20 : b
+                    i += 1
+                }
+            } else {
+                while i + 8 <= n {
+                    high |= raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+                    i += 8
+                }
+                while i < n {
+                    high |= UInt64(src[i])
+                    i += 1
+                }
+            }
+            guard high & 0x8080_8080_8080_8080 == 0 else { return nil }
+            let f = caseInsensitive ? UnsafeBufferPointer(start: dst, count: n) : v
+            return anchor.withUnsafeBufferPointer { piece in
+                var from = 0
+                while let hit = Self.find(piece, rareOffset: anchorRareOffset, in: f, from: from) {
+                    guard Self.isASCIIToken(f[hit]) else {
+                        from = hit + 1
+                        continue
+                    }
+                    var start = hit, end = hit + 1
+                    while start > 0, Self.isASCIIToken(f[start - 1]) { start -= 1 }
+                    while end < n, Self.isASCIIToken(f[end]) { end += 1 }
+                    if wordsMatchAround(f, start..<end) { return true }
+                    // Every other occurrence starting in this token gives the same answer.
+                    from = end
+                }
+                return false
+            }
+        }
+    }
+
+    @inline(__always)
+    private static func isASCIIToken(_ b: UInt8) -> Bool { b &- 0x30 < 10 || (b | 0x20) &- 0x61 < 26 }
+
+    /// Whether `token` matches the anchor's word and its neighbours the pattern's other words,
+    /// in order, none across an array element's end (U+001F).
+    private func wordsMatchAround(_ f: UnsafeBufferPointer<UInt8>, _ token: Range<Int>) -> Bool {
+        guard words[anchorWord].matches(UnsafeBufferPointer(rebasing: f[token])) else { return false }
+        var lower = token.lowerBound
+        for j in stride(from: anchorWord - 1, through: 0, by: -1) {
+            var i = lower - 1
+            while i >= 0, !Self.isASCIIToken(f[i]) {
+                if f[i] == 0x1F { return false }
+                i -= 1
+            }
+            guard i >= 0 else { return false }
+            let end = i + 1
+            while i >= 0, Self.isASCIIToken(f[i]) { i -= 1 }
+            guard words[j].matches(UnsafeBufferPointer(rebasing: f[(i + 1)..<end])) else { return false }
+            lower = i + 1
+        }
+        var upper = token.upperBound
+        for j in (anchorWord + 1)..<words.count {
+            var i = upper
+            while i < f.count, !Self.isASCIIToken(f[i]) {
+                if f[i] == 0x1F { return false }
+                i += 1
+            }
+            guard i < f.count else { return false }
+            let start = i
+            while i < f.count, Self.isASCIIToken(f[i]) { i += 1 }
+            guard words[j].matches(UnsafeBufferPointer(rebasing: f[start..<i])) else { return false }
+            upper = i
+        }
+        return true
+    }
+
+    /// The first occurrence of `needle` in `v` at or after `from`: `memchr` for its byte at
+    /// `rareOffset`, `memcmp` for the whole.
+    static func find(_ needle: UnsafeBufferPointer<UInt8>, rareOffset: Int, in v: UnsafeBufferPointer<UInt8>, from: Int) -> Int? {
+        let m = needle.count
+        guard m > 0, m <= v.count - from, let base = v.baseAddress, let n = needle.baseAddress else { return nil }
+        let rare = Int32(needle[rareOffset])
+        // Candidate starts run from `from` to `v.count - m`; their rare bytes are `rareOffset` later.
+        var i = from + rareOffset
+        let end = v.count - m + rareOffset + 1
+        while i < end {
+            guard let hit = memchr(base + i, rare, end - i) else { return nil }
+            let at = base.distance(to: hit.assumingMemoryBound(to: UInt8.self)) - rareOffset
+            if memcmp(base + at, n, m) == 0 { return at }
+            i = at + rareOffset + 1
+        }
+        return nil
     }
 
     /// The next run of ASCII letters and digits at or after `offset`, which moves past it.
