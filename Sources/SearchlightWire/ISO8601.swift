@@ -27,10 +27,13 @@ public enum ISO8601 {
             JSONValue.writeString(formatSlow(t), to: &out)
             return
         }
-        let start = out.count
-        out.append(contentsOf: repeatElement(UInt8(ascii: "\""), count: 26))
-        out.withUnsafeMutableBufferPointer { b in
-            put(seconds: seconds, millis: millis, into: UnsafeMutableBufferPointer(rebasing: b[(start + 1)..<(start + 25)]))
+        // Written on the stack and appended in one copy: appending 26 repeated quotes and then
+        // writing into the array cost twice as much (a generic append, a uniqueness check).
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 26) { b in
+            b[0] = UInt8(ascii: "\"")
+            put(seconds: seconds, millis: millis, into: UnsafeMutableBufferPointer(rebasing: b[1..<25]))
+            b[25] = UInt8(ascii: "\"")
+            out.append(contentsOf: UnsafeBufferPointer(b))
         }
     }
 

@@ -192,21 +192,31 @@ struct JSONParser {
         }
     }
 
-    /// Moves `pos` past bytes that need no attention inside a string, eight at a time: it stops
-    /// at or before the first quote, backslash or control character (a false alarm only stops it
-    /// early, the byte loop then looks). Text fields are most of a donation's bytes.
+    /// Moves `pos` past bytes that need no attention inside a string, eight at a time, to the
+    /// first quote, backslash or control character of a block (or to the last bytes, fewer than
+    /// eight, which the byte loop reads). Text fields are most of a donation's bytes, and short
+    /// strings (keys, titles) most of an answer's: stopping at the block's start instead made
+    /// the byte loop call this again for every byte before the closing quote.
     mutating func skipPlainStringBytes() {
         guard let base = bytes.baseAddress else { return }
         let raw = UnsafeRawPointer(base)
         let ones: UInt64 = 0x0101_0101_0101_0101, highs: UInt64 = 0x8080_8080_8080_8080
-        while pos + 8 <= bytes.count {
-            let w = raw.loadUnaligned(fromByteOffset: pos, as: UInt64.self)
+        let count = bytes.count
+        var i = pos
+        while i + 8 <= count {
+            let w = UInt64(littleEndian: raw.loadUnaligned(fromByteOffset: i, as: UInt64.self))
             let quote = w ^ (ones &* 0x22), backslash = w ^ (ones &* 0x5C)
             let control = (w &- ones &* 0x20) & ~w
-            let hits = ((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | control
-            if hits & highs != 0 { return }
-            pos += 8
+            let hits = (((quote &- ones) & ~quote) | ((backslash &- ones) & ~backslash) | control) & highs
+            if hits != 0 {
+                // The lowest flagged byte is a true one: a borrow flags only bytes above a hit
+                // (little-endian: later in the text).
+                pos = i + hits.trailingZeroBitCount >> 3
+                return
+            }
+            i += 8
         }
+        pos = i
     }
 
     func makeString(_ buffer: UnsafeBufferPointer<UInt8>, at offset: Int) throws(JSONParseError) -> String {

@@ -15,6 +15,40 @@ struct JSONValueTests {
         #expect(try JSONValue.parse(text) == value)
     }
 
+    @Test("a quote, backslash or control character is found at every offset of strings of every length")
+    func specialBytesAtEveryOffset() throws {
+        // The plain-byte skip reads eight bytes at a time and jumps to the first special one:
+        // place one (escaped, or raw and refused) at each offset of strings of 0 to 40 bytes,
+        // before and after non-ASCII text, and read them through every path that skips strings.
+        let specials: [(escaped: String, decoded: String)] = [("\\\"", "\""), ("\\\\", "\\"), ("\\n", "\n"), ("\\u001f", "\u{1F}")]
+        for length in 0...40 {
+            for offset in 0...length {
+                for (escaped, decoded) in specials {
+                    for filler in ["a", "é"] {
+                        let before = String(repeating: filler, count: offset), after = String(repeating: "b", count: length - offset)
+                        let text = "{\"k\":\"\(before)\(escaped)\(after)\",\"n\":1}"
+                        let value = try JSONValue.parse(Array(text.utf8))
+                        #expect(value["k"]?.stringValue == before + decoded + after, "\(text)")
+                        #expect(value["n"] == 1)
+                        try Array(text.utf8).withUnsafeBufferPointer { b in
+                            var p = JSONParser(bytes: b, maxDepth: 8)
+                            try p.skipValue()
+                            try p.end()
+                        }
+                    }
+                    let raw = "{\"k\":\"\(String(repeating: "a", count: offset))\u{01}\(String(repeating: "b", count: length - offset))\"}"
+                    #expect(throws: (any Error).self) { try JSONValue.parse(Array(raw.utf8)) }
+                    #expect(throws: (any Error).self) {
+                        try Array(raw.utf8).withUnsafeBufferPointer { b in
+                            var p = JSONParser(bytes: b, maxDepth: 8)
+                            try p.skipValue()
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     @Test("surrogate pair escapes decode to one scalar")
     func surrogates() throws {
         #expect(try JSONValue.parse(#""\ud83d\ude00""#) == .string("😀"))

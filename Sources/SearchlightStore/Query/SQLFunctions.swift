@@ -46,6 +46,10 @@ private final class ArgumentCache: @unchecked Sendable {
         var value: Value
     }
     var patterns: [UInt: Entry<TextPattern>] = [:]
+    /// The last pattern found, by its argument's address: a scan asks for the same one at every
+    /// row, and this check costs less than hashing the address into `patterns`.
+    var lastPatternKey: UInt = 0
+    var lastPattern: Entry<TextPattern>?
     var literals: [UInt: Entry<[UInt8]>] = [:]
     /// An argument's text and modifiers, for the second level below.
     struct Content: Hashable {
@@ -71,6 +75,7 @@ private final class ArgumentCache: @unchecked Sendable {
     /// its compiled arguments there.
     func clear() {
         patterns.removeAll()
+        lastPattern = nil
         literals.removeAll()
         bytes = 0
     }
@@ -122,7 +127,14 @@ private func cachedPattern(
     guard let source = bytes(argv[index]) else { return nil }
     let cache = ArgumentCache.of(ctx)
     let key = UInt(bitPattern: source.baseAddress)
-    if let entry = cache.patterns[key], same(entry.source, source), same(entry.modifiers, modifiers) { return entry.value }
+    if key == cache.lastPatternKey, let entry = cache.lastPattern, same(entry.source, source), same(entry.modifiers, modifiers) {
+        return entry.value
+    }
+    if let entry = cache.patterns[key], same(entry.source, source), same(entry.modifiers, modifiers) {
+        cache.lastPatternKey = key
+        cache.lastPattern = entry
+        return entry.value
+    }
     let content = ArgumentCache.Content(source: Array(source), modifiers: Array(modifiers))
     let value: TextPattern
     if let known = cache.patternsByContent[content] {
@@ -134,7 +146,10 @@ private func cachedPattern(
         cache.makeContentRoom(source.count + modifiers.count)
         cache.patternsByContent[content] = value
     }
-    cache.patterns[key] = ArgumentCache.Entry(source: content.source, modifiers: content.modifiers, value: value)
+    let entry = ArgumentCache.Entry(source: content.source, modifiers: content.modifiers, value: value)
+    cache.patterns[key] = entry
+    cache.lastPatternKey = key
+    cache.lastPattern = entry
     return value
 }
 

@@ -22,11 +22,41 @@ public struct TextPattern: Sendable {
     let diacriticInsensitive: Bool
     let wordBased: Bool
     let tokenized: Bool
-    private let glob: Glob
-    private let words: [Glob]
-    private let subWords: [Glob]
-    /// Folded literal pieces every match must contain: a cheap rejection before word splitting.
-    private let required: [[UInt8]]
+    /// What was compiled, in one object: `sl_match` copies the pattern out of its connection's
+    /// cache for every row it sees, and one reference is one retain where seven arrays were seven.
+    private let compiled: Compiled
+
+    private final class Compiled: Sendable {
+        let glob: Glob
+        let words: [Glob]
+        let subWords: [Glob]
+        /// Folded literal pieces every match must contain: a cheap rejection before word splitting.
+        let required: [[UInt8]]
+        /// The ASCII word search's anchor (`w` and `c`/`d`, not `t`): the longest literal piece
+        /// of the pattern's words, the word it belongs to (-1: no literal piece, no anchor), and
+        /// the piece's rarest byte (its offset), which `memchr` looks for.
+        let anchorWord: Int
+        let anchor: [UInt8]
+        let anchorRareOffset: Int
+
+        init(glob: Glob, words: [Glob], subWords: [Glob], required: [[UInt8]], anchorWord: Int, anchor: [UInt8]) {
+            self.glob = glob
+            self.words = words
+            self.subWords = subWords
+            self.required = required
+            self.anchorWord = anchorWord
+            self.anchor = anchor
+            anchorRareOffset = TextPattern.rarestByteOffset(anchor)
+        }
+    }
+
+    private var glob: Glob { compiled.glob }
+    private var words: [Glob] { compiled.words }
+    private var subWords: [Glob] { compiled.subWords }
+    private var required: [[UInt8]] { compiled.required }
+    private var anchorWord: Int { compiled.anchorWord }
+    private var anchor: [UInt8] { compiled.anchor }
+    private var anchorRareOffset: Int { compiled.anchorRareOffset }
 
     public init(_ pattern: String, modifiers: String) {
         self.init(parts: Self.parts(of: pattern), modifiers: modifiers)
@@ -38,15 +68,15 @@ public struct TextPattern: Sendable {
         caseInsensitive = tokenized || modifiers.contains("c")
         diacriticInsensitive = modifiers.contains("d")
         let ci = caseInsensitive, di = diacriticInsensitive
-        glob = Glob(parts: parts.map { part in
+        let glob = Glob(parts: parts.map { part in
             if case .text(let t) = part { return .text(TextAnalysis.fold(t, caseInsensitive: ci, diacriticInsensitive: di)) }
             return part
         })
         if wordBased {
             let patternWords = Self.patternWords(parts)
             let split = tokenized ? patternWords.flatMap(Self.splitWord) : []
-            words = patternWords.map { Self.wordGlob($0, ci, di) }
-            subWords = split.map { Self.wordGlob($0, ci, di) }
+            let words = patternWords.map { Self.wordGlob($0, ci, di) }
+            let subWords = split.map { Self.wordGlob($0, ci, di) }
             var pieces: [[UInt8]] = []
             for word in tokenized ? split : patternWords {
                 for case .text(let t) in word {
@@ -54,12 +84,31 @@ public struct TextPattern: Sendable {
                     if !piece.isEmpty { pieces.append(piece) }
                 }
             }
-            required = pieces
+            var best = (word: -1, piece: [UInt8]())
+            if !tokenized {
+                for (k, word) in patternWords.enumerated() {
+                    for case .text(let t) in word {
+                        let piece = Array(TextAnalysis.fold(t, caseInsensitive: ci, diacriticInsensitive: di).utf8)
+                        if piece.count > best.piece.count { best = (k, piece) }
+                    }
+                }
+            }
+            compiled = Compiled(glob: glob, words: words, subWords: subWords, required: pieces, anchorWord: best.word, anchor: best.piece)
         } else {
-            words = []
-            subWords = []
-            required = []
+            compiled = Compiled(glob: glob, words: [], subWords: [], required: [], anchorWord: -1, anchor: [])
         }
+    }
+
+    /// The offset of the byte of `piece` least frequent in English text (digits and symbols
+    /// count as rare), so that `memchr` stops at few false candidates.
+    static func rarestByteOffset(_ piece: [UInt8]) -> Int {
+        let common = Array("etaoinsrhldcumfpgwybvkxjqz".utf8)
+        var best = 0, bestRank = -1
+        for (i, b) in piece.enumerated() {
+            let rank = common.firstIndex(of: b | 0x20).map { b &- 0x41 < 26 || b &- 0x61 < 26 ? $0 : common.count } ?? common.count
+            if rank > bestRank { (best, bestRank) = (i, rank) }
+        }
+        return best
     }
 
     /// Splits pattern syntax into literal text and wildcards.
@@ -109,6 +158,13 @@ public struct TextPattern: Sendable {
 
     /// Matches UTF-8 bytes directly (the SQL function passes SQLite's buffer without copying).
     public func matches(utf8 value: UnsafeBufferPointer<UInt8>) -> Bool {
+        if anchorWord >= 0, let found = searchASCIIWords(value) { return found }
+        return matchesElements(value)
+    }
+
+    /// The answer without the ASCII word search: each element of the value, its words tokenized
+    /// (the definition the search is tested against).
+    func matchesElements(_ value: UnsafeBufferPointer<UInt8>) -> Bool {
         var start = 0
         var k = 0
         while k <= value.count {
@@ -221,6 +277,123 @@ public struct TextPattern: Sendable {
             }
             return false
         }
+    }
+
+    /// Word mode on an ASCII value (nil when the value is not ASCII): finds the anchor's
+    /// occurrences in the folded value (`memchr` on its rarest byte), and only around each one
+    /// checks the whole-word match: the token holding the occurrence must match the anchor's
+    /// word, and the tokens before and after it (in the same array element) the other words.
+    /// Every match holds the anchor inside its anchor word's token, so this finds every match
+    /// the tokenizing path finds, without cutting the whole value into words. The value is
+    /// checked for ASCII and case-folded eight bytes at a time.
+    private func searchASCIIWords(_ v: UnsafeBufferPointer<UInt8>) -> Bool? {
+        let n = v.count
+        guard n > 0, let src = v.baseAddress else { return false }
+        return withUnsafeTemporaryAllocation(of: UInt8.self, capacity: caseInsensitive ? n : 1) { scratch -> Bool? in
+            guard let dst = scratch.baseAddress else { return nil }
+            var high: UInt64 = 0
+            var i = 0
+            let raw = UnsafeRawPointer(src)
+            if caseInsensitive {
+                let out = UnsafeMutableRawPointer(dst)
+                while i + 8 <= n {
+                    let x = raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+                    high |= x
+                    // Per byte (all below 0x80, or the value is not ASCII and this is discarded):
+                    // bit 7 of b + 0x3F is b >= 0x41, of b + 0x25 is b >= 0x5B; no carry leaves a byte.
+                    let upper = ((x &+ 0x3F3F_3F3F_3F3F_3F3F) ^ (x &+ 0x2525_2525_2525_2525)) & 0x8080_8080_8080_8080
+                    out.storeBytes(of: x | (upper >> 2), toByteOffset: i, as: UInt64.self)
+                    i += 8
+                }
+                while i < n {
+                    let b = src[i]
+                    high |= UInt64(b)
+                    dst[i] = b &- 0x41 < 26 ? b | 0x20 : b
+                    i += 1
+                }
+            } else {
+                while i + 8 <= n {
+                    high |= raw.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+                    i += 8
+                }
+                while i < n {
+                    high |= UInt64(src[i])
+                    i += 1
+                }
+            }
+            guard high & 0x8080_8080_8080_8080 == 0 else { return nil }
+            let f = caseInsensitive ? UnsafeBufferPointer(start: dst, count: n) : v
+            return anchor.withUnsafeBufferPointer { piece in
+                var from = 0
+                while let hit = Self.find(piece, rareOffset: anchorRareOffset, in: f, from: from) {
+                    guard Self.isASCIIToken(f[hit]) else {
+                        from = hit + 1
+                        continue
+                    }
+                    var start = hit, end = hit + 1
+                    while start > 0, Self.isASCIIToken(f[start - 1]) { start -= 1 }
+                    while end < n, Self.isASCIIToken(f[end]) { end += 1 }
+                    if wordsMatchAround(f, start..<end) { return true }
+                    // Every other occurrence starting in this token gives the same answer.
+                    from = end
+                }
+                return false
+            }
+        }
+    }
+
+    @inline(__always)
+    private static func isASCIIToken(_ b: UInt8) -> Bool { b &- 0x30 < 10 || (b | 0x20) &- 0x61 < 26 }
+
+    /// Whether `token` matches the anchor's word and its neighbours the pattern's other words,
+    /// in order, none across an array element's end (U+001F).
+    private func wordsMatchAround(_ f: UnsafeBufferPointer<UInt8>, _ token: Range<Int>) -> Bool {
+        guard words[anchorWord].matches(UnsafeBufferPointer(rebasing: f[token])) else { return false }
+        var lower = token.lowerBound
+        for j in stride(from: anchorWord - 1, through: 0, by: -1) {
+            var i = lower - 1
+            while i >= 0, !Self.isASCIIToken(f[i]) {
+                if f[i] == 0x1F { return false }
+                i -= 1
+            }
+            guard i >= 0 else { return false }
+            let end = i + 1
+            while i >= 0, Self.isASCIIToken(f[i]) { i -= 1 }
+            guard words[j].matches(UnsafeBufferPointer(rebasing: f[(i + 1)..<end])) else { return false }
+            lower = i + 1
+        }
+        var upper = token.upperBound
+        for j in (anchorWord + 1)..<words.count {
+            var i = upper
+            while i < f.count, !Self.isASCIIToken(f[i]) {
+                if f[i] == 0x1F { return false }
+                i += 1
+            }
+            guard i < f.count else { return false }
+            let start = i
+            while i < f.count, Self.isASCIIToken(f[i]) { i += 1 }
+            guard words[j].matches(UnsafeBufferPointer(rebasing: f[start..<i])) else { return false }
+            upper = i
+        }
+        return true
+    }
+
+    /// The first occurrence of `needle` in `v` at or after `from`: `memchr` for its byte at
+    /// `rareOffset`, `memcmp` for the whole.
+    static func find(_ needle: UnsafeBufferPointer<UInt8>, rareOffset: Int, in v: UnsafeBufferPointer<UInt8>, from: Int) -> Int? {
+        let m = needle.count
+        guard m > 0, m <= v.count - from, let base = v.baseAddress, let n = needle.baseAddress else { return nil }
+        let rare = Int32(needle[rareOffset])
+        // Candidate starts run from `from` to `v.count - m`; their rare bytes are `rareOffset` later.
+        var i = from + rareOffset
+        let end = v.count - m + rareOffset + 1
+        while i < end {
+            guard let hit = memchr(base + i, rare, end - i) else { return nil }
+            let at = base.distance(to: hit.assumingMemoryBound(to: UInt8.self)) - rareOffset
+            if memcmp(base + at, n, m) == 0 { return at }
+            i = at + rareOffset + 1
+        }
+        return nil
     }
 
     /// The next run of ASCII letters and digits at or after `offset`, which moves past it.
@@ -390,113 +563,5 @@ public struct TextPattern: Sendable {
             if folded.last != .wildcard { folded.append(.wildcard) }
         }
         return Glob(parts: folded)
-    }
-}
-
-/// A compiled wildcard pattern over UTF-8 bytes. Matching bytes is exact for UTF-8 because a
-/// literal segment always starts with a lead byte, which never occurs inside a character.
-struct Glob: Sendable {
-    private let segments: [[UInt8]]
-    private let anchoredStart: Bool
-    private let anchoredEnd: Bool
-    private let exact: [UInt8]?
-
-    init(parts: [TextPattern.Part]) {
-        var segments: [[UInt8]] = []
-        var hasWildcard = false
-        for part in parts {
-            switch part {
-            case .wildcard: hasWildcard = true
-            case .text(let t): if !t.isEmpty { segments.append(Array(t.utf8)) }
-            }
-        }
-        anchoredStart = parts.first != .wildcard
-        anchoredEnd = parts.last != .wildcard
-        exact = hasWildcard ? nil : (segments.first ?? [])
-        self.segments = segments
-    }
-
-    func matches(_ v: UnsafeBufferPointer<UInt8>) -> Bool {
-        if let exact {
-            return v.count == exact.count && exact.withUnsafeBufferPointer { Glob.memoryEqual($0, v, at: 0) }
-        }
-        var lower = 0
-        var upper = v.count
-        var first = 0
-        var last = segments.count - 1
-        if anchoredStart, let s = segments.first {
-            guard s.count <= v.count, s.withUnsafeBufferPointer({ Glob.memoryEqual($0, v, at: 0) }) else { return false }
-            lower = s.count
-            first = 1
-        }
-        if anchoredEnd, last >= first {
-            let s = segments[last]
-            guard s.count <= upper - lower, s.withUnsafeBufferPointer({ Glob.memoryEqual($0, v, at: upper - s.count) })
-            else { return false }
-            upper -= s.count
-            last -= 1
-        }
-        if first > last { return true }
-        for k in first...last {
-            guard let found = segments[k].withUnsafeBufferPointer({ Glob.find($0, in: v, from: lower, to: upper) })
-            else { return false }
-            lower = found + segments[k].count
-        }
-        return true
-    }
-
-    static func memoryEqual(_ needle: UnsafeBufferPointer<UInt8>, _ v: UnsafeBufferPointer<UInt8>, at offset: Int) -> Bool {
-        for i in 0..<needle.count where needle[i] != v[offset + i] { return false }
-        return true
-    }
-
-    static func find(_ needle: UnsafeBufferPointer<UInt8>, in v: UnsafeBufferPointer<UInt8>, from: Int, to: Int) -> Int? {
-        guard needle.count <= to - from else { return nil }
-        if needle.isEmpty { return from }
-        // memchr finds candidates for the first byte (vectorised in glibc; memmem is not exported
-        // to Swift without _GNU_SOURCE), memcmp checks the rest.
-        guard let base = v.baseAddress, let n = needle.baseAddress else { return nil }
-        let first = Int32(needle[0])
-        var i = from
-        while i + needle.count <= to {
-            guard let hit = memchr(base + i, first, to - needle.count + 1 - i) else { return nil }
-            let at = base.distance(to: hit.assumingMemoryBound(to: UInt8.self))
-            if memcmp(base + at, n, needle.count) == 0 { return at }
-            i = at + 1
-        }
-        return nil
-    }
-}
-
-/// Lexicographic comparison of strings after the `c`/`d` folding (SQL functions `sl_compare` and
-/// `sl_range`): UTF-8 byte order, which is Unicode scalar order.
-public struct TextOrder: Sendable {
-    let caseInsensitive: Bool
-    let diacriticInsensitive: Bool
-
-    public init(modifiers: String) {
-        caseInsensitive = modifiers.contains("c") || modifiers.contains("t")
-        diacriticInsensitive = modifiers.contains("d")
-    }
-
-    public func folded(_ s: String) -> [UInt8] {
-        Array(TextAnalysis.fold(s, caseInsensitive: caseInsensitive, diacriticInsensitive: diacriticInsensitive).utf8)
-    }
-
-    /// Calls `body` with each array element of `value` (split at U+001F), folded.
-    func forEachElement(_ value: UnsafeBufferPointer<UInt8>, _ body: ([UInt8]) -> Bool) -> Bool {
-        var start = 0
-        for k in 0...value.count where k == value.count || value[k] == 0x1F {
-            let element = UnsafeBufferPointer(rebasing: value[start..<k])
-            if body(folded(String(decoding: element, as: UTF8.self))) { return true }
-            start = k + 1
-        }
-        return false
-    }
-
-    /// -1, 0 or 1 as `a` sorts before, equal to or after `b`.
-    static func compare(_ a: [UInt8], _ b: [UInt8]) -> Int {
-        for i in 0..<min(a.count, b.count) where a[i] != b[i] { return a[i] < b[i] ? -1 : 1 }
-        return a.count == b.count ? 0 : (a.count < b.count ? -1 : 1)
     }
 }
