@@ -36,12 +36,38 @@ struct RankedPageTests {
         #expect(try term("title == \"pars*\"cd", ["keywords == \"libs\""]) == nil, "two drivers")
     }
 
+    @Test("past the delta limit the walk hands over to FTS5 from the last rowid it looked at, and every page stays FTS5's")
+    func largeDeltaHandsOver() throws {
+        let f = try StoreFixture(rankedBuilds: false)
+        func items(_ range: Range<Int>) throws -> [SearchableItem] {
+            // Rare above the coverage: a page looks at more than the limit of delta items.
+            try range.map { i in try f.item("i\(i)", ["title": .string(i % (i < 200 ? 4 : 600) == 0 ? "parser \(i)" : "other \(i)")]) }
+        }
+        _ = try f.store.applySync([.items(try items(0..<200))])
+        try f.store.buildRankedIndex()
+        _ = try f.store.applySync([.items(try items(200..<(400 + RankedTopK.deltaLimit)))])
+        let filter = try QueryFront.filter(query: "title == \"pars*\"cd", limits: Limits(), now: f.clock.now)
+        var cursor: String?
+        var seen = 0
+        repeat {
+            let fast = try f.store.search(filter, fetch: ["title"], limit: 40, cursor: cursor)
+            let slow = try f.store.search(Self.exhaustive(filter), fetch: ["title"], limit: 40, cursor: cursor)
+            #expect(fast.items == slow.items && fast.cursor == slow.cursor, "page after \(cursor ?? "-")")
+            seen += fast.items.count
+            cursor = slow.cursor
+        } while cursor != nil
+        #expect(seen == 50 + (200..<(400 + RankedTopK.deltaLimit)).filter { $0 % 600 == 0 }.count)
+        #expect(f.store.pageWalks.value.takenOver > 0, "\(f.store.pageWalks.value)")
+    }
+
     @Test("random term and prefix pages with column filters, modifiers, cursors, writes, deletes and expiry equal the FTS5 pages",
           .enabled(if: StoreCorpus.path != nil), .timeLimit(.minutes(20)))
     func corpusEquivalence() throws {
         let f = try StoreFixture(rankedBuilds: false)
         var options = StoreFixture.options(f.clock, maxItems: nil, rankedBuilds: false)
         options.rankedIndexSegmentDocs = max(512, Self.items / 4)
+        // Whole words walk too, so that the walk's answers for them are checked as well.
+        options.rankedPagesForWholeWords = true
         f.store.close()
         f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: options)
 

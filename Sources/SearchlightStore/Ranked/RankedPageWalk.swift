@@ -45,10 +45,11 @@ struct RankedPageWalk {
     private var aboveExamined = 0
     private var cachedNew = false
 
-    /// Nil when the ranked index cannot answer this driver: no index built yet, a word that is not
-    /// one token, too many rewritten documents (the caller runs FTS5 and a build is asked for).
+    /// Nil when the ranked index cannot answer this driver: a whole word (FTS5 walks one doclist
+    /// lazily, where a list here is read whole: measured slower), no index built yet, a word that
+    /// is not one token, too many rewritten documents (the caller runs FTS5 and a build is asked for).
     init?(db: Database, store: IndexStore, term: FullTextTerm, after: Int64) throws {
-        guard let column = Schema.ftsColumns.firstIndex(of: term.column), column < Schema.ftsColumns.count - 1 else { return nil }
+        guard term.prefix || store.options.rankedPagesForWholeWords, let column = Schema.ftsColumns.firstIndex(of: term.column), column < Schema.ftsColumns.count - 1 else { return nil }
         let tokenizer = try db.fullTextTokenizer()
         let tokens = tokenizer.tokens(term.word, query: true)
         guard tokens.count == 1 else { return nil }
@@ -278,19 +279,42 @@ struct SegmentCursor {
 
 extension PostingList {
     /// Calls `body` with every document from `first` on whose posting has a column of `columns`,
-    /// in document order. False when a block is damaged.
+    /// in document order. False when a block is damaged. No allocation: a block's documents are
+    /// decoded into stack memory (a prefix merges tens of lists per page).
     func forEachDocument(from first: UInt32, columns: UInt8, _ body: (UInt32) -> Void) -> Bool {
-        guard var b = blockIndex(containing: first) else { return true }
-        var block = DecodedBlock()
-        while b < blocks.count {
-            decodeDocs(block: b, into: &block)
-            if block.docs.isEmpty { return false }
-            for i in block.docs.indices where block.docs[i] >= first {
-                if PostingListFormat.mask(fields(block, i).packed) & columns != 0 { body(block.docs[i]) }
+        guard let start = blockIndex(containing: first) else { return true }
+        return bytes.withUnsafeBufferPointer { b in
+            guard let base = b.baseAddress else { return false }
+            return withUnsafeTemporaryAllocation(of: UInt32.self, capacity: PostingListFormat.blockSize) { docs in
+                var doc: UInt64 = start == 0 ? UInt64.max : UInt64(blocks[start - 1].lastDoc)
+                for index in start..<blocks.count {
+                    let block = blocks[index]
+                    let end = min(b.count, block.offset + block.byteLength)
+                    var pos = block.offset
+                    var n = 0
+                    while n < block.count, pos + 10 <= end {
+                        doc &+= Varint.readUnchecked(base, &pos)
+                        docs[n] = UInt32(truncatingIfNeeded: doc)
+                        n += 1
+                    }
+                    let slice = UnsafeBufferPointer(rebasing: b[0..<end])
+                    while n < block.count, pos < end {
+                        doc &+= Varint.read(slice, &pos)
+                        docs[n] = UInt32(truncatingIfNeeded: doc)
+                        n += 1
+                    }
+                    guard n == block.count, n <= PostingListFormat.blockSize, pos < end else { return false }
+                    let packedWidth = Int(max(1, min(4, base[pos] & 0x0F))), lengthWidth = Int(max(1, min(4, base[pos] >> 4)))
+                    let packedAt = pos + 1
+                    guard packedAt + n * (packedWidth + lengthWidth) <= end else { return false }
+                    for i in 0..<n where docs[i] >= first {
+                        let packed = PostingListFormat.readFixed(base, packedAt + i * packedWidth, width: packedWidth)
+                        if PostingListFormat.mask(packed) & columns != 0 { body(docs[i]) }
+                    }
+                }
+                return true
             }
-            b += 1
         }
-        return true
     }
 }
 
