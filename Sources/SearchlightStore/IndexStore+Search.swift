@@ -99,16 +99,32 @@ extension IndexStore {
     /// `searchStatement` (FTS5 in rowid order). Same rows either way.
     func pageRows(_ filter: SQLFilter, after: Int64, now: Double, count: Int, columns: String, _ db: Database,
                   _ body: (Statement) throws -> Void) throws {
-        var from = after, wanted = count
-        if let term = filter.driverTerm, formatVersion >= RankWriter.firstFormat, count > 0,
-           var walk = try RankedPageWalk(db: db, store: self, term: term, after: after) {
+        func fts(from: Int64, count: Int) throws {
+            let (sql, bindings) = Self.searchStatement(filter, after: from, now: now, limit: count, columns: columns)
+            try db.forEachRow(sql, bindings, body)
+        }
+        // Whole words keep FTS5 (`StoreOptions.rankedPagesForWholeWords`), with no transaction
+        // of their own: their path is the one before the walk.
+        guard let term = filter.driverTerm, term.prefix || options.rankedPagesForWholeWords,
+              formatVersion >= RankWriter.firstFormat, count > 0 else {
+            return try fts(from: after, count: count)
+        }
+        // One read transaction: the snapshot of the ranked index, its postings, the candidates'
+        // rows and any FTS5 hand-over see the same state of the file (and SQLite takes its read
+        // lock once, not once per statement).
+        try db.transaction("DEFERRED") {
+            guard var walk = try RankedPageWalk(db: db, store: self, term: term, after: after) else {
+                pageWalks.record(walked: false, takenOver: false)
+                return try fts(from: after, count: count)
+            }
             let check = try db.statement("""
                 SELECT items.rowid, \(columns) FROM items
                 WHERE items.rowid = ? AND \(Self.visible) AND (\(filter.sql))
                 """)
-            let bindings: [SQLValue] = [.double(now), .double(now)] + filter.bindings
             defer { check.reset() }
-            walking: while true {
+            let bindings: [SQLValue] = [.double(now), .double(now)] + filter.bindings
+            var wanted = count
+            while true {
                 switch try walk.next() {
                 case .candidate(let rowid):
                     check.reset()
@@ -126,16 +142,12 @@ extension IndexStore {
                     pageWalks.record(walked: true, takenOver: false)
                     return
                 case .sqlFrom(let rowid):
-                    from = rowid
                     pageWalks.record(walked: true, takenOver: true)
-                    break walking
+                    check.reset()
+                    return try fts(from: rowid, count: wanted)
                 }
             }
-        } else if filter.driverTerm != nil {
-            pageWalks.record(walked: false, takenOver: false)
         }
-        let (sql, bindings) = Self.searchStatement(filter, after: from, now: now, limit: wanted, columns: columns)
-        try db.forEachRow(sql, bindings, body)
     }
 
     static func cursorRowID(_ cursor: String?) throws(SearchlightError) -> Int64 {

@@ -41,7 +41,8 @@ public struct QueryCompiler: Sendable {
     /// together, so one with a driver drives the others too. Empty: every item.
     public static func plan(all exprs: [QueryExpr]) -> SQLFilter {
         if exprs.isEmpty { return .all }
-        let drivers = exprs.compactMap(driver(for:))
+        let perExpression = exprs.map(driver(for:))
+        let drivers = perExpression.compactMap { $0 }
         let driver = drivers.isEmpty ? nil : ftsJoined(drivers, "AND")
         var sql: [String] = []
         var bindings: [SQLValue] = []
@@ -55,8 +56,8 @@ public struct QueryCompiler: Sendable {
         // was deeper than SQLite's expression limit ("Expression tree is too large").
         var filter = SQLFilter(sql: balanced(sql, "AND"), bindings: bindings, ftsMatch: driver)
         // One term drives alone: the ranked index can walk its documents (`RankedPageWalk`).
-        if drivers.count == 1, let e = exprs.first(where: { Self.driver(for: $0) != nil }),
-           let term = driverTerm(for: e), term.ftsQuery == driver {
+        if drivers.count == 1, let i = perExpression.firstIndex(where: { $0 != nil }),
+           let term = driverTerm(for: exprs[i]), term.ftsQuery == driver {
             filter.driverTerm = term
         }
         return filter

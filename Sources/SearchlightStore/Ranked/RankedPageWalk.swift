@@ -45,11 +45,12 @@ struct RankedPageWalk {
     private var aboveExamined = 0
     private var cachedNew = false
 
-    /// Nil when the ranked index cannot answer this driver: a whole word (FTS5 walks one doclist
-    /// lazily, where a list here is read whole: measured slower), no index built yet, a word that
-    /// is not one token, too many rewritten documents (the caller runs FTS5 and a build is asked for).
+    /// Nil when the ranked index cannot answer this driver: no index built yet, a word that is not
+    /// one token, too many rewritten documents (the caller runs FTS5 and a build is asked for).
+    /// Whole words are not walked by default (`IndexStore.pageRows`): FTS5 walks one doclist
+    /// lazily, where a list here is read whole (measured slower).
     init?(db: Database, store: IndexStore, term: FullTextTerm, after: Int64) throws {
-        guard term.prefix || store.options.rankedPagesForWholeWords, let column = Schema.ftsColumns.firstIndex(of: term.column), column < Schema.ftsColumns.count - 1 else { return nil }
+        guard let column = Schema.ftsColumns.firstIndex(of: term.column), column < Schema.ftsColumns.count - 1 else { return nil }
         let tokenizer = try db.fullTextTokenizer()
         let tokens = tokenizer.tokens(term.word, query: true)
         guard tokens.count == 1 else { return nil }
