@@ -15,8 +15,20 @@ public struct UserQueryRequest: Sendable {
     public var semantic: SemanticRequest?
     /// Whether the result carries, per item, its ranks on each side and its fused score.
     public var explain = false
+    /// The words of `text` as `check(limits:)` parsed them, with the text and term limit they
+    /// were parsed under: a store uses them instead of parsing the text a second time (about
+    /// 90 000 instructions of an 840 000-instruction call), when the text is unchanged and its
+    /// own limit is no lower.
+    var checked: (text: String, maxTerms: Int, terms: UserQueryTerms)?
 
     public init(text: String) { self.text = text }
+
+    /// The words of `text`, checked against `maxTerms`: the ones `check(limits:)` kept when they
+    /// still hold, else parsed now.
+    func terms(maxTerms: Int) throws(SearchlightError) -> UserQueryTerms {
+        if let checked, checked.maxTerms <= maxTerms, checked.text == text { return checked.terms }
+        return try UserQueryTerms(text, maxTerms: maxTerms)
+    }
 }
 
 /// The vector side of a user query.
@@ -94,6 +106,11 @@ extension UserQueryRequest {
     /// `Limits.maxQueryTerms` different words (a word repeated counts once).
     public static func check(_ text: String, limits: Limits) throws(SearchlightError) {
         _ = try UserQueryTerms(text, maxTerms: limits.maxQueryTerms)
+    }
+
+    /// `check` of this request's text, keeping the words parsed for the stores it is sent to.
+    public mutating func check(limits: Limits) throws(SearchlightError) {
+        checked = (text, limits.maxQueryTerms, try UserQueryTerms(text, maxTerms: limits.maxQueryTerms))
     }
 }
 
@@ -233,7 +250,7 @@ extension IndexStore {
                                  item: (Database, FusedCandidate) throws -> Bool) throws(SearchlightError)
         -> (found: [FusedCandidate], suggestions: [Suggestion])
     {
-        let terms = try UserQueryTerms(request.text, maxTerms: options.limits.maxQueryTerms)
+        let terms = try request.terms(maxTerms: options.limits.maxQueryTerms)
         let now = options.clock().timeIntervalSince1970
         let semantic = hasVectors ? request.semantic : nil
         if semantic != nil { try loadVectors() }

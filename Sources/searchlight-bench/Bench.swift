@@ -44,6 +44,9 @@ struct Bench {
         if options.scenarios.contains(.semantic) {
             run.rows += try await SemanticBench(options: options, corpus: corpus, dir: run.dir + "/semantic-bench").run()
         }
+        if options.scenarios.contains(.relevance) {
+            run.rows += try await SemanticBench(options: options, corpus: corpus, dir: run.dir + "/relevance-bench").relevanceOnly()
+        }
         if options.scenarios.contains(.refined) {
             run.rows += try await RefineBench(options: options, corpus: corpus, dir: options.keepState ?? run.dir + "/refine-bench",
                 count: min(options.refineItems ?? .max, corpus.entries.count), full: true, keep: options.keepState != nil).run()

@@ -18,6 +18,9 @@ struct Options {
         /// Semantic search through the daemon: donation cost of the static vectors, hybrid query
         /// latency, the debtags relevance set lexical against hybrid (`SemanticBench`).
         case semantic
+        /// The debtags relevance rows of `semantic` alone (a daemon with the static table only:
+        /// lexical, static hybrid, vectors only), in minutes. Not in the default set.
+        case relevance
         /// Refinement of the whole corpus through the daemon and the relevance set before and
         /// after it (`RefineBench`, full): half an hour or more of CPU. Not in the default set.
         case refined
@@ -65,12 +68,16 @@ struct Options {
     var keepState: String?
     /// `--scenarios refined`: the first N corpus items only (a check of the scenario end to end).
     var refineItems: Int?
+    /// The relevance set of the semantic and refined scenarios (`--judgements`): by default the
+    /// full debtags set, its tuning and held-out halves reported apart as well.
+    var judgements = Options.defaultJudgements
+    static let defaultJudgements = "Scripts/semantic/relevance/debtags-all.jsonl"
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
-                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic,refined]
+                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic,relevance,refined]
                                  [--idle-seconds S] [--quick] [--keep] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--no-check] [--ranked-items N] [--ranked-parts term,prefix,top,suggest]
-                                 [--keep-state DIR] [--refine-items N] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
+                                 [--keep-state DIR] [--refine-items N] [--judgements FILE.jsonl] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)
                         or wire items; without it a synthetic corpus with Zipf word frequencies
@@ -87,6 +94,8 @@ struct Options {
           --keep-state     with --scenarios refined: keep the daemon's directory in DIR; when DIR holds a fully
                            refined index from an earlier run, reuse it (no donation, no refinement, no speed rows)
           --refine-items   with --scenarios refined: only the first N corpus items (to check the scenario quickly)
+          --judgements     with --scenarios semantic,relevance,refined: the relevance set (default
+                           Scripts/semantic/relevance/debtags-all.jsonl: tuning and held-out halves, each reported)
         """
 
     static func parse(_ arguments: [String]) -> Options {
@@ -127,6 +136,7 @@ struct Options {
             case "--ranked-items": o.rankedItems = count(a)
             case "--keep-state": o.keepState = value(a)
             case "--refine-items": o.refineItems = count(a)
+            case "--judgements": o.judgements = value(a)
             case "--ranked-parts":
                 let text = value(a)
                 let parts = Set(text.split(separator: ",").map(String.init))

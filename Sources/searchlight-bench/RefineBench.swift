@@ -72,7 +72,7 @@ struct RefineBench {
             let entry = status["bundles"]?.arrayValue?.first { $0["bundle"]?.stringValue == bundle }?["indexes"]?.arrayValue?.first
             return (entry?["vectors"]?.intValue ?? 0, entry?["refined"]?.intValue ?? 0)
         }
-        let judged = full ? ((try? SemanticBench.loadJudgements()) ?? []) : []
+        let judged = full ? try SemanticBench.loadJudgements(options) : []
         var rows: [Row] = []
         if kept {
             let (vectors, refined) = try await counts()
@@ -227,18 +227,8 @@ struct RefineBench {
             n.append(SemanticBench.ndcg(ranking, j.relevant))
             r.append(SemanticBench.recall(ranking, j.relevant))
         }
-        let mean = n.reduce(0, +) / Double(n.count), recall = r.reduce(0, +) / Double(r.count)
-        var worse = ""
-        if !lexical.isEmpty {
-            let losers = zip(judged, zip(n, lexical)).filter { $0.1.0 < $0.1.1 - 0.1 }
-            worse = ", \(losers.count) queries more than 0.1 below lexical"
-                + (losers.isEmpty ? "" : ": " + losers.map { String(format: "%@ %.3f → %.3f", $0.0.tag, $0.1.1, $0.1.0) }.joined(separator: ", "))
-        }
-        progress(String(format: "relevance, %@ items without tags (%d queries), %@: nDCG@10 %.3f, recall@100 %.3f%@", sizeLabel(count),
-            judged.count, name, mean, recall, worse))
-        rows.append(Row(scenario: "debtags nDCG@10 (\(sizeLabel(count)) items, refinement bench), \(name)", figure: Figure([mean]), unit: "", higherIsBetter: true))
-        rows.append(Row(scenario: "debtags recall@100 (\(sizeLabel(count)) items, refinement bench), \(name)", figure: Figure([recall]), unit: "",
-            higherIsBetter: true))
+        rows += SemanticBench.relevanceRows(judged, ndcg: n, recall: r, lexical: lexical,
+            scenario: " (\(sizeLabel(count)) items, refinement bench), \(name)", label: "relevance, \(sizeLabel(count)) items without tags, \(name)")
         return n
     }
 }

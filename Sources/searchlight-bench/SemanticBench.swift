@@ -14,7 +14,6 @@ struct SemanticBench {
     let dir: String
 
     static let staticTable = "Models/all-MiniLM-L6-v2-static.bin"
-    static let judgements = "Scripts/semantic/relevance/debtags-judgements.jsonl"
 
     func run() async throws -> [Row] {
         guard FileManager.default.fileExists(atPath: Self.staticTable) else {
@@ -56,7 +55,7 @@ struct SemanticBench {
         rows.append(row)
 
         rows += Self.queryEmbedding()
-        let judged = (try? Self.loadJudgements()) ?? []
+        let judged = try Self.loadJudgements(options)
         rows += try await queryLatency(texts: judged.map(\.query) + [corpus.userText], bundle: queryBundle, socket: semanticDaemon.socket,
                                        size: items.count, target: 2)
         // The large size (`--sizes`' largest, 1M by default): a synthetic corpus donated to the
@@ -74,12 +73,35 @@ struct SemanticBench {
         if !judged.isEmpty {
             rows += try await quality(judged, socket: semanticDaemon.socket)
         } else {
-            progress("semantic: no relevance set at \(Self.judgements); quality skipped")
+            progress("semantic: no relevance set at \(options.judgements); quality skipped")
         }
         // Background refinement through the daemon: throughput, pause and resume (`RefineBench`;
         // the whole corpus and its relevance: `--scenarios refined`).
         rows += try await RefineBench(options: options, corpus: corpus, dir: dir + "/refine", count: 2000, full: false).run()
         return rows
+    }
+
+    /// `--scenarios relevance`: the quality rows of `run()` alone, on a daemon given the static
+    /// table and no transformer (so the query is embedded by the table too): the static tier's
+    /// figures through the socket without the donation and latency runs.
+    func relevanceOnly() async throws -> [Row] {
+        guard FileManager.default.fileExists(atPath: Self.staticTable) else {
+            progress("relevance: skipped, no \(Self.staticTable) (run from the repository root)")
+            return []
+        }
+        let judged = try Self.loadJudgements(options)
+        guard !judged.isEmpty else {
+            progress("relevance: no relevance set at \(options.judgements); skipped")
+            return []
+        }
+        let model = dir + "/model"
+        try FileManager.default.createDirectory(atPath: model, withIntermediateDirectories: true)
+        try? FileManager.default.removeItem(atPath: model + "/static-table.bin")
+        try FileManager.default.createSymbolicLink(atPath: model + "/static-table.bin",
+            withDestinationPath: FileManager.default.currentDirectoryPath + "/" + Self.staticTable)
+        let daemon = try Daemon(dir: dir + "/semantic", arguments: ["--model-dir", model])
+        defer { daemon.stop(remove: true) }
+        return try await quality(judged, socket: daemon.socket)
     }
 
     /// The transformer's query embedding in this process, one thread (as the daemon embeds a
@@ -206,14 +228,61 @@ struct SemanticBench {
         var tag: String
         var query: String
         var relevant: Set<String>
+        /// "tuning" or "held-out" (Scripts/semantic/make-debtags-judgements.py); nil in an older file.
+        var split: String?
     }
 
-    static func loadJudgements() throws -> [Judgement] {
-        let data = try Data(contentsOf: URL(fileURLWithPath: judgements))
-        return data.split(separator: 0x0A).compactMap { line in
-            guard let o = try? JSONValue.parse(Array(line)), let q = o["query"]?.stringValue, let tag = o["tag"]?.stringValue else { return nil }
-            return Judgement(tag: tag, query: q, relevant: Set((o["relevant"]?.arrayValue ?? []).compactMap(\.stringValue)))
+    /// The relevance set of `--judgements`. The default file missing (a checkout without
+    /// Scripts/): none, and the quality rows are skipped with a message; a file given that cannot
+    /// be read, or that holds no judgement: the bench stops and says so.
+    static func loadJudgements(_ options: Options) throws -> [Judgement] {
+        let path = options.judgements
+        guard let data = FileManager.default.contents(atPath: path) else {
+            if path == Options.defaultJudgements { return [] }
+            fatal("--judgements: cannot read \(path)")
         }
+        let judged: [Judgement] = data.split(separator: 0x0A).compactMap { line in
+            guard let o = try? JSONValue.parse(Array(line)), let q = o["query"]?.stringValue, let tag = o["tag"]?.stringValue else { return nil }
+            return Judgement(tag: tag, query: q, relevant: Set((o["relevant"]?.arrayValue ?? []).compactMap(\.stringValue)),
+                             split: o["split"]?.stringValue)
+        }
+        if judged.isEmpty { fatal("--judgements: \(path) holds no judgement (JSON lines with tag, query, relevant)") }
+        return judged
+    }
+
+    /// The queries each relevance figure is reported over: all of them, then each split the
+    /// file names (tuning, held-out) when there is more than one.
+    static func groups(_ judged: [Judgement]) -> [(name: String, queries: [Int])] {
+        var groups = [("all", Array(judged.indices))]
+        let splits: [String] = ["tuning", "held-out"].filter { s in judged.contains { $0.split == s } }
+        if splits.count > 1 {
+            for s in splits { groups.append(("\(s) half", judged.indices.filter { judged[$0].split == s })) }
+        }
+        return groups
+    }
+
+    /// One ranking's relevance over each group: a progress line and an nDCG@10 and a recall@100
+    /// row per group (`scenario` gets the group's name), the queries more than 0.1 below `lexical`
+    /// named in the line.
+    static func relevanceRows(_ judged: [Judgement], ndcg n: [Double], recall r: [Double], lexical: [Double], scenario: String,
+                              label: String) -> [Row] {
+        var rows: [Row] = []
+        for (group, queries) in groups(judged) {
+            let mean = queries.map { n[$0] }.reduce(0, +) / Double(max(1, queries.count))
+            let recall = queries.map { r[$0] }.reduce(0, +) / Double(max(1, queries.count))
+            var worse = ""
+            if !lexical.isEmpty {
+                let losers = queries.filter { n[$0] < lexical[$0] - 0.1 }
+                worse = ", \(losers.count) queries more than 0.1 below lexical"
+                    + (losers.isEmpty ? "" : ": " + losers.map { String(format: "%@ %.3f → %.3f", judged[$0].tag, lexical[$0], n[$0]) }
+                        .joined(separator: ", "))
+            }
+            progress(String(format: "%@ (%@, %d queries): nDCG@10 %.3f, recall@100 %.3f%@", label, group, queries.count, mean, recall, worse))
+            let suffix = group == "all" ? "" : ", \(group)"
+            rows.append(Row(scenario: "debtags nDCG@10\(scenario)\(suffix)", figure: Figure([mean]), unit: "", higherIsBetter: true))
+            rows.append(Row(scenario: "debtags recall@100\(scenario)\(suffix)", figure: Figure([recall]), unit: "", higherIsBetter: true))
+        }
+        return rows
     }
 
     /// nDCG@10 with binary relevance, and recall@100.
@@ -257,12 +326,8 @@ struct SemanticBench {
                 r.append(Self.recall(ranking, j.relevant))
             }
             if !semantic { lexicalNDCG = n }
-            let mean = n.reduce(0, +) / Double(n.count), recall = r.reduce(0, +) / Double(r.count)
-            let worse = semantic ? zip(n, lexicalNDCG).filter { $0 < $1 - 0.1 }.count : 0
-            progress(String(format: "relevance (%d queries), %@: nDCG@10 %.3f, recall@100 %.3f%@", judged.count, name, mean, recall,
-                semantic ? ", \(worse) queries more than 0.1 below lexical" : ""))
-            rows.append(Row(scenario: "debtags nDCG@10, \(name)", figure: Figure([mean]), unit: "", higherIsBetter: true))
-            rows.append(Row(scenario: "debtags recall@100, \(name)", figure: Figure([recall]), unit: "", higherIsBetter: true))
+            rows += Self.relevanceRows(judged, ndcg: n, recall: r, lexical: semantic ? lexicalNDCG : [], scenario: ", \(name)",
+                                       label: "relevance, \(name)")
         }
         return rows
     }

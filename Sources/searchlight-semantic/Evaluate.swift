@@ -8,14 +8,19 @@ struct Judgement {
     var tag: String
     var query: String
     var relevant: Set<String>
+    /// "tuning" or "held-out" (Scripts/semantic/make-debtags-judgements.py), nil in older files.
+    var split: String? = nil
 }
+
+/// The full set (tuning and held-out halves): the tools' default.
+let defaultJudgements = "Scripts/semantic/relevance/debtags-all.jsonl"
 
 func loadJudgements(_ path: String) throws -> [Judgement] {
     let data = try Data(contentsOf: URL(fileURLWithPath: path))
     return data.split(separator: 0x0A).compactMap { line in
         guard let o = try? JSONValue.parse(Array(line)), let q = o["query"]?.stringValue else { return nil }
         return Judgement(tag: o["tag"]?.stringValue ?? "", query: q,
-                         relevant: Set(o["relevant"]?.arrayValue?.compactMap(\.stringValue) ?? []))
+                         relevant: Set(o["relevant"]?.arrayValue?.compactMap(\.stringValue) ?? []), split: o["split"]?.stringValue)
     }
 }
 
@@ -45,7 +50,7 @@ func fuse(_ lists: [[String]], k: Double = 60, limit: Int = 100) -> [String] {
 /// synopsis, description, section only), each tag description run as a user query, and the
 /// rankings of BM25 (the store's `userQuery`), the vector side, and their fusion scored.
 func evaluate(_ options: ToolOptions) throws {
-    let judgements = try loadJudgements(options["judgements"] ?? "Scripts/semantic/relevance/debtags-judgements.jsonl")
+    let judgements = try loadJudgements(options["judgements"] ?? defaultJudgements)
     let docs = try loadCorpus(options.corpusPath)
     let table = try StaticEncoder(file: options.staticTablePath)
     progress("evaluate: \(judgements.count) queries, \(docs.count) documents")

@@ -65,7 +65,7 @@ func staticSpeed(_ options: ToolOptions) throws {
 func indexSpeed(_ options: ToolOptions) throws {
     let table = try StaticEncoder(file: options.staticTablePath)
     let docs = try loadCorpus(options.corpusPath)
-    let judgements = (try? loadJudgements("Scripts/semantic/relevance/debtags-judgements.jsonl")) ?? []
+    let judgements = (try? loadJudgements(defaultJudgements)) ?? []
     var base: [[Float]] = docs.map { table.embed($0.text) }
     let queries = judgements.map { table.embed($0.query) } + docs.suffix(200).map { table.embed("\($0.title) \($0.synopsis)") }
     base.removeLast(200)

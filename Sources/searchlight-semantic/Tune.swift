@@ -10,7 +10,7 @@ import SearchlightWire
 /// nDCG@10, recall@100 and the queries more than 0.1 nDCG@10 below the lexical ranking, so that
 /// a setting is chosen with its neighbours in view.
 func tune(_ options: ToolOptions) throws {
-    var judgements = try loadJudgements(options["judgements"] ?? "Scripts/semantic/relevance/debtags-judgements.jsonl")
+    var judgements = try loadJudgements(options["judgements"] ?? defaultJudgements)
     var docs = try loadCorpus(options.corpusPath)
     // --documents N: the corpus's first N documents only, and the queries with at least 3 relevant
     // documents among them (their judgements cut to those): a subset whose refinement is quick,
@@ -135,17 +135,20 @@ func tune(_ options: ToolOptions) throws {
             + (first ? " exact-first" : ""), s))
     } } } } } }
 
-    // Held out: two fixed halves of the queries (judgement order, even and odd lines), a setting
-    // chosen on one half and measured on the other, both ways; 65 queries are few, and a setting
-    // chosen and measured on the same queries flatters itself.
-    let halves = [judgements.indices.filter { $0 % 2 == 0 }, judgements.indices.filter { $0 % 2 == 1 }]
+    // Held out: two groups of queries, a setting chosen on one and measured on the other. With
+    // the debtags files' "split" field (debtags-all.jsonl): the tuning half (the queries every
+    // constant until 25 November 2026 was chosen on) and the held-out half (used by nobody
+    // before, also in --documents / --subset-ids cuts); without it (an older file): judgement
+    // order, even and odd lines. A setting chosen and measured on the same queries flatters itself.
+    let groups = queryGroups(judgements)
     let gain = options.doubles("min-gain", [0])[0]
     var results: [Scored] = []
-    print("""
-        setting                                                 nDCG@10  recall@100  worse>0.1   ms/query  | even: Δ nDCG worse | odd: Δ nDCG worse
-        """)
+    print("setting".padding(toLength: 56, withPad: " ", startingAt: 0) + "nDCG@10  recall@100  worse>0.1   ms/query  | "
+        + groups.map { "\($0.name) (\($0.queries.count)): nDCG Δ recall worse" }.joined(separator: " | "))
     print("lexical".padding(toLength: 56, withPad: " ", startingAt: 0) + "\(format(mean(lexicalNDCG)))    \(format(mean(lexicalRecall)))"
-        + String(repeating: " ", count: 29) + "| even \(format(mean(halves[0].map { lexicalNDCG[$0] }))) | odd \(format(mean(halves[1].map { lexicalNDCG[$0] })))")
+        + String(repeating: " ", count: 29) + "| "
+        + groups.map { g in "\(g.name) \(format(mean(g.queries.map { lexicalNDCG[$0] }))) \(format(mean(g.queries.map { lexicalRecall[$0] })))" }
+            .joined(separator: " | "))
     for (name, s) in settings {
         var n: [Double] = [], r: [Double] = [], worse: [String] = []
         var elapsed = 0.0
@@ -154,38 +157,70 @@ func tune(_ options: ToolOptions) throws {
             elapsed += try time { ranking = try run(s, j, vectors[i]) }
             n.append(ndcg(ranking, j.relevant))
             r.append(recall(ranking, j.relevant))
-            if n[i] < lexicalNDCG[i] - 0.1 { worse.append("\(j.query) \(format(lexicalNDCG[i], 2))→\(format(n[i], 2))") }
+            if n[i] < lexicalNDCG[i] - 0.1 {
+                worse.append("\(j.query)\(j.split == "held-out" ? " (held-out)" : "") \(format(lexicalNDCG[i], 2))→\(format(n[i], 2))")
+            }
         }
         let scored = Scored(name: name, ndcg: n, lexical: lexicalNDCG)
         results.append(scored)
-        let perHalf = halves.map { h in "Δ \(signed(scored.gain(h))) \(scored.worse(h))" }
+        // --show TAG,…: those queries' top 10 under this setting, each id marked + when relevant.
+        for tag in (options["show"] ?? "").split(separator: ",").map(String.init) {
+            guard let i = judgements.firstIndex(where: { $0.tag == tag }) else { continue }
+            let top = try run(s, judgements[i], vectors[i]).prefix(10)
+            print("  \(tag) \"\(judgements[i].query)\": " + top.map { (judgements[i].relevant.contains($0) ? "+" : "-") + $0 }.joined(separator: " "))
+        }
+        let perGroup = groups.map { g in
+            "\(g.name): \(format(scored.mean(g.queries))) Δ \(signed(scored.gain(g.queries))) \(format(mean(g.queries.map { r[$0] }))) \(scored.worse(g.queries))"
+        }
         print(name.padding(toLength: 56, withPad: " ", startingAt: 0)
             + "\(format(mean(n)))    \(format(mean(r)))       \(worse.count)      \(format(elapsed / Double(judgements.count) * 1000, 2))"
-            + "  | even: \(perHalf[0]) | odd: \(perHalf[1])" + (verbose ? "  " + worse.joined(separator: "; ") : ""))
+            + "  | " + perGroup.joined(separator: " | ") + (verbose ? "  " + worse.joined(separator: "; ") : ""))
     }
-    // The choice on each half: the best mean nDCG@10 among the settings that leave no query of
-    // that half more than 0.1 below lexical (and gain at least --min-gain there), then its figures
-    // on the other half, which had no say in it.
-    print("held out (chosen on one half: best nDCG@10 with 0 queries worse by > 0.1; measured on the other):")
+    // --per-query FILE: each query's nDCG@10, lexical and under every setting (a column each, the
+    // daemon's default first), tab-separated, to compare tiers or settings query by query.
+    if let file = options["per-query"] {
+        var text = "tag\tsplit\tquery\trelevant\tlexical\t" + results.map(\.name).joined(separator: "\t") + "\n"
+        for (i, j) in judgements.enumerated() {
+            text += "\(j.tag)\t\(j.split ?? "")\t\(j.query)\t\(j.relevant.count)\t\(format(lexicalNDCG[i], 4))\t"
+                + results.map { format($0.ndcg[i], 4) }.joined(separator: "\t") + "\n"
+        }
+        try text.write(toFile: file, atomically: true, encoding: .utf8)
+    }
+    // The choice on each group: the best mean nDCG@10 among the settings that leave no query of
+    // that group more than 0.1 below lexical (and gain at least --min-gain there), then its
+    // figures on the other group, which had no say in it.
+    print("held out (chosen on one group: best nDCG@10 with 0 queries worse by > 0.1; measured on the other):")
     var heldOut = [Double](repeating: .nan, count: judgements.count)
     var heldWorse = 0
     for (choose, measure) in [(0, 1), (1, 0)] {
-        let names = ["even", "odd"]
-        let eligible = results.filter { $0.worse(halves[choose]) == 0 && $0.gain(halves[choose]) >= gain }
-        guard let best = eligible.max(by: { $0.mean(halves[choose]) < $1.mean(halves[choose]) }) else {
-            print("  chosen on \(names[choose]): no setting qualifies")
+        let (c, m) = (groups[choose], groups[measure])
+        let eligible = results.filter { $0.worse(c.queries) == 0 && $0.gain(c.queries) >= gain }
+        guard let best = eligible.max(by: { $0.mean(c.queries) < $1.mean(c.queries) }) else {
+            print("  chosen on \(c.name): no setting qualifies")
             continue
         }
-        for i in halves[measure] { heldOut[i] = best.ndcg[i] }
-        heldWorse += best.worse(halves[measure])
-        print("  chosen on \(names[choose]) (Δ \(signed(best.gain(halves[choose])))): \(best.name.trimmingCharacters(in: .whitespaces))"
-            + " → on \(names[measure]): nDCG@10 \(format(best.mean(halves[measure]))), Δ \(signed(best.gain(halves[measure]))), "
-            + "\(best.worse(halves[measure])) worse by > 0.1")
+        for i in m.queries { heldOut[i] = best.ndcg[i] }
+        heldWorse += best.worse(m.queries)
+        print("  chosen on \(c.name) (Δ \(signed(best.gain(c.queries)))): \(best.name.trimmingCharacters(in: .whitespaces))"
+            + " → on \(m.name): nDCG@10 \(format(best.mean(m.queries))), Δ \(signed(best.gain(m.queries))), "
+            + "\(best.worse(m.queries)) worse by > 0.1")
     }
     if !heldOut.contains(where: \.isNaN) {
-        print("  both halves held out (each measured with the setting the other chose): nDCG@10 \(format(mean(heldOut))), "
+        print("  both groups held out (each measured with the setting the other chose): nDCG@10 \(format(mean(heldOut))), "
             + "Δ \(signed(mean(heldOut) - mean(lexicalNDCG))), \(heldWorse) worse by > 0.1")
     }
+}
+
+/// The two groups of queries a setting is chosen on and measured on: the "split" field's tuning
+/// and held-out halves when every judgement has one and both occur, else judgement order's even
+/// and odd lines.
+func queryGroups(_ judgements: [Judgement]) -> [(name: String, queries: [Int])] {
+    let tuning = judgements.indices.filter { judgements[$0].split == "tuning" }
+    let heldOut = judgements.indices.filter { judgements[$0].split == "held-out" }
+    if !tuning.isEmpty && !heldOut.isEmpty && tuning.count + heldOut.count == judgements.count {
+        return [("tuning", tuning), ("held-out", heldOut)]
+    }
+    return [("even", judgements.indices.filter { $0 % 2 == 0 }), ("odd", judgements.indices.filter { $0 % 2 == 1 })]
 }
 
 /// One setting's per-query nDCG@10 against the lexical ranking's, over any subset of the queries.

@@ -23,11 +23,11 @@ let usage = """
                                                  background refinement with the transformer: items/s, and
                                                  how long it takes to stop once told to yield
       tune [--weights 0.3,0.5] [--floors 0.3,0.35] [--ks 60] [--confident-hits 10] [--confident-factors 0.15]
-           [--exact-first 0,1] [--min-gain 0] [--documents N] [--verbose] [--store FILE [--refine [--threads 2]]]
+           [--exact-first 0,1] [--min-gain 0] [--documents N] [--verbose] [--per-query FILE] [--show TAG,…] [--store FILE [--refine [--threads 2]]]
                                                  the hybrid ranking of IndexStore.userQuery on the relevance
                                                  set for each combination of settings, on all queries and on
-                                                 two fixed halves (even, odd), with the setting chosen on one
-                                                 half measured on the other
+                                                 the tuning and held-out halves (even and odd lines of a file
+                                                 without them), the setting chosen on one measured on the other
 
     common options: --model-dir DIR (default: SEARCHLIGHT_MODEL_DIR, else the user-mode model folder),
                     --corpus FILE.jsonl.gz (default ../shared/corpus/debian-packages.jsonl.gz)

@@ -75,6 +75,38 @@ struct QueryBudgetTests {
         }
     }
 
+    @Test("a request's checked words serve the store only for the same text under a limit no higher than the store's")
+    func checkedWordsReused() throws {
+        let f = try Self.filled(20)
+        var loose = Limits()
+        loose.maxQueryTerms = 64
+        // Checked under a higher limit than the store's (64): the store checks again and refuses.
+        var strict = StoreOptions()
+        strict.limits.maxQueryTerms = 2
+        strict.rankedIndexBuilds = false
+        let tight = try IndexStore(path: f.dir + "/tight/_default.sqlite", options: strict)
+        defer { tight.close() }
+        var request = UserQueryRequest(text: "library tools words")
+        try request.check(limits: loose)
+        do {
+            _ = try tight.userQuery(request)
+            Issue.record("a store with maxQueryTerms 2 ran three words checked under 64")
+        } catch {
+            #expect(error.code == .invalidQuery)
+        }
+        // The text changed after the check: the store searches the new text, not the checked words.
+        var changed = UserQueryRequest(text: "nothing-here-at-all")
+        try changed.check(limits: loose)
+        changed.text = "library"
+        let plain = try f.user("library").items.count
+        #expect(try f.store.userQuery(changed).items.count == plain)
+        #expect(plain == 20)
+        // Same text, checked: the same answer as parsing it in the store.
+        var same = UserQueryRequest(text: "library tools ")
+        try same.check(limits: loose)
+        #expect(try f.store.userQuery(same).scores == f.store.userQuery(UserQueryRequest(text: "library tools ")).scores)
+    }
+
     @Test("comparisons past maxQueryPredicates are refused at the one that crossed it, '*' counting once per attribute")
     func predicateLimit() throws {
         var limits = Limits()

@@ -74,8 +74,9 @@ extension BundleCalls {
     /// JSON written straight from the rows. `desktop`: the desktop role's answer, where every
     /// item names its bundle and `bundles` says how each bundle's items open.
     func userQuery(_ r: QueryUser, desktop: DesktopCalls? = nil) throws(SearchlightError) -> WireAnswer {
-        try UserQueryRequest.check(r.text, limits: limits)
         var request = UserQueryRequest(text: r.text)
+        // Checked before any index is read; the stores take the words parsed here.
+        try request.check(limits: limits)
         request.enableRankedResults = r.context.enableRankedResults
         request.maxRankedResultCount = r.context.maxRankedResultCount
         request.maxResultCount = r.context.maxResultCount
