@@ -12,6 +12,9 @@ public struct SQLFilter: Sendable {
     /// walks the full-text index in rowid order and checks `sql` on each candidate, so a page
     /// stops after its last row instead of after every match.
     public var ftsMatch: String?
+    /// `ftsMatch` as one structured term, when it is one word (whole or prefix) in one column:
+    /// then a page can walk the ranked index's postings instead of FTS5 (`RankedPageWalk`).
+    public var driverTerm: FullTextTerm?
 
     public init(sql: String, bindings: [SQLValue], ftsMatch: String? = nil) {
         self.sql = sql
@@ -19,6 +22,18 @@ public struct SQLFilter: Sendable {
         self.ftsMatch = ftsMatch
     }
     public static let all = SQLFilter(sql: "1", bindings: [])
+}
+
+/// One FTS5 phrase of a single word: `column : "word"`, with ` *` for a prefix.
+public struct FullTextTerm: Sendable, Equatable {
+    /// The FTS5 column (`Schema.ftsColumns`, never `aux`).
+    public var column: String
+    /// The word as the query wrote it: FTS5's tokenizer folds it.
+    public var word: String
+    public var prefix: Bool
+
+    /// The FTS5 query it stands for, as `QueryCompiler.ftsQuery` writes it.
+    var ftsQuery: String { "\(column) : " + TextAnalysis.ftsQuoted(word) + (prefix ? " *" : "") }
 }
 
 extension IndexStore {
@@ -37,8 +52,12 @@ extension IndexStore {
         let after = try Self.cursorRowID(cursor)
         let now = options.clock().timeIntervalSince1970
         let fetchSet = fetch.map(Set.init)
-        let (sql, bindings) = Self.searchStatement(filter, after: after, now: now, limit: limit + 1, columns: ItemRecord.selectColumns(fetch: fetchSet))
-        let rows = try read(budget: budget) { db in try db.rows(sql, bindings) }
+        let columns = ItemRecord.selectColumns(fetch: fetchSet)
+        let rows = try read(budget: budget) { db in
+            var rows: [Row] = []
+            try pageRows(filter, after: after, now: now, count: limit + 1, columns: columns, db) { rows.append($0.row()) }
+            return rows
+        }
         var items: [JSONValue] = []
         items.reserveCapacity(min(rows.count, limit))
         for row in rows.prefix(limit) {
@@ -58,18 +77,76 @@ extension IndexStore {
         let now = options.clock().timeIntervalSince1970
         let fetchSet = fetch.map(Set.init)
         let writer = WireItemWriter(fetch: fetchSet)
-        let (sql, bindings) = Self.searchStatement(filter, after: after, now: now, limit: limit + 1, columns: ItemRecord.selectColumns(fetch: fetchSet))
+        let columns = ItemRecord.selectColumns(fetch: fetchSet)
         return try read(budget: budget) { db in
             var written = 0
             var last: Int64 = 0
             var more = false
-            try db.forEachRow(sql, bindings) { s in
+            try pageRows(filter, after: after, now: now, count: limit + 1, columns: columns, db) { s in
                 guard written < limit else { more = true; return }
                 last = s.int64(0)
                 items.append { writer.write(s, offset: 1, to: &$0) }
                 written += 1
             }
             return more ? String(last) : nil
+        }
+    }
+
+    /// Calls `body` with the statement of each of the first `count` rows of the page after
+    /// `after` (`items.rowid`, then `columns`), in rowid order. A one-term driver walks the ranked
+    /// index's postings (`RankedPageWalk`) and checks each document with the exact condition, so the
+    /// walk stops at the page's last row; anything else, or where the walk cannot go on, runs
+    /// `searchStatement` (FTS5 in rowid order). Same rows either way.
+    func pageRows(_ filter: SQLFilter, after: Int64, now: Double, count: Int, columns: String, _ db: Database,
+                  _ body: (Statement) throws -> Void) throws {
+        func fts(from: Int64, count: Int) throws {
+            let (sql, bindings) = Self.searchStatement(filter, after: from, now: now, limit: count, columns: columns)
+            try db.forEachRow(sql, bindings, body)
+        }
+        // Whole words keep FTS5 (`StoreOptions.rankedPagesForWholeWords`), with no transaction
+        // of their own: their path is the one before the walk.
+        guard let term = filter.driverTerm, term.prefix || options.rankedPagesForWholeWords,
+              formatVersion >= RankWriter.firstFormat, count > 0 else {
+            return try fts(from: after, count: count)
+        }
+        // One read transaction: the snapshot of the ranked index, its postings, the candidates'
+        // rows and any FTS5 hand-over see the same state of the file (and SQLite takes its read
+        // lock once, not once per statement).
+        try db.transaction("DEFERRED") {
+            guard var walk = try RankedPageWalk(db: db, store: self, term: term, after: after) else {
+                pageWalks.record(walked: false, takenOver: false)
+                return try fts(from: after, count: count)
+            }
+            let check = try db.statement("""
+                SELECT items.rowid, \(columns) FROM items
+                WHERE items.rowid = ? AND \(Self.visible) AND (\(filter.sql))
+                """)
+            defer { check.reset() }
+            let bindings: [SQLValue] = [.double(now), .double(now)] + filter.bindings
+            var wanted = count
+            while true {
+                switch try walk.next() {
+                case .candidate(let rowid):
+                    check.reset()
+                    try check.bind(.integer(rowid), at: 1)
+                    try check.bind(bindings, from: 2)
+                    guard try check.step() else { continue }
+                    try body(check)
+                    wanted -= 1
+                    if wanted == 0 {
+                        _ = walk.finish(.end)
+                        pageWalks.record(walked: true, takenOver: false)
+                        return
+                    }
+                case .end:
+                    pageWalks.record(walked: true, takenOver: false)
+                    return
+                case .sqlFrom(let rowid):
+                    pageWalks.record(walked: true, takenOver: true)
+                    check.reset()
+                    return try fts(from: rowid, count: wanted)
+                }
+            }
         }
     }
 

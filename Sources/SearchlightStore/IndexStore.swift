@@ -48,6 +48,8 @@ public final class IndexStore: @unchecked Sendable {
     private(set) lazy var rankMaintainer = RankMaintainer(store: self)
     /// Documents above the ranked index's coverage or written since, tokenized (Ranked/DeltaDocuments).
     let deltaCache = DeltaCache()
+    /// How `query.search` pages with a one-term driver were answered (tests read it).
+    let pageWalks = PageWalkTally()
     /// Semantic search's vectors in memory, following the commits (Vectors/StoreVectors).
     let vectors = StoreVectors()
 
@@ -150,7 +152,7 @@ public final class IndexStore: @unchecked Sendable {
             throw SearchlightError(.indexUnavailable,
                 "\(path) has store format \(version), older than this build reads (\(Schema.oldestReadableFormat)); erase it and reindex")
         } else if version < Schema.formatVersion, !Schema.needsRebuild(from: version) {
-            _ = try db.transaction { try db.execute(Schema.upgradeInPlace) }
+            _ = try db.transaction { try db.execute(Schema.upgradeInPlace(from: version)) }
             return Schema.formatVersion
         }
         return version

@@ -35,9 +35,18 @@ public enum Schema {
     ///   format 1, 3 or 4 gets the (empty) table when opened; the vectors of its items are filled
     ///   in the background (`IndexStore.fillMissingVectors`), so no reindex-all is needed.
     ///
+    /// - 6: the ranked index's postings record *which* text columns hold a term (a 7-bit mask),
+    ///   where 4 and 5 recorded how many, so a column filter (`title == "pars*"`) is applied from
+    ///   them and a `query.search` page walks a prefix's documents in rowid order
+    ///   (`RankedPageWalk`). A file of format 4 or 5 has its ranked tables emptied when opened
+    ///   (`upgradeInPlace(from:)`): the index is derived data, rebuilt in the background from the
+    ///   items as after a recovery, and queries take the exhaustive FTS5 path until it is. The
+    ///   version is raised so that an older build, which would misread the new postings, refuses
+    ///   the file.
+    ///
     /// Every format has the same `items` and `fts` columns, so an older file is read and written by
     /// the same SQL while it waits for its migration. Formats 1 and 3 need none (`needsRebuild`).
-    public static let formatVersion = 5
+    public static let formatVersion = 6
 
     /// The oldest format this build opens (and migrates).
     public static let oldestReadableFormat = 1
@@ -54,8 +63,17 @@ public enum Schema {
         format < formatVersion && ftsOptions(format: format) != ftsOptions(format: formatVersion)
     }
 
-    /// What turns a file of an older format that needs no rebuild into this build's format.
-    static var upgradeInPlace: String { rankTables + vectorTables + "PRAGMA user_version=\(formatVersion);" }
+    /// What turns a file of `format`, older, that needs no rebuild into this build's format. A
+    /// ranked index of format 4 or 5 is dropped (its postings lack the column masks) and the empty
+    /// tables made again: `meta.rank_covered` 0 makes every item pending until a build.
+    static func upgradeInPlace(from format: Int) -> String {
+        let dropRanked = (4...5).contains(format) ? """
+            DROP INDEX IF EXISTS rank_terms_key; DROP TABLE IF EXISTS rank_terms; DROP TABLE IF EXISTS rank_segments;
+            DROP TABLE IF EXISTS rank_dirty; DELETE FROM meta WHERE key LIKE 'rank_%';
+
+            """ : ""
+        return dropRanked + rankTables + vectorTables + "PRAGMA user_version=\(formatVersion);"
+    }
 
     /// The schema of this build's format.
     public static var create: String { create(format: formatVersion) }

@@ -39,6 +39,10 @@ public struct StoreOptions: Sendable {
     public var rankedIndexMaxDeferral = 10.0
     /// Documents per segment of the ranked index, at most (tests make it small to get many).
     public var rankedIndexSegmentDocs = 65_536
+    /// Whether `query.search` pages driven by a whole word walk the ranked index too
+    /// (`RankedPageWalk`); by default only prefixes do: FTS5 walks one word's doclist lazily, where
+    /// the walk reads the word's list whole (measured slower for a frequent word). Tests set it.
+    public var rankedPagesForWholeWords = false
 
     public init() {}
 }

@@ -12,12 +12,12 @@ func rewriteFormat(_ path: String, to format: Int) throws {
 
 @Suite("Store formats and migration")
 struct MigrationStoreTests {
-    @Test("a new file has the current format: format 5, whose full-text table has no prefix indexes, with the ranked index's tables and the vector table")
+    @Test("a new file has the current format: format 6, whose full-text table has no prefix indexes, with the ranked index's tables and the vector table")
     func newFormat() throws {
         let f = try StoreFixture()
-        #expect(Schema.formatVersion == 5)
-        #expect(f.store.formatVersion == 5)
-        #expect(try f.store.summary().formatVersion == 5)
+        #expect(Schema.formatVersion == 6)
+        #expect(f.store.formatVersion == 6)
+        #expect(try f.store.summary().formatVersion == 6)
         #expect(try f.store.read { db in try db.scalar("SELECT 1 FROM sqlite_schema WHERE name = 'item_vectors'") } != nil)
         let tables = try f.store.read { db in try db.rows("SELECT name FROM sqlite_schema WHERE name LIKE 'rank%' ORDER BY name").compactMap { $0.string(0) } }
         #expect(tables == ["rank_dirty", "rank_segments", "rank_terms", "rank_terms_key"])
@@ -57,6 +57,47 @@ struct MigrationStoreTests {
         #expect(f.store.formatVersion == Schema.formatVersion)
         #expect(try f.store.read { db in try db.intScalar("PRAGMA user_version") } == Schema.formatVersion)
         #expect(try f.user("pars").items.count == 1)
+        #expect(try f.store.check(repair: false).ok)
+    }
+
+    /// Format 4 and 5 postings kept the number of text columns where format 6 keeps which ones:
+    /// opening such a file drops its ranked index (derived data), FTS5 answers the pages until the
+    /// background build has made it again, and then the walk does, with the same pages.
+    @Test("a format-4 or 5 file drops its ranked index when opened, answers from FTS5, and rebuilds it", arguments: [4, 5])
+    func rankedPostingsMigrated(format: Int) throws {
+        let f = try StoreFixture(rankedBuilds: false)
+        let items = try (0..<300).map { i in
+            try f.item("i\(i)", ["title": .string(i % 3 == 0 ? "parser number \(i)" : "other \(i)"),
+                "textContent": .string(i % 5 == 0 ? "parsing text \(i)" : "text \(i)")])
+        }
+        _ = try f.store.applySync([.items(items)])
+        try f.store.buildRankedIndex()
+        let filter = try QueryFront.filter(query: "title == \"pars*\"cdw", limits: Limits(), now: f.clock.now)
+        let expected = try f.store.search(RankedPageTests.exhaustive(filter), fetch: ["title"], limit: 20)
+        #expect(try f.store.search(filter, fetch: ["title"], limit: 20).items == expected.items)
+        #expect(f.store.pageWalks.value.walked == 1)
+        f.store.close()
+        // The file as the format-4/5 build left it: its ranked tables full, its version older.
+        let db = try Database(path: f.dir + "/b/_default.sqlite")
+        if format == 4 { try db.execute("DROP TABLE item_vectors") }
+        try db.execute("PRAGMA user_version=\(format)")
+        #expect(try db.intScalar("SELECT count(*) FROM rank_terms") > 0)
+        db.close()
+
+        try f.reopen()
+        #expect(f.store.formatVersion == Schema.formatVersion)
+        #expect(try f.store.read { db in try db.intScalar("SELECT count(*) FROM rank_terms") } == 0)
+        let ranked = try f.store.summary().rankedIndex
+        #expect(ranked?.segments == 0 && ranked?.pending == items.count, "\(String(describing: ranked))")
+        let page = try f.store.search(filter, fetch: ["title"], limit: 20)
+        #expect(page.items == expected.items && page.cursor == expected.cursor)
+        #expect(f.store.pageWalks.value.walked == 0 && f.store.pageWalks.value.fts == 1, "FTS5 answers before the build")
+
+        try f.store.buildRankedIndex()
+        #expect(try f.store.summary().rankedIndex?.pending == 0)
+        let rebuilt = try f.store.search(filter, fetch: ["title"], limit: 20)
+        #expect(rebuilt.items == expected.items && rebuilt.cursor == expected.cursor)
+        #expect(f.store.pageWalks.value.walked == 1, "the walk answers after it")
         #expect(try f.store.check(repair: false).ok)
     }
 

@@ -14,7 +14,7 @@ struct RankedBoundTests {
             // segment: the blocks' bounds differ there from the rest.
             let strong = d < UInt32(span / 10) && UInt32.random(in: 0..<10, using: &r) == 0
             return Posting(doc: d, frequency: strong ? UInt32.random(in: 20...60, using: &r) : UInt32.random(in: 1...2, using: &r),
-                columns: 1, extra: false, length: strong ? UInt32.random(in: 3...20, using: &r) : UInt32.random(in: 100...400, using: &r))
+                mask: 1, extra: false, length: strong ? UInt32.random(in: 3...20, using: &r) : UInt32.random(in: 100...400, using: &r))
         }
     }
 

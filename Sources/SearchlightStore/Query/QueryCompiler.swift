@@ -41,7 +41,8 @@ public struct QueryCompiler: Sendable {
     /// together, so one with a driver drives the others too. Empty: every item.
     public static func plan(all exprs: [QueryExpr]) -> SQLFilter {
         if exprs.isEmpty { return .all }
-        let drivers = exprs.compactMap(driver(for:))
+        let perExpression = exprs.map(driver(for:))
+        let drivers = perExpression.compactMap { $0 }
         let driver = drivers.isEmpty ? nil : ftsJoined(drivers, "AND")
         var sql: [String] = []
         var bindings: [SQLValue] = []
@@ -53,7 +54,33 @@ public struct QueryCompiler: Sendable {
         }
         // Balanced like the operands of one query: a flat chain of a thousand filter queries
         // was deeper than SQLite's expression limit ("Expression tree is too large").
-        return SQLFilter(sql: balanced(sql, "AND"), bindings: bindings, ftsMatch: driver)
+        var filter = SQLFilter(sql: balanced(sql, "AND"), bindings: bindings, ftsMatch: driver)
+        // One term drives alone: the ranked index can walk its documents (`RankedPageWalk`).
+        if drivers.count == 1, let i = perExpression.firstIndex(where: { $0 != nil }),
+           let term = driverTerm(for: exprs[i]), term.ftsQuery == driver {
+            filter.driverTerm = term
+        }
+        return filter
+    }
+
+    /// The driver of `expr` as one structured term, when it is one (`title == "pars*"cdw`:
+    /// `title : "pars" *`): a word, whole or a prefix, in one text column; nil for anything else
+    /// (several words, CJK, `t`, `*`, an `&&` or `||`), which keeps FTS5 as the driver.
+    static func driverTerm(for expr: QueryExpr) -> FullTextTerm? {
+        let name: String, pattern: QueryString
+        switch expr {
+        case .comparison(.catalog(let n, .text), .equal, .string(let s)), .comparison(.catalog(let n, .textArray), .equal, .string(let s)):
+            (name, pattern) = (n, s)
+        default:
+            return nil
+        }
+        guard let column = indexedColumn(name), !pattern.modifiers.contains(.tokenized) else { return nil }
+        for part in pattern.parts {
+            if case .text(let text) = part, !TextAnalysis.cjkRuns(text).isEmpty { return nil }
+        }
+        let terms = wordTermList(pattern.parts)
+        guard terms.count == 1 else { return nil }
+        return FullTextTerm(column: column, word: terms[0].word, prefix: terms[0].prefix)
     }
 
     /// Joins operands as a balanced tree, so that thousands of operands stay far below
@@ -120,7 +147,15 @@ public struct QueryCompiler: Sendable {
     /// The Latin words of a pattern as indexed terms: a word not preceded by `*` is a term, a
     /// prefix term when `*` follows it.
     private static func wordTerms(_ parts: [TextPattern.Part], column: String?) -> [String] {
-        var terms: [String] = []
+        wordTermList(parts).map { term in
+            let text = TextAnalysis.ftsQuoted(term.word) + (term.prefix ? " *" : "")
+            return column.map { "\($0) : \(text)" } ?? text
+        }
+    }
+
+    /// `wordTerms`' words, unquoted, and whether each is a prefix.
+    private static func wordTermList(_ parts: [TextPattern.Part]) -> [(word: String, prefix: Bool)] {
+        var terms: [(word: String, prefix: Bool)] = []
         for (index, part) in parts.enumerated() {
             guard case .text(let text) = part else { continue }
             let precededByWildcard = index > 0
@@ -132,9 +167,7 @@ public struct QueryCompiler: Sendable {
                 if range.lowerBound == 0 && precededByWildcard { continue }  // infix or suffix: unanswerable
                 var view = String.UnicodeScalarView()
                 view.append(contentsOf: token)
-                let prefix = range.upperBound == scalars.count && followedByWildcard
-                let term = TextAnalysis.ftsQuoted(String(view)) + (prefix ? " *" : "")
-                terms.append(column.map { "\($0) : \(term)" } ?? term)
+                terms.append((String(view), range.upperBound == scalars.count && followedByWildcard))
             }
         }
         return terms

@@ -10,6 +10,8 @@ struct TokenizedDocument: Sendable {
     var terms: [[UInt8]]
     var frequencies: [UInt32]
     var columns: [UInt8]
+    /// Per term, the text columns holding it (`Posting.mask`).
+    var masks: [UInt8]
 
     init(checksum: Int64, columns texts: [String?], tokenizer: FullTextTokenizer) {
         self.checksum = checksum
@@ -22,6 +24,21 @@ struct TokenizedDocument: Sendable {
         terms = order.map { Array(table.bytes(Int(scratch.terms[$0]))) }
         frequencies = order.map { scratch.frequencies[$0] }
         columns = order.map { UInt8(scratch.masks[$0].nonzeroBitCount) }
+        masks = order.map { scratch.masks[$0] }
+    }
+
+    /// Whether FTS5 matches the document with the one-token phrase `token` (a prefix: any term
+    /// it begins), in a column of `columns` (`Posting.mask` bits), or in any column, `aux`
+    /// included, when `columns` is nil.
+    func matches(_ token: [UInt8], prefix: Bool, columns: UInt8?) -> Bool {
+        var i = lowerBound(token)
+        while i < terms.count {
+            if prefix ? !terms[i].starts(with: token) : terms[i] != token { return false }
+            if columns.map({ masks[i] & $0 != 0 }) ?? true { return true }
+            if !prefix { return false }
+            i += 1
+        }
+        return false
     }
 
     /// The first term at or after `key`.
@@ -73,4 +90,12 @@ final class DeltaCache: @unchecked Sendable {
     }
 
     func removeAll() { lock.withLock { documents.removeAll() } }
+
+    /// Forgets documents a segment now holds: at or below `covered` and not rewritten since.
+    func retain(above covered: Int64, dirty: [Int64]) {
+        lock.withLock {
+            let rewritten = Set(dirty)
+            documents = documents.filter { $0.key > covered || rewritten.contains($0.key) }
+        }
+    }
 }

@@ -1,8 +1,8 @@
 import Foundation
 
 extension UInt32 {
-    /// A posting's frequency, columns and `extra` as stored: `frequency << 4 | columns << 1 | extra`.
-    init(p: Posting) { self = p.frequency << 4 | UInt32(p.columns & 7) << 1 | (p.extra ? 1 : 0) }
+    /// A posting's frequency, column mask and `extra` as stored (`PostingListFormat.pack`).
+    init(p: Posting) { self = PostingListFormat.pack(frequency: p.frequency, mask: p.mask, extra: p.extra) }
 }
 
 /// One document of a term's posting list in a segment of the ranked index.
@@ -11,8 +11,12 @@ struct Posting: Equatable {
     var doc: UInt32
     /// bm25's `f` for this term alone: the sum of the column weights of its instances.
     var frequency: UInt32
-    /// How many of the seven text columns (all but `aux`) hold the term: the completions' weight.
-    var columns: UInt8
+    /// Which of the seven text columns (all but `aux`) hold the term: bit `i` for
+    /// `Schema.ftsColumns[i]` (store format 6; format 4 and 5 kept only their number). A column
+    /// filter (`title == "pars*"`) is applied from it (`RankedPageWalk`).
+    var mask: UInt8
+    /// How many of the seven text columns hold the term: the completions' weight.
+    var columns: UInt8 { UInt8(mask.nonzeroBitCount) }
     /// The item's row must be read to score or show it: it has a boost (rankingHint, lastUsedDate,
     /// engagement), a related item, or an expiration before the segment's `safeUntil`.
     var extra: Bool
@@ -110,12 +114,21 @@ struct BlockBound {
 /// Entries are grouped in blocks of `blockSize` documents in document order. A block holds its
 /// documents as varint deltas (from the previous document, the first from -1), then one byte of
 /// widths (low nibble: bytes per packed value, high nibble: bytes per length), then the packed
-/// values `frequency << 4 | columns << 1 | extra` and the lengths, each at that fixed width,
+/// values `frequency << 8 | mask << 1 | extra` (`pack`) and the lengths, each at that fixed width,
 /// little-endian. A lookup decodes the documents only and reads the one entry it found; a walk
 /// reads fixed-width fields instead of varints. Lists of one block (almost all terms) have no
 /// directory: they are read whole. The directory lets a query skip blocks by document and bound.
 enum PostingListFormat {
     static let blockSize = 128
+
+    /// A posting's packed value: `frequency << 8 | mask << 1 | extra`, the mask of the seven text
+    /// columns holding the term (format 6; formats 4-5 stored their count in 3 bits, `<< 4`).
+    @inline(__always)
+    static func pack(frequency: UInt32, mask: UInt8, extra: Bool) -> UInt32 {
+        frequency << 8 | UInt32(mask & 0x7F) << 1 | (extra ? 1 : 0)
+    }
+    @inline(__always) static func frequency(_ packed: UInt32) -> UInt32 { packed >> 8 }
+    @inline(__always) static func mask(_ packed: UInt32) -> UInt8 { UInt8(truncatingIfNeeded: packed >> 1) & 0x7F }
 
     /// Encodes `postings` (in document order). `boosts` gives the boost of a document with `extra`.
     static func encode(_ postings: [Posting], boosts: (UInt32) -> BM25.Boosts) -> [UInt8] {
@@ -363,8 +376,8 @@ struct PostingList {
                 for i in 0..<n {
                     let packed = PostingListFormat.readFixed(base, d.packedAt + i * d.packedWidth, width: d.packedWidth)
                     let length = PostingListFormat.readFixed(base, d.lengthAt + i * d.lengthWidth, width: d.lengthWidth)
-                    (buffer.baseAddress! + i).initialize(to: Posting(doc: d.docs[i], frequency: packed >> 4,
-                        columns: UInt8(truncatingIfNeeded: (packed >> 1) & 7), extra: packed & 1 == 1, length: length))
+                    (buffer.baseAddress! + i).initialize(to: Posting(doc: d.docs[i], frequency: PostingListFormat.frequency(packed),
+                        mask: PostingListFormat.mask(packed), extra: packed & 1 == 1, length: length))
                 }
                 filled = n
             }
@@ -402,7 +415,7 @@ struct PostingList {
                     for i in 0..<n {
                         let packed = PostingListFormat.readFixed(base, packedAt + i * packedWidth, width: packedWidth)
                         let length = PostingListFormat.readFixed(base, lengthAt + i * lengthWidth, width: lengthWidth)
-                        body(docs[i], packed >> 4, length, packed & 1 == 1)
+                        body(docs[i], PostingListFormat.frequency(packed), length, packed & 1 == 1)
                     }
                 }
             }

@@ -389,6 +389,6 @@ struct SourceReader {
         if position > 0, block.docs[position - 1] >= doc { position = 0 }
         while position < block.docs.count, block.docs[position] < doc { position += 1 }
         guard position < block.docs.count, block.docs[position] == doc else { return nil }
-        return list!.fields(block, position).packed >> 4
+        return PostingListFormat.frequency(list!.fields(block, position).packed)
     }
 }

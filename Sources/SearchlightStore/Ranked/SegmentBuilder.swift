@@ -195,9 +195,10 @@ struct SegmentBuilder {
         }
         for (k, t) in scratch.terms.enumerated() {
             let i = Int(t)
-            let columns = UInt8(scratch.masks[k].nonzeroBitCount)
+            let mask = scratch.masks[k]
+            let columns = UInt8(mask.nonzeroBitCount)
             Varint.append(UInt64(local), to: &raw[i])
-            Varint.append(UInt64(scratch.frequencies[k]) << 4 | UInt64(columns) << 1 | (extra ? 1 : 0), to: &raw[i])
+            Varint.append(UInt64(scratch.frequencies[k]) << 8 | UInt64(mask & 0x7F) << 1 | (extra ? 1 : 0), to: &raw[i])
             Varint.append(UInt64(length), to: &raw[i])
             docCounts[i] += 1
             columnDocs[i] += Int32(columns)
@@ -222,8 +223,8 @@ struct SegmentBuilder {
                     let doc = UInt32(truncatingIfNeeded: Varint.read(b, &pos))
                     let packed = Varint.read(b, &pos)
                     let length = UInt32(truncatingIfNeeded: Varint.read(b, &pos))
-                    postings.append(Posting(doc: doc, frequency: UInt32(truncatingIfNeeded: packed >> 4),
-                        columns: UInt8((packed >> 1) & 7), extra: packed & 1 == 1, length: length))
+                    postings.append(Posting(doc: doc, frequency: UInt32(truncatingIfNeeded: packed >> 8),
+                        mask: UInt8(truncatingIfNeeded: packed >> 1) & 0x7F, extra: packed & 1 == 1, length: length))
                 }
             }
             raw[t] = []
@@ -379,11 +380,13 @@ struct PrefixUnions {
     }
 }
 
-/// One document per entry, frequencies summed.
+/// One document per entry, frequencies summed, column masks joined (a prefix's stored list
+/// answers a column filter like its terms' lists).
 struct UnionAccumulator {
     private var frequency: [UInt32] = []
     private var length: [UInt32] = []
     private var extra: [Bool] = []
+    private var mask: [UInt8] = []
     private var sparse: [Posting] = []
     private let dense: Bool
 
@@ -393,6 +396,7 @@ struct UnionAccumulator {
             frequency = Array(repeating: 0, count: span)
             length = Array(repeating: 0, count: span)
             extra = Array(repeating: false, count: span)
+            mask = Array(repeating: 0, count: span)
         }
     }
 
@@ -406,6 +410,7 @@ struct UnionAccumulator {
             frequency[d] += p.frequency
             length[d] = p.length
             extra[d] = p.extra
+            mask[d] |= p.mask
         }
     }
 
@@ -413,7 +418,7 @@ struct UnionAccumulator {
         if dense {
             var out: [Posting] = []
             for d in frequency.indices where frequency[d] > 0 {
-                out.append(Posting(doc: UInt32(d), frequency: frequency[d], columns: 0, extra: extra[d], length: length[d]))
+                out.append(Posting(doc: UInt32(d), frequency: frequency[d], mask: mask[d], extra: extra[d], length: length[d]))
             }
             return out
         }
@@ -421,8 +426,9 @@ struct UnionAccumulator {
         for p in sparse.sorted(by: { $0.doc < $1.doc }) {
             if out.last?.doc == p.doc {
                 out[out.count - 1].frequency += p.frequency
+                out[out.count - 1].mask |= p.mask
             } else {
-                out.append(Posting(doc: p.doc, frequency: p.frequency, columns: 0, extra: p.extra, length: p.length))
+                out.append(p)
             }
         }
         return out
