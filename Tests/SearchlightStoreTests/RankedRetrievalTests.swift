@@ -10,7 +10,8 @@ enum StoreCorpus {
             .compactMap { $0 }.first { FileManager.default.fileExists(atPath: $0) }
     }()
 
-    static func load(limit: Int) throws -> [SearchableItem] {
+    /// The first `limit` lines of the corpus, as JSON text (none when the corpus is absent).
+    static func lines(limit: Int) throws -> [Data] {
         guard let path else { return [] }
         let p = Process()
         p.executableURL = URL(fileURLWithPath: "/bin/sh")
@@ -20,9 +21,13 @@ enum StoreCorpus {
         try p.run()
         let data = out.fileHandleForReading.readDataToEndOfFile()
         p.waitUntilExit()
+        return data.split(separator: 0x0A)
+    }
+
+    static func load(limit: Int) throws -> [SearchableItem] {
         var items: [SearchableItem] = []
         let validator = ItemValidator()
-        for line in data.split(separator: 0x0A) where items.count < limit {
+        for line in try lines(limit: limit) where items.count < limit {
             let o = try JSONValue.parse(Array(line))
             guard let id = o["id"]?.stringValue else { continue }
             var a: [String: JSONValue] = ["contentType": "org.debian.deb-archive"]

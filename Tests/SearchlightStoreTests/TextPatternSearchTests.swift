@@ -13,6 +13,26 @@ struct TextPatternSearchTests {
         return v.withUTF8 { p.matchesElements($0) }
     }
 
+    /// Compares the word search with the tokenizing path, counting how often they matched.
+    private struct Agreement {
+        var compared = 0, matched = 0
+
+        mutating func check(_ pattern: String, _ modifiers: [String], on value: String) {
+            for m in modifiers {
+                let p = TextPattern(pattern, modifiers: m)
+                let fast = p.matches(value), definition = TextPatternSearchTests.reference(p, value)
+                #expect(fast == definition, "\(pattern) \(m) on \(value.debugDescription)")
+                compared += 1
+                if fast { matched += 1 }
+            }
+        }
+
+        /// A sample that almost always or almost never matches would test little.
+        func expectBalanced() {
+            #expect(matched > compared / 10 && matched < compared * 9 / 10, "\(matched) of \(compared) matched: the sample is too one-sided")
+        }
+    }
+
     private struct Random {
         var state: UInt64
         mutating func next(_ n: Int) -> Int {
@@ -29,7 +49,7 @@ struct TextPatternSearchTests {
         let words = ["lib", "Library", "library", "LIBRARY", "libraries", "gtk", "GTK3", "gtk3x", "x11", "3", "a",
                      "aa", "aaa", "foo", "Foobar", "bar", "a1b2", "libFoo", "l", "ab", "ba", "Z", "z9", "9z"]
         let separators = [" ", "-", ", ", "  ", ".", "_", "/", "(", ")", "\u{1F}", " \u{1F} ", "@", "[", "`", "{", "\t", ":"]
-        var compared = 0, matched = 0
+        var agreement = Agreement()
         for _ in 0..<6000 {
             var value = r.next(6) == 0 ? separators[r.next(separators.count)] : ""
             for k in 0..<(1 + r.next(14)) { value += (k == 0 ? "" : separators[r.next(separators.count)]) + words[r.next(words.count)] }
@@ -46,15 +66,9 @@ struct TextPatternSearchTests {
                 }
                 pattern += (k == 0 ? "" : [" ", "-", "  ", ". "][r.next(4)]) + word
             }
-            for modifiers in ["w", "cw", "dw", "cdw"] {
-                let p = TextPattern(pattern, modifiers: modifiers)
-                let fast = p.matches(value), definition = Self.reference(p, value)
-                #expect(fast == definition, "\(pattern) \(modifiers) on \(value.debugDescription)")
-                compared += 1
-                if fast { matched += 1 }
-            }
+            agreement.check(pattern, ["w", "cw", "dw", "cdw"], on: value)
         }
-        #expect(matched > compared / 10 && matched < compared * 9 / 10, "\(matched) of \(compared) matched: the sample is too one-sided")
+        agreement.expectBalanced()
     }
 
     @Test("on the shared corpus's texts the word search answers as the tokenizing path")
@@ -62,7 +76,7 @@ struct TextPatternSearchTests {
         let texts = try Self.corpusTexts(limit: 1500)
         try #require(texts.count > 1000, "the shared corpus is missing")
         var r = Random(state: 0x9E37_79B9_7F4A_7C15)
-        var compared = 0, matched = 0
+        var agreement = Agreement()
         for (n, text) in texts.enumerated() {
             let words = TextAnalysis.words(text)
             let other = TextAnalysis.words(texts[(n * 7 + 3) % texts.count])
@@ -79,16 +93,10 @@ struct TextPatternSearchTests {
                 case 2: pattern = "*" + pattern.dropFirst(min(2, pattern.count - 1))
                 default: break
                 }
-                for modifiers in ["w", "cdw"] {
-                    let p = TextPattern(pattern, modifiers: modifiers)
-                    let fast = p.matches(text), definition = Self.reference(p, text)
-                    #expect(fast == definition, "\(pattern) \(modifiers) on \(text.debugDescription)")
-                    compared += 1
-                    if fast { matched += 1 }
-                }
+                agreement.check(pattern, ["w", "cdw"], on: text)
             }
         }
-        #expect(matched > compared / 10 && matched < compared * 9 / 10, "\(matched) of \(compared) matched: the sample is too one-sided")
+        agreement.expectBalanced()
     }
 
     @Test("the word search keeps whole words, array elements and non-ASCII values as before")
@@ -115,17 +123,8 @@ struct TextPatternSearchTests {
     /// Texts of the shared corpus: each item's `textContent`, `title`, and its keywords joined
     /// as an array value is (U+001F between elements).
     static func corpusTexts(limit: Int) throws -> [String] {
-        guard let path = StoreCorpus.path else { return [] }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/bin/sh")
-        p.arguments = ["-c", "gzip -dc \"$0\" | head -n \"$1\"", path, String(limit)]
-        let out = Pipe()
-        p.standardOutput = out
-        try p.run()
-        let data = out.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
         var texts: [String] = []
-        for line in data.split(separator: 0x0A) {
+        for line in try StoreCorpus.lines(limit: limit) {
             guard let o = try JSONSerialization.jsonObject(with: Data(line)) as? [String: Any] else { continue }
             if let t = o["textContent"] as? String { texts.append(t) }
             if let t = o["title"] as? String { texts.append(t) }

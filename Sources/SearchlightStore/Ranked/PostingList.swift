@@ -386,14 +386,33 @@ struct PostingList {
 
     /// Calls `body(doc, frequency, length, extra)` for every posting, in document order. No
     /// allocation: a block's documents are decoded into stack memory (unions of many small lists
-    /// run this once per list).
+    /// run this once per list). Stops at a damaged block.
     @inline(__always)
     func forEachPosting(_ body: (UInt32, UInt32, UInt32, Bool) -> Void) {
+        _ = forEachBlock(from: 0) { docs, n, base, packedAt, packedWidth, lengthWidth in
+            let lengthAt = packedAt + n * packedWidth
+            for i in 0..<n {
+                let packed = PostingListFormat.readFixed(base, packedAt + i * packedWidth, width: packedWidth)
+                let length = PostingListFormat.readFixed(base, lengthAt + i * lengthWidth, width: lengthWidth)
+                body(docs[i], PostingListFormat.frequency(packed), length, packed & 1 == 1)
+            }
+        }
+    }
+
+    /// Decodes the blocks from `start` on, one at a time, into stack memory and calls
+    /// `body(docs, count, base, packedAt, packedWidth, lengthWidth)` with each: the block's
+    /// documents, and where its fixed-width packed values (then its lengths) are in `bytes`.
+    /// False at the first damaged block (the blocks before it were passed on).
+    @inline(__always)
+    func forEachBlock(from start: Int,
+                      _ body: (UnsafeMutablePointer<UInt32>, Int, UnsafePointer<UInt8>, Int, Int, Int) -> Void) -> Bool {
         bytes.withUnsafeBufferPointer { b in
-            guard let base = b.baseAddress else { return }
-            withUnsafeTemporaryAllocation(of: UInt32.self, capacity: PostingListFormat.blockSize) { docs in
-                var doc: UInt64 = UInt64.max
-                for block in blocks {
+            guard let base = b.baseAddress else { return false }
+            return withUnsafeTemporaryAllocation(of: UInt32.self, capacity: PostingListFormat.blockSize) { scratch in
+                guard let docs = scratch.baseAddress else { return false }
+                var doc: UInt64 = start == 0 ? UInt64.max : UInt64(blocks[start - 1].lastDoc)
+                for index in start..<blocks.count {
+                    let block = blocks[index]
                     let end = min(b.count, block.offset + block.byteLength)
                     var pos = block.offset
                     var n = 0
@@ -408,16 +427,13 @@ struct PostingList {
                         docs[n] = UInt32(truncatingIfNeeded: doc)
                         n += 1
                     }
-                    guard n == block.count, pos < end else { return }
+                    guard n == block.count, n <= PostingListFormat.blockSize, pos < end else { return false }
                     let packedWidth = Int(max(1, min(4, base[pos] & 0x0F))), lengthWidth = Int(max(1, min(4, base[pos] >> 4)))
-                    let packedAt = pos + 1, lengthAt = packedAt + n * packedWidth
-                    guard lengthAt + n * lengthWidth <= end else { return }
-                    for i in 0..<n {
-                        let packed = PostingListFormat.readFixed(base, packedAt + i * packedWidth, width: packedWidth)
-                        let length = PostingListFormat.readFixed(base, lengthAt + i * lengthWidth, width: lengthWidth)
-                        body(docs[i], PostingListFormat.frequency(packed), length, packed & 1 == 1)
-                    }
+                    let packedAt = pos + 1
+                    guard packedAt + n * (packedWidth + lengthWidth) <= end else { return false }
+                    body(docs, n, base, packedAt, packedWidth, lengthWidth)
                 }
+                return true
             }
         }
     }

@@ -284,36 +284,10 @@ extension PostingList {
     /// decoded into stack memory (a prefix merges tens of lists per page).
     func forEachDocument(from first: UInt32, columns: UInt8, _ body: (UInt32) -> Void) -> Bool {
         guard let start = blockIndex(containing: first) else { return true }
-        return bytes.withUnsafeBufferPointer { b in
-            guard let base = b.baseAddress else { return false }
-            return withUnsafeTemporaryAllocation(of: UInt32.self, capacity: PostingListFormat.blockSize) { docs in
-                var doc: UInt64 = start == 0 ? UInt64.max : UInt64(blocks[start - 1].lastDoc)
-                for index in start..<blocks.count {
-                    let block = blocks[index]
-                    let end = min(b.count, block.offset + block.byteLength)
-                    var pos = block.offset
-                    var n = 0
-                    while n < block.count, pos + 10 <= end {
-                        doc &+= Varint.readUnchecked(base, &pos)
-                        docs[n] = UInt32(truncatingIfNeeded: doc)
-                        n += 1
-                    }
-                    let slice = UnsafeBufferPointer(rebasing: b[0..<end])
-                    while n < block.count, pos < end {
-                        doc &+= Varint.read(slice, &pos)
-                        docs[n] = UInt32(truncatingIfNeeded: doc)
-                        n += 1
-                    }
-                    guard n == block.count, n <= PostingListFormat.blockSize, pos < end else { return false }
-                    let packedWidth = Int(max(1, min(4, base[pos] & 0x0F))), lengthWidth = Int(max(1, min(4, base[pos] >> 4)))
-                    let packedAt = pos + 1
-                    guard packedAt + n * (packedWidth + lengthWidth) <= end else { return false }
-                    for i in 0..<n where docs[i] >= first {
-                        let packed = PostingListFormat.readFixed(base, packedAt + i * packedWidth, width: packedWidth)
-                        if PostingListFormat.mask(packed) & columns != 0 { body(docs[i]) }
-                    }
-                }
-                return true
+        return forEachBlock(from: start) { docs, n, base, packedAt, packedWidth, _ in
+            for i in 0..<n where docs[i] >= first {
+                let packed = PostingListFormat.readFixed(base, packedAt + i * packedWidth, width: packedWidth)
+                if PostingListFormat.mask(packed) & columns != 0 { body(docs[i]) }
             }
         }
     }
