@@ -57,6 +57,8 @@ public struct VectorIndex: Sendable {
 
     public var count: Int { rowids.count }
     public func contains(_ rowid: Int64) -> Bool { slots[rowid] != nil }
+    /// The slot of an item's vector in `codes` and `scales`.
+    func slot(of rowid: Int64) -> Int? { slots[rowid] }
 
     /// The stored vector of an item.
     public func vector(for rowid: Int64) -> QuantizedVector? {

@@ -266,8 +266,10 @@ extension IndexStore {
                         let nearest = try vectorCandidates(db, query: semantic.vector, limit: request.maxResultCount, filter: request.filter,
                             now: now, minimumSimilarity: tuning.minimumSimilarity, budget: budget)
                         let weight = tuning.weight(semantic.weight, lexicalHits: lexical.count, limit: request.maxResultCount)
+                        // Near-duplicate vector hits (a library's -dev and -doc siblings) demoted before fusion.
+                        let folded = tuning.fold.map { vectors.nearDuplicates(nearest.map(\.rowid), threshold: $0.similarity, depth: $0.depth) } ?? []
                         let fused = HybridFusion.fuse(lexical: lexical.map(\.rowID), vector: nearest, weight: weight,
-                            limit: .max, k: tuning.rrfK)
+                            limit: .max, k: tuning.rrfK, folded: folded, fold: tuning.fold?.demotion)
                         // Only a lexical hit ranked below a near miss can be moved: the others need no check.
                         let firstNearMiss = fused.firstIndex { $0.lexicalRank == nil } ?? fused.endIndex
                         let exact = try exactHits(db, terms: terms,

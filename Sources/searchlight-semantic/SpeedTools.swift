@@ -105,6 +105,19 @@ func indexSpeed(_ options: ToolOptions) throws {
                 + "\(format(median(cpus) * 1000, 2)) ms | \(format(percentile(cpus, 0.99) * 1000, 2)) ms | "
                 + "\(format(Double(found) / Double(queries.count * 10))) |")
         }
+        // The fold of near-duplicates (`VectorIndex.nearDuplicates`) on each query's 100 nearest:
+        // the refined tier's top 5 (`FusionTuning.refinedVectors`), and every hit as the worst case.
+        for depth in [FusionTuning.refinedVectors.fold?.depth ?? 5, 100] {
+            var times: [Double] = [], cpus: [Double] = []
+            for q in queries {
+                let hits = index.search(q, k: 100).map(\.rowid)
+                var wall = 0.0
+                cpus.append(cpuTime { wall = time { _ = index.nearDuplicates(hits, threshold: 0.8, depth: depth) } })
+                times.append(wall)
+            }
+            print("| \(size) | fold, top \(depth) of 100 | \(format(median(times) * 1e6, 1)) µs | \(format(percentile(times, 0.99) * 1e6, 1)) µs | "
+                + "\(format(median(cpus) * 1e6, 1)) µs | \(format(percentile(cpus, 0.99) * 1e6, 1)) µs | |")
+        }
     }
 }
 

@@ -117,6 +117,27 @@ func tune(_ options: ToolOptions) throws {
     let confidentHits = options.doubles("confident-hits", [Double(defaults.confidentHits ?? 0)]).map(Int.init)
     let confidentFactors = options.doubles("confident-factors", [defaults.confidentFactor])
     let exactFirst = options.doubles("exact-first", [0]).map { $0 != 0 }
+    // The fold of near-duplicate vector hits (`VectorFold`): --fold-similarities (0: no fold),
+    // --fold-depths, --fold-demotions ("behind", or a factor 0…1 on a folded hit's contribution).
+    // Without them, the tier's own fold (today's constants).
+    let folds: [VectorFold?] = {
+        guard options["fold-similarities"] != nil || options["fold-depths"] != nil || options["fold-demotions"] != nil else {
+            return [defaults.fold]
+        }
+        let demotions = (options["fold-demotions"] ?? "behind").split(separator: ",").map { part -> VectorFold.Demotion in
+            if part == "behind" { return .behind }
+            guard let f = Double(part), f >= 0, f <= 1 else { fail("--fold-demotions: \(part) is neither \"behind\" nor a factor 0…1") }
+            return .damped(f)
+        }
+        var out: [VectorFold?] = []
+        for similarity in options.doubles("fold-similarities", [0.9]) {
+            if similarity == 0 { out.append(nil); continue }
+            for depth in options.doubles("fold-depths", [20]) { for d in demotions {
+                out.append(VectorFold(similarity: Float(similarity), depth: Int(depth), demotion: d))
+            } }
+        }
+        return out
+    }()
     let verbose = options["verbose"] != nil
     let encoder: QueryEncoder = transformer != nil ? .transformer : .staticTable
     var settings: [(String, SemanticRequest)] = []
@@ -125,15 +146,16 @@ func tune(_ options: ToolOptions) throws {
     settings.append(("daemon default (w 0.50, \(encoder == .transformer ? "refined" : "static") rule)",
         SemanticRequest(vector: [], weight: 0.5, encoder: encoder)))
     for w in weights { for floor in floors { for k in ks { for hits in confidentHits { for factor in confidentFactors { for first in exactFirst {
+    for fold in folds {
         if hits == 0 && factor != confidentFactors[0] { continue }
         var s = SemanticRequest(vector: [], weight: w, encoder: encoder)
-        let t = FusionTuning(minimumSimilarity: Float(floor), rrfK: k, confidentHits: hits > 0 ? hits : nil, confidentFactor: factor)
+        let t = FusionTuning(minimumSimilarity: Float(floor), rrfK: k, confidentHits: hits > 0 ? hits : nil, confidentFactor: factor, fold: fold)
         s.staticTuning = t
         s.refinedTuning = t
         s.exactFirst = first
         settings.append(("w \(format(w, 2)) floor \(format(floor, 2)) k \(Int(k))" + (hits > 0 ? " conf \(hits)×\(format(factor, 2))" : "")
-            + (first ? " exact-first" : ""), s))
-    } } } } } }
+            + (first ? " exact-first" : "") + foldName(fold), s))
+    } } } } } } }
 
     // Held out: two groups of queries, a setting chosen on one and measured on the other. With
     // the debtags files' "split" field (debtags-all.jsonl): the tuning half (the queries every
@@ -143,9 +165,9 @@ func tune(_ options: ToolOptions) throws {
     let groups = queryGroups(judgements)
     let gain = options.doubles("min-gain", [0])[0]
     var results: [Scored] = []
-    print("setting".padding(toLength: 56, withPad: " ", startingAt: 0) + "nDCG@10  recall@100  worse>0.1   ms/query  | "
+    print("setting".padding(toLength: 76, withPad: " ", startingAt: 0) + "nDCG@10  recall@100  worse>0.1   ms/query  | "
         + groups.map { "\($0.name) (\($0.queries.count)): nDCG Δ recall worse" }.joined(separator: " | "))
-    print("lexical".padding(toLength: 56, withPad: " ", startingAt: 0) + "\(format(mean(lexicalNDCG)))    \(format(mean(lexicalRecall)))"
+    print("lexical".padding(toLength: 76, withPad: " ", startingAt: 0) + "\(format(mean(lexicalNDCG)))    \(format(mean(lexicalRecall)))"
         + String(repeating: " ", count: 29) + "| "
         + groups.map { g in "\(g.name) \(format(mean(g.queries.map { lexicalNDCG[$0] }))) \(format(mean(g.queries.map { lexicalRecall[$0] })))" }
             .joined(separator: " | "))
@@ -172,7 +194,7 @@ func tune(_ options: ToolOptions) throws {
         let perGroup = groups.map { g in
             "\(g.name): \(format(scored.mean(g.queries))) Δ \(signed(scored.gain(g.queries))) \(format(mean(g.queries.map { r[$0] }))) \(scored.worse(g.queries))"
         }
-        print(name.padding(toLength: 56, withPad: " ", startingAt: 0)
+        print(name.padding(toLength: 76, withPad: " ", startingAt: 0)
             + "\(format(mean(n)))    \(format(mean(r)))       \(worse.count)      \(format(elapsed / Double(judgements.count) * 1000, 2))"
             + "  | " + perGroup.joined(separator: " | ") + (verbose ? "  " + worse.joined(separator: "; ") : ""))
     }
@@ -234,6 +256,16 @@ private struct Scored {
         queries.isEmpty ? 0 : queries.map { ndcg[$0] - lexical[$0] }.reduce(0, +) / Double(queries.count)
     }
     func worse(_ queries: [Int]) -> Int { queries.filter { ndcg[$0] < lexical[$0] - 0.1 }.count }
+}
+
+/// A fold's part of a setting's name: " fold 0.90@20 behind", " fold 0.90@20 ×0.25", or nothing.
+private func foldName(_ fold: VectorFold?) -> String {
+    guard let fold else { return "" }
+    let how = switch fold.demotion {
+    case .behind: "behind"
+    case .damped(let f): "×\(format(f, 2))"
+    }
+    return " fold \(format(Double(fold.similarity), 2))@\(fold.depth) \(how)"
 }
 
 private func signed(_ x: Double) -> String { (x >= 0 ? "+" : "") + format(x) }

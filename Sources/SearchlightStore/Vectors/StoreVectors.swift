@@ -70,6 +70,14 @@ final class StoreVectors: @unchecked Sendable {
         }
     }
 
+    /// Which of `rowids` (best first) are near-duplicates of one above (`VectorIndex.nearDuplicates`);
+    /// none when the index is not loaded.
+    func nearDuplicates(_ rowids: [Int64], threshold: Float, depth: Int) -> [Bool] {
+        lock.withLock {
+            loaded?.nearDuplicates(rowids, threshold: threshold, depth: depth) ?? [Bool](repeating: false, count: rowids.count)
+        }
+    }
+
     /// True once per opening: the caller starts the fill.
     func claimFill() -> Bool {
         lock.withLock {
