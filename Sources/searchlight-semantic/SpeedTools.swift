@@ -107,12 +107,13 @@ func indexSpeed(_ options: ToolOptions) throws {
         }
         // The fold of near-duplicates (`VectorIndex.nearDuplicates`) on each query's 100 nearest:
         // the refined tier's top 5 (`FusionTuning.refinedVectors`), and every hit as the worst case.
-        for depth in [FusionTuning.refinedVectors.fold?.depth ?? 5, 100] {
+        let fold = FusionTuning.refinedVectors.fold ?? VectorFold(similarity: 0.8, depth: 5, demotion: .damped(0))
+        for depth in [fold.depth, 100] {
             var times: [Double] = [], cpus: [Double] = []
             for q in queries {
                 let hits = index.search(q, k: 100).map(\.rowid)
                 var wall = 0.0
-                cpus.append(cpuTime { wall = time { _ = index.nearDuplicates(hits, threshold: 0.8, depth: depth) } })
+                cpus.append(cpuTime { wall = time { _ = index.nearDuplicates(hits, threshold: fold.similarity, depth: depth) } })
                 times.append(wall)
             }
             print("| \(size) | fold, top \(depth) of 100 | \(format(median(times) * 1e6, 1)) µs | \(format(percentile(times, 0.99) * 1e6, 1)) µs | "

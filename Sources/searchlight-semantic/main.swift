@@ -13,7 +13,8 @@ let usage = """
                                                  query embedding wall and CPU time, documents/s, per weights form
       static-speed [--table FILE]                static encoder documents/s on one core, and its
                                                  cosine to the transformer on held-out corpus documents
-      index-speed [--sizes 64k,1m]               vector search time and recall@10 of the prefilter
+      index-speed [--sizes 64k,1m]               vector search time and recall@10 of the prefilter, and
+                                                 the fold of near-duplicates on each query's 100 nearest
       evaluate [--judgements FILE] [--transformer-subset N]
                                                  nDCG@10 and recall@100: BM25, vector, hybrid (RRF k=60)
       donate-speed [--clients 4] [--batch 500] [--runs 2] [--only with|without]
@@ -24,6 +25,7 @@ let usage = """
                                                  how long it takes to stop once told to yield
       tune [--weights 0.3,0.5] [--floors 0.3,0.35] [--ks 60] [--confident-hits 10] [--confident-factors 0.15]
            [--exact-first 0,1] [--min-gain 0] [--documents N] [--verbose] [--per-query FILE] [--show TAG,…] [--store FILE [--refine [--threads 2]]]
+           [--fold-similarities 0,0.8 (0: no fold)] [--fold-depths 5,10] [--fold-demotions behind,0,0.25]
                                                  the hybrid ranking of IndexStore.userQuery on the relevance
                                                  set for each combination of settings, on all queries and on
                                                  the tuning and held-out halves (even and odd lines of a file
