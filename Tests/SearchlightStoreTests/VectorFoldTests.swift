@@ -98,6 +98,21 @@ struct VectorFoldTests {
         #expect(folded[1] == "cdtool", "\(folded)")
         #expect(Set(folded) == Set(plain), "folding reorders, it neither adds nor drops items")
         #expect(folded.firstIndex(of: plain[0]) == 0, "the best of the siblings leads")
+
+        // A deleted leader never comes back, and the next sibling leads in its place; a filter
+        // holds on the folded ranking as on the plain one.
+        let fold = VectorFold(similarity: 0.99, depth: 20, demotion: .behind)
+        _ = try f.store.applySync([.deleteIdentifiers([plain[0]])])
+        let afterDelete = try order(fold)
+        #expect(!afterDelete.contains(plain[0]))
+        #expect(siblings.contains(afterDelete[0]) && afterDelete[1] == "cdtool", "\(afterDelete)")
+        var r = UserQueryRequest(text: "compact disc reader")
+        var s = SemanticRequest(vector: staticEncoder.embed("compact disc reader"), weight: 1, minimumSimilarity: -1)
+        s.staticTuning.fold = fold
+        r.semantic = s
+        r.filter = try QueryFront.filter(query: nil, filterQueries: [#"title == "libcd""#], limits: Limits(), now: f.clock.now)
+        let filtered = f.ids(try f.store.userQuery(r))
+        #expect(Set(filtered) == Set(siblings).subtracting([plain[0]]), "\(filtered)")
     }
 
     @Test("the refined tier folds (cosine 0.80 within the vector top 5, no contribution); the static tier does not")
