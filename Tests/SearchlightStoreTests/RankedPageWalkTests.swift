@@ -21,13 +21,14 @@ struct RankedPageWalkTests {
     }
 
     /// The texts of item `i`: each word of the queries below in the title of some items and only
-    /// in the body of others. `zeta` and `zetas` are rare (merged per segment at query time),
-    /// `parser`, `parsing`, `parse` common (the prefix may have a stored union).
+    /// in the body of others. `quokka` and `quokkas` are rare (their lists merged per segment at
+    /// query time); `parser`, `parsing`, `parse` and `zeta`, `zetas` common (the prefix has a
+    /// stored union, `PrefixLists`).
     static func texts(_ i: Int) -> (title: String, body: String) {
         switch i % 4 {
-        case 0: return ("parser \(i % 40 == 0 ? "zeta" : "tool") \(i)", "notes")
-        case 1: return ("other \(i)", "parser parsing \(i % 40 == 1 ? "zetas" : "") library \(i)")
-        case 2: return ("library \(i % 40 == 2 ? "zetas" : "") \(i)", "parse")
+        case 0: return ("parser \(i % 40 == 0 ? "zeta" : "tool") \(i % 80 == 0 ? "quokka" : "") \(i)", "notes")
+        case 1: return ("other \(i)", "parser parsing \(i % 40 == 1 ? "zetas" : "") \(i % 80 == 1 ? "quokkas" : "") library \(i)")
+        case 2: return ("library \(i % 40 == 2 ? "zetas" : "") \(i % 80 == 2 ? "quokkas" : "") \(i)", "parse")
         default: return ("plain \(i)", "library parsing zeta")
         }
     }
@@ -75,12 +76,14 @@ struct RankedPageWalkTests {
         try Self.donate(f, 0..<800)
         try f.store.buildRankedIndex()
         let queries: [(String, String, Bool, String)] = [
-            ("title == \"pars*\"cd", "pars", true, "title"),
-            ("textContent == \"pars*\"cd", "pars", true, "body"),
-            ("title == \"zet*\"cd", "zet", true, "title"),
-            ("textContent == \"zet*\"cd", "zet", true, "body"),
-            ("title == \"library\"cd", "library", false, "title"),
-            ("textContent == \"parser\"cd", "parser", false, "body"),
+            ("title == \"pars*\"cdw", "pars", true, "title"),
+            ("textContent == \"pars*\"cdw", "pars", true, "body"),
+            ("title == \"zet*\"cdw", "zet", true, "title"),
+            ("textContent == \"zet*\"cdw", "zet", true, "body"),
+            ("title == \"quo*\"cdw", "quo", true, "title"),
+            ("textContent == \"quo*\"cdw", "quo", true, "body"),
+            ("title == \"library\"cdw", "library", false, "title"),
+            ("textContent == \"parser\"cdw", "parser", false, "body"),
         ]
         for (query, word, prefix, column) in queries {
             try Self.expectCandidates(f, query, word: word, prefix: prefix, column: column, texts, "built")
@@ -108,12 +111,12 @@ struct RankedPageWalkTests {
         let damage = try Database(path: f.dir + "/b/_default.sqlite")
         let changed = try damage.run("""
             UPDATE rank_terms SET postings = x'00' WHERE segment = ?
-            AND (substr(term, 1, 4) = CAST('pars' AS BLOB) OR term = x'FF' || CAST('pars' AS BLOB) OR term = CAST('library' AS BLOB))
-            """, [.integer(segments[1])])
+            AND (substr(term, 1, 4) = ? OR term = ? OR term = ?)
+            """, [.integer(segments[1]), .blob(Array("pars".utf8)), .blob(PrefixLists.key(Array("pars".utf8))), .blob(Array("library".utf8))])
         #expect(changed >= 2)
         damage.close()
 
-        for query in ["title == \"pars*\"cd", "textContent == \"library\"cd"] {
+        for query in ["title == \"pars*\"cdw", "textContent == \"library\"cdw"] {
             let filter = try QueryFront.filter(query: query, limits: Limits(), now: f.clock.now)
             var cursor: String?
             var pages = 0, handedOverMidPage = 0
