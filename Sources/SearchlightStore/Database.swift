@@ -41,6 +41,9 @@ public final class Database {
     private var tokenizer: FullTextTokenizer?
     /// Scratch arrays of the ranked index's unions on this connection.
     private(set) lazy var unionScratch = UnionScratchPool()
+    /// Parsed posting lists kept across reads on a store's reader connections (nil elsewhere:
+    /// a connection that writes would not see its own commits in `PRAGMA data_version`).
+    var postingCache: PostingListCache?
 
     public init(path: String, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 10_000) throws(DatabaseError) {
         self.path = path

@@ -124,9 +124,11 @@ extension IndexStore {
             defer { check.reset() }
             let bindings: [SQLValue] = [.double(now), .double(now)] + filter.bindings
             var wanted = count
+            var candidates = 0
             while true {
                 switch try walk.next() {
                 case .candidate(let rowid):
+                    candidates += 1
                     check.reset()
                     try check.bind(.integer(rowid), at: 1)
                     try check.bind(bindings, from: 2)
@@ -135,14 +137,14 @@ extension IndexStore {
                     wanted -= 1
                     if wanted == 0 {
                         _ = walk.finish(.end)
-                        pageWalks.record(walked: true, takenOver: false)
+                        pageWalks.record(walked: true, takenOver: false, candidates: candidates)
                         return
                     }
                 case .end:
-                    pageWalks.record(walked: true, takenOver: false)
+                    pageWalks.record(walked: true, takenOver: false, candidates: candidates)
                     return
                 case .sqlFrom(let rowid):
-                    pageWalks.record(walked: true, takenOver: true)
+                    pageWalks.record(walked: true, takenOver: true, candidates: candidates)
                     check.reset()
                     return try fts(from: rowid, count: wanted)
                 }

@@ -468,6 +468,7 @@ public final class IndexStore: @unchecked Sendable {
     public func read<T>(budget: QueryBudget? = nil, _ body: (Database) throws -> T) throws(SearchlightError) -> T {
         let db = try checkoutReader()
         defer { checkin(db) }
+        db.postingCache?.needsCheck = true
         do {
             return try db.withBudget(budget) { try body(db) }
         } catch {
@@ -498,6 +499,7 @@ public final class IndexStore: @unchecked Sendable {
                     let db = try Database(path: path)
                     try db.execute("PRAGMA query_only=1; PRAGMA cache_size=-4000; PRAGMA temp_store=MEMORY;")
                     db.registerFunctions()
+                    db.postingCache = PostingListCache()
                     checkedOutReaders += 1
                     return db
                 } catch {

@@ -319,6 +319,28 @@ struct QueryCompilerTests {
         #expect(fts("say \"hi\"") == #"title : "say" AND title : "hi""#)
     }
 
+    @Test("the ASCII word terms equal the general path's on random ASCII patterns with wildcards")
+    func asciiWordTerms() {
+        var state: UInt64 = 0x5DEE_CE66_D1CE_4E5B
+        func next(_ n: Int) -> Int {
+            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+            return Int((state >> 33) % UInt64(n))
+        }
+        let pieces = ["lib", "GTK3", "x", "json", "Pars", "9", "a1b2", " ", "  ", "-", ".", "_", "\"", "'", "*", "\\*", "@", "\u{1F}", "\t"]
+        var compared = 0, withTerms = 0
+        for _ in 0..<3000 {
+            let pattern = (0..<(1 + next(7))).map { _ in pieces[next(pieces.count)] }.joined()
+            let parts = TextPattern.parts(of: pattern)
+            let fast = QueryCompiler.wordTermList(parts), general = QueryCompiler.wordTermList(parts, ascii: false)
+            #expect(fast.map(\.word) == general.map(\.word) && fast.map(\.prefix) == general.map(\.prefix), "\(pattern.debugDescription)")
+            compared += 1
+            if !fast.isEmpty { withTerms += 1 }
+        }
+        #expect(withTerms > compared / 2, "\(withTerms) of \(compared) patterns had terms")
+        #expect(TextAnalysis.ftsQuoted("say \"hi\"") == #""say ""hi""""#)
+        #expect(TextAnalysis.ftsQuoted("plain") == #""plain""#)
+    }
+
     @Test("thousands of operands compile to a balanced tree SQLite accepts")
     func wideQueries() throws {
         let query = (0..<2000).map { "rankingHint == \($0)" }.joined(separator: " || ")

@@ -147,19 +147,22 @@ public struct QueryCompiler: Sendable {
     /// The Latin words of a pattern as indexed terms: a word not preceded by `*` is a term, a
     /// prefix term when `*` follows it.
     private static func wordTerms(_ parts: [TextPattern.Part], column: String?) -> [String] {
-        wordTermList(parts).map { term in
-            let text = TextAnalysis.ftsQuoted(term.word) + (term.prefix ? " *" : "")
-            return column.map { "\($0) : \(text)" } ?? text
-        }
+        // A token holds no quote (not a token character), so quoting it is wrapping it.
+        let head = column.map { $0 + " : \"" } ?? "\""
+        return wordTermList(parts).map { term in head + term.word + (term.prefix ? "\" *" : "\"") }
     }
 
-    /// `wordTerms`' words, unquoted, and whether each is a prefix.
-    private static func wordTermList(_ parts: [TextPattern.Part]) -> [(word: String, prefix: Bool)] {
+    /// `wordTerms`' words, unquoted, and whether each is a prefix. `ascii: false` takes the
+    /// general path for ASCII texts too (tests compare the two).
+    static func wordTermList(_ parts: [TextPattern.Part], ascii: Bool = true) -> [(word: String, prefix: Bool)] {
         var terms: [(word: String, prefix: Bool)] = []
         for (index, part) in parts.enumerated() {
             guard case .text(let text) = part else { continue }
             let precededByWildcard = index > 0
             let followedByWildcard = index < parts.count - 1
+            if ascii, asciiWordTerms(text, precededByWildcard: precededByWildcard, followedByWildcard: followedByWildcard, into: &terms) {
+                continue
+            }
             let scalars = Array(text.unicodeScalars)
             for range in TextAnalysis.tokens(scalars) {
                 let token = scalars[range]
@@ -171,6 +174,32 @@ public struct QueryCompiler: Sendable {
             }
         }
         return terms
+    }
+
+    /// `wordTermList` for one ASCII text (false, nothing added, when it is not ASCII): its tokens
+    /// are its runs of letters and digits, each a Latin term, read from the UTF-8 bytes without
+    /// the scalar array and the general-category lookups of the general path (a user query's
+    /// words are compiled on every keystroke).
+    private static func asciiWordTerms(_ text: String, precededByWildcard: Bool, followedByWildcard: Bool,
+                                       into terms: inout [(word: String, prefix: Bool)]) -> Bool {
+        var text = text
+        return text.withUTF8 { bytes in
+            guard TextPattern.isASCII(bytes) else { return false }
+            func isToken(_ b: UInt8) -> Bool { b &- 0x30 < 10 || (b | 0x20) &- 0x61 < 26 }
+            var i = 0
+            while i < bytes.count {
+                guard isToken(bytes[i]) else {
+                    i += 1
+                    continue
+                }
+                let start = i
+                while i < bytes.count, isToken(bytes[i]) { i += 1 }
+                if start == 0 && precededByWildcard { continue }  // infix or suffix: unanswerable
+                terms.append((String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<i]), as: UTF8.self),
+                              i == bytes.count && followedByWildcard))
+            }
+            return true
+        }
     }
 
     /// The terms of a `t` pattern. A value matches if the pattern's words match its words, or the

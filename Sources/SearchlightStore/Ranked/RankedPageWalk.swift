@@ -293,16 +293,20 @@ extension PostingList {
     }
 }
 
-/// Pages answered by `RankedPageWalk` (wholly, or until the FTS5 walk took over) and by FTS5 alone.
+/// Pages answered by `RankedPageWalk` (wholly, or until the FTS5 walk took over) and by FTS5 alone,
+/// and the candidates the walks handed to the exact check: a walk that let through documents
+/// without the driver in its column (the postings' column mask ignored) would still give exact
+/// pages, the check dropping them, so tests look at this count.
 final class PageWalkTally: @unchecked Sendable {
     private let lock = NSLock()
-    private var counts = (walked: 0, takenOver: 0, fts: 0)
+    private var counts = (walked: 0, takenOver: 0, fts: 0, candidates: 0)
 
-    func record(walked: Bool, takenOver: Bool) {
+    func record(walked: Bool, takenOver: Bool, candidates: Int = 0) {
         lock.withLock {
             if !walked { counts.fts += 1 } else if takenOver { counts.takenOver += 1 } else { counts.walked += 1 }
+            counts.candidates += candidates
         }
     }
 
-    var value: (walked: Int, takenOver: Int, fts: Int) { lock.withLock { counts } }
+    var value: (walked: Int, takenOver: Int, fts: Int, candidates: Int) { lock.withLock { counts } }
 }
