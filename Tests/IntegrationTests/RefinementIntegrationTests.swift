@@ -148,7 +148,11 @@ struct RefinementIntegrationTests {
         // The daemon's own load alone is past the throttle mark (by a tenth), refinement still going.
         try await Self.until("the daemon's own load past the throttle mark", timeout: 180) {
             guard mirror.own / cpus * 100 < mark * 1.1 else { return true }
-            let r = try await Self.refined(daemon).refined
+            let status = try await Self.status(daemon)
+            if let throttle = status["throttle"], throttle["state"]?.stringValue != "normal" {
+                throw HarnessError("the daemon throttled itself on its own load (\(mirror.own) threads): \(throttle)")
+            }
+            let r = status["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first?["refined"]?.intValue ?? -1
             if r == count { throw HarnessError("every item refined before the own load (\(mirror.own)) reached the mark: use more items") }
             try await Task.sleep(for: .milliseconds(200))
             return false
