@@ -13,6 +13,8 @@ struct TokenizerBuffersTests {
             long, "x", "", "Café naïve résumé — 東京の本 and a word", "[CLS] a [SEP] b [UNK]c [MASK]",
             String(repeating: "supercalifragilisticexpialidocious", count: 3) + " short", "A. B. C", long.uppercased(),
             "tab\tnew\nline\rcarriage  double", "\u{0001}control\u{0000}bytes", "ab", long + " end",
+            // Past the limit inside a non-ASCII word: a word cut there must not leak into the next text.
+            String(repeating: "naïveté crème brûlée ", count: 40), "Élan vital, words after it",
         ]
         // Long texts before short ones and after: what a longer text left in the buffers must not matter.
         let texts = crafted + documents + crafted.reversed() + documents.reversed()
