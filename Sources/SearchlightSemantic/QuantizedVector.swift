@@ -45,16 +45,26 @@ public struct QuantizedVector: Sendable, Equatable {
     static let formatVersion: UInt8 = 1
 
     public var blob: [UInt8] {
-        let n = dimension, bits = scale.bitPattern
-        return [UInt8](unsafeUninitializedCapacity: 8 + n) { out, initialized in
-            out[0] = Self.formatVersion
-            out[1] = refined ? 1 : 0
-            out[2] = UInt8(n & 0xFF)
-            out[3] = UInt8(n >> 8)
-            for i in 0..<4 { out[4 + i] = UInt8(truncatingIfNeeded: bits >> (8 * UInt32(i))) }
-            codes.withUnsafeBytes { UnsafeMutableRawBufferPointer(UnsafeMutableBufferPointer(rebasing: out[8...])).copyMemory(from: $0) }
-            initialized = 8 + n
+        [UInt8](unsafeUninitializedCapacity: blobCount) { out, initialized in
+            writeBlob(into: UnsafeMutableRawBufferPointer(out))
+            initialized = blobCount
         }
+    }
+
+    /// The BLOB's length: 8 + dimension.
+    public var blobCount: Int { 8 + dimension }
+
+    /// Writes the BLOB into `out` (at least `blobCount` bytes): the writer binds it from memory of
+    /// its own, without an array per item.
+    public func writeBlob(into out: UnsafeMutableRawBufferPointer) {
+        precondition(out.count >= blobCount, "a vector BLOB needs \(blobCount) bytes")
+        let n = dimension, bits = scale.bitPattern
+        out[0] = Self.formatVersion
+        out[1] = refined ? 1 : 0
+        out[2] = UInt8(n & 0xFF)
+        out[3] = UInt8(n >> 8)
+        for i in 0..<4 { out[4 + i] = UInt8(truncatingIfNeeded: bits >> (8 * UInt32(i))) }
+        codes.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: out[8..<(8 + n)]).copyMemory(from: $0) }
     }
 
     /// Decodes a BLOB written by `blob`; a BLOB of another format or a wrong length is refused

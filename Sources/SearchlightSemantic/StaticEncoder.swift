@@ -73,7 +73,7 @@ public final class StaticEncoder: Sendable {
             var pieces = scratch.pieces
             defer { scratch.pieces = pieces }
             pieces.removeAll()
-            tokenizer.appendPieces(of: text, to: &pieces, limit: maxPieces, cache: scratch.cache)
+            tokenizer.appendPieces(of: text, to: &pieces, limit: maxPieces, cache: scratch.cache, buffers: scratch.buffers)
             return embed(validPieces: pieces.pieces)
         }
     }
@@ -113,7 +113,8 @@ public final class StaticEncoder: Sendable {
                 var pieces = scratch.pieces
                 for k in 0..<n {
                     pieces.removeAll()
-                    tokenizer.appendPieces(of: texts[first + k], to: &pieces, limit: maxPieces, cache: scratch.cache)
+                    tokenizer.appendPieces(of: texts[first + k], to: &pieces, limit: maxPieces, cache: scratch.cache,
+                        buffers: scratch.buffers)
                     empty[k] = pieces.count == 0
                     sum(pieces.pieces, into: scratch.sums + k * d)  // the tokenizer's ids are the table's rows
                 }
@@ -171,6 +172,8 @@ private final class EmbedScratch {
     /// Given back after each use (it may have grown).
     var pieces = PieceBuffer(capacity: 512)
     let cache = WordPieceCache()
+    /// The tokenizer's word and queue buffers, reused from text to text.
+    let buffers = TokenizerBuffers()
     private(set) var sums = UnsafeMutablePointer<Float>.allocate(capacity: 1)
     private(set) var outputs = UnsafeMutablePointer<Float>.allocate(capacity: 1)
     private var capacity = (sums: 1, outputs: 1)

@@ -87,10 +87,13 @@ public final class TransformerEncoder: Sendable {
     /// background refinement, which runs only while the machine is idle: the parts are
     /// independent, so two threads on two cores do nearly twice the work (splitting each product's
     /// columns, as a query does, would synchronise six times per layer).
-    public func embed(_ texts: [String], threads: Int) -> [[Float]] {
-        let ids = texts.map { tokenizer.encode($0, maxLength: maxLength) }
+    ///
+    /// `meter` counts the CPU time of every thread taking part (the caller's included), live.
+    public func embed(_ texts: [String], threads: Int, meter: WorkMeter? = nil) -> [[Float]] {
+        @Sendable func measured<R>(_ body: () -> R) -> R { meter.map { $0.measure(body) } ?? body() }
+        let ids = measured { texts.map { tokenizer.encode($0, maxLength: maxLength) } }
         let parts = max(1, min(threads, ids.count))
-        if parts == 1 { return embed(tokenIDs: ids) }
+        if parts == 1 { return measured { embed(tokenIDs: ids) } }
         // Cut where the running token count passes each part's share.
         let total = ids.reduce(0) { $0 + $1.count }
         var bounds = [0], running = 0
@@ -102,7 +105,7 @@ public final class TransformerEncoder: Sendable {
         let cuts = bounds
         let results = Mutex<[Int: [[Float]]]>([:])
         DispatchQueue.concurrentPerform(iterations: cuts.count - 1) { p in
-            let out = embed(tokenIDs: Array(ids[cuts[p]..<cuts[p + 1]]))
+            let out = measured { embed(tokenIDs: Array(ids[cuts[p]..<cuts[p + 1]])) }
             results.withLock { $0[p] = out }
         }
         return results.withLock { r in (0..<(cuts.count - 1)).flatMap { r[$0] ?? [] } }

@@ -82,21 +82,25 @@ public struct WordPieceTokenizer: Sendable {
 
     /// The same into a `PieceBuffer`, taking the pieces of words seen before from `cache` (and
     /// adding new ones to it): the static encoder's path, with no Array in the inner loops.
-    func appendPieces(of text: String, to ids: inout PieceBuffer, limit: Int, cache: WordPieceCache?) {
+    /// `buffers`: the word and queue buffers to use (and keep, grown) instead of allocating them
+    /// for this text: a donation's texts then allocate nothing here.
+    func appendPieces(of text: String, to ids: inout PieceBuffer, limit: Int, cache: WordPieceCache?,
+                      buffers: TokenizerBuffers? = nil) {
         var text = text
         let specials: [(Range<Int>, Int32)] = text.withUTF8(specialTokens)
         guard !specials.isEmpty else {
-            appendSegment(text, to: &ids, limit: limit, cache: cache)
+            appendSegment(text, to: &ids, limit: limit, cache: cache, buffers: buffers)
             return
         }
         let utf8 = Array(text.utf8)
         var start = 0
         for (range, id) in specials {
-            appendSegment(String(decoding: utf8[start..<range.lowerBound], as: UTF8.self), to: &ids, limit: limit, cache: cache)
+            appendSegment(String(decoding: utf8[start..<range.lowerBound], as: UTF8.self), to: &ids, limit: limit, cache: cache,
+                buffers: buffers)
             if ids.count < limit { ids.append(id) }
             start = range.upperBound
         }
-        appendSegment(String(decoding: utf8[start...], as: UTF8.self), to: &ids, limit: limit, cache: cache)
+        appendSegment(String(decoding: utf8[start...], as: UTF8.self), to: &ids, limit: limit, cache: cache, buffers: buffers)
     }
 
     /// Where the raw text names a special token, left to right.
@@ -137,15 +141,28 @@ public struct WordPieceTokenizer: Sendable {
     /// text: every step but NFD is per character, NFD only reorders marks after a starter (an
     /// ASCII space is one, and it ends a word anyway), so one accented word no longer sends the
     /// whole document down the slow path.
-    private func appendSegment(_ text: String, to ids: inout PieceBuffer, limit: Int, cache: WordPieceCache?) {
-        var word = WordBuffer()
-        defer { word.deallocate() }
+    private func appendSegment(_ text: String, to ids: inout PieceBuffer, limit: Int, cache: WordPieceCache?,
+                               buffers: TokenizerBuffers?) {
+        // Local copies of the buffers (no exclusivity check per use of a class's property),
+        // given back grown at the end.
+        var word = buffers?.word ?? WordBuffer()
+        word.removeAll()
+        var queue = buffers?.queue ?? WordQueue(bytes: 0)
+        defer {
+            if let buffers {
+                buffers.word = word
+                buffers.queue = queue
+            } else {
+                word.deallocate()
+                queue.deallocate()
+            }
+        }
         var text = text
         let classes = ASCIIClass.table  // read once: a static's every use checks its lazy initialisation
         classes.withUnsafeBufferPointer { classes in text.withUTF8 { utf8 in
             let n = utf8.count
-            var queue = WordQueue(bytes: n)
-            defer { queue.deallocate() }
+            queue.removeAll()
+            queue.reserve(bytes: n)
             var i = 0
             // Every queued word gives at least one piece: once the queue and the ids reach the
             // limit, the rest of the text cannot count.
@@ -451,15 +468,27 @@ struct WordQueue {
         var hash: UInt64
     }
 
-    let bytes: UnsafeMutablePointer<UInt8>
-    let entries: UnsafeMutablePointer<Entry>
+    private(set) var bytes: UnsafeMutablePointer<UInt8>
+    private(set) var entries: UnsafeMutablePointer<Entry>
     private(set) var byteCount = 0
     private(set) var count = 0
+    /// Bytes (and entries) of text it has room for.
+    private var capacity: Int
 
     init(bytes n: Int) {
-        bytes = .allocate(capacity: n + 8)  // `cacheHash` reads up to 7 bytes past a word
-        bytes.initialize(repeating: 0, count: n + 8)
-        entries = .allocate(capacity: max(1, n))
+        capacity = max(1, n)
+        bytes = .allocate(capacity: capacity + 8)  // `cacheHash` reads up to 7 bytes past a word
+        bytes.initialize(repeating: 0, count: capacity + 8)
+        entries = .allocate(capacity: capacity)
+    }
+
+    /// Room for a text of `n` bytes (kept between texts by `TokenizerBuffers`; the queue must be
+    /// empty). The bytes past a word that `cacheHash` reads are masked out of the hash, so what
+    /// an earlier text left there changes nothing.
+    mutating func reserve(bytes n: Int) {
+        guard n > capacity else { return }
+        deallocate()
+        self = WordQueue(bytes: max(n, capacity * 2))
     }
 
     func deallocate() {
@@ -487,6 +516,18 @@ struct WordQueue {
     mutating func removeAll() {
         count = 0
         byteCount = 0
+    }
+}
+
+/// The word and queue buffers of one thread's tokenizing, kept between texts (the static
+/// encoder's scratch holds one): with them a text allocates nothing.
+final class TokenizerBuffers {
+    var word = WordBuffer()
+    var queue = WordQueue(bytes: 4096)
+
+    deinit {
+        word.deallocate()
+        queue.deallocate()
     }
 }
 

@@ -284,6 +284,14 @@ public final class Statement {
         guard rc == SQLITE_OK else { throw database.error(rc, sql: sql) }
     }
 
+    /// Binds bytes SQLite does not copy (`SQLITE_STATIC`): they must stay valid until the
+    /// statement has been stepped, and every use of the statement binds them again before its
+    /// step (a reset keeps the binding, pointing at memory that is gone).
+    public func bindUncopiedBlob(_ bytes: UnsafeRawBufferPointer, at index: Int32) throws(DatabaseError) {
+        let rc = sqlite3_bind_blob(handle, index, bytes.baseAddress, Int32(bytes.count), nil)
+        guard rc == SQLITE_OK else { throw database.error(rc, sql: sql) }
+    }
+
     /// Advances; true when a row is available.
     public func step() throws(DatabaseError) -> Bool {
         let rc = sqlite3_step(handle)

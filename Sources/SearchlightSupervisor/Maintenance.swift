@@ -200,7 +200,7 @@ final class Maintenance: Sendable {
         var lastBatchSample = -1, yielded = false
         let n = try store.refineVectors(embed: { texts in
             context.semantic.touch()
-            return encoder.embed(texts, threads: SemanticEngine.refinementThreads)
+            return encoder.embed(texts, threads: SemanticEngine.refinementThreads, meter: context.semantic.refinementWork)
         }, yieldNow: {
             let sample = throttle?.sampleCount ?? -1
             if yieldNow() {

@@ -82,7 +82,9 @@ actor RequestScheduler {
         self.clock = clock
         self.launcher = launcher ?? ProcessLauncher(system: context.config.system, cgroups: context.cgroups, log: context.log)
         waiters = RequestWaiters(events: context.events)
-        throttle = ThrottleController(monitor: LoadMonitor(procRoot: context.config.procRoot, log: context.log),
+        let refinement = context.semantic.refinementWork
+        throttle = ThrottleController(monitor: LoadMonitor(procRoot: context.config.procRoot, log: context.log,
+                ownWork: { refinement.seconds }, now: clock.now),
             marks: context.config.throttleMarks, interval: context.config.loadInterval, now: clock.now)
     }
 
@@ -324,7 +326,8 @@ actor RequestScheduler {
         let p = t.pressure
         log.notice("load throttle changed", ["from": t.from.rawValue, "to": t.to.rawValue,
             "cpu": p.map { String(format: "%.1f", $0.cpu) } ?? "-", "io": p.map { String(format: "%.1f", $0.io) } ?? "-",
-            "memory": p.map { String(format: "%.1f", $0.memory) } ?? "-", "source": p?.source.rawValue ?? "none", "reason": t.reason,
+            "memory": p.map { String(format: "%.1f", $0.memory) } ?? "-", "source": p?.source.rawValue ?? "none",
+            "own": p.map { $0.source == .loadavg ? String(format: "%.2f", $0.own) : "-" } ?? "-", "reason": t.reason,
             "sample": sample])
         var e: [String: JSONValue] = ["state": .string(t.to.rawValue), "from": .string(t.from.rawValue), "reason": .string(t.reason)]
         if let p {

@@ -115,6 +115,10 @@ final class SemanticEngine: @unchecked Sendable {
     /// throttle leaves normal, so the cores it takes are cores nobody else wanted.
     static let refinementThreads = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
 
+    /// The CPU time of refinement's threads, live: without PSI the throttle subtracts its share
+    /// from the load average (`LoadMonitor`, `OwnLoad`), or refinement would throttle itself.
+    let refinementWork = WorkMeter()
+
     /// Refinement is using the transformer: the idle unload waits.
     func touch() { lock.withLock { lastUse = Date() } }
 

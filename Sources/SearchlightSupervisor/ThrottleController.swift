@@ -43,7 +43,7 @@ final class ThrottleController: Sendable {
             return (needed, needed && (m.lastSample.map { now.timeIntervalSince($0) >= interval } ?? true))
         }
         // Read outside the lock: a slow /proc must not hold up status requests.
-        let pressure = due ? monitor.sample() : nil
+        let pressure = due ? monitor.sample(at: now) : nil
         return machine.withLock { m in
             var transition: Throttle.Transition?
             if due {
@@ -66,6 +66,7 @@ final class ThrottleController: Sendable {
             o["io"] = .number(p.io)
             o["memory"] = .number(p.memory)
             o["source"] = .string(p.source.rawValue)
+            if p.source == .loadavg { o["ownLoad"] = .number(p.own) }
         }
         return .object(o)
     }

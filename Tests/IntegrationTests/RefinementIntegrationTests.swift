@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import Synchronization
 import Testing
 import SearchlightKit
 import SearchlightWire
@@ -17,13 +18,13 @@ struct RefinementIntegrationTests {
     static let itemCount = 200
 
     /// Items of a couple of dozen words each, all different.
-    static func items() -> [String] {
+    static func items(count: Int = itemCount) -> [String] {
         let subjects = ["music player", "chess engine", "mail server", "image editor", "text editor", "web browser", "backup tool",
                         "network monitor", "spreadsheet", "photo manager", "video converter", "password manager"]
         let verbs = ["plays", "organizes", "edits", "converts", "checks", "archives", "shares", "renders", "filters", "indexes"]
         let objects = ["audio files and playlists", "games against the computer", "electronic mail between servers", "pictures and drawings",
                        "source code with syntax highlighting", "pages on the internet", "files to remote disks", "traffic on the local network"]
-        return (0..<itemCount).map { i in
+        return (0..<count).map { i in
             let s = subjects[i % subjects.count], v = verbs[(i / 3) % verbs.count], o = objects[(i / 7) % objects.count]
             let text = "A \(s) that \(v) \(o), item \(i)."
             return #"{"uniqueIdentifier":"r\#(i)","attributeSet":{"title":"\#(s.capitalized) \#(i)","contentDescription":"\#(s) \#(i)","textContent":"\#(text)"}}"#
@@ -98,7 +99,7 @@ struct RefinementIntegrationTests {
 
         // Still paused two samples later: nothing refined meanwhile.
         try await Self.until("two more samples", timeout: 30) { try await Self.status(daemon)["throttle"]?["samples"]?.intValue ?? 0 >= pressureSample + 2 }
-        await #expect(try Self.status(daemon)["throttle"]?["state"]?.stringValue == "paused")
+        try await Self.until("paused by the outside load", timeout: 30) { try await Self.status(daemon)["throttle"]?["state"]?.stringValue == "paused" }
         await #expect(try Self.refined(daemon).refined == atPause)
 
         // Idle again: a new run resumes where the unrefined vectors are, and finishes.
@@ -110,5 +111,155 @@ struct RefinementIntegrationTests {
         #expect(finished.contains("yielded=false") && Self.field(finished, "items") == Self.itemCount - atPause, "\(finished)")
         let search = try await runCLI(["search", "com.example.refine", "listen to songs", "--json"], socket: daemon.socket)
         #expect(search.status == 0, "\(search.stderr)")
+    }
+
+    @Test("without PSI: refinement is not stopped by its own threads in the load average, and pauses at the next sample when an outside load shows in it")
+    func loadAverageWithoutPSI() async throws {
+        guard let model = SemanticSearchTests.transformerModel else { return }
+        let dir = TempDir()
+        let proc = dir.path + "/proc"
+        try FileManager.default.createDirectory(atPath: proc, withIntermediateDirectories: true)  // no pressure/
+        let cpus = Double(ProcessInfo.processInfo.activeProcessorCount)
+        // 75 % of every CPU from outside: paused from the start, no maintenance while items come in.
+        try LoadAverageMirror.write(proc, load: 0.75 * cpus)
+        // Throttle marks 10 % (the load average stands for cpu and io): refinement's own threads
+        // pass it within seconds (one busy thread on 2 CPUs is 50 % once the 1-minute average has
+        // caught up, 10 % after 13 s).
+        let mark = 10.0
+        let daemon = try await DaemonProcess(arguments: ["--model-dir", model, "--proc-root", proc, "--load-interval", "0.5",
+            "--resume-after", "0.5", "--idle-after", "0.5", "--maintenance-interval", "1",
+            "--throttle-cpu", "\(Int(mark))", "--throttle-io", "\(Int(mark))"], dir: dir)
+        // Enough for refinement to outlast the wait below on a fast machine.
+        let count = 4000
+        try await SemanticSearchTests.importItems(Self.items(count: count), bundle: "com.example.refine", daemon: daemon, dir: dir) {
+            try await runCLI($0, socket: daemon.socket)
+        }
+        let pid = try #require(daemon.process?.processIdentifier)
+        try await Self.until("paused by the outside load", timeout: 30) { try await Self.status(daemon)["throttle"]?["state"]?.stringValue == "paused" }
+
+        // Idle: refinement starts. From its first refined vectors on, the fake load average is what
+        // the kernel's would be with no other process running: the daemon's own CPU time (real,
+        // from /proc/PID/stat), averaged over a minute as the kernel does.
+        try LoadAverageMirror.write(proc, load: 0)
+        let quiet = daemon.log.count
+        try await Self.until("refinement under way", timeout: 120) { try await Self.refined(daemon).refined > 0 }
+        let mirror = try LoadAverageMirror(proc: proc, pid: pid)
+        defer { mirror.stop() }
+        // The daemon's own load alone is past the throttle mark (by a tenth), refinement still going.
+        try await Self.until("the daemon's own load past the throttle mark", timeout: 180) {
+            guard mirror.own / cpus * 100 < mark * 1.1 else { return true }
+            let status = try await Self.status(daemon)
+            if let throttle = status["throttle"], throttle["state"]?.stringValue != "normal" {
+                throw HarnessError("the daemon throttled itself on its own load (\(mirror.own) threads): \(throttle)")
+            }
+            let r = status["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first?["refined"]?.intValue ?? -1
+            if r == count { throw HarnessError("every item refined before the own load (\(mirror.own)) reached the mark: use more items") }
+            try await Task.sleep(for: .milliseconds(200))
+            return false
+        }
+        let going = try await Self.refined(daemon).refined
+        let throttle = try await #require(try Self.status(daemon)["throttle"])
+        #expect(throttle["state"]?.stringValue == "normal", "\(throttle)")
+        #expect(throttle["source"]?.stringValue == "loadavg", "\(throttle)")
+        #expect(throttle["ownLoad"]?.doubleValue ?? 0 > 0, "\(throttle)")
+        #expect(!daemon.log.dropFirst(quiet).contains { $0.contains("load throttle changed") && $0.contains("from=normal") },
+                "the daemon throttled itself")
+        #expect(!daemon.log.dropFirst(quiet).contains { $0.contains("vectors refined") }, "refinement stopped early")
+        try await Self.until("more refined", timeout: 120) { try await Self.refined(daemon).refined > going }
+
+        // An outside load of 75 % of the CPUs on top: paused at the next sample.
+        let pressure = daemon.log.count
+        try await mirror.set(outside: 0.75 * cpus)
+        let written = try await #require(try Self.status(daemon)["throttle"]?["samples"]?.intValue)
+        let paused = try await daemon.waitForLog("to=paused", after: pressure)
+        #expect(paused.contains("source=loadavg"), "\(paused)")
+        let pressureSample = try #require(Self.field(paused, "sample"), "\(paused)")
+        #expect(pressureSample <= written + 2, "paused at sample \(pressureSample), the load written before sample \(written + 1)")
+        let stopped = try await daemon.waitForLog("vectors refined", after: pressure, timeout: 120)
+        #expect(stopped.contains("yielded=true"), "\(stopped)")
+        let lastBatch = try #require(Self.field(stopped, "last_batch_sample"), "\(stopped)")
+        #expect(lastBatch >= 0 && lastBatch < pressureSample, "last batch began at sample \(lastBatch); pressure seen at \(pressureSample)")
+        let atPause = try await Self.refined(daemon).refined
+        #expect(atPause > going && atPause < count, "\(atPause) refined when it yielded")
+    }
+}
+
+/// A fake kernel's `loadavg` for a fake `/proc` without PSI: every 100 ms, the daemon's CPU time
+/// (its real `/proc/PID/stat`) as a rate, averaged with the kernel's 1-minute time constant (the
+/// runnable threads of a machine where nothing else waits for a CPU), plus a chosen outside load.
+final class LoadAverageMirror: @unchecked Sendable {
+    // @unchecked: the thread is joined through `done` before the object goes.
+    private struct State {
+        var outside = 0.0
+        var own = 0.0
+        var writes = 0
+        var stopping = false
+    }
+
+    private let state = Mutex(State())
+    private let done = DispatchSemaphore(value: 0)
+    let proc: String
+    let pid: Int32
+
+    static func write(_ proc: String, load: Double) throws {
+        try String(format: "%.2f 0.00 0.00 1/300 4242\n", load).write(toFile: proc + "/loadavg", atomically: true, encoding: .utf8)
+    }
+
+    /// utime + stime of `pid`, in seconds.
+    static func cpuSeconds(_ pid: Int32) throws -> Double {
+        let text = try String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8)
+        guard let close = text.lastIndex(of: ")") else { throw HarnessError("unreadable /proc/\(pid)/stat") }
+        let fields = text[text.index(after: close)...].split(separator: " ")
+        // After the name: state is field 3, utime 14 and stime 15 (fields[0] is the state).
+        guard fields.count > 12, let user = Double(fields[11]), let system = Double(fields[12]) else {
+            throw HarnessError("unreadable /proc/\(pid)/stat")
+        }
+        return (user + system) / Double(sysconf(Int32(_SC_CLK_TCK)))
+    }
+
+    init(proc: String, pid: Int32) throws {
+        self.proc = proc
+        self.pid = pid
+        let first = try Self.cpuSeconds(pid), start = Date()
+        let thread = Thread { [self] in
+            var last = first, at = start
+            while !state.withLock({ $0.stopping }) {
+                usleep(100_000)
+                guard let now = try? Self.cpuSeconds(pid) else { break }
+                let t = Date(), dt = t.timeIntervalSince(at)
+                let decay = exp(-dt / 60)
+                let (own, outside) = state.withLock { s in
+                    s.own = s.own * decay + max(0, now - last) / dt * (1 - decay)
+                    return (s.own, s.outside)
+                }
+                last = now
+                at = t
+                try? Self.write(proc, load: own + outside)
+                state.withLock { $0.writes += 1 }
+            }
+            done.signal()
+        }
+        thread.start()
+    }
+
+    /// The daemon's own load as last written.
+    var own: Double { state.withLock { $0.own } }
+
+    /// Sets the outside load and returns once a file with it is written.
+    func set(outside: Double) async throws {
+        let before = state.withLock { s in
+            s.outside = outside
+            return s.writes
+        }
+        let deadline = Date().addingTimeInterval(30)
+        while state.withLock({ $0.writes }) < before + 2 {
+            guard Date() < deadline else { throw HarnessError("the load average mirror stopped writing") }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
+    func stop() {
+        guard !state.withLock({ s in defer { s.stopping = true }; return s.stopping }) else { return }
+        done.wait()
     }
 }

@@ -58,6 +58,27 @@ struct StoreVectorTests {
         #expect(try f.storedVectors() == 0)
     }
 
+    @Test("the stored BLOB of a donated item is exactly the quantised static vector of its title, description and text")
+    func storedBytes() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        // A second donation on the same writer: every row is bound afresh, none keeps the last one's bytes.
+        try f.donate(try f.item("empty", ["title": "", "textContent": ""]), try f.item("short", ["title": "ab"]))
+        let rows = try f.store.read { db in
+            try db.rows("SELECT i.title, i.contentDescription, i.textContent, v.vector FROM items i JOIN item_vectors v ON v.rowid = i.rowid")
+        }
+        #expect(rows.count == 6)
+        for row in rows {
+            let text = [row.string(0), row.string(1), row.string(2)].compactMap { $0?.isEmpty == false ? $0 : nil }.joined(separator: ". ")
+            let expected = QuantizedVector(staticEncoder.embed(text)).blob
+            guard case .blob(let stored) = row.values[3] else {
+                Issue.record("no BLOB for \(text)")
+                continue
+            }
+            #expect(stored == expected, "\(text.prefix(40))")
+        }
+    }
+
     @Test("a store without an encoder writes no vectors and answers lexically")
     func noEncoder() throws {
         let f = try StoreFixture()
