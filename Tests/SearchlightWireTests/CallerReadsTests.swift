@@ -7,7 +7,9 @@ import Testing
 /// role passes between the reader thread and one caller at a time, and nothing the peer sends is
 /// lost, reordered or handled on a caller's thread. Each test waits on events (a request
 /// received, the role's state, a handler run), never on timing: the waits that bound a caller are
-/// set to a minute where the test needs them not to expire, or to 50 ms where it needs them to.
+/// set to a minute where the test needs them not to expire, or to 50 ms where it needs them to,
+/// and the linger (after which the reader thread takes the role back by itself) to ten minutes,
+/// longer than any wait here: what the thread must do at once, it cannot do late and pass.
 /// Serialized: a caller given a minute holds a thread of the cooperative pool while it reads, and
 /// two such tests at once could hold the whole pool, each waiting for a task of the other.
 @Suite("RPC connection: callers reading their own answers", .serialized)
@@ -60,6 +62,8 @@ struct CallerReadsTests {
 
         func write(_ text: String) throws { try socket.writeAll(Array(text.utf8)) }
 
+        var received: [(id: Int, method: String)] { condition.withLock { requests } }
+
         /// Waits (off the pool) until `count` requests came.
         func waitForRequests(_ count: Int) async -> [(id: Int, method: String)] {
             await offPool { [self] in
@@ -111,14 +115,20 @@ struct CallerReadsTests {
     @Test("a call reads its own answer on its own thread, and the next one takes the free role without waking the reader")
     func callerReadsItsAnswer() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 60))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600))
         let reader = ReaderThread()
         connection.start(name: Self.readerName, onMessage: Self.trackingReader(reader))
         defer { connection.close() }
-        let peer = Peer(theirs) { received in Array(Self.answer(received.last!.id, #"{"ok":true}"#).utf8) }
+        // The first answer only once the caller holds the role (else the reader thread, still
+        // holding it, may read the answer first: then it resumes the caller as before).
+        let peer = Peer(theirs) { received in received.count == 1 ? nil : Array(Self.answer(received.last!.id, #"{"ok":true}"#).utf8) }
         try await Self.learnReader(reader, peer)
+        let first = Task { try await Self.decodedOnReader(connection, reader, "test.one") }
+        #expect(await Self.waitUntil({ connection.readRole?.current.holder == .caller && peer.received.count == 1 },
+                                     then: { try? peer.write(Self.answer(peer.received[0].id, "{}")) }))
+        #expect(try await !first.value)
         for round in 1...3 {
-            #expect(try await !Self.decodedOnReader(connection, reader, "test.one"))
+            if round > 1 { #expect(try await !Self.decodedOnReader(connection, reader, "test.one")) }
             let state = try #require(connection.readRole?.current)
             // Free for the linger (a minute here): the next call takes it with no hand-over.
             #expect(state.holder == .free)
@@ -130,7 +140,7 @@ struct CallerReadsTests {
     @Test("notifications arriving while a caller reads are handled on the reader thread, in order, and the calls get their answers")
     func notificationsDuringACallersRead() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 60))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600))
         let seen = Mutex<[String]>([])
         let reader = ReaderThread()
         connection.start(name: Self.readerName, onMessage: Self.trackingReader(reader) { message in
@@ -158,7 +168,7 @@ struct CallerReadsTests {
     @Test("two callers racing for the read both get their own answers, in whatever order they come")
     func twoCallersRace() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 60))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600))
         connection.start(name: Self.readerName, onMessage: { _, _ in })
         defer { connection.close() }
         // Both requests in before any answer (one caller reads, the other waits), then both
@@ -182,7 +192,7 @@ struct CallerReadsTests {
     @Test("the peer closing while a caller reads fails the call and closes the connection")
     func peerClosesDuringACallersRead() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 60))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600))
         let reason = Mutex<RPCConnection.CloseReason?>(nil)
         connection.start(name: Self.readerName, onMessage: { _, _ in }, onClose: { _, r in reason.withLock { $0 = r } })
         let peer = Peer(theirs) { _ in nil }
@@ -204,7 +214,7 @@ struct CallerReadsTests {
     @Test("closing the connection while a caller reads fails the call")
     func localCloseDuringACallersRead() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 60))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600))
         let reason = Mutex<RPCConnection.CloseReason?>(nil)
         connection.start(name: Self.readerName, onMessage: { _, _ in }, onClose: { _, r in reason.withLock { $0 = r } })
         let peer = Peer(theirs) { _ in nil }
@@ -220,7 +230,7 @@ struct CallerReadsTests {
     @Test("when a caller's bounded wait expires, the reader thread takes the read over and delivers the answer")
     func boundedWaitExpires() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 0.05, linger: 60))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 0.05, linger: 600))
         let reader = ReaderThread()
         connection.start(name: Self.readerName, onMessage: Self.trackingReader(reader))
         defer { connection.close() }
@@ -238,7 +248,7 @@ struct CallerReadsTests {
     @Test("a call cancelled after its bounded wait fails with CancellationError, and the connection stays usable")
     func cancelledAfterTheWait() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 0.05, linger: 60))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 0.05, linger: 600))
         connection.start(name: Self.readerName, onMessage: { _, _ in })
         defer { connection.close() }
         let peer = Peer(theirs) { received in
