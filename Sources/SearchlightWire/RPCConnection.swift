@@ -147,10 +147,14 @@ public final class RPCConnection: @unchecked Sendable {
         /// takes it again (`ReadRole.linger`): the most a notification arriving just after a call
         /// waits; calls that follow one another closer than this never wake the reader thread.
         public var linger: TimeInterval
+        /// The token a caller takes before it reads: `CallerReaders.process` (one caller reading
+        /// per process); tests give a connection its own.
+        public var readers: CallerReaders
 
-        public init(waitSeconds: TimeInterval, linger: TimeInterval) {
+        public init(waitSeconds: TimeInterval, linger: TimeInterval, readers: CallerReaders = .process) {
             self.waitSeconds = waitSeconds
             self.linger = linger
+            self.readers = readers
         }
 
         /// 2 ms (a term query's answer takes 0.1-0.2 ms, a hybrid user query's about 1 ms), 5 ms.
@@ -178,7 +182,7 @@ public final class RPCConnection: @unchecked Sendable {
         writer = DispatchQueue(label: "rpc.writer")
         frames = FrameDecoder(maxFrameBytes: maxFrameBytes)
         let callerReads = incompleteFrameTimeout == nil ? callerReads : nil
-        readRole = callerReads.map { ReadRole(linger: $0.linger) }
+        readRole = callerReads.map { ReadRole(linger: $0.linger, readers: $0.readers) }
         callerReadSeconds = callerReads?.waitSeconds ?? 0
         callerChunk = .allocate(byteCount: callerReads == nil ? 0 : 64 * 1024, alignment: 1)
     }

@@ -19,21 +19,9 @@ import Synchronization
 final class ReadRole: @unchecked Sendable {
     enum Holder: Equatable { case thread, caller, free, retired }
 
-    /// At most one caller in the process reads at a time, whatever the number of connections: a
-    /// caller reading holds a thread of Swift's cooperative pool (one per core) while the peer
-    /// works, and several at once starved the pool (`make test`'s in-process run: suites past
-    /// their time limits). A call that does not get it waits as before.
-    private static let processReader = Mutex(false)
-
-    private static func takeProcessReader() -> Bool {
-        processReader.withLock { taken in
-            if taken { return false }
-            taken = true
-            return true
-        }
-    }
-
-    private static func giveProcessReader() { processReader.withLock { $0 = false } }
+    /// Taken by a caller before the role (`RPCConnection.CallerReads.readers`): one per process
+    /// in the SDK, so that one caller at a time reads, whatever the number of connections.
+    let readers: CallerReaders
 
     /// How long the role stays free after a caller gave it back before the reader thread takes it.
     let linger: TimeInterval
@@ -48,8 +36,9 @@ final class ReadRole: @unchecked Sendable {
     private var wakeRead: Int32 = -1
     private var wakeWrite: Int32 = -1
 
-    init(linger: TimeInterval) {
+    init(linger: TimeInterval, readers: CallerReaders) {
         self.linger = linger
+        self.readers = readers
         var fds: [Int32] = [-1, -1]
         // Without one (out of descriptors), the reader thread keeps the role: calls work as before.
         // A socket pair rather than a pipe: close-on-exec from the start (no `pipe2` here).
@@ -150,9 +139,9 @@ final class ReadRole: @unchecked Sendable {
     /// it up and waiting at most `seconds` for that. False when another caller holds it, the
     /// thread did not give it up in time, or the role is retired.
     func callerAcquire(within seconds: TimeInterval) -> Bool {
-        guard Self.takeProcessReader() else { return false }
+        guard readers.take() else { return false }
         if acquire(within: seconds) { return true }
-        Self.giveProcessReader()
+        readers.give()
         return false
     }
 
@@ -187,9 +176,9 @@ final class ReadRole: @unchecked Sendable {
     /// A caller gives the role back; `threadNeeded`: the reader thread must take it now (frames
     /// or calls wait for it, or the caller met the stream's end), not after the linger.
     func callerRelease(threadNeeded needed: Bool) {
-        defer { Self.giveProcessReader() }
         condition.withLock {
             guard holder == .caller else { return }
+            readers.give()
             holder = .free
             releases += 1
             releasedAt = Date()
@@ -209,4 +198,27 @@ final class ReadRole: @unchecked Sendable {
             condition.broadcast()
         }
     }
+}
+
+/// Callers allowed to read their own answers at once, across connections (one). A caller reading
+/// holds a thread of Swift's cooperative pool (one per core) while the peer works, and several at
+/// once starved it (`make test`'s in-process run: suites past their time limits); a call that
+/// does not get the token waits as before, resumed by the reader thread.
+public final class CallerReaders: Sendable {
+    private let taken = Mutex(false)
+
+    public init() {}
+
+    /// The process's: every SDK connection shares it.
+    public static let process = CallerReaders()
+
+    func take() -> Bool {
+        taken.withLock { taken in
+            if taken { return false }
+            taken = true
+            return true
+        }
+    }
+
+    func give() { taken.withLock { $0 = false } }
 }

@@ -115,7 +115,7 @@ struct CallerReadsTests {
     @Test("a call reads its own answer on its own thread, and the next one takes the free role without waking the reader")
     func callerReadsItsAnswer() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, readers: CallerReaders()))
         let reader = ReaderThread()
         connection.start(name: Self.readerName, onMessage: Self.trackingReader(reader))
         defer { connection.close() }
@@ -140,7 +140,7 @@ struct CallerReadsTests {
     @Test("notifications arriving while a caller reads are handled on the reader thread, in order, and the calls get their answers")
     func notificationsDuringACallersRead() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, readers: CallerReaders()))
         let seen = Mutex<[String]>([])
         let reader = ReaderThread()
         connection.start(name: Self.readerName, onMessage: Self.trackingReader(reader) { message in
@@ -168,7 +168,7 @@ struct CallerReadsTests {
     @Test("two callers racing for the read both get their own answers, in whatever order they come")
     func twoCallersRace() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, readers: CallerReaders()))
         connection.start(name: Self.readerName, onMessage: { _, _ in })
         defer { connection.close() }
         // Both requests in before any answer (one caller reads, the other waits), then both
@@ -192,7 +192,7 @@ struct CallerReadsTests {
     @Test("the peer closing while a caller reads fails the call and closes the connection")
     func peerClosesDuringACallersRead() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, readers: CallerReaders()))
         let reason = Mutex<RPCConnection.CloseReason?>(nil)
         connection.start(name: Self.readerName, onMessage: { _, _ in }, onClose: { _, r in reason.withLock { $0 = r } })
         let peer = Peer(theirs) { _ in nil }
@@ -214,7 +214,7 @@ struct CallerReadsTests {
     @Test("closing the connection while a caller reads fails the call")
     func localCloseDuringACallersRead() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, readers: CallerReaders()))
         let reason = Mutex<RPCConnection.CloseReason?>(nil)
         connection.start(name: Self.readerName, onMessage: { _, _ in }, onClose: { _, r in reason.withLock { $0 = r } })
         let peer = Peer(theirs) { _ in nil }
@@ -230,7 +230,7 @@ struct CallerReadsTests {
     @Test("when a caller's bounded wait expires, the reader thread takes the read over and delivers the answer")
     func boundedWaitExpires() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 0.05, linger: 600))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 0.05, linger: 600, readers: CallerReaders()))
         let reader = ReaderThread()
         connection.start(name: Self.readerName, onMessage: Self.trackingReader(reader))
         defer { connection.close() }
@@ -248,7 +248,7 @@ struct CallerReadsTests {
     @Test("a call cancelled after its bounded wait fails with CancellationError, and the connection stays usable")
     func cancelledAfterTheWait() async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 0.05, linger: 600))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 0.05, linger: 600, readers: CallerReaders()))
         connection.start(name: Self.readerName, onMessage: { _, _ in })
         defer { connection.close() }
         let peer = Peer(theirs) { received in
@@ -260,6 +260,31 @@ struct CallerReadsTests {
         call.cancel()
         await #expect(throws: CancellationError.self) { _ = try await call.value }
         #expect(try await connection.call("test.ok") == 7)
+    }
+
+    @Test("while one caller reads, a call on another connection sharing its token is read by that connection's thread")
+    func oneCallerReadsAcrossConnections() async throws {
+        let readers = CallerReaders()
+        let (mine1, theirs1) = try UnixSocket.pair()
+        let (mine2, theirs2) = try UnixSocket.pair()
+        let first = RPCConnection(socket: mine1, callerReads: .init(waitSeconds: 60, linger: 600, readers: readers))
+        let second = RPCConnection(socket: mine2, callerReads: .init(waitSeconds: 60, linger: 600, readers: readers))
+        let reader2 = ReaderThread()
+        first.start(name: Self.readerName, onMessage: { _, _ in })
+        second.start(name: Self.readerName, onMessage: Self.trackingReader(reader2))
+        defer {
+            first.close()
+            second.close()
+        }
+        let peer1 = Peer(theirs1) { _ in nil }
+        let peer2 = Peer(theirs2) { received in Array(Self.answer(received.last!.id, "{}").utf8) }
+        try await Self.learnReader(reader2, peer2)
+        let held = Task { try await first.call("test.held") }
+        #expect(await Self.waitUntil { first.readRole?.current.holder == .caller && peer1.received.count == 1 })
+        // The token is taken: this call waits as before, and its connection's thread reads.
+        #expect(try await Self.decodedOnReader(second, reader2, "test.other"))
+        try peer1.write(Self.answer(peer1.received[0].id, "1"))
+        #expect(try await held.value == 1)
     }
 
     @Test("the frame decoder gives back the frame it returned last, and the ones after it follow")
