@@ -156,7 +156,10 @@ public actor SearchlightConnection {
             connection = RPCConnection(socket: UnixSocket(fd: fd))
         } else {
             do {
-                connection = try RPCConnection.connect(path: socketPath)
+                // An app's, the CLI's or the desktop's calls read their own answers (RPCConnection's
+                // `callerReads`): a call's one wake-up is its own thread's. An extension's
+                // (never reconnected) serves the daemon's requests on its reader thread, as before.
+                connection = try RPCConnection.connect(path: socketPath, callerReads: reconnects ? .standard : nil)
             } catch {
                 throw SearchlightError(.remoteConnection,
                     "cannot reach searchlightd at \(socketPath) (\(error)); start it (`make run`, or `systemctl --user start searchlightd`) or set SEARCHLIGHT_SOCKET")

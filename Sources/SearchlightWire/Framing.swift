@@ -20,6 +20,8 @@ public struct FrameDecoder: Sendable {
     private var start = 0
     /// Where to continue looking for a newline (bytes before it have none).
     private var scanned = 0
+    /// Where the frame `next` returned last began (for `putBackLastFrame`).
+    private var lastFrameStart: Int?
 
     public init(maxFrameBytes: Int = 16 << 20) {
         self.maxFrameBytes = maxFrameBytes
@@ -57,6 +59,7 @@ public struct FrameDecoder: Sendable {
             if found - start > maxFrameBytes { throw .frameTooLarge(limit: maxFrameBytes) }
             if lineEnd > start, buffer[lineEnd - 1] == 0x0D { lineEnd -= 1 }
             let frame = buffer[start..<lineEnd]
+            lastFrameStart = start
             start = found + 1
             scanned = start
             if frame.isEmpty { continue }
@@ -64,7 +67,17 @@ public struct FrameDecoder: Sendable {
         }
     }
 
+    /// Makes the frame `next` returned last the next one again (a reader that does not handle it
+    /// leaves it, and what follows, to another). Only right after `next` returned that frame.
+    public mutating func putBackLastFrame() {
+        guard let from = lastFrameStart else { return }
+        start = from
+        scanned = from
+        lastFrameStart = nil
+    }
+
     private mutating func compact() {
+        lastFrameStart = nil
         if start > 0 && (start >= buffer.count || start > 64 * 1024) {
             buffer.removeFirst(start)
             scanned -= start

@@ -127,21 +127,71 @@ public final class RPCConnection: @unchecked Sendable {
     private var idlePolicy: IdlePolicy?
     /// The reason the peer gave in a `$/closing` notification before it closed the connection.
     private var announcedClose: String?
+    /// The frames read so far: used by whoever holds the read role (only the reader thread
+    /// without `callerReads`).
+    private var frames: FrameDecoder
+    /// With `callerReads`: who reads the socket (see `ReadRole`).
+    let readRole: ReadRole?
+    /// How the stream ended when a caller reading its own answer met its end (the reader thread
+    /// closes the connection for it, as if it had read that itself).
+    private var callerReadEnd: ReadEnd?
+    enum ReadEnd { case eof, error(String) }
+
+    /// Calls that read their own answers (see `init`).
+    public struct CallerReads: Sendable {
+        /// How long a call waits on its own thread for its answer (then the reader thread takes
+        /// over and the caller's task is resumed as before): a thread of Swift's cooperative pool
+        /// is never held longer than this, nor for the reader thread to give the socket up.
+        public var waitSeconds: TimeInterval
+        /// How long the read role stays free after a call gave it back before the reader thread
+        /// takes it again (`ReadRole.linger`): the most a notification arriving just after a call
+        /// waits; calls that follow one another closer than this never wake the reader thread.
+        public var linger: TimeInterval
+        /// The token a caller takes before it reads: `CallerReaders.process` (one caller reading
+        /// per process); tests give a connection its own.
+        public var readers: CallerReaders
+
+        public init(waitSeconds: TimeInterval, linger: TimeInterval, readers: CallerReaders = .process) {
+            self.waitSeconds = waitSeconds
+            self.linger = linger
+            self.readers = readers
+        }
+
+        /// 2 ms (a term query's answer takes 0.1-0.2 ms, a hybrid user query's about 1 ms), 5 ms.
+        public static let standard = CallerReads(waitSeconds: 0.002, linger: 0.005)
+    }
+    /// Set with `callerReads`.
+    let callerReadSeconds: TimeInterval
+    /// What a caller holding the read role reads into (one at a time: the role is exclusive).
+    private let callerChunk: UnsafeMutableRawBufferPointer
 
     /// `outboxLimit` defaults to waiting for room past one largest frame plus 1 MiB.
+    ///
+    /// `callerReads` (the SDK's calls): a call that finds no other caller reading waits for its
+    /// answer on its own thread, for at most `waitSeconds`, instead of the reader thread waking
+    /// and resuming it on another thread (one wake-up per call on this side where there were
+    /// two). Not with an idle policy or a receive timeout (the daemon's side): those are the
+    /// reader thread's, and callers do not keep its clock.
     public init(socket: UnixSocket, maxFrameBytes: Int = 16 << 20, maxDepth: Int = 128, incompleteFrameTimeout: Int? = nil,
-                outboxLimit: OutboxLimit? = nil) {
+                outboxLimit: OutboxLimit? = nil, callerReads: CallerReads? = nil) {
         self.socket = socket
         self.maxFrameBytes = maxFrameBytes
         self.maxDepth = maxDepth
         self.incompleteFrameTimeout = incompleteFrameTimeout
         self.outboxLimit = outboxLimit ?? .wait(bytes: maxFrameBytes + (1 << 20))
         writer = DispatchQueue(label: "rpc.writer")
+        frames = FrameDecoder(maxFrameBytes: maxFrameBytes)
+        let callerReads = incompleteFrameTimeout == nil ? callerReads : nil
+        readRole = callerReads.map { ReadRole(linger: $0.linger, readers: $0.readers) }
+        callerReadSeconds = callerReads?.waitSeconds ?? 0
+        callerChunk = .allocate(byteCount: callerReads == nil ? 0 : 64 * 1024, alignment: 1)
     }
 
+    deinit { callerChunk.deallocate() }
+
     /// Connects to the daemon's socket.
-    public static func connect(path: String, maxFrameBytes: Int = 16 << 20) throws -> RPCConnection {
-        RPCConnection(socket: try UnixSocket.connect(path: path), maxFrameBytes: maxFrameBytes)
+    public static func connect(path: String, maxFrameBytes: Int = 16 << 20, callerReads: CallerReads? = nil) throws -> RPCConnection {
+        RPCConnection(socket: try UnixSocket.connect(path: path), maxFrameBytes: maxFrameBytes, callerReads: callerReads)
     }
 
     public var isClosed: Bool { lock.withLock { closed != nil } }
@@ -175,14 +225,47 @@ public final class RPCConnection: @unchecked Sendable {
     }
 
     private func readLoop(onMessage: MessageHandler) -> CloseReason {
-        var decoder = FrameDecoder(maxFrameBytes: maxFrameBytes)
         let chunk = UnsafeMutableRawBufferPointer.allocate(byteCount: 64 * 1024, alignment: 1)
         defer { chunk.deallocate() }
         // When the unfinished frame in the decoder began: a trickle of bytes does not reset it.
         var partialSince: Date?
         var malformed = 0
         let closedHere = { [self] () -> CloseReason in lock.withLock { closeReason ?? .closedLocally } }
+        // Handles the whole frames buffered; a reason when the connection must close.
+        func handleFrames() -> CloseReason? {
+            do {
+                while let frame = try frames.next() {
+                    partialSince = nil
+                    if dispatch(frame, onMessage: onMessage) {
+                        malformed = 0
+                    } else {
+                        malformed += 1
+                        if malformed >= Self.maxMalformedFramesInARow { return .malformedFrames(count: malformed) }
+                    }
+                    if lock.withLock({ closeRequested }) { return closedHere() }
+                }
+            } catch {
+                switch error {
+                case .frameTooLarge(let limit): return .frameTooLarge(limit: limit)
+                }
+            }
+            return nil
+        }
         while true {
+            if let readRole {
+                // A caller may have held the role: what it left (a frame it does not handle and
+                // those after it, bytes of a frame) is this thread's, in order, before any read.
+                guard readRole.threadAcquire() else { return closedHere() }
+                if let reason = handleFrames() { return reason }
+                if let end = lock.withLock({ callerReadEnd }) {
+                    if lock.withLock({ closeRequested }) { return closedHere() }
+                    switch end {
+                    case .eof: return .peerClosed
+                    case .error(let e): return .readError(e)
+                    }
+                }
+                if !readRole.threadWaitReadable(socket.fd) { continue }
+            }
             let n: Int
             do {
                 n = try socket.read(into: chunk)
@@ -194,31 +277,16 @@ public final class RPCConnection: @unchecked Sendable {
             if n == 0 { return lock.withLock { closeRequested } ? closedHere() : .peerClosed }
             if n > 0 {
                 lock.withLock { lastActivity = Date() }
-                decoder.append(UnsafeRawBufferPointer(rebasing: chunk[0..<n]))
-                do {
-                    while let frame = try decoder.next() {
-                        partialSince = nil
-                        if dispatch(frame, onMessage: onMessage) {
-                            malformed = 0
-                        } else {
-                            malformed += 1
-                            if malformed >= Self.maxMalformedFramesInARow { return .malformedFrames(count: malformed) }
-                        }
-                        if lock.withLock({ closeRequested }) { return closedHere() }
-                    }
-                } catch {
-                    switch error {
-                    case .frameTooLarge(let limit): return .frameTooLarge(limit: limit)
-                    }
-                }
+                frames.append(UnsafeRawBufferPointer(rebasing: chunk[0..<n]))
+                if let reason = handleFrames() { return reason }
             }
-            if n < 0, decoder.pendingByteCount == 0, let seconds = idleFor() {
+            if n < 0, frames.pendingByteCount == 0, let seconds = idleFor() {
                 // Announced first, so that a peer which sent a call meanwhile (never read now)
                 // knows it was not processed and may send it again.
                 try? send(.notification(method: Method.closing, params: ["reason": "idle", "seconds": .number(Double(seconds))]))
                 return .idle(seconds: seconds)
             }
-            if decoder.pendingByteCount == 0 {
+            if frames.pendingByteCount == 0 {
                 partialSince = nil
             } else if let seconds = incompleteFrameTimeout {
                 let since = partialSince ?? Date()
@@ -273,6 +341,8 @@ public final class RPCConnection: @unchecked Sendable {
     }
 
     private func finish(_ reason: CloseReason) {
+        // No caller reads from now on (the thread held the role to get here).
+        readRole?.retire()
         let (waiting, calls): ([Waiter], [SubmittedCall]) = lock.withLock {
             if closed == nil { closed = reason }
             defer {
@@ -491,34 +561,101 @@ public final class RPCConnection: @unchecked Sendable {
     }
 
     private func perform(_ method: String, _ params: JSONValue, decode: Waiter.Decode?) async throws -> any Sendable {
-        let id: RPCID = lock.withLock {
+        let waiter = Waiter(decode: decode, maxDepth: maxDepth)
+        let (id, closedReason): (RPCID, CloseReason?) = lock.withLock {
             defer { nextID += 1 }
-            return .number(nextID)
+            let id = RPCID.number(nextID)
+            if closed == nil { pending[id] = waiter }
+            return (id, closed)
+        }
+        if let closedReason {
+            throw SearchlightError(.remoteConnection, "the connection is closed (\(closedReason)); reconnect")
+        }
+        do {
+            // Written at once when the socket takes it, else queued: never waits here.
+            try send(.request(id: id, method: method, params: params))
+        } catch {
+            if let c = lock.withLock({ pending.removeValue(forKey: id) }) {
+                c.fail(SearchlightError(.remoteConnection, "could not send \(method): \(error)"))
+            }
+        }
+        if let readRole, !waiter.isDone {
+            if readRole.callerAcquire(within: callerReadSeconds) {
+                readOwnAnswer(waiter, role: readRole)
+            } else {
+                // Another caller reads (it hands over when done) or the thread does.
+                readRole.needThread()
+            }
         }
         return try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<any Sendable, any Error>) in
-                let closedReason: CloseReason? = lock.withLock {
-                    if closed == nil { pending[id] = Waiter(continuation: continuation, decode: decode, maxDepth: maxDepth) }
-                    return closed
-                }
-                if let closedReason {
-                    continuation.resume(throwing: SearchlightError(.remoteConnection, "the connection is closed (\(closedReason)); reconnect"))
-                    return
-                }
-                do {
-                    // Queued, never written here: the caller may be on the cooperative pool.
-                    try send(.request(id: id, method: method, params: params))
-                } catch {
-                    if let c = lock.withLock({ pending.removeValue(forKey: id) }) {
-                        c.fail(SearchlightError(.remoteConnection, "could not send \(method): \(error)"))
-                    }
-                }
-            }
+            try await waiter.value()
         } onCancel: {
             if let c = lock.withLock({ pending.removeValue(forKey: id) }) {
                 c.fail(CancellationError())
             }
         }
+    }
+
+    /// Holding the read role, reads the socket on the calling thread until `waiter`'s answer is
+    /// in, for at most `callerReadSeconds`, then gives the role back. Answers to other calls are
+    /// delivered on the way (as the reader thread would); at the first frame that is not an
+    /// answer (a notification, a request, a malformed frame) it stops, and leaves that frame and
+    /// the rest to the reader thread, so that the handler sees them on that thread, in order.
+    private func readOwnAnswer(_ waiter: Waiter, role: ReadRole) {
+        let deadline = Date().addingTimeInterval(callerReadSeconds)
+        var handBack = false
+        let fd = socket.fd
+        reading: while !waiter.isDone {
+            do {
+                while let frame = try frames.next() {
+                    guard dispatchAnswer(frame) else {
+                        frames.putBackLastFrame()
+                        handBack = true
+                        break reading
+                    }
+                    if waiter.isDone { break reading }
+                }
+            } catch {
+                // Too large a frame: the reader thread meets it again and closes the connection.
+                handBack = true
+                break
+            }
+            let left = deadline.timeIntervalSinceNow
+            guard left > 0 else { break }
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let rc = poll(&pfd, 1, Int32(max(1, (left * 1000).rounded(.up))))
+            if rc < 0, errno == EINTR { continue }
+            if rc == 0 { continue } // the deadline is checked above
+            let n: Int
+            do {
+                n = try socket.read(into: callerChunk)
+            } catch is UnixSocket.ReceiveTimeout {
+                continue
+            } catch {
+                lock.withLock { callerReadEnd = .error("\(error)") }
+                handBack = true
+                break
+            }
+            if n == 0 {
+                lock.withLock { callerReadEnd = .eof }
+                handBack = true
+                break
+            }
+            frames.append(UnsafeRawBufferPointer(rebasing: callerChunk[0..<n]))
+        }
+        let waiting = lock.withLock { !pending.isEmpty || !submitted.isEmpty }
+        role.callerRelease(threadNeeded: handBack || waiting || frames.pendingByteCount > 0)
+    }
+
+    /// A caller's read: delivers `frame` when it is an answer to a call (true); false for any
+    /// other frame, left to the reader thread.
+    private func dispatchAnswer(_ frame: ArraySlice<UInt8>) -> Bool {
+        if deliverDecoded(frame) { return true }
+        guard case .response(let id, let result)? = try? RPCMessage.decode(frame, maxDepth: maxDepth) else { return false }
+        let (waiter, call) = lock.withLock { (pending.removeValue(forKey: id), submitted.removeValue(forKey: id)) }
+        call?.complete(result.mapError { $0 as any Error })
+        waiter?.resume(result)
+        return true
     }
 
     /// A success answer to a call that reads its result itself (`call(_:_:decode:)`), delivered
@@ -568,6 +705,8 @@ public final class RPCConnection: @unchecked Sendable {
             _ = lock.withLock { submitted.removeValue(forKey: id) }
             throw SearchlightError(.remoteConnection, "could not send \(method): \(error)")
         }
+        // Its answer is read by the reader thread (or a caller reading meanwhile).
+        readRole?.needThread()
         return call
     }
 
@@ -588,6 +727,8 @@ public final class RPCConnection: @unchecked Sendable {
     }
 
     private func shutdownAfterFlush() {
+        // A reader thread lingering after a caller's read is needed to see the close.
+        readRole?.needThread()
         outboxCondition.lock()
         let flushing = writerRunning
         if flushing { shutdownWhenFlushed = true }
@@ -638,24 +779,79 @@ public final class SubmittedCall: Sendable {
     }
 }
 
-/// A call waiting for its answer: the caller's continuation, and how its result is read.
-private struct Waiter {
+/// A call waiting for its answer, and how its result is read. The answer may come before the
+/// caller waits for it (read by the caller itself, or by the reader thread while the caller was
+/// still sending): it is kept until `value()` takes it.
+final class Waiter: Sendable {
     typealias Decode = @Sendable (UnsafeBufferPointer<UInt8>) throws -> any Sendable
-    let continuation: CheckedContinuation<any Sendable, any Error>
     /// Reads the result from the answer's bytes; nil: the result as a `JSONValue`.
     let decode: Decode?
     let maxDepth: Int
+    private enum State {
+        case waiting
+        case suspended(CheckedContinuation<any Sendable, any Error>)
+        case done(Result<any Sendable, any Error>)
+        case taken
+    }
+    private let state = Mutex<State>(.waiting)
+
+    init(decode: Decode?, maxDepth: Int) {
+        self.decode = decode
+        self.maxDepth = maxDepth
+    }
+
+    var isDone: Bool {
+        state.withLock { if case .waiting = $0 { false } else if case .suspended = $0 { false } else { true } }
+    }
+
+    /// The answer: at once when it is in, else once it comes.
+    func value() async throws -> any Sendable {
+        let ready: Result<any Sendable, any Error>? = state.withLock { state in
+            guard case .done(let result) = state else { return nil }
+            state = .taken
+            return result
+        }
+        if let ready { return try ready.get() }
+        return try await withCheckedThrowingContinuation { continuation in
+            let ready: Result<any Sendable, any Error>? = state.withLock { state in
+                guard case .done(let result) = state else {
+                    state = .suspended(continuation)
+                    return nil
+                }
+                state = .taken
+                return result
+            }
+            if let ready { continuation.resume(with: ready) }
+        }
+    }
+
+    /// The first result wins; later ones (a cancellation after the answer) are dropped.
+    private func complete(_ result: Result<any Sendable, any Error>) {
+        let continuation: CheckedContinuation<any Sendable, any Error>? = state.withLock { state in
+            switch state {
+            case .waiting:
+                state = .done(result)
+                return nil
+            case .suspended(let continuation):
+                state = .taken
+                return continuation
+            case .done, .taken:
+                return nil
+            }
+        }
+        continuation?.resume(with: result)
+    }
 
     /// An answer read by `RPCMessage.decode` (an error answer, or a call without a decoder).
     func resume(_ result: Result<JSONValue, SearchlightError>) {
         switch result {
         case .success(let value):
-            guard decode != nil else { return continuation.resume(returning: value) }
+            guard decode != nil else { return complete(.success(value)) }
             // A success answer the envelope scan did not take (a member it does not know): its
             // result is decoded from the value, written out again. Rare, and never from our daemon.
             value.serialized().withUnsafeBufferPointer { deliver($0) }
         case .failure(let error):
-            continuation.resume(throwing: error)
+            complete(.failure(error))
         }
     }
 
@@ -663,14 +859,14 @@ private struct Waiter {
     func deliver(_ result: UnsafeBufferPointer<UInt8>) {
         do {
             if let decode {
-                continuation.resume(returning: try decode(result))
+                complete(.success(try decode(result)))
             } else {
-                continuation.resume(returning: try JSONValue.parse(result, maxDepth: maxDepth))
+                complete(.success(try JSONValue.parse(result, maxDepth: maxDepth)))
             }
         } catch {
-            continuation.resume(throwing: SearchlightError(.parseError, "the answer could not be read: \(error)"))
+            complete(.failure(SearchlightError(.parseError, "the answer could not be read: \(error)")))
         }
     }
 
-    func fail(_ error: any Error) { continuation.resume(throwing: error) }
+    func fail(_ error: any Error) { complete(.failure(error)) }
 }

@@ -1,0 +1,224 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import Synchronization
+
+/// Who may read a connection's socket when callers read their own answers
+/// (`RPCConnection(callerReads:)`, the SDK's side): the connection's reader thread,
+/// one calling thread, or nobody for a moment. Whoever holds the role reads the socket and the
+/// connection's frame buffer; nobody else touches them, so frames are taken in the stream's order.
+///
+/// A call that finds the role free takes it and waits for its own answer on its own thread (no
+/// wake-up of the reader thread, none of a pool thread to resume it). The reader thread gives the
+/// role up when a caller asks (it waits in `poll` on the socket and on a wake-up pipe), and takes
+/// it back once it has been free for `linger` (a notification arriving between calls waits that
+/// long at most) or at once when it is needed: a caller gave up waiting, frames it must handle
+/// are buffered, calls wait that no caller reads for, or the connection closes. Calls following
+/// one another within `linger` therefore never wake the reader thread.
+final class ReadRole: @unchecked Sendable {
+    enum Holder: Equatable { case thread, caller, free, retired }
+
+    /// Taken by a caller before the role (`RPCConnection.CallerReads.readers`): one per process
+    /// in the SDK, so that one caller at a time reads, whatever the number of connections.
+    let readers: CallerReaders
+
+    /// How long the role stays free after a caller gave it back before the reader thread takes it.
+    let linger: TimeInterval
+    private let condition = NSCondition()
+    private var holder: Holder = .thread
+    /// A caller waits for the reader thread to give the role up.
+    private var wanted = false
+    /// The reader thread must take the role as soon as it is free (not after `linger`).
+    private var threadNeeded = false
+    private var releasedAt = Date.distantPast
+    /// The wake-up of the reader thread's `poll`, a socket pair (read end, write end).
+    private var wakeRead: Int32 = -1
+    private var wakeWrite: Int32 = -1
+
+    init(linger: TimeInterval, readers: CallerReaders) {
+        self.linger = linger
+        self.readers = readers
+        var fds: [Int32] = [-1, -1]
+        // Without one (out of descriptors), the reader thread keeps the role: calls work as before.
+        // A socket pair rather than a pipe: close-on-exec from the start (no `pipe2` here).
+        let type = Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue)
+        if socketpair(AF_UNIX, type, 0, &fds) == 0 {
+            wakeRead = fds[0]
+            wakeWrite = fds[1]
+        }
+    }
+
+    deinit { closePipe() }
+
+    /// Times a caller gave the role back.
+    private var releases = 0
+
+    /// The holder now, and how many times a caller gave the role back (tests).
+    var current: (holder: Holder, releases: Int) { condition.withLock { (holder, releases) } }
+
+    // MARK: The reader thread's side
+
+    /// Blocks until the reader thread holds the role (at once when it already does). False once
+    /// the role is retired.
+    func threadAcquire() -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        while true {
+            switch holder {
+            case .thread: return true
+            case .retired: return false
+            case .free:
+                if threadNeeded || wakeRead < 0 || Date().timeIntervalSince(releasedAt) >= linger {
+                    holder = .thread
+                    threadNeeded = false
+                    return true
+                }
+                _ = condition.wait(until: releasedAt.addingTimeInterval(linger))
+            case .caller:
+                // The caller signals when it gives the role back needing the thread; otherwise
+                // the linger is counted from its release, checked at this pace.
+                _ = condition.wait(until: Date().addingTimeInterval(linger))
+            }
+        }
+    }
+
+    /// Holding the role, waits until `fd` is readable (true; the role is still held) or a caller
+    /// asks for the role (false: it was given up). Without a wake-up pipe, returns true at once
+    /// (the thread then blocks in `read`, and callers never get the role).
+    func threadWaitReadable(_ fd: Int32) -> Bool {
+        guard wakeRead >= 0 else { return true }
+        while true {
+            if condition.withLock({ wanted }) { return giveUp() }
+            var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
+            let rc = poll(&fds, 2, -1)
+            if rc < 0 {
+                if errno == EINTR { continue }
+                return true // the read reports the socket's error
+            }
+            if fds[1].revents != 0 { drainPipe() }
+            if condition.withLock({ wanted }) { return giveUp() }
+            if fds[0].revents != 0 { return true }
+        }
+    }
+
+    private func giveUp() -> Bool {
+        condition.withLock {
+            wanted = false
+            holder = .free
+            releasedAt = Date()
+            condition.broadcast()
+        }
+        return false
+    }
+
+    private func drainPipe() {
+        var byte: UInt8 = 0
+        while Glibc.read(wakeRead, &byte, 1) > 0 {}
+    }
+
+    /// The reader thread has ended: no one takes the role again; callers waiting for it give up.
+    func retire() {
+        condition.withLock {
+            holder = .retired
+            condition.broadcast()
+            closePipe()
+        }
+    }
+
+    private func closePipe() {
+        if wakeRead >= 0 { Glibc.close(wakeRead) }
+        if wakeWrite >= 0 { Glibc.close(wakeWrite) }
+        wakeRead = -1
+        wakeWrite = -1
+    }
+
+    // MARK: A caller's side
+
+    /// Takes the role for a caller: at once when free, else by asking the reader thread to give
+    /// it up and waiting at most `seconds` for that. False when another caller holds it, the
+    /// thread did not give it up in time, or the role is retired.
+    func callerAcquire(within seconds: TimeInterval) -> Bool {
+        guard readers.take() else { return false }
+        if acquire(within: seconds) { return true }
+        readers.give()
+        return false
+    }
+
+    private func acquire(within seconds: TimeInterval) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        switch holder {
+        case .free:
+            holder = .caller
+            return true
+        case .caller, .retired:
+            return false
+        case .thread:
+            guard wakeWrite >= 0 else { return false }
+            wanted = true
+            var byte: UInt8 = 1
+            _ = Glibc.write(wakeWrite, &byte, 1) // a full pipe already wakes the thread
+            let deadline = Date().addingTimeInterval(seconds)
+            while holder == .thread, wanted {
+                if !condition.wait(until: deadline) { break }
+            }
+            guard holder == .free else {
+                // Not given up in time (or retired): the thread keeps reading, for this call too.
+                wanted = false
+                return false
+            }
+            holder = .caller
+            return true
+        }
+    }
+
+    /// A caller gives the role back; `threadNeeded`: the reader thread must take it now (frames
+    /// or calls wait for it, or the caller met the stream's end), not after the linger.
+    func callerRelease(threadNeeded needed: Bool) {
+        condition.withLock {
+            guard holder == .caller else { return }
+            readers.give()
+            holder = .free
+            releases += 1
+            releasedAt = Date()
+            if needed || threadNeeded {
+                threadNeeded = true
+                condition.broadcast()
+            }
+        }
+    }
+
+    /// Something only the reader thread will do waits (a call no caller reads for, a close): it
+    /// takes the role as soon as it is free.
+    func needThread() {
+        condition.withLock {
+            guard holder == .free || holder == .caller else { return }
+            threadNeeded = true
+            condition.broadcast()
+        }
+    }
+}
+
+/// Callers allowed to read their own answers at once, across connections (one). A caller reading
+/// holds a thread of Swift's cooperative pool (one per core) while the peer works, and several at
+/// once starved it (`make test`'s in-process run: suites past their time limits); a call that
+/// does not get the token waits as before, resumed by the reader thread.
+public final class CallerReaders: Sendable {
+    private let taken = Mutex(false)
+
+    public init() {}
+
+    /// The process's: every SDK connection shares it.
+    public static let process = CallerReaders()
+
+    func take() -> Bool {
+        taken.withLock { taken in
+            if taken { return false }
+            taken = true
+            return true
+        }
+    }
+
+    func give() { taken.withLock { $0 = false } }
+}
