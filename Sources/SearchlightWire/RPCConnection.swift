@@ -580,8 +580,10 @@ public final class RPCConnection: @unchecked Sendable {
             }
         }
         if let readRole, !waiter.isDone {
+            // One deadline for taking the role and reading: the pool thread is held at most this long.
+            let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(callerReadSeconds * 1e9)
             if readRole.callerAcquire(within: callerReadSeconds) {
-                readOwnAnswer(waiter, role: readRole)
+                readOwnAnswer(waiter, role: readRole, deadline: deadline)
             } else {
                 // Another caller reads (it hands over when done) or the thread does.
                 readRole.needThread()
@@ -601,14 +603,15 @@ public final class RPCConnection: @unchecked Sendable {
     /// delivered on the way (as the reader thread would); at the first frame that is not an
     /// answer (a notification, a request, a malformed frame) it stops, and leaves that frame and
     /// the rest to the reader thread, so that the handler sees them on that thread, in order.
-    private func readOwnAnswer(_ waiter: Waiter, role: ReadRole) {
-        let deadline = Date().addingTimeInterval(callerReadSeconds)
+    /// `deadline`: `DispatchTime`'s uptime in nanoseconds (monotonic: a step of the wall clock
+    /// does not stretch it). Past it, even answers already buffered are left to the reader thread.
+    private func readOwnAnswer(_ waiter: Waiter, role: ReadRole, deadline: UInt64) {
         var handBack = false
         let fd = socket.fd
         reading: while !waiter.isDone {
             do {
                 while let frame = try frames.next() {
-                    guard dispatchAnswer(frame) else {
+                    guard DispatchTime.now().uptimeNanoseconds < deadline, dispatchAnswer(frame) else {
                         frames.putBackLastFrame()
                         handBack = true
                         break reading
@@ -620,10 +623,10 @@ public final class RPCConnection: @unchecked Sendable {
                 handBack = true
                 break
             }
-            let left = deadline.timeIntervalSinceNow
-            guard left > 0 else { break }
+            let now = DispatchTime.now().uptimeNanoseconds
+            guard now < deadline else { break }
             var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let rc = poll(&pfd, 1, Int32(max(1, (left * 1000).rounded(.up))))
+            let rc = poll(&pfd, 1, Int32(max(1, (Double(deadline - now) / 1e6).rounded(.up))))
             if rc < 0, errno == EINTR { continue }
             if rc == 0 { continue } // the deadline is checked above
             let n: Int

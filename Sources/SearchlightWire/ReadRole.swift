@@ -89,7 +89,7 @@ final class ReadRole: @unchecked Sendable {
     func threadWaitReadable(_ fd: Int32) -> Bool {
         guard wakeRead >= 0 else { return true }
         while true {
-            if condition.withLock({ wanted }) { return giveUp() }
+            if condition.withLock({ wanted }), giveUp() { return false }
             var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
             let rc = poll(&fds, 2, -1)
             if rc < 0 {
@@ -97,19 +97,23 @@ final class ReadRole: @unchecked Sendable {
                 return true // the read reports the socket's error
             }
             if fds[1].revents != 0 { drainPipe() }
-            if condition.withLock({ wanted }) { return giveUp() }
+            if condition.withLock({ wanted }), giveUp() { return false }
             if fds[0].revents != 0 { return true }
         }
     }
 
+    /// Gives the role up to the caller that asked (true), or keeps it (false) when that caller
+    /// stopped waiting between the check and here: given up then, the role would stay free for
+    /// the whole linger with nobody reading.
     private func giveUp() -> Bool {
         condition.withLock {
+            guard wanted else { return false }
             wanted = false
             holder = .free
             releasedAt = Date()
             condition.broadcast()
+            return true
         }
-        return false
     }
 
     private func drainPipe() {
