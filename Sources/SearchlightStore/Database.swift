@@ -160,14 +160,25 @@ public final class Database {
 
     /// Runs `body` in a transaction; commits if it returns, rolls back if it throws.
     public func transaction<T>(_ kind: String = "IMMEDIATE", _ body: () throws -> T) throws -> T {
-        try execute("BEGIN \(kind)")
+        // Prepared once per connection (`sqlite3_exec` parsed the text at every call: 20 k
+        // instructions of a prefix page's read transaction).
+        try run(Self.begin(kind))
         do {
             let result = try body()
-            try execute("COMMIT")
+            try run("COMMIT")
             return result
         } catch {
-            try? execute("ROLLBACK")
+            _ = try? run("ROLLBACK")
             throw error
+        }
+    }
+
+    private static func begin(_ kind: String) -> String {
+        switch kind {
+        case "IMMEDIATE": "BEGIN IMMEDIATE"
+        case "DEFERRED": "BEGIN DEFERRED"
+        case "EXCLUSIVE": "BEGIN EXCLUSIVE"
+        default: "BEGIN \(kind)"
         }
     }
 
@@ -250,6 +261,12 @@ public final class Statement {
         sqlite3_clear_bindings(handle)
     }
 
+    /// Back to the first row, its bindings kept: a statement run once per candidate (the page
+    /// walk's `rowid = ?` check) binds the query's own values once and only the rowid per run.
+    public func rewind() {
+        sqlite3_reset(handle)
+    }
+
     public func bind(_ values: [SQLValue]) throws(DatabaseError) {
         try bind(values, from: 1)
     }
@@ -276,8 +293,17 @@ public final class Statement {
         case .integer(let n): rc = sqlite3_bind_int64(handle, index, n)
         case .double(let d): rc = sqlite3_bind_double(handle, index, d)
         case .text(let s):
-            // With its length, so SQLite copies the bytes without scanning them for the NUL first.
-            rc = sqlite3_bind_text(handle, index, s, Int32(s.utf8.count), csqlite_transient())
+            // A text without a NUL is bound NUL-terminated (length -1): SQLite then marks its copy
+            // terminated, and `sqlite3_value_text` on it (each `sl_match` pattern, each run of the
+            // statement) returns it as it is; bound with its length, the value had no terminator
+            // and SQLite copied it again, into memory grown for one, every time a function read it.
+            // A text holding a NUL keeps its length (the NUL is part of the value).
+            let n = s.utf8.count
+            rc = s.withCString { p in
+                strlen(p) == n
+                    ? sqlite3_bind_text(handle, index, p, -1, csqlite_transient())
+                    : sqlite3_bind_text(handle, index, p, Int32(n), csqlite_transient())
+            }
         case .blob(let b):
             rc = b.withUnsafeBytes { sqlite3_bind_blob(handle, index, $0.baseAddress, Int32($0.count), csqlite_transient()) }
         }
@@ -287,6 +313,15 @@ public final class Statement {
     /// Binds bytes SQLite does not copy (`SQLITE_STATIC`): they must stay valid until the
     /// statement has been stepped, and every use of the statement binds them again before its
     /// step (a reset keeps the binding, pointing at memory that is gone).
+    /// UTF-8 bytes as TEXT (copied by SQLite).
+    public func bindText(_ bytes: [UInt8], at index: Int32) throws(DatabaseError) {
+        let rc = bytes.withUnsafeBufferPointer { b in
+            sqlite3_bind_text(handle, index, UnsafeRawPointer(b.baseAddress!).assumingMemoryBound(to: CChar.self), Int32(b.count),
+                csqlite_transient())
+        }
+        guard rc == SQLITE_OK else { throw database.error(rc, sql: sql) }
+    }
+
     public func bindUncopiedBlob(_ bytes: UnsafeRawBufferPointer, at index: Int32) throws(DatabaseError) {
         let rc = sqlite3_bind_blob(handle, index, bytes.baseAddress, Int32(bytes.count), nil)
         guard rc == SQLITE_OK else { throw database.error(rc, sql: sql) }

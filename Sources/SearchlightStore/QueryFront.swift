@@ -1,5 +1,6 @@
 import Foundation
 import SearchlightWire
+import Synchronization
 
 /// Turns `query.search` text and filter queries into one SQL filter: parse (with the limits),
 /// then compile their AND (`QueryCompiler.plan(all:)`), full-text driver included.
@@ -8,6 +9,20 @@ public enum QueryFront {
     /// The limits bound the work as well as the bytes: at most `maxFilterQueries` filter queries,
     /// and `maxQueryPredicates` weighted comparisons in the query and its filter queries together.
     public static func filter(query: String?, filterQueries: [String] = [], limits: Limits, now: Date) throws(SearchlightError) -> SQLFilter {
+        // A text without `$` never reads the clock or the calendar (only `$time.…` does), so its
+        // filter is the same at every call: kept by its text (and the limits it was checked
+        // against), the parse and compile are done once (33 k instructions of a term page).
+        let key = FilterCache.Key(query: query, filterQueries: filterQueries, limits: limits)
+        if let key, let known = filterCache.withLock({ $0.filter(key) }) { return known }
+        let filter = try compile(query: query, filterQueries: filterQueries, limits: limits, now: now)
+        if let key { filterCache.withLock { $0.store(filter, key) } }
+        return filter
+    }
+
+    /// Filters of recent texts (`filter`), shared by every connection.
+    static let filterCache = Mutex(FilterCache())
+
+    static func compile(query: String?, filterQueries: [String], limits: Limits, now: Date) throws(SearchlightError) -> SQLFilter {
         guard filterQueries.count <= limits.maxFilterQueries else {
             throw SearchlightError(.invalidQuery,
                 "filterQueries has \(filterQueries.count) entries; at most \(limits.maxFilterQueries) are allowed: join conditions "
@@ -34,5 +49,49 @@ public enum QueryFront {
             }
         }
         return QueryCompiler.plan(all: expressions)
+    }
+}
+
+/// `QueryFront.filter`'s results by text, bounded by the bytes of text held (a client sending
+/// ever new queries makes it start over, costing what a miss costs). Errors are not kept.
+struct FilterCache {
+    struct Key: Hashable {
+        var query: String?
+        var filterQueries: [String]
+        /// The limits the parse checks the text against (a daemon's are fixed; tests vary them).
+        var bounds: [Int]
+
+        /// Nil when a text may depend on the clock (`$time.…`): not cached.
+        init?(query: String?, filterQueries: [String], limits: Limits) {
+            let dollar = UInt8(ascii: "$")
+            if let query, query.utf8.contains(dollar) { return nil }
+            if filterQueries.contains(where: { $0.utf8.contains(dollar) }) { return nil }
+            self.query = query
+            self.filterQueries = filterQueries
+            bounds = [limits.maxFilterQueries, limits.maxQueryBytes, limits.maxQueryDepth, limits.maxQueryPredicates]
+        }
+
+        var bytes: Int { (query?.utf8.count ?? 0) + filterQueries.reduce(0) { $0 + $1.utf8.count + 16 } + 64 }
+    }
+
+    static let capacity = 256 << 10
+    private var filters: [Key: SQLFilter] = [:]
+    private var bytes = 0
+
+    func filter(_ key: Key) -> SQLFilter? { filters[key] }
+
+    mutating func store(_ filter: SQLFilter, _ key: Key) {
+        let size = key.bytes + filter.sql.utf8.count
+        guard size <= Self.capacity / 4 else { return }
+        if bytes + size > Self.capacity {
+            filters.removeAll()
+            bytes = 0
+        }
+        if filters.updateValue(filter, forKey: key) == nil { bytes += size }
+    }
+
+    mutating func removeAll() {
+        filters.removeAll()
+        bytes = 0
     }
 }

@@ -39,9 +39,11 @@ public struct StoreOptions: Sendable {
     public var rankedIndexMaxDeferral = 10.0
     /// Documents per segment of the ranked index, at most (tests make it small to get many).
     public var rankedIndexSegmentDocs = 65_536
-    /// Whether `query.search` pages driven by a whole word walk the ranked index too
-    /// (`RankedPageWalk`); by default only prefixes do: FTS5 walks one word's doclist lazily, where
-    /// the walk reads the word's list whole (measured slower for a frequent word). Tests set it.
+    /// Whether `query.search` pages driven by a whole word always walk the ranked index
+    /// (`RankedPageWalk`, as prefixes do). By default a whole word walks only when the reader
+    /// keeps its list, or is about to (`PostingListCache.walksWholeWord`: asked twice since the
+    /// last commit): FTS5 walks one word's doclist lazily, where the walk reads the list whole
+    /// (slower for a frequent word, unless kept). Tests set it.
     public var rankedPagesForWholeWords = false
 
     public init() {}

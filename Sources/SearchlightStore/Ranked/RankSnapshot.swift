@@ -65,6 +65,18 @@ struct RankSnapshot {
     /// Every rowid of `rank_dirty` (some may lie above `covered`, in a range being built).
     var dirty: [Int64]
 
+    /// `read`, from the connection's `PostingListCache` when nothing was committed since it was
+    /// read there (the same `PRAGMA data_version` check as its lists). Only inside a read
+    /// transaction, where the version checked and the tables read are one snapshot; outside one,
+    /// each statement could see another commit, so it reads.
+    static func current(_ db: Database) throws -> RankSnapshot {
+        guard db.isInTransaction, let cache = try db.postingCache?.checked(db) else { return try read(db) }
+        if let snapshot = cache.snapshot { return snapshot }
+        let snapshot = try read(db)
+        cache.snapshot = snapshot
+        return snapshot
+    }
+
     static func read(_ db: Database) throws -> RankSnapshot {
         let covered: Int64 = try db.scalar("SELECT value FROM meta WHERE key = 'rank_covered'").flatMap { (v: SQLValue) -> Int64? in
             if case .integer(let n) = v { n } else { nil }
@@ -295,6 +307,9 @@ final class PostingListCache {
     private var version = -1
     private var lists: [Key: PostingList] = [:]
     private var bytes = 0
+    /// The ranked index's segments and rewritten rows as of `version` (`RankSnapshot.current`):
+    /// reading them was 20 k instructions of every prefix page.
+    var snapshot: RankSnapshot?
 
     /// The cache, emptied first if something was committed since it was filled.
     func checked(_ db: Database) throws -> PostingListCache {
@@ -304,9 +319,30 @@ final class PostingListCache {
         if now != version || now == -2 {
             lists.removeAll(keepingCapacity: true)
             bytes = 0
+            snapshot = nil
+            asked.removeAll(keepingCapacity: true)
             version = now
         }
         return self
+    }
+
+    /// Whole words a page asked for (`walksWholeWord`), since the last commit or start-over: true
+    /// once its list was found too large to keep.
+    private var asked: [Key: Bool] = [:]
+
+    /// Whether a `query.search` page driven by the whole word `key` walks segment `segment`'s
+    /// list (`RankedPageWalk`) rather than FTS5's doclist. FTS5 reads the doclist lazily; the walk
+    /// reads the list whole, which pays only when it is kept: so the walk runs when the list is
+    /// here, or when the word was asked for already since the last commit (the walk then reads and
+    /// keeps it), never for a list too large to keep. A file written between every two pages
+    /// stays on FTS5, as before.
+    func walksWholeWord(segment: Int64, key: [UInt8]) -> Bool {
+        let k = Key(segment: segment, term: key)
+        if lists[k] != nil { return true }
+        if let tooLarge = asked[k] { return !tooLarge }
+        if asked.count >= 1024 { asked.removeAll(keepingCapacity: true) }
+        asked[k] = false
+        return false
     }
 
     func list(segment: Int64, key: [UInt8]) -> PostingList? {
@@ -315,9 +351,16 @@ final class PostingListCache {
 
     func store(_ list: PostingList, segment: Int64, key: [UInt8]) {
         let size = list.bytes.count
-        guard size <= Self.maxBytes / 4 else { return }
+        guard size <= Self.maxBytes / 4 else {
+            if asked[Key(segment: segment, term: key)] != nil { asked[Key(segment: segment, term: key)] = true }
+            return
+        }
         if bytes + size > Self.maxBytes {
+            // Starting over forgets the asks too: a word whose list was pushed out is asked for
+            // twice again before a page reads it whole (queries whose lists do not fit together,
+            // as at 1M, would otherwise make every such page read its list).
             lists.removeAll(keepingCapacity: true)
+            asked.removeAll(keepingCapacity: true)
             bytes = 0
         }
         lists[Key(segment: segment, term: key)] = list

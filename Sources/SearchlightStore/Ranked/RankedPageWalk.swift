@@ -54,11 +54,17 @@ struct RankedPageWalk {
         let tokenizer = try db.fullTextTokenizer()
         let tokens = tokenizer.tokens(term.word, query: true)
         guard tokens.count == 1 else { return nil }
-        let snapshot = try RankSnapshot.read(db)
+        let snapshot = try RankSnapshot.current(db)
         let dirty = snapshot.dirty.filter { $0 <= snapshot.covered }
         guard snapshot.covered > 0, dirty.count <= RankedTopK.deltaLimit else {
             store.rankMaintainer.request()
             return nil
+        }
+        // A whole word walks only where its list is (or is about to be) kept (`walksWholeWord`).
+        if !term.prefix, !store.options.rankedPagesForWholeWords, let segment = snapshot.segments.first(where: { $0.hi > after }) {
+            guard let cache = try db.postingCache?.checked(db), cache.walksWholeWord(segment: segment.id, key: tokens[0]) else {
+                return nil
+            }
         }
         self.db = db
         self.store = store
@@ -233,17 +239,18 @@ struct SegmentCursor {
             try exact.bind(.blob(key), at: 2)
             return try exact.step() ? exact.bytes(0) : nil
         }
-        var single: [UInt8]?
-        if !prefix {
-            single = try lookup(token)
-            if single == nil { return true }
-        } else {
-            single = try lookup(PrefixLists.key(token))
-        }
-        if let single {
+        // A term's list, or a prefix's stored one: from the connection's cache while nothing was
+        // committed since it was parsed (`PostingListCache`, as `PhraseSource.load`): the blob was
+        // copied out of SQLite and parsed at every page (a third of a prefix page's walk).
+        let cache = try db.postingCache?.checked(db)
+        let key = prefix ? PrefixLists.key(token) : token
+        if let cached = cache?.list(segment: s.id, key: key) { return start(cached) }
+        if let single = try lookup(key) {
             guard let l = PostingList(single) else { return false }
+            cache?.store(l, segment: s.id, key: key)
             return start(l)
         }
+        if !prefix { return true }
         var lists: [PostingList] = []
         var damaged = false
         try db.forEachRow("SELECT postings FROM rank_terms WHERE segment = ? AND term >= ? AND term < ?",

@@ -35,7 +35,7 @@ struct RankedTopK {
     func run() throws -> [ScoredCandidate]? {
         // Unions borrow the connection's scratch arrays until the query ends.
         defer { db.unionScratch.reclaim() }
-        let snapshot = try RankSnapshot.read(db)
+        let snapshot = try RankSnapshot.current(db)
         guard let delta = try Self.deltaDocuments(snapshot, db: db, store: store) else {
             store.rankMaintainer.request()
             return nil
