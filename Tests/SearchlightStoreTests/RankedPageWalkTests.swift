@@ -135,4 +135,39 @@ struct RankedPageWalkTests {
             #expect(handedOverMidPage >= 1, "\(query): a page was handed over to FTS5 in its middle: \(f.store.pageWalks.value)")
         }
     }
+
+    @Test("by default a whole word's page walks from its second ask since the last commit, on the list it then keeps, with FTS5's rows")
+    func wholeWordWalksWhenKept() throws {
+        // Default options: whole words are not always walked.
+        let f = try StoreFixture(rankedBuilds: false)
+        try Self.donate(f, 0..<600)
+        try f.store.buildRankedIndex()
+        let filter = try QueryFront.filter(query: "textContent == \"library\"cdw", limits: Limits(), now: f.clock.now)
+        #expect(filter.driverTerm?.prefix == false)
+        /// One first page and one later page; whether the first was walked.
+        func pages(_ note: String) throws -> Bool {
+            let before = f.store.pageWalks.value
+            let fast = try f.store.search(filter, fetch: ["title"], limit: 20, cursor: nil)
+            let after = f.store.pageWalks.value
+            let slow = try f.store.search(RankedPageTests.exhaustive(filter), fetch: ["title"], limit: 20, cursor: nil)
+            #expect(fast.items == slow.items && fast.cursor == slow.cursor && fast.items.count == 20, "\(note): FTS5's first page")
+            let fastNext = try f.store.search(filter, fetch: ["title"], limit: 50, cursor: slow.cursor)
+            let slowNext = try f.store.search(RankedPageTests.exhaustive(filter), fetch: ["title"], limit: 50, cursor: slow.cursor)
+            #expect(fastNext.items == slowNext.items && fastNext.cursor == slowNext.cursor, "\(note): FTS5's next page")
+            #expect(after.walked + after.fts == before.walked + before.fts + 1)
+            return after.walked == before.walked + 1
+        }
+        #expect(try !pages("first ask"), "the first ask since the build runs FTS5 (reading the list whole may not pay)")
+        #expect(try pages("second ask"), "asked again: walked, the list read and kept")
+        #expect(try pages("third ask"), "walked on the kept list")
+        // A commit drops the kept lists and the asks: FTS5 again, then the walk.
+        try Self.donate(f, 600..<610)
+        #expect(try !pages("after a commit"), "the first ask after a commit runs FTS5")
+        #expect(try pages("after a commit, again"), "then the walk")
+        // Rewritten items (the rows and the ranked snapshot's rewritten rowids change) are seen.
+        let swapped = { (i: Int) -> (title: String, body: String) in let t = Self.texts(i); return (t.body, t.title) }
+        try Self.donate(f, 0..<40, update: true, swapped)
+        _ = try pages("after a rewrite")
+        #expect(try pages("after a rewrite, again"), "walked over the rewritten rows")
+    }
 }

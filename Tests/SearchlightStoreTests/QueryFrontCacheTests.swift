@@ -1,0 +1,58 @@
+import Foundation
+import Testing
+@testable import SearchlightStore
+import SearchlightWire
+
+/// `QueryFront.filter` keeps the filters of texts without `$` (which cannot read the clock) by
+/// their text and limits; a text with `$time.…` is compiled at every call, each time with its `now`.
+@Suite("Query filters kept by text")
+struct QueryFrontCacheTests {
+    static func describe(_ f: SQLFilter) -> String {
+        "\(f.sql) | \(f.bindings.map { "\($0)" }) | \(f.ftsMatch ?? "-") | \(f.driverTerm.map { "\($0)" } ?? "-")"
+    }
+
+    @Test("a kept filter is the one compiled afresh, for the query, filter queries and drivers")
+    func keptEqualsCompiled() throws {
+        let now = Date(timeIntervalSince1970: 1_700_000_000)
+        let texts: [(String?, [String])] = [
+            ("textContent == \"library\"cdw", []), ("title == \"pars*\"cdw", []), ("title == \"pars*\"cdw", ["contentType == \"public.text\""]),
+            (nil, ["keywords == \"a*\"", "rankingHint > 3"]), ("(title == \"x\" || title == \"y*\"c) && contentCreationDate > \"2024-01-01T00:00:00Z\"", []),
+        ]
+        for (query, filters) in texts {
+            let compiled = try QueryFront.compile(query: query, filterQueries: filters, limits: Limits(), now: now)
+            for _ in 0..<3 {
+                let kept = try QueryFront.filter(query: query, filterQueries: filters, limits: Limits(), now: now.addingTimeInterval(86_400 * 400))
+                #expect(Self.describe(kept) == Self.describe(compiled), "\(query ?? "-") \(filters)")
+            }
+        }
+    }
+
+    @Test("a text with $time is compiled with each call's now, never kept")
+    func timeTextsFollowTheClock() throws {
+        let query = "title == \"a*\" && contentModificationDate > $time.now(-60)"
+        let t1 = Date(timeIntervalSince1970: 1_700_000_000), t2 = t1.addingTimeInterval(3_600)
+        let a = try QueryFront.filter(query: query, limits: Limits(), now: t1)
+        let b = try QueryFront.filter(query: query, limits: Limits(), now: t2)
+        #expect(Self.describe(a) != Self.describe(b), "the bound time moved with now")
+        #expect(Self.describe(b) == Self.describe(try QueryFront.compile(query: query, filterQueries: [], limits: Limits(), now: t2)))
+        let c = try QueryFront.filter(query: nil, filterQueries: ["contentModificationDate > $time.today"], limits: Limits(), now: t1)
+        let d = try QueryFront.filter(query: nil, filterQueries: ["contentModificationDate > $time.today"], limits: Limits(), now: t1.addingTimeInterval(86_400 * 3))
+        #expect(Self.describe(c) != Self.describe(d), "a filter query's $time moved with now")
+    }
+
+    @Test("a kept text is checked against the limits of each call")
+    func limitsStillApply() throws {
+        let query = "title == \"quokka\"cdw && textContent == \"wombat\"cdw && keywords == \"numbat*\""
+        _ = try QueryFront.filter(query: query, limits: Limits(), now: Date())
+        var small = Limits()
+        small.maxQueryBytes = 20
+        #expect(throws: SearchlightError.self) { try QueryFront.filter(query: query, limits: small, now: Date()) }
+        var few = Limits()
+        few.maxFilterQueries = 1
+        _ = try QueryFront.filter(query: query, filterQueries: ["rankingHint > 1", "rankingHint < 9"], limits: Limits(), now: Date())
+        #expect(throws: SearchlightError.self) {
+            try QueryFront.filter(query: query, filterQueries: ["rankingHint > 1", "rankingHint < 9"], limits: few, now: Date())
+        }
+        _ = try QueryFront.filter(query: query, limits: Limits(), now: Date())
+    }
+}
