@@ -49,12 +49,11 @@ struct WireItemWriter {
             let stored = s.textColumn(offset + 10).map { String(decoding: $0, as: UTF8.self) } ?? "{}"
             attrs = (try? JSONValue.parse(stored))?.objectValue ?? [:]
         }
-        var item = JSONObjectWriter()
-        out.append(UInt8(ascii: "{"))
-        item.key("uniqueIdentifier", &out)
+        // The fixed members' keys and braces are written as whole pieces (one append each, not
+        // five): with 20 short items, the appends were a third of the answer's JSON.
+        out.append(contentsOf: Self.itemStart)
         Self.writeText(s.textColumn(offset) ?? UnsafeBufferPointer(start: nil, count: 0), to: &out)
-        item.key("attributeSet", &out)
-        out.append(UInt8(ascii: "{"))
+        out.append(contentsOf: Self.attributeSetStart)
         var set = JSONObjectWriter()
         for (i, column) in text.enumerated() {
             guard let column, let value = s.textColumn(offset + 3 + Int32(i)) else { continue }
@@ -77,15 +76,19 @@ struct WireItemWriter {
                 value.write(to: &out)
             }
         }
-        out.append(UInt8(ascii: "}"))
-        item.key("expirationDate", &out)
+        out.append(contentsOf: Self.attributeSetEnd)
         ISO8601.writeQuoted(Self.dateSeconds(s.realColumn(offset + 2) ?? 0), to: &out)
         if let domain = s.textColumn(offset + 1) {
-            item.key("domainIdentifier", &out)
+            out.append(contentsOf: Self.domainKey)
             Self.writeText(domain, to: &out)
         }
         out.append(UInt8(ascii: "}"))
     }
+
+    private static let itemStart = Array(#"{"uniqueIdentifier":"#.utf8)
+    private static let attributeSetStart = Array(#","attributeSet":{"#.utf8)
+    private static let attributeSetEnd = Array(#"},"expirationDate":"#.utf8)
+    private static let domainKey = Array(#","domainIdentifier":"#.utf8)
 
     /// `t` as `Date(timeIntervalSince1970: t).timeIntervalSince1970` gives it back (what the
     /// `JSONValue` path formats: a `Date` keeps seconds since 2001, so the last bit can differ).
