@@ -150,18 +150,31 @@ public final class RPCConnection: @unchecked Sendable {
         /// The token a caller takes before it reads: `CallerReaders.process` (one caller reading
         /// per process); tests give a connection its own.
         public var readers: CallerReaders
+        /// For how long of `waitSeconds` the caller polls the socket without sleeping (a
+        /// non-blocking read, then `sched_yield`) before it waits in `poll`. A short answer then
+        /// finds the caller's core awake: a core that went idle while its thread slept in `poll`
+        /// takes tens of µs to wake in a virtual machine (back-to-back term pages, 2 cores, KVM
+        /// guest with halt polling off: 110 µs a round trip sleeping, 78 spinning; Performance.md).
+        /// It costs this process at most this much CPU per call; the yield leaves the core to
+        /// anything else runnable on it (the daemon, when both share one core). 0: never spin.
+        public var spinSeconds: TimeInterval
 
-        public init(waitSeconds: TimeInterval, linger: TimeInterval, readers: CallerReaders = .process) {
+        public init(waitSeconds: TimeInterval, linger: TimeInterval, spinSeconds: TimeInterval = 0,
+                    readers: CallerReaders = .process) {
             self.waitSeconds = waitSeconds
             self.linger = linger
+            self.spinSeconds = min(max(0, spinSeconds), waitSeconds)
             self.readers = readers
         }
 
-        /// 2 ms (a term query's answer takes 0.1-0.2 ms, a hybrid user query's about 1 ms), 5 ms.
-        public static let standard = CallerReads(waitSeconds: 0.002, linger: 0.005)
+        /// 2 ms (a term query's answer takes 0.1-0.2 ms, a hybrid user query's about 1 ms), 5 ms,
+        /// spinning for the first 0.3 ms (a term or prefix page's answer, a lexical user query's).
+        public static let standard = CallerReads(waitSeconds: 0.002, linger: 0.005, spinSeconds: 0.0003)
     }
     /// Set with `callerReads`.
     let callerReadSeconds: TimeInterval
+    /// Set with `callerReads` (`CallerReads.spinSeconds`), in nanoseconds.
+    let callerSpinNanoseconds: UInt64
     /// What a caller holding the read role reads into (one at a time: the role is exclusive).
     private let callerChunk: UnsafeMutableRawBufferPointer
 
@@ -184,6 +197,7 @@ public final class RPCConnection: @unchecked Sendable {
         let callerReads = incompleteFrameTimeout == nil ? callerReads : nil
         readRole = callerReads.map { ReadRole(linger: $0.linger, readers: $0.readers) }
         callerReadSeconds = callerReads?.waitSeconds ?? 0
+        callerSpinNanoseconds = UInt64((callerReads?.spinSeconds ?? 0) * 1e9)
         callerChunk = .allocate(byteCount: callerReads == nil ? 0 : 64 * 1024, alignment: 1)
     }
 
@@ -581,9 +595,10 @@ public final class RPCConnection: @unchecked Sendable {
         }
         if let readRole, !waiter.isDone {
             // One deadline for taking the role and reading: the pool thread is held at most this long.
-            let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(callerReadSeconds * 1e9)
+            let start = DispatchTime.now().uptimeNanoseconds
+            let deadline = start + UInt64(callerReadSeconds * 1e9)
             if readRole.callerAcquire(within: callerReadSeconds) {
-                readOwnAnswer(waiter, role: readRole, deadline: deadline)
+                readOwnAnswer(waiter, role: readRole, deadline: deadline, spinUntil: start + callerSpinNanoseconds)
             } else {
                 // Another caller reads (it hands over when done) or the thread does.
                 readRole.needThread()
@@ -605,7 +620,8 @@ public final class RPCConnection: @unchecked Sendable {
     /// the rest to the reader thread, so that the handler sees them on that thread, in order.
     /// `deadline`: `DispatchTime`'s uptime in nanoseconds (monotonic: a step of the wall clock
     /// does not stretch it). Past it, even answers already buffered are left to the reader thread.
-    private func readOwnAnswer(_ waiter: Waiter, role: ReadRole, deadline: UInt64) {
+    /// Until `spinUntil` (same clock) it reads without sleeping (`CallerReads.spinSeconds`).
+    private func readOwnAnswer(_ waiter: Waiter, role: ReadRole, deadline: UInt64, spinUntil: UInt64) {
         var handBack = false
         let fd = socket.fd
         reading: while !waiter.isDone {
@@ -625,13 +641,22 @@ public final class RPCConnection: @unchecked Sendable {
             }
             let now = DispatchTime.now().uptimeNanoseconds
             guard now < deadline else { break }
-            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let rc = poll(&pfd, 1, Int32(max(1, (Double(deadline - now) / 1e6).rounded(.up))))
-            if rc < 0, errno == EINTR { continue }
-            if rc == 0 { continue } // the deadline is checked above
             let n: Int
             do {
-                n = try socket.read(into: callerChunk)
+                if now < spinUntil {
+                    // Awake: what the daemon sends is read the moment it is there.
+                    guard let got = try socket.readAvailable(into: callerChunk) else {
+                        sched_yield()
+                        continue
+                    }
+                    n = got
+                } else {
+                    var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                    let rc = poll(&pfd, 1, Int32(max(1, (Double(deadline - now) / 1e6).rounded(.up))))
+                    if rc < 0, errno == EINTR { continue }
+                    if rc == 0 { continue } // the deadline is checked above
+                    n = try socket.read(into: callerChunk)
+                }
             } catch is UnixSocket.ReceiveTimeout {
                 continue
             } catch {
