@@ -229,6 +229,27 @@ struct CallerReadsTests {
         await #expect(throws: SearchlightError.self) { _ = try await connection.call("test.after") }
     }
 
+    @Test("after the linger the reader thread takes the free role back by itself, and a later notification is handled there")
+    func lingerEnds() async throws {
+        let (mine, theirs) = try UnixSocket.pair()
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 0.05, readers: CallerReaders()))
+        let seen = Mutex<[String]>([])
+        let reader = ReaderThread()
+        connection.start(name: Self.readerName, onMessage: Self.trackingReader(reader) { message in
+            guard case .notification(let method, _) = message, method != "hello" else { return }
+            seen.withLock { $0.append("\(method)@\(reader.isCurrent() ? "reader" : "elsewhere")") }
+        })
+        defer { connection.close() }
+        let peer = Peer(theirs) { received in Array(Self.answer(received.last!.id, "1").utf8) }
+        try await Self.learnReader(reader, peer)
+        #expect(try await connection.call("test.one") == 1)
+        // No call follows: the thread takes the role once it has been free for 50 ms.
+        #expect(await Self.waitUntil { connection.readRole.map { $0.current.releases >= 1 && $0.current.holder == .thread } ?? false })
+        try peer.write(Self.notification("later"))
+        #expect(await Self.waitUntil { seen.withLock { $0.count } == 1 })
+        #expect(seen.withLock { $0 } == ["later@reader"])
+    }
+
     @Test("when a caller's bounded wait expires, the reader thread takes the read over and delivers the answer")
     func boundedWaitExpires() async throws {
         let (mine, theirs) = try UnixSocket.pair()
