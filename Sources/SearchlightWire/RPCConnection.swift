@@ -651,8 +651,13 @@ public final class RPCConnection: @unchecked Sendable {
                     }
                     n = got
                 } else {
+                    // Whole milliseconds left, rounded down: with less than one left the wait
+                    // ends (the reader thread takes over), so the thread is never held past the
+                    // bound (rounded up, it was held up to 1 ms longer).
+                    let milliseconds = (deadline - now) / 1_000_000
+                    guard milliseconds > 0 else { break }
                     var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-                    let rc = poll(&pfd, 1, Int32(max(1, (Double(deadline - now) / 1e6).rounded(.up))))
+                    let rc = poll(&pfd, 1, Int32(milliseconds))
                     if rc < 0, errno == EINTR { continue }
                     if rc == 0 { continue } // the deadline is checked above
                     n = try socket.read(into: callerChunk)
