@@ -560,8 +560,18 @@ public final class RPCConnection: @unchecked Sendable {
         return value as! T
     }
 
-    private func perform(_ method: String, _ params: JSONValue, decode: Waiter.Decode?) async throws -> any Sendable {
-        let waiter = Waiter(decode: decode, maxDepth: maxDepth)
+    /// Sends a request and reads its answer's result as a `T` straight from the frame's bytes,
+    /// in one pass over the answer when its result is its last member (see `WireResultDecodable`;
+    /// the result may be nested `maxDepth - 1` deep, as inside the envelope). A result `T`
+    /// refuses throws `parseError`; an error answer throws `SearchlightError`.
+    public func call<T: WireResultDecodable>(_ method: String, _ params: JSONValue = [:], as type: T.Type) async throws -> T {
+        let depth = maxDepth - 1
+        let value = try await perform(method, params, decode: { bytes in try T.decode(bytes, maxDepth: depth) as any Sendable }, strict: true)
+        return value as! T
+    }
+
+    private func perform(_ method: String, _ params: JSONValue, decode: Waiter.Decode?, strict: Bool = false) async throws -> any Sendable {
+        let waiter = Waiter(decode: decode, strict: strict, maxDepth: maxDepth)
         let (id, closedReason): (RPCID, CloseReason?) = lock.withLock {
             defer { nextID += 1 }
             let id = RPCID.number(nextID)
@@ -668,6 +678,23 @@ public final class RPCConnection: @unchecked Sendable {
         // Only a call waiting with a decoder gains from it; submitted calls and requests do not.
         guard lock.withLock({ pending.values.contains { $0.decode != nil } }) else { return false }
         return frame.withUnsafeBufferPointer { buffer -> Bool in
+            // One pass: the result read where it starts, when it is the last member and its call's
+            // decoder is strict (it then refuses anything but the result alone).
+            if let head = ResponseEnvelope.resultLast(buffer, maxDepth: maxDepth) {
+                let waiter: Waiter? = lock.withLock {
+                    guard let waiter = pending[head.id], waiter.strict, submitted[head.id] == nil else { return nil }
+                    return waiter
+                }
+                if let waiter, let value = waiter.decodeStrictly(UnsafeBufferPointer(rebasing: buffer[head.result])) {
+                    // Gone only if the call was cancelled meanwhile (it has failed then, and keeps that).
+                    lock.withLock {
+                        if pending[head.id] === waiter { pending[head.id] = nil }
+                    }
+                    waiter.succeed(value)
+                    return true
+                }
+                // Not the result alone (a member after it, or malformed): read in two passes below.
+            }
             guard let envelope = ResponseEnvelope.scan(buffer, maxDepth: maxDepth) else { return false }
             let waiter: Waiter? = lock.withLock {
                 guard pending[envelope.id]?.decode != nil, submitted[envelope.id] == nil else { return nil }
@@ -789,6 +816,8 @@ final class Waiter: Sendable {
     typealias Decode = @Sendable (UnsafeBufferPointer<UInt8>) throws -> any Sendable
     /// Reads the result from the answer's bytes; nil: the result as a `JSONValue`.
     let decode: Decode?
+    /// `decode` refuses anything but one well-formed JSON value (`WireResultDecodable`).
+    let strict: Bool
     let maxDepth: Int
     private enum State {
         case waiting
@@ -798,8 +827,9 @@ final class Waiter: Sendable {
     }
     private let state = Mutex<State>(.waiting)
 
-    init(decode: Decode?, maxDepth: Int) {
+    init(decode: Decode?, strict: Bool = false, maxDepth: Int) {
         self.decode = decode
+        self.strict = strict && decode != nil
         self.maxDepth = maxDepth
     }
 
@@ -872,4 +902,14 @@ final class Waiter: Sendable {
     }
 
     func fail(_ error: any Error) { complete(.failure(error)) }
+
+    /// The result read by a strict `decode` from bytes that may not be the result alone; nil
+    /// when it refuses them (nothing is completed then).
+    func decodeStrictly(_ bytes: UnsafeBufferPointer<UInt8>) -> (any Sendable)? {
+        guard strict, let decode else { return nil }
+        return try? decode(bytes)
+    }
+
+    /// A result read by `decodeStrictly`.
+    func succeed(_ value: any Sendable) { complete(.success(value)) }
 }
