@@ -60,10 +60,9 @@ public struct SearchQuery: Sendable {
                     if finished { return nil }
                     try Task.checkCancellation()
                     // The page is read straight into items from the answer's bytes.
-                    let page = try await query.index.send(QuerySearch(
+                    let page = try await query.index.sendPage(QuerySearch(
                         query: query.queryString, fetchAttributes: query.context.fetchAttributes,
-                        filterQueries: query.context.filterQueries, limit: query.context.pageSize, cursor: cursor, index: query.index.name),
-                        as: SearchPageAnswer.self)
+                        filterQueries: query.context.filterQueries, limit: query.context.pageSize, cursor: cursor, index: query.index.name))
                     buffer = page.items
                     nextInBuffer = 0
                     cursor = page.cursor

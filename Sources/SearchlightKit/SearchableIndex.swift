@@ -99,6 +99,12 @@ public final class SearchableIndex: Sendable {
         return try await connection.call(R.method, request.params, as: type)
     }
 
+    /// A `query.search` call, its params written straight into the frame (`QuerySearch.encodedParams`).
+    func sendPage(_ request: QuerySearch) async throws -> SearchPageAnswer {
+        if let dump { return try dump.answer(QuerySearch.method).serialized().withUnsafeBufferPointer { try SearchPageAnswer.decode($0, maxDepth: 128) } }
+        return try await connection.call(QuerySearch.method, encodedParams: request.encodedParams, as: SearchPageAnswer.self)
+    }
+
     /// Adds or replaces items (or merges those marked `isUpdate`), from any sequence: an array, a
     /// lazy sequence over a file being parsed, a `map` of your records. The SDK sends them in
     /// calls of at most 1 000 items or 4 MiB and keeps a few calls in flight while it reads on,

@@ -565,12 +565,32 @@ public final class RPCConnection: @unchecked Sendable {
     /// the result may be nested `maxDepth - 1` deep, as inside the envelope). A result `T`
     /// refuses throws `parseError`; an error answer throws `SearchlightError`.
     public func call<T: WireResultDecodable>(_ method: String, _ params: JSONValue = [:], as type: T.Type) async throws -> T {
+        try await call(method, params: .value(params), as: type)
+    }
+
+    /// `call(_:_:as:)` with the params already written (a JSON object's bytes), straight into
+    /// the frame: no `JSONValue` tree built for them and written out again.
+    public func call<T: WireResultDecodable>(_ method: String, encodedParams: [UInt8], as type: T.Type) async throws -> T {
+        try await call(method, params: .encoded(encodedParams), as: type)
+    }
+
+    private func call<T: WireResultDecodable>(_ method: String, params: Params, as type: T.Type) async throws -> T {
         let depth = maxDepth - 1
         let value = try await perform(method, params, decode: { bytes in try T.decode(bytes, maxDepth: depth) as any Sendable }, strict: true)
         return value as! T
     }
 
-    private func perform(_ method: String, _ params: JSONValue, decode: Waiter.Decode?, strict: Bool = false) async throws -> any Sendable {
+    /// A request's params: a value, or its JSON already written.
+    private enum Params {
+        case value(JSONValue)
+        case encoded([UInt8])
+    }
+
+    private func perform(_ method: String, _ params: JSONValue, decode: Waiter.Decode?) async throws -> any Sendable {
+        try await perform(method, .value(params), decode: decode, strict: false)
+    }
+
+    private func perform(_ method: String, _ params: Params, decode: Waiter.Decode?, strict: Bool) async throws -> any Sendable {
         let waiter = Waiter(decode: decode, strict: strict, maxDepth: maxDepth)
         let (id, closedReason): (RPCID, CloseReason?) = lock.withLock {
             defer { nextID += 1 }
@@ -583,7 +603,10 @@ public final class RPCConnection: @unchecked Sendable {
         }
         do {
             // Written at once when the socket takes it, else queued: never waits here.
-            try send(.request(id: id, method: method, params: params))
+            switch params {
+            case .value(let value): try send(.request(id: id, method: method, params: value))
+            case .encoded(let bytes): try enqueue(RPCMessage.requestFrame(id: id, method: method, encodedParams: bytes))
+            }
         } catch {
             if let c = lock.withLock({ pending.removeValue(forKey: id) }) {
                 c.fail(SearchlightError(.remoteConnection, "could not send \(method): \(error)"))
@@ -720,17 +743,8 @@ public final class RPCConnection: @unchecked Sendable {
             submitted[id] = call
             return (id, call)
         }
-        var frame: [UInt8] = []
-        frame.reserveCapacity(encodedParams.count + method.utf8.count + 48)
-        frame += Array(#"{"jsonrpc":"2.0","id":"#.utf8)
-        frame += Array(id.description.utf8)
-        frame += Array(#","method":"#.utf8)
-        JSONValue.string(method).write(to: &frame)
-        frame += Array(#","params":"#.utf8)
-        frame += encodedParams
-        frame += [UInt8(ascii: "}"), 0x0A]
         do {
-            try enqueue(frame)
+            try enqueue(RPCMessage.requestFrame(id: id, method: method, encodedParams: encodedParams))
         } catch {
             _ = lock.withLock { submitted.removeValue(forKey: id) }
             throw SearchlightError(.remoteConnection, "could not send \(method): \(error)")

@@ -92,6 +92,32 @@ struct QueryAnswerTests {
         #expect(throws: JSONParseError.self) { try invalid.withUnsafeBufferPointer { try SearchPageAnswer.decode($0) } }
     }
 
+    @Test("a query.search request's params written straight into bytes equal its JSONValue params")
+    func encodedSearchParams() throws {
+        let queries = ["textContent == \"library\"cdw", "title == \"pars*\"cdw", "", "é \u{1F600} \u{2028} \u{1}\t\\ \"q\""]
+        var count = 0
+        for query in queries {
+            for fetch in [nil, [], ["title"], ["a", "b\"c", "\u{7F}"]] as [[String]?] {
+                for filters in [[], ["contentType == \"x\""], ["a", "b"]] {
+                    for (limit, cursor) in [(0, nil), (20, "r:12"), (10_000, "c\n\u{0}"), (1000, "")] as [(Int, String?)] {
+                        for (index, bundle) in [("", nil), ("trips", "com.example.notes"), ("i\"x", "")] as [(String, String?)] {
+                            let request = QuerySearch(query: query, fetchAttributes: fetch, filterQueries: filters, limit: limit,
+                                                      cursor: cursor, index: index, bundle: bundle)
+                            let encoded = request.encodedParams
+                            #expect(try JSONValue.parse(encoded) == request.params, "\(String(decoding: encoded, as: UTF8.self))")
+                            // The daemon reads them back as the same request (names it accepts).
+                            if bundle != "", index != "i\"x" {
+                                #expect(try QuerySearch(params: WireParams(JSONValue.parse(encoded))) == request)
+                            }
+                            count += 1
+                        }
+                    }
+                }
+            }
+        }
+        #expect(count == 576)
+    }
+
     /// A peer answering each request line with `answer(id)` (raw JSON text), on its own thread.
     static func peer(_ socket: UnixSocket, answer: @escaping @Sendable (Int) -> [UInt8]) {
         Thread {
