@@ -21,7 +21,7 @@ struct JSONKey {
     }
 
     /// `a` and `b` have the same count. (`memcmp`: a byte loop over each candidate key was
-    /// 5 % of a page's decode on the client.)
+    /// ~7 % of a term call's instructions on the client.)
     private func memcmpEqual(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Bool {
         guard let x = a.baseAddress, let y = b.baseAddress else { return a.count == 0 }
         return memcmp(x, y, a.count) == 0
