@@ -574,8 +574,38 @@ public final class RPCConnection: @unchecked Sendable {
         return value as! T
     }
 
+    /// Sends a request and reads its answer's result as a `T` straight from the frame's bytes,
+    /// in one pass over the answer when its result is its last member (see `WireResultDecodable`;
+    /// the result may be nested `maxDepth - 1` deep, as inside the envelope). A result `T`
+    /// refuses throws `parseError`; an error answer throws `SearchlightError`.
+    public func call<T: WireResultDecodable>(_ method: String, _ params: JSONValue = [:], as type: T.Type) async throws -> T {
+        try await call(method, params: .value(params), as: type)
+    }
+
+    /// `call(_:_:as:)` with the params already written (a JSON object's bytes), straight into
+    /// the frame: no `JSONValue` tree built for them and written out again.
+    public func call<T: WireResultDecodable>(_ method: String, encodedParams: [UInt8], as type: T.Type) async throws -> T {
+        try await call(method, params: .encoded(encodedParams), as: type)
+    }
+
+    private func call<T: WireResultDecodable>(_ method: String, params: Params, as type: T.Type) async throws -> T {
+        let depth = maxDepth - 1
+        let value = try await perform(method, params, decode: { bytes in try T.decode(bytes, maxDepth: depth) as any Sendable }, strict: true)
+        return value as! T
+    }
+
+    /// A request's params: a value, or its JSON already written.
+    private enum Params {
+        case value(JSONValue)
+        case encoded([UInt8])
+    }
+
     private func perform(_ method: String, _ params: JSONValue, decode: Waiter.Decode?) async throws -> any Sendable {
-        let waiter = Waiter(decode: decode, maxDepth: maxDepth)
+        try await perform(method, .value(params), decode: decode, strict: false)
+    }
+
+    private func perform(_ method: String, _ params: Params, decode: Waiter.Decode?, strict: Bool) async throws -> any Sendable {
+        let waiter = Waiter(decode: decode, strict: strict, maxDepth: maxDepth)
         let (id, closedReason): (RPCID, CloseReason?) = lock.withLock {
             defer { nextID += 1 }
             let id = RPCID.number(nextID)
@@ -587,7 +617,10 @@ public final class RPCConnection: @unchecked Sendable {
         }
         do {
             // Written at once when the socket takes it, else queued: never waits here.
-            try send(.request(id: id, method: method, params: params))
+            switch params {
+            case .value(let value): try send(.request(id: id, method: method, params: value))
+            case .encoded(let bytes): try enqueue(RPCMessage.requestFrame(id: id, method: method, encodedParams: bytes))
+            }
         } catch {
             if let c = lock.withLock({ pending.removeValue(forKey: id) }) {
                 c.fail(SearchlightError(.remoteConnection, "could not send \(method): \(error)"))
@@ -698,6 +731,23 @@ public final class RPCConnection: @unchecked Sendable {
         // Only a call waiting with a decoder gains from it; submitted calls and requests do not.
         guard lock.withLock({ pending.values.contains { $0.decode != nil } }) else { return false }
         return frame.withUnsafeBufferPointer { buffer -> Bool in
+            // One pass: the result read where it starts, when it is the last member and its call's
+            // decoder is strict (it then refuses anything but the result alone).
+            if let head = ResponseEnvelope.resultLast(buffer, maxDepth: maxDepth) {
+                let waiter: Waiter? = lock.withLock {
+                    guard let waiter = pending[head.id], waiter.strict, submitted[head.id] == nil else { return nil }
+                    return waiter
+                }
+                if let waiter, let value = waiter.decodeStrictly(UnsafeBufferPointer(rebasing: buffer[head.result])) {
+                    // Gone only if the call was cancelled meanwhile (it has failed then, and keeps that).
+                    lock.withLock {
+                        if pending[head.id] === waiter { pending[head.id] = nil }
+                    }
+                    waiter.succeed(value)
+                    return true
+                }
+                // Not the result alone (a member after it, or malformed): read in two passes below.
+            }
             guard let envelope = ResponseEnvelope.scan(buffer, maxDepth: maxDepth) else { return false }
             let waiter: Waiter? = lock.withLock {
                 guard pending[envelope.id]?.decode != nil, submitted[envelope.id] == nil else { return nil }
@@ -723,17 +773,8 @@ public final class RPCConnection: @unchecked Sendable {
             submitted[id] = call
             return (id, call)
         }
-        var frame: [UInt8] = []
-        frame.reserveCapacity(encodedParams.count + method.utf8.count + 48)
-        frame += Array(#"{"jsonrpc":"2.0","id":"#.utf8)
-        frame += Array(id.description.utf8)
-        frame += Array(#","method":"#.utf8)
-        JSONValue.string(method).write(to: &frame)
-        frame += Array(#","params":"#.utf8)
-        frame += encodedParams
-        frame += [UInt8(ascii: "}"), 0x0A]
         do {
-            try enqueue(frame)
+            try enqueue(RPCMessage.requestFrame(id: id, method: method, encodedParams: encodedParams))
         } catch {
             _ = lock.withLock { submitted.removeValue(forKey: id) }
             throw SearchlightError(.remoteConnection, "could not send \(method): \(error)")
@@ -819,6 +860,8 @@ final class Waiter: Sendable {
     typealias Decode = @Sendable (UnsafeBufferPointer<UInt8>) throws -> any Sendable
     /// Reads the result from the answer's bytes; nil: the result as a `JSONValue`.
     let decode: Decode?
+    /// `decode` refuses anything but one well-formed JSON value (`WireResultDecodable`).
+    let strict: Bool
     let maxDepth: Int
     private enum State {
         case waiting
@@ -828,8 +871,9 @@ final class Waiter: Sendable {
     }
     private let state = Mutex<State>(.waiting)
 
-    init(decode: Decode?, maxDepth: Int) {
+    init(decode: Decode?, strict: Bool = false, maxDepth: Int) {
         self.decode = decode
+        self.strict = strict && decode != nil
         self.maxDepth = maxDepth
     }
 
@@ -902,4 +946,14 @@ final class Waiter: Sendable {
     }
 
     func fail(_ error: any Error) { complete(.failure(error)) }
+
+    /// The result read by a strict `decode` from bytes that may not be the result alone; nil
+    /// when it refuses them (nothing is completed then).
+    func decodeStrictly(_ bytes: UnsafeBufferPointer<UInt8>) -> (any Sendable)? {
+        guard strict, let decode else { return nil }
+        return try? decode(bytes)
+    }
+
+    /// A result read by `decodeStrictly`.
+    func succeed(_ value: any Sendable) { complete(.success(value)) }
 }
