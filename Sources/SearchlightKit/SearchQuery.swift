@@ -46,26 +46,30 @@ public struct SearchQuery: Sendable {
 
         public struct Iterator: AsyncIteratorProtocol {
             let query: SearchQuery
+            /// The page being handed out, from `nextInBuffer` on (not reversed into a copy to pop
+            /// from: that copied every item of every page).
             var buffer: [SearchableItem] = []
+            var nextInBuffer = 0
             var cursor: String?
             var finished = false
 
             init(query: SearchQuery) { self.query = query }
 
             public mutating func next() async throws -> SearchableItem? {
-                while buffer.isEmpty {
+                while nextInBuffer == buffer.count {
                     if finished { return nil }
                     try Task.checkCancellation()
-                    // The page is read straight into items on the connection's reader thread.
-                    let page = try await query.index.send(QuerySearch(
+                    // The page is read straight into items from the answer's bytes.
+                    let page = try await query.index.sendPage(QuerySearch(
                         query: query.queryString, fetchAttributes: query.context.fetchAttributes,
-                        filterQueries: query.context.filterQueries, limit: query.context.pageSize, cursor: cursor, index: query.index.name),
-                        decode: { try SearchPageAnswer.decode($0) })
-                    buffer = page.items.reversed()
+                        filterQueries: query.context.filterQueries, limit: query.context.pageSize, cursor: cursor, index: query.index.name))
+                    buffer = page.items
+                    nextInBuffer = 0
                     cursor = page.cursor
                     finished = cursor == nil
                 }
-                return buffer.popLast()
+                defer { nextInBuffer += 1 }
+                return buffer[nextInBuffer]
             }
         }
     }

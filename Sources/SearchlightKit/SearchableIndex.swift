@@ -91,11 +91,18 @@ public final class SearchableIndex: Sendable {
         return try await connection.send(request)
     }
 
-    /// Sends a query whose answer is read straight into typed results (`SearchPageAnswer`,
-    /// `UserQueryAnswer`); under `--dump`, from the `JSONValue` answer written out.
-    func send<R: WireRequest, T: Sendable>(_ request: R, decode: @escaping @Sendable (UnsafeBufferPointer<UInt8>) throws -> T) async throws -> T {
-        if let dump { return try dump.answer(R.method).serialized().withUnsafeBufferPointer { try decode($0) } }
-        return try await connection.call(R.method, request.params, decode: decode)
+    /// Sends a query whose answer is read straight into a typed result (`SearchPageAnswer`,
+    /// `UserQueryAnswer`), in one pass over the answer; under `--dump`, from the `JSONValue`
+    /// answer written out.
+    func send<R: WireRequest, T: WireResultDecodable>(_ request: R, as type: T.Type) async throws -> T {
+        if let dump { return try dump.answer(R.method).serialized().withUnsafeBufferPointer { try T.decode($0, maxDepth: 128) } }
+        return try await connection.call(R.method, request.params, as: type)
+    }
+
+    /// A `query.search` call, its params written straight into the frame (`QuerySearch.encodedParams`).
+    func sendPage(_ request: QuerySearch) async throws -> SearchPageAnswer {
+        if let dump { return try dump.answer(QuerySearch.method).serialized().withUnsafeBufferPointer { try SearchPageAnswer.decode($0, maxDepth: 128) } }
+        return try await connection.call(QuerySearch.method, encodedParams: request.encodedParams, as: SearchPageAnswer.self)
     }
 
     /// Adds or replaces items (or merges those marked `isUpdate`), from any sequence: an array, a

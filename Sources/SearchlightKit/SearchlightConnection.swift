@@ -75,6 +75,17 @@ public actor SearchlightConnection {
         try await resending { connection in try await connection.call(method, params, decode: decode) }
     }
 
+    /// `call`, its result read as a `T` from the answer's bytes, in one pass when the result is
+    /// the answer's last member (`RPCConnection.call(_:_:as:)`).
+    public func call<T: WireResultDecodable>(_ method: String, _ params: JSONValue = [:], as type: T.Type) async throws -> T {
+        try await resending { connection in try await connection.call(method, params, as: type) }
+    }
+
+    /// `call(_:_:as:)` with the params already written (`RPCConnection.call(_:encodedParams:as:)`).
+    public func call<T: WireResultDecodable>(_ method: String, encodedParams: [UInt8], as type: T.Type) async throws -> T {
+        try await resending { connection in try await connection.call(method, encodedParams: encodedParams, as: type) }
+    }
+
     /// Runs `call` on the connection, once more on a new one after an announced close (see `call`).
     private func resending<T: Sendable>(_ call: (RPCConnection) async throws -> T) async throws -> T {
         var connection = try await connected()

@@ -87,8 +87,8 @@ public struct UserQuery: Sendable {
     }
 
     public func run() async throws -> Response {
-        // The answer is read straight into items on the connection's reader thread.
-        let r = try await index.send(QueryUser(text: text, context: context.wire, index: index.name), decode: { try UserQueryAnswer.decode($0) })
+        // The answer is read straight into items from its bytes, in one pass.
+        let r = try await index.send(QueryUser(text: text, context: context.wire, index: index.name), as: UserQueryAnswer.self)
         let suggestions = r.suggestions.map { s in
             QuerySuggestion(text: s.text, highlight: s.highlight.map { $0[0]..<($0[0] + $0[1]) },
                 kind: QuerySuggestion.Kind(rawValue: s.kind) ?? .completion)

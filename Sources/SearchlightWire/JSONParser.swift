@@ -58,6 +58,9 @@ struct JSONParser {
         }
     }
 
+    /// JSON's white space (what `skipSpace` skips).
+    static func isSpace(_ b: UInt8) -> Bool { b == 0x20 || b == 0x09 || b == 0x0A || b == 0x0D }
+
     mutating func parseValue() throws(JSONParseError) -> JSONValue {
         guard pos < bytes.count else { throw fail("unexpected end of input") }
         switch bytes[pos] {

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 // Reading JSON without building a `JSONValue` tree: skipping a value (syntax checked, nothing
 // built), walking an object's members or an array's elements, reading a string's bytes in place.
 // The SDK reads query answers this way (`QueryAnswers.swift`): building every item's dictionaries
@@ -16,9 +20,11 @@ struct JSONKey {
         return decoded.count == count && decoded.withUnsafeBufferPointer { memcmpEqual($0, bytes) }
     }
 
+    /// `a` and `b` have the same count. (`memcmp`: a byte loop over each candidate key was
+    /// ~7 % of a term call's instructions on the client.)
     private func memcmpEqual(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Bool {
-        for i in 0..<a.count where a[i] != b[i] { return false }
-        return true
+        guard let x = a.baseAddress, let y = b.baseAddress else { return a.count == 0 }
+        return memcmp(x, y, a.count) == 0
     }
 }
 

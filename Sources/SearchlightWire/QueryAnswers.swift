@@ -5,8 +5,20 @@ import Foundation
 // same fields, with the same leniency, as `QuerySearch.Response(result:)` and
 // `QueryUser.Response(result:)` followed by `SearchableItem(wire:)` (tests compare the two).
 
+/// A call's result read from its JSON bytes (`RPCConnection.call(_:_:as:)`), strictly: `decode`
+/// throws unless `result` holds exactly one well-formed JSON value (white space around it
+/// allowed; nesting within `maxDepth`; a skipped string's UTF-8 is not checked, as the envelope
+/// scan does not check it either). That lets the connection read a success answer in one pass
+/// when its result is the last member (as the daemon writes it): the bytes from the result to
+/// the envelope's closing brace are handed to `decode` as they are, and only if they were the
+/// result and nothing else does `decode` succeed; when it throws, the answer is read the general
+/// way (the envelope scanned, the result found and decoded again, or the frame refused).
+public protocol WireResultDecodable: Sendable {
+    static func decode(_ result: UnsafeBufferPointer<UInt8>, maxDepth: Int) throws(JSONParseError) -> Self
+}
+
 /// A `query.search` answer: a page of items.
-public struct SearchPageAnswer: Sendable {
+public struct SearchPageAnswer: WireResultDecodable {
     public var items: [SearchableItem] = []
     public var cursor: String?
     public var incomplete = false
@@ -37,7 +49,7 @@ public struct SearchPageAnswer: Sendable {
 }
 
 /// A `query.user` answer.
-public struct UserQueryAnswer: Sendable {
+public struct UserQueryAnswer: WireResultDecodable {
     public var items: [SearchableItem] = []
     /// Each item's `explain` member, when it has one (one per item of `items`).
     public var explanations: [JSONValue?] = []
@@ -84,6 +96,9 @@ extension JSONParser {
             return []
         }
         var out: [SearchableItem] = []
+        // A page's items mostly share their expiration date (donated together, the default
+        // applied): the last date's text and value, to parse each distinct text once.
+        var lastDate: (text: UnsafeBufferPointer<UInt8>, date: Date?)?
         try beginArray()
         var first = true
         while try nextElement(first: &first) {
@@ -100,7 +115,7 @@ extension JSONParser {
                 } else if key.equals("attributeSet") {
                     attributes = try parseValue().objectValue ?? [:]
                 } else if key.equals("expirationDate") {
-                    expiration = try date()
+                    expiration = try date(reusing: &lastDate)
                 } else if key.equals("domainIdentifier") {
                     domain = try optionalString()
                 } else if explain != nil, key.equals("explain") {
@@ -118,13 +133,22 @@ extension JSONParser {
         return out
     }
 
-    /// A date string read in place (`ISO8601.parse`); anything else, or a string that is no date, nil.
-    mutating func date() throws(JSONParseError) -> Date? {
+    /// A date string read in place (`ISO8601.parse`); anything else, or a string that is no date,
+    /// nil. `last`: the last unescaped date text read and its value, reused when this one is the
+    /// same text, and replaced when not.
+    mutating func date(reusing last: inout (text: UnsafeBufferPointer<UInt8>, date: Date?)?) throws(JSONParseError) -> Date? {
         guard peek() == UInt8(ascii: "\"") else {
             try skipValue()
             return nil
         }
-        if let raw = try stringBytes() { return ISO8601.parse(bytes: raw) }
+        if let raw = try stringBytes() {
+            if let last, last.text.count == raw.count, memcmp(last.text.baseAddress!, raw.baseAddress!, raw.count) == 0 {
+                return last.date
+            }
+            let date = ISO8601.parse(bytes: raw)
+            if raw.count > 0 { last = (raw, date) }
+            return date
+        }
         return ISO8601.parse(try parseString())
     }
 
@@ -143,6 +167,48 @@ extension JSONParser {
 struct ResponseEnvelope {
     var id: RPCID
     var result: Range<Int>
+
+    /// One pass instead of two for the answers the daemon writes (`{"jsonrpc":"2.0","id":…,
+    /// "result":…}`): when `jsonrpc` "2.0" and an id (each once, nothing else) come before
+    /// `result`, the id, and as `result` the bytes from the result's first byte to the frame's
+    /// last `}` (white space after it allowed), which are the result exactly when the result is
+    /// the last member and the frame well formed. Nothing after the result's first byte is read
+    /// here: a strict decoder (`WireResultDecodable`) reading those bytes checks it, and throws
+    /// if a member follows the result or anything is malformed; then `scan` reads the frame.
+    /// nil for any other order or member (then `scan`).
+    static func resultLast(_ frame: UnsafeBufferPointer<UInt8>, maxDepth: Int) -> ResponseEnvelope? {
+        var p = JSONParser(bytes: frame, maxDepth: maxDepth)
+        var id: RPCID?, version = false
+        do {
+            try p.beginObject()
+            var first = true
+            while let key = try p.nextMember(first: &first) {
+                if key.equals("id") {
+                    guard id == nil else { return nil }
+                    switch p.peek() {
+                    case UInt8(ascii: "\"")?: id = .string(try p.parseString())
+                    default:
+                        guard let n = try p.parseValue().intValue else { return nil }
+                        id = .number(n)
+                    }
+                } else if key.equals("jsonrpc") {
+                    guard !version, try p.parseValue() == "2.0" else { return nil }
+                    version = true
+                } else if key.equals("result") {
+                    guard let id, version else { return nil }
+                    var end = frame.count
+                    while end > p.pos, JSONParser.isSpace(frame[end - 1]) { end -= 1 }
+                    guard end > p.pos + 1, frame[end - 1] == UInt8(ascii: "}") else { return nil }
+                    return ResponseEnvelope(id: id, result: p.pos..<(end - 1))
+                } else {
+                    return nil
+                }
+            }
+        } catch {
+            return nil
+        }
+        return nil
+    }
 
     /// The id and result of a frame that is a well-formed success response (`jsonrpc` "2.0", an
     /// integer or string id, a result, no `method`, no `error`, no key twice), its result only

@@ -150,18 +150,31 @@ public final class RPCConnection: @unchecked Sendable {
         /// The token a caller takes before it reads: `CallerReaders.process` (one caller reading
         /// per process); tests give a connection its own.
         public var readers: CallerReaders
+        /// For how long of `waitSeconds` the caller polls the socket without sleeping (a
+        /// non-blocking read, then `sched_yield`) before it waits in `poll`. A short answer then
+        /// finds the caller's core awake: a core that went idle while its thread slept in `poll`
+        /// takes tens of µs to wake in a virtual machine (back-to-back term pages, 2 cores, KVM
+        /// guest with halt polling off: 110 µs a round trip sleeping, 78 spinning; Performance.md).
+        /// It costs this process at most this much CPU per call; the yield leaves the core to
+        /// anything else runnable on it (the daemon, when both share one core). 0: never spin.
+        public var spinSeconds: TimeInterval
 
-        public init(waitSeconds: TimeInterval, linger: TimeInterval, readers: CallerReaders = .process) {
+        public init(waitSeconds: TimeInterval, linger: TimeInterval, spinSeconds: TimeInterval = 0,
+                    readers: CallerReaders = .process) {
             self.waitSeconds = waitSeconds
             self.linger = linger
+            self.spinSeconds = min(max(0, spinSeconds), waitSeconds)
             self.readers = readers
         }
 
-        /// 2 ms (a term query's answer takes 0.1-0.2 ms, a hybrid user query's about 1 ms), 5 ms.
-        public static let standard = CallerReads(waitSeconds: 0.002, linger: 0.005)
+        /// 2 ms (a term query's answer takes 0.1-0.2 ms, a hybrid user query's about 1 ms), 5 ms,
+        /// spinning for the first 0.3 ms (a term or prefix page's answer, a lexical user query's).
+        public static let standard = CallerReads(waitSeconds: 0.002, linger: 0.005, spinSeconds: 0.0003)
     }
     /// Set with `callerReads`.
     let callerReadSeconds: TimeInterval
+    /// Set with `callerReads` (`CallerReads.spinSeconds`), in nanoseconds.
+    let callerSpinNanoseconds: UInt64
     /// What a caller holding the read role reads into (one at a time: the role is exclusive).
     private let callerChunk: UnsafeMutableRawBufferPointer
 
@@ -184,6 +197,7 @@ public final class RPCConnection: @unchecked Sendable {
         let callerReads = incompleteFrameTimeout == nil ? callerReads : nil
         readRole = callerReads.map { ReadRole(linger: $0.linger, readers: $0.readers) }
         callerReadSeconds = callerReads?.waitSeconds ?? 0
+        callerSpinNanoseconds = UInt64((callerReads?.spinSeconds ?? 0) * 1e9)
         callerChunk = .allocate(byteCount: callerReads == nil ? 0 : 64 * 1024, alignment: 1)
     }
 
@@ -560,8 +574,38 @@ public final class RPCConnection: @unchecked Sendable {
         return value as! T
     }
 
+    /// Sends a request and reads its answer's result as a `T` straight from the frame's bytes,
+    /// in one pass over the answer when its result is its last member (see `WireResultDecodable`;
+    /// the result may be nested `maxDepth - 1` deep, as inside the envelope). A result `T`
+    /// refuses throws `parseError`; an error answer throws `SearchlightError`.
+    public func call<T: WireResultDecodable>(_ method: String, _ params: JSONValue = [:], as type: T.Type) async throws -> T {
+        try await call(method, params: .value(params), as: type)
+    }
+
+    /// `call(_:_:as:)` with the params already written (a JSON object's bytes), straight into
+    /// the frame: no `JSONValue` tree built for them and written out again.
+    public func call<T: WireResultDecodable>(_ method: String, encodedParams: [UInt8], as type: T.Type) async throws -> T {
+        try await call(method, params: .encoded(encodedParams), as: type)
+    }
+
+    private func call<T: WireResultDecodable>(_ method: String, params: Params, as type: T.Type) async throws -> T {
+        let depth = maxDepth - 1
+        let value = try await perform(method, params, decode: { bytes in try T.decode(bytes, maxDepth: depth) as any Sendable }, strict: true)
+        return value as! T
+    }
+
+    /// A request's params: a value, or its JSON already written.
+    private enum Params {
+        case value(JSONValue)
+        case encoded([UInt8])
+    }
+
     private func perform(_ method: String, _ params: JSONValue, decode: Waiter.Decode?) async throws -> any Sendable {
-        let waiter = Waiter(decode: decode, maxDepth: maxDepth)
+        try await perform(method, .value(params), decode: decode, strict: false)
+    }
+
+    private func perform(_ method: String, _ params: Params, decode: Waiter.Decode?, strict: Bool) async throws -> any Sendable {
+        let waiter = Waiter(decode: decode, strict: strict, maxDepth: maxDepth)
         let (id, closedReason): (RPCID, CloseReason?) = lock.withLock {
             defer { nextID += 1 }
             let id = RPCID.number(nextID)
@@ -573,7 +617,10 @@ public final class RPCConnection: @unchecked Sendable {
         }
         do {
             // Written at once when the socket takes it, else queued: never waits here.
-            try send(.request(id: id, method: method, params: params))
+            switch params {
+            case .value(let value): try send(.request(id: id, method: method, params: value))
+            case .encoded(let bytes): try enqueue(RPCMessage.requestFrame(id: id, method: method, encodedParams: bytes))
+            }
         } catch {
             if let c = lock.withLock({ pending.removeValue(forKey: id) }) {
                 c.fail(SearchlightError(.remoteConnection, "could not send \(method): \(error)"))
@@ -581,9 +628,10 @@ public final class RPCConnection: @unchecked Sendable {
         }
         if let readRole, !waiter.isDone {
             // One deadline for taking the role and reading: the pool thread is held at most this long.
-            let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(callerReadSeconds * 1e9)
+            let start = DispatchTime.now().uptimeNanoseconds
+            let deadline = start + UInt64(callerReadSeconds * 1e9)
             if readRole.callerAcquire(within: callerReadSeconds) {
-                readOwnAnswer(waiter, role: readRole, deadline: deadline)
+                readOwnAnswer(waiter, role: readRole, deadline: deadline, spinUntil: start + callerSpinNanoseconds)
             } else {
                 // Another caller reads (it hands over when done) or the thread does.
                 readRole.needThread()
@@ -605,7 +653,8 @@ public final class RPCConnection: @unchecked Sendable {
     /// the rest to the reader thread, so that the handler sees them on that thread, in order.
     /// `deadline`: `DispatchTime`'s uptime in nanoseconds (monotonic: a step of the wall clock
     /// does not stretch it). Past it, even answers already buffered are left to the reader thread.
-    private func readOwnAnswer(_ waiter: Waiter, role: ReadRole, deadline: UInt64) {
+    /// Until `spinUntil` (same clock) it reads without sleeping (`CallerReads.spinSeconds`).
+    private func readOwnAnswer(_ waiter: Waiter, role: ReadRole, deadline: UInt64, spinUntil: UInt64) {
         var handBack = false
         let fd = socket.fd
         reading: while !waiter.isDone {
@@ -625,13 +674,27 @@ public final class RPCConnection: @unchecked Sendable {
             }
             let now = DispatchTime.now().uptimeNanoseconds
             guard now < deadline else { break }
-            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let rc = poll(&pfd, 1, Int32(max(1, (Double(deadline - now) / 1e6).rounded(.up))))
-            if rc < 0, errno == EINTR { continue }
-            if rc == 0 { continue } // the deadline is checked above
             let n: Int
             do {
-                n = try socket.read(into: callerChunk)
+                if now < spinUntil {
+                    // Awake: what the daemon sends is read the moment it is there.
+                    guard let got = try socket.readAvailable(into: callerChunk) else {
+                        sched_yield()
+                        continue
+                    }
+                    n = got
+                } else {
+                    // Whole milliseconds left, rounded down: with less than one left the wait
+                    // ends (the reader thread takes over), so the thread is never held past the
+                    // bound (rounded up, it was held up to 1 ms longer).
+                    let milliseconds = (deadline - now) / 1_000_000
+                    guard milliseconds > 0 else { break }
+                    var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+                    let rc = poll(&pfd, 1, Int32(milliseconds))
+                    if rc < 0, errno == EINTR { continue }
+                    if rc == 0 { continue } // the deadline is checked above
+                    n = try socket.read(into: callerChunk)
+                }
             } catch is UnixSocket.ReceiveTimeout {
                 continue
             } catch {
@@ -668,6 +731,23 @@ public final class RPCConnection: @unchecked Sendable {
         // Only a call waiting with a decoder gains from it; submitted calls and requests do not.
         guard lock.withLock({ pending.values.contains { $0.decode != nil } }) else { return false }
         return frame.withUnsafeBufferPointer { buffer -> Bool in
+            // One pass: the result read where it starts, when it is the last member and its call's
+            // decoder is strict (it then refuses anything but the result alone).
+            if let head = ResponseEnvelope.resultLast(buffer, maxDepth: maxDepth) {
+                let waiter: Waiter? = lock.withLock {
+                    guard let waiter = pending[head.id], waiter.strict, submitted[head.id] == nil else { return nil }
+                    return waiter
+                }
+                if let waiter, let value = waiter.decodeStrictly(UnsafeBufferPointer(rebasing: buffer[head.result])) {
+                    // Gone only if the call was cancelled meanwhile (it has failed then, and keeps that).
+                    lock.withLock {
+                        if pending[head.id] === waiter { pending[head.id] = nil }
+                    }
+                    waiter.succeed(value)
+                    return true
+                }
+                // Not the result alone (a member after it, or malformed): read in two passes below.
+            }
             guard let envelope = ResponseEnvelope.scan(buffer, maxDepth: maxDepth) else { return false }
             let waiter: Waiter? = lock.withLock {
                 guard pending[envelope.id]?.decode != nil, submitted[envelope.id] == nil else { return nil }
@@ -693,17 +773,8 @@ public final class RPCConnection: @unchecked Sendable {
             submitted[id] = call
             return (id, call)
         }
-        var frame: [UInt8] = []
-        frame.reserveCapacity(encodedParams.count + method.utf8.count + 48)
-        frame += Array(#"{"jsonrpc":"2.0","id":"#.utf8)
-        frame += Array(id.description.utf8)
-        frame += Array(#","method":"#.utf8)
-        JSONValue.string(method).write(to: &frame)
-        frame += Array(#","params":"#.utf8)
-        frame += encodedParams
-        frame += [UInt8(ascii: "}"), 0x0A]
         do {
-            try enqueue(frame)
+            try enqueue(RPCMessage.requestFrame(id: id, method: method, encodedParams: encodedParams))
         } catch {
             _ = lock.withLock { submitted.removeValue(forKey: id) }
             throw SearchlightError(.remoteConnection, "could not send \(method): \(error)")
@@ -789,6 +860,8 @@ final class Waiter: Sendable {
     typealias Decode = @Sendable (UnsafeBufferPointer<UInt8>) throws -> any Sendable
     /// Reads the result from the answer's bytes; nil: the result as a `JSONValue`.
     let decode: Decode?
+    /// `decode` refuses anything but one well-formed JSON value (`WireResultDecodable`).
+    let strict: Bool
     let maxDepth: Int
     private enum State {
         case waiting
@@ -798,8 +871,9 @@ final class Waiter: Sendable {
     }
     private let state = Mutex<State>(.waiting)
 
-    init(decode: Decode?, maxDepth: Int) {
+    init(decode: Decode?, strict: Bool = false, maxDepth: Int) {
         self.decode = decode
+        self.strict = strict && decode != nil
         self.maxDepth = maxDepth
     }
 
@@ -872,4 +946,14 @@ final class Waiter: Sendable {
     }
 
     func fail(_ error: any Error) { complete(.failure(error)) }
+
+    /// The result read by a strict `decode` from bytes that may not be the result alone; nil
+    /// when it refuses them (nothing is completed then).
+    func decodeStrictly(_ bytes: UnsafeBufferPointer<UInt8>) -> (any Sendable)? {
+        guard strict, let decode else { return nil }
+        return try? decode(bytes)
+    }
+
+    /// A result read by `decodeStrictly`.
+    func succeed(_ value: any Sendable) { complete(.success(value)) }
 }

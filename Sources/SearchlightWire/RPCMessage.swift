@@ -84,6 +84,28 @@ public enum RPCMessage: Sendable, Equatable {
     }
 }
 
+extension RPCMessage {
+    /// The frame of a request whose params are already written (`params`: a JSON object's
+    /// bytes), newline included: the same bytes as `RPCMessage.request(id:method:params:).frame()`
+    /// of their value, without building it.
+    public static func requestFrame(id: RPCID, method: String, encodedParams params: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(params.count + method.utf8.count + 48)
+        out.append(contentsOf: #"{"jsonrpc":"2.0","id":"#.utf8)
+        switch id {
+        case .number(let n): out.append(contentsOf: String(n).utf8)
+        case .string(let s): JSONValue.writeString(s, to: &out)
+        }
+        out.append(contentsOf: #","method":"#.utf8)
+        JSONValue.writeString(method, to: &out)
+        out.append(contentsOf: #","params":"#.utf8)
+        out.append(contentsOf: params)
+        out.append(UInt8(ascii: "}"))
+        out.append(0x0A)
+        return out
+    }
+}
+
 /// Why a frame could not be read as a JSON-RPC message. `id` is set when the frame was a request
 /// whose id could still be read, so the error can be answered to it.
 public struct RPCDecodeError: Error, Sendable {

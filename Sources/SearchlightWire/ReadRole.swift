@@ -31,7 +31,9 @@ final class ReadRole: @unchecked Sendable {
     private var wanted = false
     /// The reader thread must take the role as soon as it is free (not after `linger`).
     private var threadNeeded = false
-    private var releasedAt = Date.distantPast
+    /// When a holder last gave the role up, on the monotonic clock (`DispatchTime`'s uptime in
+    /// nanoseconds: a step of the wall clock neither stretches nor cuts the linger).
+    private var releasedAt: UInt64 = 0
     /// The wake-up of the reader thread's `poll`, a socket pair (read end, write end).
     private var wakeRead: Int32 = -1
     private var wakeWrite: Int32 = -1
@@ -69,12 +71,15 @@ final class ReadRole: @unchecked Sendable {
             case .thread: return true
             case .retired: return false
             case .free:
-                if threadNeeded || wakeRead < 0 || Date().timeIntervalSince(releasedAt) >= linger {
+                let free = Double(DispatchTime.now().uptimeNanoseconds - releasedAt) / 1e9
+                if threadNeeded || wakeRead < 0 || free >= linger {
                     holder = .thread
                     threadNeeded = false
                     return true
                 }
-                _ = condition.wait(until: releasedAt.addingTimeInterval(linger))
+                // The wait's own deadline is the condition's (wall clock), but only this short
+                // wait is exposed to a step: the linger is counted again on waking.
+                _ = condition.wait(until: Date().addingTimeInterval(linger - free))
             case .caller:
                 // The caller signals when it gives the role back needing the thread; otherwise
                 // the linger is counted from its release, checked at this pace.
@@ -110,7 +115,7 @@ final class ReadRole: @unchecked Sendable {
             guard wanted else { return false }
             wanted = false
             holder = .free
-            releasedAt = Date()
+            releasedAt = DispatchTime.now().uptimeNanoseconds
             condition.broadcast()
             return true
         }
@@ -185,7 +190,7 @@ final class ReadRole: @unchecked Sendable {
             readers.give()
             holder = .free
             releases += 1
-            releasedAt = Date()
+            releasedAt = DispatchTime.now().uptimeNanoseconds
             if needed || threadNeeded {
                 threadNeeded = true
                 condition.broadcast()

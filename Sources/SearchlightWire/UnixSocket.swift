@@ -155,6 +155,19 @@ public final class UnixSocket: @unchecked Sendable {
         }
     }
 
+    /// Reads what has arrived, without waiting (MSG_DONTWAIT): nil when nothing has, 0 at the
+    /// stream's end (or a reset), else the byte count.
+    public func readAvailable(into buffer: UnsafeMutableRawBufferPointer) throws -> Int? {
+        while true {
+            let n = recv(fd, buffer.baseAddress, buffer.count, Int32(MSG_DONTWAIT))
+            if n >= 0 { return n }
+            if errno == EINTR { continue }
+            if errno == EAGAIN || errno == EWOULDBLOCK { return nil }
+            if errno == ECONNRESET || errno == EBADF { return 0 }
+            throw SystemError("recv")
+        }
+    }
+
     /// The send timeout set with `setSendTimeout`, if any: the most one frame may take to write.
     public var sendTimeout: Int? { lock.withLock { _sendTimeout } }
     private var _sendTimeout: Int?

@@ -26,6 +26,12 @@ struct QueryAnswerTests {
         ["items": "not an array", "rankedItems": ["x"], "suggestions": "none"],
         ["rankedItems": [item], "items": [item], "suggestions": [["text": "gtk theme", "highlight": [[0, 3], [1]], "kind": "completion"], ["kind": "x"]],
          "incomplete": false],
+        // Dates repeated, alternating, changed in one digit or in length, with an escape, no date, none:
+        // each item's date is its own (the decoder reuses the last date's value for the same text).
+        ["items": .array(["2026-12-25T17:46:37.278Z", "2026-12-25T17:46:37.278Z", "2026-12-25T17:46:37.279Z",
+                          "2026-12-25T17:46:37.278Z", "2026-12-25T17:46:37Z", "soon", "", "2026-12-25T17:46:37.278Z",
+                          "2026-12-25T17:46:37.278\\Z", .number(1), "2026-12-25T17:46:37.278Z", "2026-12-25T17:46:37Z"]
+            .enumerated().map { i, date in ["uniqueIdentifier": .string("i\(i)"), "expirationDate": date] })],
         [:],
         .array([]),
         .null,
@@ -86,6 +92,32 @@ struct QueryAnswerTests {
         #expect(throws: JSONParseError.self) { try invalid.withUnsafeBufferPointer { try SearchPageAnswer.decode($0) } }
     }
 
+    @Test("a query.search request's params written straight into bytes equal its JSONValue params")
+    func encodedSearchParams() throws {
+        let queries = ["textContent == \"library\"cdw", "title == \"pars*\"cdw", "", "é \u{1F600} \u{2028} \u{1}\t\\ \"q\""]
+        var count = 0
+        for query in queries {
+            for fetch in [nil, [], ["title"], ["a", "b\"c", "\u{7F}"]] as [[String]?] {
+                for filters in [[], ["contentType == \"x\""], ["a", "b"]] {
+                    for (limit, cursor) in [(0, nil), (20, "r:12"), (10_000, "c\n\u{0}"), (1000, "")] as [(Int, String?)] {
+                        for (index, bundle) in [("", nil), ("trips", "com.example.notes"), ("i\"x", "")] as [(String, String?)] {
+                            let request = QuerySearch(query: query, fetchAttributes: fetch, filterQueries: filters, limit: limit,
+                                                      cursor: cursor, index: index, bundle: bundle)
+                            let encoded = request.encodedParams
+                            #expect(try JSONValue.parse(encoded) == request.params, "\(String(decoding: encoded, as: UTF8.self))")
+                            // The daemon reads them back as the same request (names it accepts).
+                            if bundle != "", index != "i\"x" {
+                                #expect(try QuerySearch(params: WireParams(JSONValue.parse(encoded))) == request)
+                            }
+                            count += 1
+                        }
+                    }
+                }
+            }
+        }
+        #expect(count == 576)
+    }
+
     /// A peer answering each request line with `answer(id)` (raw JSON text), on its own thread.
     static func peer(_ socket: UnixSocket, answer: @escaping @Sendable (Int) -> [UInt8]) {
         Thread {
@@ -136,6 +168,46 @@ struct QueryAnswerTests {
             #expect(error.code == .parseError, "\(error)")
         }
         // Calls without a decoder, beside them, get their JSONValue as before.
+        #expect(try await connection.call("other") == ["plain": true])
+    }
+
+    @Test("a call reading its answer in one pass (result last) gets what the two passes gave; other orders, members after the result and error answers still arrive")
+    func onePassCallOverSocket() async throws {
+        let (mine, theirs) = try UnixSocket.pair()
+        let result = #"{"items":[{"uniqueIdentifier":"a","attributeSet":{"title":"t"}}],"cursor":"5"}"#
+        Self.peer(theirs) { id in
+            switch id {
+            case 1: Array(#"{"jsonrpc":"2.0","id":1,"result":\#(result)}"#.utf8)
+            case 2: Array(#"{"result":\#(result),"id":2,"jsonrpc":"2.0"}"#.utf8)
+            // Result last as far as the head goes, then a member: the one pass refuses it, the scan reads it.
+            case 3: Array(#"{"jsonrpc":"2.0","id":3,"result":\#(result),"note":"x"}"#.utf8)
+            case 4: Array(#"{"jsonrpc":"2.0","id":4,"error":{"code":-32001,"message":"no such index"}}"#.utf8)
+            case 5: Array(#"{"jsonrpc":"2.0","id":5,"result":{"items":[{"uniqueIdentifier":""#.utf8) + [0xFF, 0xFE] + Array(#""}]}}"#.utf8)
+            // A user query's answer, result last.
+            case 6: Array(#"{"jsonrpc":"2.0","id":6,"result":{"items":[{"uniqueIdentifier":"u","explain":{"s":1}}],"rankedItems":[],"incomplete":true}}"#.utf8)
+            default: Array(#"{"jsonrpc":"2.0","id":\#(id),"result":{"plain":true}}"#.utf8)
+            }
+        }
+        let connection = RPCConnection(socket: mine)
+        connection.start(onMessage: { _, _ in })
+        defer { connection.close() }
+        for _ in 1...3 {
+            let page = try await connection.call("query.search", [:], as: SearchPageAnswer.self)
+            #expect(page.items.map(\.uniqueIdentifier) == ["a"])
+            #expect(page.items.first?.attributeSet.title == "t")
+            #expect(page.cursor == "5")
+        }
+        await #expect(throws: SearchlightError.self) { _ = try await connection.call("query.search", [:], as: SearchPageAnswer.self) }
+        do {
+            _ = try await connection.call("query.search", [:], as: SearchPageAnswer.self)
+            Issue.record("a result the decoder refuses was taken")
+        } catch let error as SearchlightError {
+            #expect(error.code == .parseError, "\(error)")
+        }
+        let user = try await connection.call("query.user", [:], as: UserQueryAnswer.self)
+        #expect(user.items.map(\.uniqueIdentifier) == ["u"])
+        #expect(user.explanations == [["s": 1]])
+        #expect(user.incomplete)
         #expect(try await connection.call("other") == ["plain": true])
     }
 }

@@ -10,6 +10,8 @@ import Testing
 /// set to a minute where the test needs them not to expire, or to 50 ms where it needs them to,
 /// and the linger (after which the reader thread takes the role back by itself) to ten minutes,
 /// longer than any wait here: what the thread must do at once, it cannot do late and pass.
+/// The tests of a caller's read run twice: sleeping in `poll` at once (spin 0), and spinning
+/// (non-blocking reads) for the whole of its minute, so that each path alone must deliver.
 /// Serialized: a caller given a minute holds a thread of the cooperative pool while it reads, and
 /// two such tests at once could hold the whole pool, each waiting for a task of the other.
 @Suite("RPC connection: callers reading their own answers", .serialized)
@@ -112,10 +114,10 @@ struct CallerReadsTests {
         }
     }
 
-    @Test("a call reads its own answer on its own thread, and the next one takes the free role without waking the reader")
-    func callerReadsItsAnswer() async throws {
+    @Test("a call reads its own answer on its own thread, and the next one takes the free role without waking the reader", arguments: [0.0, 60.0])
+    func callerReadsItsAnswer(spin: Double) async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, readers: CallerReaders()))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, spinSeconds: spin, readers: CallerReaders()))
         let reader = ReaderThread()
         connection.start(name: Self.readerName, onMessage: Self.trackingReader(reader))
         defer { connection.close() }
@@ -137,10 +139,10 @@ struct CallerReadsTests {
         #expect(try await connection.call("test.plain") == ["ok": true])
     }
 
-    @Test("notifications arriving while a caller reads are handled on the reader thread, in order, and the calls get their answers")
-    func notificationsDuringACallersRead() async throws {
+    @Test("notifications arriving while a caller reads are handled on the reader thread, in order, and the calls get their answers", arguments: [0.0, 60.0])
+    func notificationsDuringACallersRead(spin: Double) async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, readers: CallerReaders()))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, spinSeconds: spin, readers: CallerReaders()))
         let seen = Mutex<[String]>([])
         let reader = ReaderThread()
         connection.start(name: Self.readerName, onMessage: Self.trackingReader(reader) { message in
@@ -165,10 +167,10 @@ struct CallerReadsTests {
         #expect(seen.withLock { $0 } == ["n1@reader", "n2@reader", "n3@reader"])
     }
 
-    @Test("two callers racing for the read both get their own answers, in whatever order they come")
-    func twoCallersRace() async throws {
+    @Test("two callers racing for the read both get their own answers, in whatever order they come", arguments: [0.0, 60.0])
+    func twoCallersRace(spin: Double) async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, readers: CallerReaders()))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, spinSeconds: spin, readers: CallerReaders()))
         connection.start(name: Self.readerName, onMessage: { _, _ in })
         defer { connection.close() }
         // Both requests in before any answer (one caller reads, the other waits), then both
@@ -189,10 +191,10 @@ struct CallerReadsTests {
         }
     }
 
-    @Test("the peer closing while a caller reads fails the call and closes the connection")
-    func peerClosesDuringACallersRead() async throws {
+    @Test("the peer closing while a caller reads fails the call and closes the connection", arguments: [0.0, 60.0])
+    func peerClosesDuringACallersRead(spin: Double) async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, readers: CallerReaders()))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, spinSeconds: spin, readers: CallerReaders()))
         let reason = Mutex<RPCConnection.CloseReason?>(nil)
         connection.start(name: Self.readerName, onMessage: { _, _ in }, onClose: { _, r in reason.withLock { $0 = r } })
         let peer = Peer(theirs) { _ in nil }
@@ -211,10 +213,10 @@ struct CallerReadsTests {
         #expect(connection.isClosed)
     }
 
-    @Test("closing the connection while a caller reads fails the call")
-    func localCloseDuringACallersRead() async throws {
+    @Test("closing the connection while a caller reads fails the call", arguments: [0.0, 60.0])
+    func localCloseDuringACallersRead(spin: Double) async throws {
         let (mine, theirs) = try UnixSocket.pair()
-        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, readers: CallerReaders()))
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 600, spinSeconds: spin, readers: CallerReaders()))
         let reason = Mutex<RPCConnection.CloseReason?>(nil)
         connection.start(name: Self.readerName, onMessage: { _, _ in }, onClose: { _, r in reason.withLock { $0 = r } })
         let peer = Peer(theirs) { _ in nil }
@@ -225,6 +227,27 @@ struct CallerReadsTests {
         #expect(await Self.waitUntil { reason.withLock { $0 } != nil })
         #expect(reason.withLock { $0 } == .closedLocally)
         await #expect(throws: SearchlightError.self) { _ = try await connection.call("test.after") }
+    }
+
+    @Test("after the linger the reader thread takes the free role back by itself, and a later notification is handled there")
+    func lingerEnds() async throws {
+        let (mine, theirs) = try UnixSocket.pair()
+        let connection = RPCConnection(socket: mine, callerReads: .init(waitSeconds: 60, linger: 0.05, readers: CallerReaders()))
+        let seen = Mutex<[String]>([])
+        let reader = ReaderThread()
+        connection.start(name: Self.readerName, onMessage: Self.trackingReader(reader) { message in
+            guard case .notification(let method, _) = message, method != "hello" else { return }
+            seen.withLock { $0.append("\(method)@\(reader.isCurrent() ? "reader" : "elsewhere")") }
+        })
+        defer { connection.close() }
+        let peer = Peer(theirs) { received in Array(Self.answer(received.last!.id, "1").utf8) }
+        try await Self.learnReader(reader, peer)
+        #expect(try await connection.call("test.one") == 1)
+        // No call follows: the thread takes the role once it has been free for 50 ms.
+        #expect(await Self.waitUntil { connection.readRole.map { $0.current.releases >= 1 && $0.current.holder == .thread } ?? false })
+        try peer.write(Self.notification("later"))
+        #expect(await Self.waitUntil { seen.withLock { $0.count } == 1 })
+        #expect(seen.withLock { $0 } == ["later@reader"])
     }
 
     @Test("when a caller's bounded wait expires, the reader thread takes the read over and delivers the answer")
