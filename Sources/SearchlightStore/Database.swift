@@ -310,17 +310,19 @@ public final class Statement {
         guard rc == SQLITE_OK else { throw database.error(rc, sql: sql) }
     }
 
-    /// Binds bytes SQLite does not copy (`SQLITE_STATIC`): they must stay valid until the
-    /// statement has been stepped, and every use of the statement binds them again before its
-    /// step (a reset keeps the binding, pointing at memory that is gone).
-    /// UTF-8 bytes as TEXT (copied by SQLite).
+    /// UTF-8 bytes as TEXT (copied by SQLite); none: the empty text.
     public func bindText(_ bytes: [UInt8], at index: Int32) throws(DatabaseError) {
         let rc = bytes.withUnsafeBufferPointer { b in
-            sqlite3_bind_text(handle, index, UnsafeRawPointer(b.baseAddress!).assumingMemoryBound(to: CChar.self), Int32(b.count),
+            guard let base = b.baseAddress, b.count > 0 else { return sqlite3_bind_text(handle, index, "", 0, csqlite_transient()) }
+            return sqlite3_bind_text(handle, index, UnsafeRawPointer(base).assumingMemoryBound(to: CChar.self), Int32(b.count),
                 csqlite_transient())
         }
         guard rc == SQLITE_OK else { throw database.error(rc, sql: sql) }
     }
+
+    /// Binds bytes SQLite does not copy (`SQLITE_STATIC`): they must stay valid until the
+    /// statement has been stepped, and every use of the statement binds them again before its
+    /// step (a reset keeps the binding, pointing at memory that is gone).
 
     public func bindUncopiedBlob(_ bytes: UnsafeRawBufferPointer, at index: Int32) throws(DatabaseError) {
         let rc = sqlite3_bind_blob(handle, index, bytes.baseAddress, Int32(bytes.count), nil)

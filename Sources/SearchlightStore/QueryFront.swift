@@ -8,11 +8,16 @@ public enum QueryFront {
     /// `query` nil means "filter queries only" (user queries). An error in a filter query says which.
     /// The limits bound the work as well as the bytes: at most `maxFilterQueries` filter queries,
     /// and `maxQueryPredicates` weighted comparisons in the query and its filter queries together.
-    public static func filter(query: String?, filterQueries: [String] = [], limits: Limits, now: Date) throws(SearchlightError) -> SQLFilter {
+    ///
+    /// `cacheScope`: whose cache entries the call may use and fill (the daemon passes the
+    /// caller's uid); nil compiles without the cache. Kept per uid, a hit (faster by the compile)
+    /// never tells one user which texts another searched for lately.
+    public static func filter(query: String?, filterQueries: [String] = [], limits: Limits, now: Date,
+                              cacheScope: UInt32? = nil) throws(SearchlightError) -> SQLFilter {
         // A text without `$` never reads the clock or the calendar (only `$time.…` does), so its
         // filter is the same at every call: kept by its text (and the limits it was checked
         // against), the parse and compile are done once (33 k instructions of a term page).
-        let key = FilterCache.Key(query: query, filterQueries: filterQueries, limits: limits)
+        let key = cacheScope.flatMap { FilterCache.Key(scope: $0, query: query, filterQueries: filterQueries, limits: limits) }
         if let key, let known = filterCache.withLock({ $0.filter(key) }) { return known }
         let filter = try compile(query: query, filterQueries: filterQueries, limits: limits, now: now)
         if let key { filterCache.withLock { $0.store(filter, key) } }
@@ -56,16 +61,19 @@ public enum QueryFront {
 /// ever new queries makes it start over, costing what a miss costs). Errors are not kept.
 struct FilterCache {
     struct Key: Hashable {
+        /// The uid whose calls made the entry (`QueryFront.filter`'s `cacheScope`).
+        var scope: UInt32
         var query: String?
         var filterQueries: [String]
         /// The limits the parse checks the text against (a daemon's are fixed; tests vary them).
         var bounds: [Int]
 
         /// Nil when a text may depend on the clock (`$time.…`): not cached.
-        init?(query: String?, filterQueries: [String], limits: Limits) {
+        init?(scope: UInt32, query: String?, filterQueries: [String], limits: Limits) {
             let dollar = UInt8(ascii: "$")
             if let query, query.utf8.contains(dollar) { return nil }
             if filterQueries.contains(where: { $0.utf8.contains(dollar) }) { return nil }
+            self.scope = scope
             self.query = query
             self.filterQueries = filterQueries
             bounds = [limits.maxFilterQueries, limits.maxQueryBytes, limits.maxQueryDepth, limits.maxQueryPredicates]
@@ -81,7 +89,9 @@ struct FilterCache {
     func filter(_ key: Key) -> SQLFilter? { filters[key] }
 
     mutating func store(_ filter: SQLFilter, _ key: Key) {
-        let size = key.bytes + filter.sql.utf8.count
+        // The filter's bindings, FTS5 text and driver word are copies of the query's text: its
+        // bytes counted three times over, with the SQL.
+        let size = 3 * key.bytes + filter.sql.utf8.count
         guard size <= Self.capacity / 4 else { return }
         if bytes + size > Self.capacity {
             filters.removeAll()

@@ -50,7 +50,7 @@ enum RankedBench {
             var times: [Double] = []
             for k in 0..<(options.queries + 10) {
                 let t = try milliseconds {
-                    let filter = try QueryFront.filter(query: query, limits: Limits(), now: Date())
+                    let filter = try QueryFront.filter(query: query, limits: Limits(), now: Date(), cacheScope: 0)
                     let page = try store.search(filter, fetch: ["title"], limit: 20)
                     _ = JSONValue.object(["items": .array(page.items), "cursor": page.cursor.map(JSONValue.string) ?? .null]).serialized()
                 }

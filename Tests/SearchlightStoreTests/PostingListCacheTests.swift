@@ -39,4 +39,16 @@ struct PostingListCacheTests {
         #expect(!after.candidates.isEmpty && after.candidates.allSatisfy { betaRows.contains($0.rowID) },
                 "the changed list is read: \(after.candidates.map(\.rowID))")
     }
+
+    @Test("a whole word is walked from its second ask, but an overlong one is never recorded (its key is the caller's text)")
+    func longTermsNotRecorded() {
+        let cache = PostingListCache()
+        let short = Array("library".utf8)
+        #expect(!cache.walksWholeWord(segment: 1, key: short), "the first ask stays on FTS5")
+        #expect(cache.walksWholeWord(segment: 1, key: short), "the second walks (and keeps the list)")
+        let long = [UInt8](repeating: UInt8(ascii: "q"), count: PostingListCache.maxAskedTermBytes + 1)
+        #expect(!cache.walksWholeWord(segment: 1, key: long))
+        #expect(!cache.walksWholeWord(segment: 1, key: long), "never recorded, so never walked without its list kept")
+    }
 }
+

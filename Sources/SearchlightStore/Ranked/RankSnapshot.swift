@@ -336,9 +336,12 @@ final class PostingListCache {
     /// here, or when the word was asked for already since the last commit (the walk then reads and
     /// keeps it), never for a list too large to keep. A file written between every two pages
     /// stays on FTS5, as before.
+    /// A word longer than `maxAskedTermBytes` is never recorded (its key is the attacker's text,
+    /// up to 32 KiB a term: 1 024 asks would hold 32 MiB a reader): it stays on FTS5 unless kept.
     func walksWholeWord(segment: Int64, key: [UInt8]) -> Bool {
         let k = Key(segment: segment, term: key)
         if lists[k] != nil { return true }
+        guard key.count <= Self.maxAskedTermBytes else { return false }
         if let tooLarge = asked[k] { return !tooLarge }
         if asked.count >= 1024 { asked.removeAll(keepingCapacity: true) }
         asked[k] = false
@@ -349,8 +352,12 @@ final class PostingListCache {
         lists[Key(segment: segment, term: key)]
     }
 
+    /// The longest whole word `walksWholeWord` records (a frequent word is short).
+    static let maxAskedTermBytes = 64
+
+    /// A list's size counts its key too (a few-byte list under a 32 KiB term is 32 KiB held).
     func store(_ list: PostingList, segment: Int64, key: [UInt8]) {
-        let size = list.bytes.count
+        let size = list.bytes.count + key.count + 64
         guard size <= Self.maxBytes / 4 else {
             if asked[Key(segment: segment, term: key)] != nil { asked[Key(segment: segment, term: key)] = true }
             return

@@ -14,7 +14,8 @@ extension BundleCalls {
     /// `query.search`: a page of items, answered as JSON written straight from the rows
     /// (`EncodedItems`), with `cursor` while more remain (one bundle) and `incomplete`.
     func search(_ r: QuerySearch) throws(SearchlightError) -> WireAnswer {
-        let filter = try QueryFront.filter(query: r.query, filterQueries: r.filterQueries, limits: limits, now: Date())
+        let filter = try QueryFront.filter(query: r.query, filterQueries: r.filterQueries, limits: limits, now: Date(),
+                                            cacheScope: client.peer.uid)
         let budget = queryBudget(Method.querySearch)
         return try budgeted(Method.querySearch, budget) { () throws(SearchlightError) -> WireAnswer in
             var items = EncodedItems()
@@ -83,7 +84,8 @@ extension BundleCalls {
         request.maxSuggestionCount = r.context.maxSuggestionCount
         request.fetch = r.context.fetchAttributes
         if !r.context.filterQueries.isEmpty {
-            request.filter = try QueryFront.filter(query: nil, filterQueries: r.context.filterQueries, limits: limits, now: Date())
+            request.filter = try QueryFront.filter(query: nil, filterQueries: r.context.filterQueries, limits: limits, now: Date(),
+                                                      cacheScope: client.peer.uid)
         }
         request.explain = r.context.explain
         // Semantic search (hybrid ranking): on unless asked off, where the static table is there;
