@@ -176,6 +176,12 @@ struct ResponseEnvelope {
     /// here: a strict decoder (`WireResultDecodable`) reading those bytes checks it, and throws
     /// if a member follows the result or anything is malformed; then `scan` reads the frame.
     /// nil for any other order or member (then `scan`).
+    /// An `id` member's value: an integer or a string; nil for any other value.
+    private static func readID(_ p: inout JSONParser) throws -> RPCID? {
+        if p.peek() == UInt8(ascii: "\"") { return .string(try p.parseString()) }
+        return try p.parseValue().intValue.map { .number($0) }
+    }
+
     static func resultLast(_ frame: UnsafeBufferPointer<UInt8>, maxDepth: Int) -> ResponseEnvelope? {
         var p = JSONParser(bytes: frame, maxDepth: maxDepth)
         var id: RPCID?, version = false
@@ -184,13 +190,8 @@ struct ResponseEnvelope {
             var first = true
             while let key = try p.nextMember(first: &first) {
                 if key.equals("id") {
-                    guard id == nil else { return nil }
-                    switch p.peek() {
-                    case UInt8(ascii: "\"")?: id = .string(try p.parseString())
-                    default:
-                        guard let n = try p.parseValue().intValue else { return nil }
-                        id = .number(n)
-                    }
+                    guard id == nil, let read = try readID(&p) else { return nil }
+                    id = read
                 } else if key.equals("jsonrpc") {
                     guard !version, try p.parseValue() == "2.0" else { return nil }
                     version = true
@@ -222,13 +223,8 @@ struct ResponseEnvelope {
             var first = true
             while let key = try p.nextMember(first: &first) {
                 if key.equals("id") {
-                    guard id == nil else { return nil }
-                    switch p.peek() {
-                    case UInt8(ascii: "\"")?: id = .string(try p.parseString())
-                    default:
-                        guard let n = try p.parseValue().intValue else { return nil }
-                        id = .number(n)
-                    }
+                    guard id == nil, let read = try readID(&p) else { return nil }
+                    id = read
                 } else if key.equals("result") {
                     guard result == nil else { return nil }
                     let start = p.pos
