@@ -25,7 +25,7 @@ final class ReadRole: @unchecked Sendable {
 
     /// How long the role stays free after a caller gave it back before the reader thread takes it.
     let linger: TimeInterval
-    private let condition = NSCondition()
+    private let condition = MonotonicCondition()
     private var holder: Holder = .thread
     /// A caller waits for the reader thread to give the role up.
     private var wanted = false
@@ -77,13 +77,11 @@ final class ReadRole: @unchecked Sendable {
                     threadNeeded = false
                     return true
                 }
-                // The wait's own deadline is the condition's (wall clock), but only this short
-                // wait is exposed to a step: the linger is counted again on waking.
-                _ = condition.wait(until: Date().addingTimeInterval(linger - free))
+                condition.wait(seconds: linger - free)
             case .caller:
                 // The caller signals when it gives the role back needing the thread; otherwise
                 // the linger is counted from its release, checked at this pace.
-                _ = condition.wait(until: Date().addingTimeInterval(linger))
+                condition.wait(seconds: linger)
             }
         }
     }
@@ -168,9 +166,11 @@ final class ReadRole: @unchecked Sendable {
             wanted = true
             var byte: UInt8 = 1
             _ = Glibc.write(wakeWrite, &byte, 1) // a full pipe already wakes the thread
-            let deadline = Date().addingTimeInterval(seconds)
+            let deadline = DispatchTime.now().uptimeNanoseconds + UInt64(max(0, seconds) * 1e9)
             while holder == .thread, wanted {
-                if !condition.wait(until: deadline) { break }
+                let now = DispatchTime.now().uptimeNanoseconds
+                guard now < deadline else { break }
+                condition.wait(seconds: Double(deadline - now) / 1e9)
             }
             guard holder == .free else {
                 // Not given up in time (or retired): the thread keeps reading, for this call too.
@@ -230,4 +230,58 @@ public final class CallerReaders: Sendable {
     }
 
     func give() { taken.withLock { $0 = false } }
+}
+
+/// (In this file, not one of its own: the sample extensions' packages build this module
+/// incrementally and have missed new files in it.) A lock and condition variable whose timed waits run on the monotonic clock
+/// (`pthread_condattr_setclock(CLOCK_MONOTONIC)`): `NSCondition.wait(until:)` takes a wall-clock
+/// `Date`, so a step of the wall clock during a wait stretched (or cut) it by the step.
+final class MonotonicCondition: @unchecked Sendable {
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let cond = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+
+    init() {
+        pthread_mutex_init(mutex, nil)
+        var attributes = pthread_condattr_t()
+        pthread_condattr_init(&attributes)
+        pthread_condattr_setclock(&attributes, CLOCK_MONOTONIC)
+        pthread_cond_init(cond, &attributes)
+        pthread_condattr_destroy(&attributes)
+    }
+
+    deinit {
+        pthread_cond_destroy(cond)
+        pthread_mutex_destroy(mutex)
+        cond.deallocate()
+        mutex.deallocate()
+    }
+
+    func lock() { pthread_mutex_lock(mutex) }
+    func unlock() { pthread_mutex_unlock(mutex) }
+
+    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        lock()
+        defer { unlock() }
+        return try body()
+    }
+
+    func broadcast() { pthread_cond_broadcast(cond) }
+
+    /// Holding the lock, waits at most `seconds` (or until woken; spurious wake-ups happen, so
+    /// callers re-check their condition); false when the time ran out.
+    @discardableResult
+    func wait(seconds: Double) -> Bool {
+        var deadline = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &deadline)
+        let whole = max(0, seconds).rounded(.down)
+        var nanoseconds = deadline.tv_nsec + Int((max(0, seconds) - whole) * 1e9)
+        var secondsPart = deadline.tv_sec + Int(min(whole, 1e9))
+        if nanoseconds >= 1_000_000_000 {
+            nanoseconds -= 1_000_000_000
+            secondsPart += 1
+        }
+        deadline.tv_sec = secondsPart
+        deadline.tv_nsec = nanoseconds
+        return pthread_cond_timedwait(cond, mutex, &deadline) != ETIMEDOUT
+    }
 }
