@@ -1,4 +1,8 @@
 import Foundation
+import SearchlightKit
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The `[Desktop Entry]` group of a desktop file (the freedesktop.org desktop entry
 /// specification): the keys opening an item and presenting an app need. Localized variants
@@ -109,13 +113,85 @@ public struct DesktopEntryLocator: Sendable {
         return ([dataHome] + dataDirs).map { ($0.hasSuffix("/") ? String($0.dropLast()) : $0) + "/applications" }
     }
 
-    /// The path of the desktop file with this id, or nil when none is installed.
+    /// The path of the desktop file with this id, or nil when none is installed or the one found
+    /// cannot be trusted (`resolve(desktopID:)` says why).
     public func path(forDesktopID id: String) -> String? {
-        guard id.hasSuffix(".desktop"), !id.contains("/"), !id.hasPrefix(".") else { return nil }
-        for dir in applicationDirectories {
-            if let found = Self.find(id[...], in: dir) { return found }
+        try? resolve(desktopID: id).get()
+    }
+
+    /// Why no desktop file is used for an id.
+    public enum Refusal: Error, Sendable, Equatable, CustomStringConvertible {
+        /// Not a desktop-file id (a path, `..`, an empty component): refused before any lookup.
+        case invalidID(String)
+        /// No file of that id in any applications folder.
+        case notInstalled(String)
+        /// A file was found, but it is not one to launch (why, and where).
+        case untrusted(String)
+
+        public var description: String {
+            switch self {
+            case .invalidID(let s), .notInstalled(let s), .untrusted(let s): s
+            }
         }
-        return nil
+    }
+
+    /// The real path of the installed desktop file with this id, the way the desktop finds it
+    /// (first match wins), checked before anything launches it (issue 29, D1):
+    /// - the id is an id (`Names.validDesktopFileID`: no `/`, no `.`/`..` or empty component);
+    /// - the file, after symlinks, lies in an applications folder (one of those searched, or a
+    ///   `share/applications` folder such as Flatpak's exports point into);
+    /// - its last step opens with `O_NOFOLLOW` as a regular file, owned by root or by the user
+    ///   opening it (`uid`) and writable by nobody else, in folders each owned by root or that
+    ///   user and not writable by all (unless sticky): no other local user can have planted or
+    ///   swapped it.
+    /// A match that fails a check is refused, not skipped: a later folder's file of the same id
+    /// is not what the desktop would launch either.
+    public func resolve(desktopID id: String, uid: uid_t = geteuid()) -> Result<String, Refusal> {
+        guard Names.validDesktopFileID(id) else {
+            return .failure(.invalidID("'\(id.prefix(80))' is not a desktop-file id (letters, digits, '.', '-', '_' ending in .desktop, with no empty, '.' or '..' component)"))
+        }
+        let directories = applicationDirectories
+        for dir in directories {
+            if let found = Self.find(id[...], in: dir) {
+                return Self.trusted(found, in: directories, uid: uid)
+            }
+        }
+        return .failure(.notInstalled("\(id) is not installed under \(directories.joined(separator: ", "))"))
+    }
+
+    /// `candidate`'s real path when it is a desktop file to launch as `uid`, else why not.
+    static func trusted(_ candidate: String, in directories: [String], uid: uid_t) -> Result<String, Refusal> {
+        func refuse(_ why: String) -> Result<String, Refusal> { .failure(.untrusted(why)) }
+        guard let real = realPath(candidate) else { return refuse("\(candidate) cannot be resolved") }
+        let roots = directories.compactMap(realPath)
+        guard roots.contains(where: { real.hasPrefix($0 + "/") }) || real.contains("/share/applications/") else {
+            return refuse("\(candidate) resolves to \(real), outside the applications folders; not launched")
+        }
+        let fd = open(real, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK)
+        guard fd >= 0 else { return refuse("\(real) cannot be opened (\(String(cString: strerror(errno)))); not launched") }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { return refuse("\(real) is not a regular file; not launched") }
+        guard st.st_uid == 0 || st.st_uid == uid, st.st_mode & S_IWOTH == 0 else {
+            return refuse("\(real) is owned by uid \(st.st_uid) or writable by every user, so another user may have written it; not launched")
+        }
+        var dir = (real as NSString).deletingLastPathComponent
+        while true {
+            var d = stat()
+            guard lstat(dir, &d) == 0, d.st_mode & S_IFMT == S_IFDIR else { return refuse("\(dir) cannot be checked; not launched") }
+            guard d.st_uid == 0 || d.st_uid == uid, d.st_mode & S_IWOTH == 0 || d.st_mode & S_ISVTX != 0 else {
+                return refuse("\(real) lies in \(dir), which another user may change (owner uid \(d.st_uid), mode \(String(d.st_mode & 0o7777, radix: 8))); not launched")
+            }
+            if dir == "/" || dir.isEmpty { break }
+            dir = (dir as NSString).deletingLastPathComponent
+        }
+        return .success(real)
+    }
+
+    private static func realPath(_ path: String) -> String? {
+        guard let p = realpath(path, nil) else { return nil }
+        defer { free(p) }
+        return String(cString: p)
     }
 
     /// The entry with this id, or nil when none is installed or it is not a desktop file.

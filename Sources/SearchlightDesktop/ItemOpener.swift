@@ -1,5 +1,8 @@
 import Foundation
 import SearchlightKit
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// Opens an item found by the desktop's search in the app that donated it: the
 /// `continueUserActivity` of Linux (DESIGN §12, Docs/Desktop.md). Shared by `searchlight-desktop`
@@ -46,15 +49,60 @@ public struct ItemOpener: Sendable {
         self.environment = environment
     }
 
-    /// What `open` would do, without doing it.
-    public func plan(_ item: SearchableItemActivity, openWith: String?, contentURL: String?) throws(Failure) -> (action: Action, note: String?) {
+    /// Another user's item: opening it would run what that user declared (or donated) as the
+    /// user opening it. Thrown by `plan` and `open` unless `allowOtherUsersItems`.
+    public struct OtherUsersItem: Error, Sendable, CustomStringConvertible {
+        public var ownerUID: UInt32
+        public var openerUID: UInt32
+        /// What opening would do.
+        public var action: Action
+        public var description: String {
+            let what: String
+            switch action {
+            case .application(let id, let path, let uri): what = "launch \(id) (\(path)) with \(uri)"
+            case .contentURL(let url): what = "open \(url.prefix(200)) with the default handler"
+            }
+            return "the item belongs to uid \(ownerUID); opening it would \(what) as uid \(openerUID)"
+        }
+    }
+
+    /// Opening an item of a bundle owned by another uid (`ownerUID`) than the one opening it: off
+    /// by default. A desktop file a unit declares is an administrator's choice and is exempt.
+    public var allowOtherUsersItems = false
+
+    /// What `open` would do, without doing it. `ownerUID`: the bundle's owner as the daemon
+    /// records it (`DesktopResolve.Response.ownerUID`); `fromUnit`: the desktop file was declared
+    /// by the bundle's unit (an administrator's file in system mode), not registered by its owner.
+    public func plan(_ item: SearchableItemActivity, openWith: String?, contentURL: String?,
+                     ownerUID: UInt32? = nil, fromUnit: Bool = false) throws(Failure) -> (action: Action, note: String?) {
+        let planned = try plannedAction(item, openWith: openWith, contentURL: contentURL)
+        let opener = UInt32(geteuid())
+        if let ownerUID, ownerUID != opener, !allowOtherUsersItems {
+            let declaredByUnit: Bool
+            if case .application = planned.action { declaredByUnit = fromUnit } else { declaredByUnit = false }
+            if !declaredByUnit {
+                throw Failure(OtherUsersItem(ownerUID: ownerUID, openerUID: opener, action: planned.action).description
+                    + "; not opened (`searchlight open --yes` opens it anyway, after you have checked what it runs)")
+            }
+        }
+        return planned
+    }
+
+    private func plannedAction(_ item: SearchableItemActivity, openWith: String?, contentURL: String?) throws(Failure) -> (action: Action, note: String?) {
         var note: String?
         if let openWith {
-            if let path = DesktopEntryLocator(environment: environment).path(forDesktopID: openWith) {
+            let locator = DesktopEntryLocator(environment: environment)
+            switch locator.resolve(desktopID: openWith) {
+            case .success(let path):
                 return (.application(desktopID: openWith, path: path, uri: item.uri), nil)
+            case .failure(.notInstalled):
+                note = "\(openWith) (declared to open \(item.bundleIdentifier)'s items) is not installed under "
+                    + locator.applicationDirectories.joined(separator: ", ")
+            case .failure(let refusal):
+                // Declared, found, and not to be trusted: nothing is opened instead, so that a
+                // planted file is noticed rather than worked around.
+                throw Failure("the desktop file declared to open \(item.bundleIdentifier)'s items is refused: \(refusal)")
             }
-            note = "\(openWith) (declared to open \(item.bundleIdentifier)'s items) is not installed under "
-                + DesktopEntryLocator(environment: environment).applicationDirectories.joined(separator: ", ")
             guard contentURL != nil else {
                 throw Failure(note! + ", and the item has no contentURL; install the app, or fix its OpenWith (unit) or registration (`searchlight register`)")
             }
@@ -69,8 +117,9 @@ public struct ItemOpener: Sendable {
     }
 
     /// Opens the item; returns once the launcher has handed over (the app runs on by itself).
-    public func open(_ item: SearchableItemActivity, openWith: String?, contentURL: String?) throws(Failure) -> Opened {
-        let (action, note) = try plan(item, openWith: openWith, contentURL: contentURL)
+    public func open(_ item: SearchableItemActivity, openWith: String?, contentURL: String?,
+                     ownerUID: UInt32? = nil, fromUnit: Bool = false) throws(Failure) -> Opened {
+        let (action, note) = try plan(item, openWith: openWith, contentURL: contentURL, ownerUID: ownerUID, fromUnit: fromUnit)
         let command: [String]
         switch action {
         case .application(_, let path, let uri):
@@ -92,8 +141,11 @@ public struct ItemOpener: Sendable {
     @discardableResult
     public func launch(desktopID: String, uri: String) throws(Failure) -> [String] {
         let locator = DesktopEntryLocator(environment: environment)
-        guard let path = locator.path(forDesktopID: desktopID) else {
-            throw Failure("\(desktopID) is not installed under \(locator.applicationDirectories.joined(separator: ", ")); `make install` installs it")
+        let path: String
+        switch locator.resolve(desktopID: desktopID) {
+        case .success(let found): path = found
+        case .failure(.notInstalled(let why)): throw Failure(why + "; `make install` installs it")
+        case .failure(let refusal): throw Failure(refusal.description)
         }
         let command = try launchCommand(path: path, uri: uri)
         try run(command)

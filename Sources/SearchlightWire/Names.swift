@@ -18,13 +18,18 @@ public enum Names {
     }
 
     /// A desktop-file id (the desktop entry specification's name of an application: the file's
-    /// path under `applications/` with `/` written `-`): 1-255 bytes of letters, digits, `.`, `-`,
-    /// `_`, ending in `.desktop`, not starting with `.` or `-`. Unit key `OpenWith`, `desktop.register`.
+    /// path under `applications/` with each `/` written `-`): 1-255 bytes of letters, digits, `.`,
+    /// `-`, `_`, ending in `.desktop`. An id, never a path: since a `-` may stand for a `/`, no
+    /// `-`-separated component may be empty, start with `.` (`.`, `..`, hidden files) or hold
+    /// `..`, so no reading of the id can climb out of an applications folder (issue 29, D1).
+    /// Unit key `OpenWith`, `desktop.register`, and again at open.
     public static func validDesktopFileID(_ s: String) -> Bool {
         let b = Array(s.utf8)
-        guard b.count > ".desktop".count, b.count <= 255, s.hasSuffix(".desktop"),
-              b[0] != UInt8(ascii: "."), b[0] != UInt8(ascii: "-") else { return false }
-        return b.allSatisfy(isNameByte)
+        guard b.count > ".desktop".count, b.count <= 255, s.hasSuffix(".desktop"), b.allSatisfy(isNameByte),
+              !s.contains("..") else { return false }
+        return s.split(separator: "-", omittingEmptySubsequences: false).allSatisfy { component in
+            !component.isEmpty && component.first != "."
+        }
     }
 
     public static func isNameByte(_ c: UInt8) -> Bool {

@@ -89,11 +89,14 @@ enum DesktopCommands {
             name: "open", abstract: "open an item in its app, as the desktop's search does",
             usage: "BUNDLE IDENTIFIER [--dry-run] [--json]",
             positionals: [.required("BUNDLE", "the app"), .required("IDENTIFIER", "the item's uniqueIdentifier")],
-            options: [.flag("dry-run", "say what would be run, run nothing, record nothing")],
+            options: [.flag("dry-run", "say what would be run, run nothing, record nothing"),
+                      .flag("yes", "open an item of another user's bundle (root): run what that user declared, as you")],
             discussion: """
                 Launches the app's desktop file (unit key OpenWith, or `searchlight register`) with the item's
                 searchlight-item:BUNDLE/IDENTIFIER URI, else opens its contentURL with the default handler (gio open,
                 else xdg-open), and records the engagement (query.engaged) so the item ranks higher.
+                An item of a bundle another user owns is not opened: what would run is printed, and --yes runs it
+                (as you: check it first). A desktop file the bundle's unit declares is an administrator's and exempt.
                 """
         ),
         run: { args, context in
@@ -101,7 +104,7 @@ enum DesktopCommands {
             guard Names.validBundle(bundle) else { throw UsageError("'\(bundle)' is not a bundle identifier (e.g. com.example.notes)") }
             let connection = SearchlightConnection(role: .app(bundleIdentifier: bundle), socketPath: context.socket)
             do {
-                try await openItem(bundle, identifier, on: connection, dryRun: args.flag("dry-run"), context)
+                try await openItem(bundle, identifier, on: connection, dryRun: args.flag("dry-run"), yes: args.flag("yes"), context)
                 await connection.close()
             } catch {
                 await connection.close()
@@ -111,7 +114,7 @@ enum DesktopCommands {
     )
 
     private static func openItem(_ bundle: String, _ identifier: String, on connection: SearchlightConnection, dryRun: Bool,
-                                 _ context: CommandContext) async throws {
+                                 yes: Bool, _ context: CommandContext) async throws {
             let resolved = try await connection.send(DesktopResolve(identifier: identifier))
             guard resolved.item != nil else {
                 throw CLIFailure("\(bundle) has no item \(identifier) (or it expired); `searchlight query \(bundle) 'uniqueIdentifier == \"*\"'` lists them")
@@ -119,14 +122,17 @@ enum DesktopCommands {
             let activity = SearchableItemActivity(bundleIdentifier: bundle, uniqueIdentifier: identifier)
             let openWith = resolved.opening?.openWith
             let contentURL = resolved.contentURL
-            let opener = ItemOpener()
+            var opener = ItemOpener()
+            // --dry-run runs nothing, so it shows another user's item's plan without --yes.
+            opener.allowOtherUsersItems = yes || dryRun
+            let owner = resolved.ownerUID, fromUnit = resolved.opening?.source == .unit
             do {
                 if dryRun {
-                    let (action, note) = try opener.plan(activity, openWith: openWith, contentURL: contentURL)
+                    let (action, note) = try opener.plan(activity, openWith: openWith, contentURL: contentURL, ownerUID: owner, fromUnit: fromUnit)
                     report(action, command: nil, note: note, context)
                     return
                 }
-                let opened = try opener.open(activity, openWith: openWith, contentURL: contentURL)
+                let opened = try opener.open(activity, openWith: openWith, contentURL: contentURL, ownerUID: owner, fromUnit: fromUnit)
                 _ = try await connection.send(QueryEngaged(target: .identifier(identifier), interaction: .select))
                 report(opened.action, command: opened.command, note: opened.note, context)
             } catch let failure as ItemOpener.Failure {

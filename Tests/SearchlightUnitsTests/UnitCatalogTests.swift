@@ -326,6 +326,9 @@ extension UnitParserTests {
             .with("<key>Disabled</key><integer>1</integer>", "Disabled", "must be a boolean, not 1"),
             .with("<key>OpenWith</key><string>/usr/share/applications/notes.desktop</string>", "OpenWith", "must be a desktop-file id"),
             .with("<key>OpenWith</key><string>notes</string>", "OpenWith", "ending in .desktop"),
+            // Issue 29 (D1): a `-` may stand for a `/`, so `..` components climbed out of the applications folder.
+            .with("<key>OpenWith</key><string>screensavers-..-..-..-..-tmp-evil.desktop</string>", "OpenWith", "must be a desktop-file id"),
+            .with("<key>OpenWith</key><string>a--b.desktop</string>", "OpenWith", "must be a desktop-file id"),
             .with("<key>OpenWith</key><integer>1</integer>", "OpenWith", "not 1"),
             .with("<key>LowPriorityIO</key><string>yes</string>", "LowPriorityIO", "must be a boolean"),
             .with("<key>disabled</key><true/>", "disabled", "case-sensitive"),

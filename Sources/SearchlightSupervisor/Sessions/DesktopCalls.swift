@@ -28,14 +28,25 @@ struct DesktopCalls {
 
     /// Whether the desktop's search may show a bundle to this peer: not hidden, and readable by
     /// the peer under the daemon's rules (the owner, a unit's user, root; never another user's).
+    ///
+    /// Root is no exception here: a desktop shows its own user's apps. Root's desktop showing (and
+    /// opening, as root) items of other users' bundles would run what those users declared to open
+    /// them with (issue 29, D1); an administrator reads them with `searchlight search` instead.
     func mayShow(_ bundle: String) -> Bool {
         guard !context.desktop.isHidden(bundle) else { return false }
+        if client.peer.uid == 0, let owner = ownerUID(bundle), owner != 0 { return false }
         do {
             try BundleAccess(context: context).authorize(bundle, by: .app(client.peer), write: false)
             return true
         } catch {
             return false
         }
+    }
+
+    /// The uid that owns a bundle: its unit's user when a unit serves it, else the recorded owner.
+    func ownerUID(_ bundle: String) -> UInt32? {
+        if let unit = context.catalog.unit(forBundle: bundle) { return context.unitOwner(unit) }
+        return context.state.bundle(bundle)?.ownerUID
     }
 
     /// A bundle named by a desktop call must be one it may show and that has files; else the
@@ -106,7 +117,8 @@ struct DesktopCalls {
         if case .desktop = calls.caller { try requireVisible(try calls.target(r.bundle)) }
         let target = try calls.store(bundle: r.bundle, index: r.index, write: false)
         let item = try target.store?.items(withIdentifiers: [r.identifier]).first
-        return DesktopResolve.Response(bundle: target.bundle, identifier: r.identifier, item: item, opening: opening(target.bundle))
+        return DesktopResolve.Response(bundle: target.bundle, identifier: r.identifier, item: item, opening: opening(target.bundle),
+                                       ownerUID: ownerUID(target.bundle))
     }
 
     /// `desktop.settings`: an app sees its own bundle's; an administrator every bundle with a

@@ -178,17 +178,23 @@ public struct DesktopResolve: WireRequest, Equatable {
         public var identifier: String
         public var item: JSONValue?
         public var opening: DesktopOpening?
-        public init(bundle: String, identifier: String, item: JSONValue?, opening: DesktopOpening?) {
+        /// The uid that owns the bundle (its unit's user, or the user who claimed it), when one is
+        /// recorded: a client opening the item as another uid runs what that user declared or
+        /// donated, and asks first (`ItemOpener.plan`, `searchlight open --yes`).
+        public var ownerUID: UInt32?
+        public init(bundle: String, identifier: String, item: JSONValue?, opening: DesktopOpening?, ownerUID: UInt32? = nil) {
             self.bundle = bundle
             self.identifier = identifier
             self.item = item
             self.opening = opening
+            self.ownerUID = ownerUID
         }
         public init(result: JSONValue) throws(SearchlightError) {
             bundle = result["bundle"]?.stringValue ?? ""
             identifier = result["identifier"]?.stringValue ?? ""
             item = result["item"].flatMap { $0.isNull ? nil : $0 }
             opening = DesktopOpening(json: result)
+            ownerUID = result["ownerUID"]?.intValue.flatMap { UInt32(exactly: $0) }
         }
         /// The item's `contentURL`, when it has one.
         public var contentURL: String? { item?["attributeSet"]?["contentURL"]?.stringValue }
@@ -198,6 +204,7 @@ public struct DesktopResolve: WireRequest, Equatable {
             b.set("identifier", identifier)
             b.set("item", item)
             opening?.write(into: &b)
+            if let ownerUID { b.set("ownerUID", Int(ownerUID)) }
             return b.json
         }
     }
