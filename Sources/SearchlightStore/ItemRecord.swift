@@ -262,6 +262,12 @@ struct StoredRow {
 
     /// The text semantic search embeds: title, contentDescription and textContent, joined by
     /// ". " (what the relevance evaluation of Docs/SemanticSearch.md measured as a document).
+    /// The item's expiration (seconds since 1970), from `columns`.
+    var expires: Double {
+        if case .double(let e) = columns[1] { return e }
+        return .infinity
+    }
+
     static func semanticText(_ text: [String?]) -> String {
         [0, 3, 4].compactMap { i in i < text.count ? text[i].flatMap { $0.isEmpty ? nil : $0 } : nil }.joined(separator: ". ")
     }

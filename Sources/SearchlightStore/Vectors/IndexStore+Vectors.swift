@@ -69,7 +69,7 @@ extension IndexStore {
     /// Items per batch of the background fill: one batch is a few milliseconds of the writer.
     static let vectorFillBatch = 256
 
-    /// Embeds every item without a vector, in batches: read on a reader, embedded on this thread,
+    /// Embeds every unexpired item without a vector (an expired one keeps none: `storeVector`), in batches: read on a reader, embedded on this thread,
     /// stored by the writer as maintenance (`INSERT OR IGNORE`, and only while the item exists:
     /// a donation that wrote a vector meanwhile wins, a deleted item gets none). It gives way to
     /// donations: while a client wrote in the last 200 ms it waits.
@@ -83,9 +83,9 @@ extension IndexStore {
             guard let rows = try? read({ db in
                 try db.rows("""
                     SELECT rowid, title, contentDescription, textContent FROM items
-                    WHERE rowid > ? AND NOT EXISTS (SELECT 1 FROM item_vectors v WHERE v.rowid = items.rowid)
+                    WHERE rowid > ? AND expires > ? AND NOT EXISTS (SELECT 1 FROM item_vectors v WHERE v.rowid = items.rowid)
                     ORDER BY rowid LIMIT ?
-                    """, [.integer(after), .integer(Int64(Self.vectorFillBatch))])
+                    """, [.integer(after), .double(options.clock().timeIntervalSince1970), .integer(Int64(Self.vectorFillBatch))])
             }), let last = rows.last?.int(0) else { return }
             after = last
             var made: [(Int64, QuantizedVector)] = []
