@@ -109,6 +109,24 @@ struct VectorVisibilityTests {
         }
     }
 
+    @Test("the background fill of an older file gives its expired items no vector")
+    func fillSkipsExpired() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        var expired = try f.item("radio", ["title": "Radio tray", "contentDescription": "streaming audio player"])
+        expired.expirationDate = f.clock.now.addingTimeInterval(-60)
+        try f.donate(expired)
+        f.store.close()
+        try rewriteFormat(f.dir + "/b/_default.sqlite", to: 4)
+        try f.reopen()
+        #expect(try f.storedVectors() == 0)
+        try f.store.loadVectors()
+        let deadline = Date().addingTimeInterval(30)
+        while f.store.isFillingVectors && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(!f.store.isFillingVectors)
+        #expect(try f.storedVectors() == 5, "the five unexpired items, not the expired one")
+    }
+
     /// The stored vectors are the model's, and the vector side equals a brute-force scan of them.
     func check(_ f: StoreFixture, _ model: [String: Expected], step: Int, _ action: String, query: String) throws {
         let now = f.clock.now.timeIntervalSince1970
