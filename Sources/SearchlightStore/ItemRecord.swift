@@ -260,6 +260,12 @@ struct StoredRow {
     /// an encoder: on the caller's thread for a donation, so the writer only stores it.
     let vector: QuantizedVector?
 
+    /// The item's expiration (seconds since 1970), from `columns`.
+    var expires: Double {
+        if case .double(let e) = columns[1] { return e }
+        return .infinity
+    }
+
     /// The text semantic search embeds: title, contentDescription and textContent, joined by
     /// ". " (what the relevance evaluation of Docs/SemanticSearch.md measured as a document).
     static func semanticText(_ text: [String?]) -> String {

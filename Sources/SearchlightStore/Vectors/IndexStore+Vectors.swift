@@ -69,10 +69,11 @@ extension IndexStore {
     /// Items per batch of the background fill: one batch is a few milliseconds of the writer.
     static let vectorFillBatch = 256
 
-    /// Embeds every item without a vector, in batches: read on a reader, embedded on this thread,
-    /// stored by the writer as maintenance (`INSERT OR IGNORE`, and only while the item exists:
-    /// a donation that wrote a vector meanwhile wins, a deleted item gets none). It gives way to
-    /// donations: while a client wrote in the last 200 ms it waits.
+    /// Embeds every unexpired item without a vector (an expired one gets none: `storeVector`), in
+    /// batches: read on a reader, embedded on this thread, stored by the writer as maintenance
+    /// (`INSERT OR IGNORE`, and only while the item exists unexpired: a donation that wrote a
+    /// vector meanwhile wins, a deleted or expired item gets none). It gives way to donations:
+    /// while a client wrote in the last 200 ms it waits.
     func fillMissingVectors(_ encoder: StaticEncoder) {
         var after: Int64 = 0
         while !isClosing {
@@ -83,9 +84,9 @@ extension IndexStore {
             guard let rows = try? read({ db in
                 try db.rows("""
                     SELECT rowid, title, contentDescription, textContent FROM items
-                    WHERE rowid > ? AND NOT EXISTS (SELECT 1 FROM item_vectors v WHERE v.rowid = items.rowid)
+                    WHERE rowid > ? AND expires > ? AND NOT EXISTS (SELECT 1 FROM item_vectors v WHERE v.rowid = items.rowid)
                     ORDER BY rowid LIMIT ?
-                    """, [.integer(after), .integer(Int64(Self.vectorFillBatch))])
+                    """, [.integer(after), .double(options.clock().timeIntervalSince1970), .integer(Int64(Self.vectorFillBatch))])
             }), let last = rows.last?.int(0) else { return }
             after = last
             var made: [(Int64, QuantizedVector)] = []
@@ -97,10 +98,13 @@ extension IndexStore {
             let batch = made
             do {
                 _ = try maintenanceWrite { store in
+                    // Checked again in the write: the item may have been re-donated expired since it was read.
+                    let now = store.options.clock().timeIntervalSince1970
                     for (rowid, v) in batch {
                         try store.writer.run("""
-                            INSERT OR IGNORE INTO item_vectors(rowid, vector) SELECT ?1, ?2 WHERE EXISTS (SELECT 1 FROM items WHERE rowid = ?1)
-                            """, [.integer(rowid), .blob(v.blob)])
+                            INSERT OR IGNORE INTO item_vectors(rowid, vector) SELECT ?1, ?2
+                            WHERE EXISTS (SELECT 1 FROM items WHERE rowid = ?1 AND expires > ?3)
+                            """, [.integer(rowid), .blob(v.blob), .double(now)])
                         if store.writer.changes == 1 { store.vectors.writerPut(rowid, v) }
                     }
                     return ApplyResult()
