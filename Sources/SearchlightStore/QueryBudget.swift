@@ -55,7 +55,7 @@ public final class QueryBudget: @unchecked Sendable {
     }
 
     /// Monotonic nanoseconds (CLOCK_MONOTONIC: a vDSO call, cheap enough for every check).
-    static func now() -> UInt64 {
+    public static func now() -> UInt64 {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)
         return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
@@ -63,6 +63,9 @@ public final class QueryBudget: @unchecked Sendable {
 
     /// Seconds since the query started.
     public var elapsed: Double { Double(Self.now() - started) / 1e9 }
+
+    /// Seconds left before the deadline (negative once past it); nil without a deadline.
+    public var remaining: Double? { timeout.map { $0 - elapsed } }
 
     /// True when the query must stop (then `stop` says why). Cheap: a clock read, and a `poll`
     /// of the client's socket at most every 20 ms.

@@ -88,15 +88,19 @@ extension BundleCalls {
                                                       cacheScope: client.peer.uid)
         }
         request.explain = r.context.explain
+        let budget = queryBudget(Method.queryUser)
         // Semantic search (hybrid ranking): on unless asked off, where the static table is there;
-        // the query embedded once for every index it searches.
+        // the query embedded once for every index it searches, within the query's budget (the
+        // transformer's embedding waits its turn among the uids: `QueryCompute`).
         if r.context.semanticSearch ?? true, r.context.semanticWeight > 0 || r.context.explain,
            !r.text.allSatisfy({ $0.isWhitespace }) {
-            request.semantic = context.semantic.request(r.text, weight: r.context.semanticWeight)
+            let semantic = context.semantic, uid = client.peer.uid
+            request.semantic = try budgeted(Method.queryUser, budget) { () throws(SearchlightError) -> SemanticRequest? in
+                try semantic.request(r.text, weight: r.context.semanticWeight, owner: uid, budget: budget)
+            }
         }
         // The desktop's items always name their bundle, also when the query named one.
         let tagged = acrossBundles(r.bundle) || desktop != nil
-        let budget = queryBudget(Method.queryUser)
         var items = EncodedItems()
         var hits: [UserQueryHit] = []
         var targets: [(bundle: String, index: String)] = []
