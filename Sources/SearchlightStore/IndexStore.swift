@@ -108,7 +108,11 @@ public final class IndexStore: @unchecked Sendable {
         } catch {
             throw SearchlightError(.indexUnavailable, "cannot open index \(path): \(error)")
         }
-        let thread = Thread { [unowned self] in self.writerLoop() }
+        let background = options.backgroundWriter
+        let thread = Thread { [unowned self] in
+            if background { BackgroundPriority.lowerCurrentThread() }
+            self.writerLoop()
+        }
         thread.name = "index-writer"
         writerThread = thread
         thread.start()
