@@ -134,7 +134,7 @@ public final class QueryBudget: @unchecked Sendable {
         switch stop {
         case .deadline(let seconds)?:
             SearchlightError(.cancelled,
-                "the query ran longer than searchlightd's limit of \(Self.format(seconds)) s of work for one query and was stopped; narrow it "
+                "the query ran longer than searchlightd's limit of \(Self.format(seconds)) s for one query and was stopped; narrow it "
                     + "(fewer words or alternatives, a more specific attribute, a filter query) and retry",
                 data: ["reason": "deadline", "limitSeconds": .number(seconds)])
         case .abandoned?, nil:
