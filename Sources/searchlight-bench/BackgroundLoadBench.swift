@@ -60,7 +60,7 @@ final class BackgroundLoadBench: @unchecked Sendable {
         try writeUnit(Self.queried, control: dir + "/control-query")
         try writeUnit(Self.other, control: dir + "/control-other")
         let daemon = try Daemon(dir: dir, arguments: ["--proc-root", procRoot, "--load-interval", "0.5", "--resume-after", "0.5",
-            "--idle-after", "1", "--maintenance-interval", "1", "--log-level", "notice"], environment: environment)
+            "--idle-after", "1", "--maintenance-interval", "1", "--log-level", "info"], environment: environment)
         defer { daemon.stop() }
         let admin = SearchlightConnection(role: .admin, socketPath: daemon.socket)
         try await drained(admin, timeout: 300, daemon: daemon)
@@ -102,10 +102,18 @@ final class BackgroundLoadBench: @unchecked Sendable {
             done = (state == "ready" && requests == 0 && elapsed >= 30 && loaded.latencies.count >= queries) || elapsed > 300
         }
         loaded.seconds = now() - t0
+        let maintenance = try? await admin.call("admin.status")["maintenance"]
         let log = daemon.lastLines(200)
-        let refined = log.filter { $0.contains("maintenance") && ($0.contains("finished") || $0.contains("yielded")) }
-            .compactMap { line in line.split(separator: " ").first { $0.hasPrefix("refined=") }.map { Int($0.dropFirst(8)) ?? 0 } }
-        loaded.notes.append("migration seen \(sawMigrating ? "yes" : "no"), maintenance runs \(refined.count), refined \(refined.reduce(0, +))")
+        for line in log where line.contains("maintenance") || line.contains("throttle") || line.contains("refine") || line.contains("migration")
+            || line.contains("reindex request") {
+            progress("  daemon: " + line)
+        }
+        // Refinement of 40 000 items takes minutes: the idle run started in this phase is usually still running at its end.
+        let started = log.contains { $0.contains("maintenance started") && $0.contains("trigger=idle") }
+        let refined = log.filter { $0.contains("vectors refined") }
+            .compactMap { line in line.split(separator: " ").first { $0.hasPrefix("items=") }.map { Int($0.dropFirst(6)) ?? 0 } }
+        loaded.notes.append("migration seen \(sawMigrating ? "yes" : "no"), idle maintenance started \(started ? "yes" : "no"), "
+            + "running at the end \(maintenance?["running"]?.boolValue == true ? "yes" : "no"), refined \(refined.reduce(0, +)) reported")
         if log.contains(where: { $0.contains("migration finished") || $0.contains("index file replaced") }) { loaded.notes.append("swapped") }
         await client.close()
         await admin.close()
