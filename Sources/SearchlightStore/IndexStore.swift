@@ -110,7 +110,7 @@ public final class IndexStore: @unchecked Sendable {
         }
         let background = options.backgroundWriter
         let thread = Thread { [unowned self] in
-            if background { BackgroundPriority.lowerCurrentThread() }
+            if background { BackgroundPriority.lowerCurrentThread(name: "shadow-writer") }
             self.writerLoop()
         }
         thread.name = "index-writer"

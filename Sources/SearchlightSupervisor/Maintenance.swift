@@ -78,7 +78,7 @@ final class Maintenance: Sendable {
     /// `yieldNow` says so; `done` runs after.
     func startIdleRun(yieldNow: @escaping @Sendable () -> Bool, done: @escaping @Sendable () -> Void) {
         let thread = Thread { [self] in
-            BackgroundPriority.lowerCurrentThread()  // queries win the CPU over it
+            BackgroundPriority.lowerCurrentThread(name: "maintenance")  // queries win the CPU over it
             let summary = run(bundle: nil, trigger: "idle", yieldNow: yieldNow)
             state.withLock { s in
                 s.running = false

@@ -30,9 +30,18 @@ public enum BackgroundPriority {
     /// fan out to shared pool threads (which run at the normal priority) runs serially on it instead.
     public static var isCurrentThreadBackground: Bool { flag.isSet }
 
-    /// Lowers the calling thread's CPU priority to `niceValue`, for the rest of its life. Call it
-    /// first thing on a thread the daemon created for background work, never on a pool thread.
-    public static func lowerCurrentThread() {
+    /// Lowers the calling thread's CPU priority to `niceValue`, for the rest of its life, and
+    /// names it `name` (at most 15 bytes: what `top -H` and /proc/PID/task/TID/comm show; on Linux
+    /// Foundation's `Thread.name` does not reach them). Call it first thing on a thread the daemon
+    /// created for background work, never on a pool thread.
+    public static func lowerCurrentThread(name: String) {
+        // Swift's Glibc has neither pthread_setname_np nor prctl (variadic): the kernel's file for it.
+        let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
+        if fd >= 0 {
+            let bytes = Array(name.utf8.prefix(15))
+            _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            close(fd)
+        }
         guard niceValue > 0 else { return }
         // `who` 0 is the calling thread on Linux (the nice value is per thread under NPTL,
         // setpriority(2) BUGS), which is what `gettid()` would name; Swift's Glibc has no gettid.
@@ -79,7 +88,7 @@ public final class BackgroundQueue: @unchecked Sendable {
     }
 
     private func loop() {
-        BackgroundPriority.lowerCurrentThread()
+        BackgroundPriority.lowerCurrentThread(name: name)
         while true {
             condition.lock()
             var job: (@Sendable () -> Void)?

@@ -71,10 +71,9 @@ struct BackgroundLoadTests {
         try await bench.until("queries answered while the migration holds halfway", timeout: 60) { load.answered >= before + 20 }
         let pid = try #require(bench.daemon.process?.processIdentifier)
         let threads = threadNiceValues(pid: pid)
-        let writers = threads.filter { $0.name == "index-writer" }
-        #expect(writers.contains { $0.nice == 10 }, "the shadow's writer at background priority: \(threads)")
-        #expect(writers.contains { $0.nice == 0 }, "the served index's writer at the normal priority: \(threads)")
-        #expect(threads.filter { $0.name.hasPrefix("client-") }.allSatisfy { $0.nice == 0 }, "\(threads)")
+        // The shadow's writer names itself when it lowers its priority; the other threads keep theirs.
+        #expect(threads.contains { $0.name == "shadow-writer" && $0.nice == 10 }, "the shadow's writer at background priority: \(threads)")
+        #expect(threads.filter { $0.nice == 0 }.count >= 4, "the daemon's other threads (main, accept, the sessions, the served index's writer) at the normal priority: \(threads)")
         MigrationTests.release(bench, unit.label)
         // 120 s, not MigrationTests' 60: the second half of the reindex-all fills the shadow at
         // background priority beside three hogs, by design the slowest part of this test.

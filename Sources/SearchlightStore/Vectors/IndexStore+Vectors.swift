@@ -57,7 +57,7 @@ extension IndexStore {
         }
         if vectors.claimFill() {
             let thread = Thread { [self] in
-                BackgroundPriority.lowerCurrentThread()
+                BackgroundPriority.lowerCurrentThread(name: "vector-fill")
                 fillMissingVectors(encoder)
                 vectors.fillEnded()
             }
