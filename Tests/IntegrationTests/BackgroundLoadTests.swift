@@ -66,9 +66,11 @@ struct BackgroundLoadTests {
         let load = QueryLoad(socket: bench.socket, bundle: unit.bundle, identifier: "item-2042", text: "numbered 204", expected: 10)
         _ = try await bench.admin(Method.adminSimulate, ["event": "migration", "bundle": .string(unit.bundle)])
         try await MigrationTests.waitForHold(bench, unit.label)
-        // Queries answered while the migration's reindex-all is held halfway, its shadow open.
+        // A round of queries answered while the migration's reindex-all is held halfway, its
+        // shadow open. The rounds run on this test process's task pool, which other suites run
+        // beside this one can hold for long (issue 30, item 5): the wait counts rounds, not time.
         let before = load.answered
-        try await bench.until("queries answered while the migration holds halfway", timeout: 60) { load.answered >= before + 20 }
+        try await bench.until("a round of queries answered while the migration holds halfway", timeout: 120) { load.answered > before }
         let pid = try #require(bench.daemon.process?.processIdentifier)
         let threads = threadNiceValues(pid: pid)
         // The shadow's writer names itself when it lowers its priority; the other threads keep theirs.
@@ -82,6 +84,9 @@ struct BackgroundLoadTests {
         #expect(load.errors.isEmpty, "\(load.summary)")
         #expect(!load.errors.contains { $0.contains("-2003") || $0.contains("cancelled") }, "\(load.summary)")
         #expect(load.incomplete == 0, "\(load.summary)")
-        print("migration of 4 000 items with \(hogs.count) CPU hogs: \(load.summary)")
+        // The latency above is the test process's: a round its task waited for a pool thread
+        // counts too. The daemon's own view: queries it logged as still running after 1 s.
+        let slow = bench.lines("slow query")
+        print("migration of 4 000 items with \(hogs.count) CPU hogs: \(load.summary) daemon_slow_queries=\(slow.count) \(slow.prefix(2))")
     }
 }
