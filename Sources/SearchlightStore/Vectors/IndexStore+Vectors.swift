@@ -57,11 +57,11 @@ extension IndexStore {
         }
         if vectors.claimFill() {
             let thread = Thread { [self] in
+                BackgroundPriority.lowerCurrentThread(name: "vector-fill")
                 fillMissingVectors(encoder)
                 vectors.fillEnded()
             }
             thread.name = "vector-fill"
-            thread.qualityOfService = .utility
             thread.start()
         }
     }
