@@ -131,7 +131,9 @@ let package = Package(
         .testTarget(name: "SearchlightFuzzTests", dependencies: ["SearchlightFuzz"], swiftSettings: strict),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightFuzz", "SearchlightStore", "SearchlightSQLite", "CSQLite"],
+            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightFuzz", "SearchlightStore", "SearchlightSQLite", "CSQLite",
+                           // sd-bus for the fake notification server the desktop tests own on their session bus.
+                           "CSystemd"],
             swiftSettings: strict
         ),
     ]

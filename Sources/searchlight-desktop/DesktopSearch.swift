@@ -40,7 +40,9 @@ actor DesktopSearch {
     /// is unavailable, which is logged.
     func search(_ terms: [String]) async -> [SearchResult] {
         let text = terms.joined(separator: " ").trimmingCharacters(in: .whitespacesAndNewlines)
-        guard !text.isEmpty else { return [] }
+        // Without a word the daemon finds nothing: answered at once, never sent (a busy daemon
+        // once held `" * (` until the deadline).
+        guard Self.hasWords(text) else { return [] }
         let answer: QueryUser.Response
         do {
             // Room for the per-app cap to leave other apps' results in.
@@ -56,7 +58,9 @@ actor DesktopSearch {
         var perApp: [String: Int] = [:]
         for wire in answer.items where results.count < limits.total {
             guard let bundle = wire["bundle"]?.stringValue, perApp[bundle, default: 0] < limits.perApp,
-                  let result = SearchResult(wire: wire, bundle: bundle, openWith: openWith[bundle], app: app(openWith[bundle]))
+                  let result = SearchResult(wire: wire, bundle: bundle, openWith: openWith[bundle], app: ownApp(bundle),
+                                            opener: app(openWith[bundle])),
+                  canOpen(result)
             else { continue }
             perApp[bundle, default: 0] += 1
             results.append(result)
@@ -77,11 +81,61 @@ actor DesktopSearch {
         return order.flatMap { groups[$0]! }
     }
 
-    /// The result with this id, to show: kept from a recent search, else resolved with the
-    /// daemon (nil when the id is malformed, the item is gone, or the daemon is unavailable).
+    /// Whether `text` has a word as the daemon's user query reads words: a run of letters,
+    /// digits or marks (SearchlightStore's `TextAnalysis.isTokenChar`). A text of quotes, stars,
+    /// parentheses and punctuation only can match nothing.
+    static func hasWords(_ text: String) -> Bool {
+        text.unicodeScalars.contains { s in
+            if s.value < 0x80 { return (s.value >= 0x30 && s.value <= 0x39) || (s.value >= 0x41 && s.value <= 0x5A) || (s.value >= 0x61 && s.value <= 0x7A) }
+            switch s.properties.generalCategory {
+            case .uppercaseLetter, .lowercaseLetter, .titlecaseLetter, .modifierLetter, .otherLetter,
+                 .decimalNumber, .letterNumber, .otherNumber, .privateUse, .nonspacingMark:
+                return true
+            default:
+                return false
+            }
+        }
+    }
+
+    /// Whether the result can be opened now (its declared app installed and trusted, else a
+    /// content URL): a result nothing can open is left out of the desktop's answers, so that a
+    /// click on it cannot do nothing (issue 36).
+    private func canOpen(_ result: SearchResult) -> Bool {
+        (try? opener.plan(result.item, openWith: result.openWith, contentURL: result.contentURL)) != nil
+    }
+
+    /// The results with these ids, to show (GetResultMetas), in their order: each checked with
+    /// the daemon now, so that an item deleted, hidden or made unreadable since the search is
+    /// left out; the kept one only when the daemon is unavailable. A few at a time, so that a hung
+    /// daemon costs one deadline, not one per id.
+    func results(_ ids: [String]) async -> [SearchResult] {
+        var found: [SearchResult] = []
+        var start = 0
+        while start < ids.count {
+            let batch = Array(ids[start..<min(ids.count, start + 4)])
+            start += batch.count
+            let answers = await withTaskGroup(of: (Int, SearchResult?).self) { group in
+                for (i, id) in batch.enumerated() { group.addTask { (i, await self.result(id)) } }
+                var answers = [SearchResult?](repeating: nil, count: batch.count)
+                for await (i, r) in group { answers[i] = r }
+                return answers
+            }
+            found += answers.compactMap { $0 }
+        }
+        return found
+    }
+
+    /// The result with this id, to show: resolved with the daemon (kept from a recent search
+    /// when the daemon is unavailable); nil when the id is malformed, the item is gone or hidden,
+    /// or the daemon refuses it.
     func result(_ id: String) async -> SearchResult? {
-        if let kept = kept[id] { return kept }
-        return try? await resolve(id)
+        do {
+            return try await resolve(id)
+        } catch is DaemonClient.Unavailable {
+            return kept[id]
+        } catch {
+            return nil
+        }
     }
 
     /// The result with this id, to open: resolved with the daemon now, so that a registration or
@@ -108,7 +162,9 @@ actor DesktopSearch {
             throw error
         }
         let openWith = answer.opening?.openWith
-        guard let wire = answer.item, let result = SearchResult(wire: wire, bundle: item.bundleIdentifier, openWith: openWith, app: app(openWith))
+        guard let wire = answer.item,
+              let result = SearchResult(wire: wire, bundle: item.bundleIdentifier, openWith: openWith, app: ownApp(item.bundleIdentifier),
+                                        opener: app(openWith))
         else {
             kept[id] = nil
             return nil
@@ -139,6 +195,14 @@ actor DesktopSearch {
             for id in keptOrder.prefix(keptOrder.count - Self.keptLimit) { kept[id] = nil }
             keptOrder.removeFirst(keptOrder.count - Self.keptLimit)
         }
+    }
+
+    /// The donating app's own desktop file: `BUNDLE.desktop`, the freedesktop.org convention for
+    /// an app whose id is its bundle identifier (org.gnome.Notes, org.gnome.Notes.desktop).
+    private func ownApp(_ bundle: String) -> DesktopEntry? {
+        let id = bundle + ".desktop"
+        guard Names.validDesktopFileID(id) else { return nil }
+        return app(id)
     }
 
     private func app(_ desktopID: String?) -> DesktopEntry? {

@@ -37,9 +37,8 @@ final class GnomeSearchProvider: BusHandler, @unchecked Sendable {
                 let kept = bus.keep(call)
                 let (bus, search) = (self.bus, self.search)
                 Task {
-                    var results: [SearchResult] = []
-                    for id in ids.prefix(100) { if let r = await search.result(id) { results.append(r) } }
-                    let metas = results
+                    // Each checked with the daemon: a result deleted since the search is left out.
+                    let metas = await search.results(Array(ids.prefix(100)))
                     bus.post { $0.reply(kept) { w in Self.writeMetas(metas, &w) } }
                 }
             case "ActivateResult":
@@ -48,32 +47,15 @@ final class GnomeSearchProvider: BusHandler, @unchecked Sendable {
                 _ = try call.readUInt32()  // the event's time: gio launch has no use for it
                 let kept = bus.keep(call)
                 let (bus, search) = (self.bus, self.search)
-                Task {
-                    guard let result = await search.resultForOpening(id) else {
-                        bus.post { $0.replyError(kept, name: "org.freedesktop.DBus.Error.InvalidArgs", "no such result: \(id.prefix(200))") }
-                        return
-                    }
-                    do {
-                        _ = try await search.open(result, terms: terms)
-                        bus.post { $0.reply(kept) { _ in } }
-                    } catch {
-                        Log.warning("result not opened", ["id": id, "error": "\(error)"])
-                        bus.post { $0.replyError(kept, name: "org.freedesktop.DBus.Error.Failed", "\(error)") }
-                    }
-                }
+                Task { await Self.activate(id, terms: terms, kept, bus: bus, search: search) }
             case "LaunchSearch":
                 let terms = try call.readStrings()
                 _ = try call.readUInt32()
                 let kept = bus.keep(call)
                 let (bus, search) = (self.bus, self.search)
                 Task {
-                    do {
-                        try await search.launchSearch(terms)
-                        bus.post { $0.reply(kept) { _ in } }
-                    } catch {
-                        Log.warning("search not launched", ["error": "\(error)"])
-                        bus.post { $0.replyError(kept, name: "org.freedesktop.DBus.Error.Failed", "\(error)") }
-                    }
+                    await Self.launchSearch(terms, bus: bus, search: search)
+                    bus.post { $0.reply(kept) { _ in } }
                 }
             default:
                 return -ENOSYS
@@ -81,6 +63,46 @@ final class GnomeSearchProvider: BusHandler, @unchecked Sendable {
             return 1
         } catch {
             return error.code
+        }
+    }
+
+    /// ActivateResult, and KRunner's Run: opens the result; the user who clicked is told by a
+    /// notification when it cannot be. A result gone since the search (deleted, hidden, no longer
+    /// readable) is answered without an error: the Shell has nothing to show for one, the
+    /// notification says it. A failure to open also answers an error, which says why.
+    static func activate(_ id: String, terms: [String], _ kept: BusCall, bus: SessionBus, search: DesktopSearch,
+                         contentURLOnly: Bool = false) async {
+        guard let result = await search.resultForOpening(id) else {
+            Log.notice("activated result gone", ["id": id.prefix(200)])
+            bus.post {
+                $0.notify(.gone)
+                $0.reply(kept) { _ in }
+            }
+            return
+        }
+        do {
+            _ = try await search.open(result, terms: terms, contentURLOnly: contentURLOnly)
+            bus.post { $0.reply(kept) { _ in } }
+        } catch {
+            Log.warning("result not opened", ["id": id, "error": "\(error)"])
+            bus.post {
+                $0.notify(.notOpened(result.name, reason: "\(error)"))
+                $0.replyError(kept, name: "org.freedesktop.DBus.Error.Failed", "\(error)")
+            }
+        }
+    }
+
+    /// LaunchSearch: Searchlight's result view (`searchlight.desktop`, in a terminal) with the
+    /// terms; where it cannot open (no terminal GLib knows in this session, the app not installed)
+    /// the results themselves in a notification, so that the click always shows something.
+    static func launchSearch(_ terms: [String], bus: SessionBus, search: DesktopSearch) async {
+        do {
+            try await search.launchSearch(terms)
+        } catch {
+            Log.notice("result view not opened; results notified", ["error": "\(error)"])
+            let results = await search.search(terms)
+            let reason = "\(error)"
+            bus.post { $0.notify(.results(terms.joined(separator: " "), results, reason: reason)) }
         }
     }
 

@@ -53,17 +53,8 @@ final class KRunnerInterface: BusHandler, @unchecked Sendable {
                 let kept = bus.keep(call)
                 let (bus, search) = (self.bus, self.search)
                 Task {
-                    guard let result = await search.resultForOpening(id) else {
-                        bus.post { $0.replyError(kept, name: "org.freedesktop.DBus.Error.InvalidArgs", "no such match: \(id.prefix(200))") }
-                        return
-                    }
-                    do {
-                        _ = try await search.open(result, terms: [], contentURLOnly: action == Self.openContentAction.id)
-                        bus.post { $0.reply(kept) { _ in } }
-                    } catch {
-                        Log.warning("match not run", ["id": id, "action": action, "error": "\(error)"])
-                        bus.post { $0.replyError(kept, name: "org.freedesktop.DBus.Error.Failed", "\(error)") }
-                    }
+                    await GnomeSearchProvider.activate(id, terms: [], kept, bus: bus, search: search,
+                                                       contentURLOnly: action == Self.openContentAction.id)
                 }
             case "Teardown":
                 let kept = bus.keep(call)

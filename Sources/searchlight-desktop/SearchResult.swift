@@ -9,7 +9,9 @@ struct SearchResult: Sendable {
     var id: String { item.resultID }
     var name: String
     var description: String
-    /// The app's name (its desktop file's `Name`), else the bundle identifier.
+    /// The donating app's name: its own desktop file's `Name` (`BUNDLE.desktop`), else the
+    /// bundle identifier; never the name of the app its items open with (a text editor opening
+    /// a notes app's files is not the app the results came from).
     var appName: String
     var icon: Icon
     var contentURL: String?
@@ -31,7 +33,9 @@ struct SearchResult: Sendable {
     static let maximumThumbnailBytes = 256 << 10
 
     /// A result from an item of a `query.user` answer (attributes as fetched by `DesktopSearch`).
-    init?(wire: JSONValue, bundle: String, openWith: String?, app: DesktopEntry?) {
+    /// `app`: the donating app's own desktop file; `opener`: the one its items open with (its
+    /// icon stands in when the app has none of its own).
+    init?(wire: JSONValue, bundle: String, openWith: String?, app: DesktopEntry?, opener: DesktopEntry? = nil) {
         guard let identifier = wire["uniqueIdentifier"]?.stringValue, !identifier.isEmpty else { return nil }
         item = SearchableItemActivity(bundleIdentifier: bundle, uniqueIdentifier: identifier)
         let attributes = wire["attributeSet"] ?? [:]
@@ -39,12 +43,12 @@ struct SearchResult: Sendable {
             attributes[key]?.stringValue.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.flatMap { $0.isEmpty ? nil : $0 }
         }
         name = Self.oneLine(text("title") ?? text("displayName") ?? identifier, limit: 200)
-        appName = app?.name ?? bundle
+        appName = app?.name.map { Self.oneLine($0, limit: 80) }.flatMap { $0.isEmpty ? nil : $0 } ?? bundle
         description = Self.oneLine(text("contentDescription") ?? "", limit: 300)
         contentURL = text("contentURL")
         self.openWith = openWith
         let types = (attributes["contentTypeTree"]?.arrayValue ?? []).compactMap(\.stringValue)
-        icon = Self.icon(attributes, types: [text("contentType")].compactMap { $0 } + types, app: app)
+        icon = Self.icon(attributes, types: [text("contentType")].compactMap { $0 } + types, app: app?.icon?.isEmpty == false ? app : opener)
     }
 
     /// The item's own thumbnail, else the app's icon, else its content type's.

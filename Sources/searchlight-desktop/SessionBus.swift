@@ -109,6 +109,36 @@ final class SessionBus: @unchecked Sendable {
         lastActivity = .now
     }
 
+    /// Calls a method of another service without waiting for its answer (loop's thread); an error
+    /// answer, or none within 5 s, is logged with `what`. The name is activated if need be.
+    func callAsync(destination: String, path: String, interface: String, member: String, what: String,
+                   _ build: (inout BusWriter) -> Void) {
+        var call: OpaquePointer?
+        guard sd_bus_message_new_method_call(bus, &call, destination, path, interface, member) >= 0, let call else { return }
+        defer { sd_bus_message_unref(call) }
+        var writer = BusWriter(call)
+        build(&writer)
+        guard writer.failure == 0 else {
+            Log.warning("call not sent", ["what": what, "error": String(cString: strerror(-writer.failure))])
+            return
+        }
+        // The context is the `what`, kept until the answer (a floating slot: the bus owns it).
+        let context = Unmanaged.passRetained(what as NSString).toOpaque()
+        let r = sd_bus_call_async(bus, nil, call, { reply, context, _ in
+            let what = context.map { Unmanaged<NSString>.fromOpaque($0).takeRetainedValue() as String } ?? "call"
+            if let reply, let error = sd_bus_message_get_error(reply), sd_bus_error_is_set(error) != 0 {
+                Log.warning("call failed", ["what": what, "error": error.pointee.name.map { String(cString: $0) } ?? "",
+                                            "message": error.pointee.message.map { String(cString: $0) } ?? ""])
+            }
+            return 0
+        }, context, 5_000_000)
+        if r < 0 {
+            Unmanaged<NSString>.fromOpaque(context).release()
+            Log.warning("call not sent", ["what": what, "error": String(cString: strerror(-r))])
+        }
+        lastActivity = .now
+    }
+
     /// Marks activity for the idle exit (a call answered at once).
     func noteActivity() { lastActivity = .now }
 
@@ -257,6 +287,12 @@ struct BusWriter {
         guard failure == 0 else { return }
         var v = v
         check(sd_bus_message_append_basic(message, CChar(UInt8(ascii: "i")), &v))
+    }
+
+    mutating func uint32(_ v: UInt32) {
+        guard failure == 0 else { return }
+        var v = v
+        check(sd_bus_message_append_basic(message, CChar(UInt8(ascii: "u")), &v))
     }
 
     mutating func double(_ v: Double) {

@@ -31,8 +31,11 @@ final class SessionBusHarness: @unchecked Sendable {
     /// What the bus, and so the provider it starts, and the clients run with.
     let environment: [String: String]
     private var process: Process?
+    private var notificationServer: FakeNotificationServer?
 
-    init(daemonSocket: String, uid: UInt32? = nil) throws {
+    /// `providerArguments`: appended to the provider's command in its service file;
+    /// `environment` overrides: what the bus, the provider and the clients run with (`PATH`).
+    init(daemonSocket: String, uid: UInt32? = nil, providerArguments: [String] = [], environment overrides: [String: String] = [:]) throws {
         if let missing = Self.missingTools { throw HarnessError(missing) }
         dir = TempDir("slbus")
         self.uid = uid
@@ -53,10 +56,12 @@ final class SessionBusHarness: @unchecked Sendable {
         env["HOME"] = dir.path
         env["SEARCHLIGHT_SOCKET"] = daemonSocket
         env["DBUS_SESSION_BUS_ADDRESS"] = "unix:path=" + busSocket
+        env.merge(overrides) { $1 }
         environment = env
         // The service file as shipped, its Exec at the built provider (what `make install` does with BINDIR).
         let shipped = try String(contentsOfFile: Self.repository + "/launchd-like-units/desktop/\(Self.providerName).service", encoding: .utf8)
-        try shipped.replacingOccurrences(of: "/usr/local/bin/searchlight-desktop", with: Products.path("searchlight-desktop"))
+        try shipped.replacingOccurrences(of: "/usr/local/bin/searchlight-desktop",
+                                                        with: ([Products.path("searchlight-desktop")] + providerArguments).joined(separator: " "))
             .write(toFile: dataHome + "/dbus-1/services/\(Self.providerName).service", atomically: true, encoding: .utf8)
         if let uid {
             chmod(dir.path, 0o755)
@@ -95,8 +100,27 @@ final class SessionBusHarness: @unchecked Sendable {
 
     var busLog: String { (try? String(contentsOfFile: dir.path + "/bus.log", encoding: .utf8)) ?? "" }
 
+    /// Owns `org.freedesktop.Notifications` on this bus with a fake server that records what the
+    /// user is told (stopped with the bus).
+    func serveNotifications() throws -> FakeNotificationServer {
+        if let notificationServer { return notificationServer }
+        let server = try FakeNotificationServer(address: environment["DBUS_SESSION_BUS_ADDRESS"]!)
+        notificationServer = server
+        return server
+    }
+
+    /// Installs the Searchlight app as shipped (`searchlight.desktop`, `Terminal=true`), its Exec
+    /// at the built provider (what `make install` does).
+    func installSearchlightApp() throws {
+        let shipped = try String(contentsOfFile: Self.repository + "/launchd-like-units/desktop/searchlight.desktop", encoding: .utf8)
+        try shipped.replacingOccurrences(of: "/usr/local/bin/searchlight-desktop", with: Products.path("searchlight-desktop"))
+            .write(toFile: dataHome + "/applications/searchlight.desktop", atomically: true, encoding: .utf8)
+        if let uid { try chownTree(dir.path, uid) }
+    }
+
     /// Stops the bus; the provider it started sees the connection go and exits (waited for).
     func stop() {
+        notificationServer?.stop()
         guard let p = process else { return }
         process = nil
         let provider = providerPID()

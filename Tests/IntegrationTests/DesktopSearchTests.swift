@@ -12,14 +12,17 @@ import SearchlightKit
 struct DesktopSearchTests {
     static let notes = [
         #"{"uniqueIdentifier":"notes/trip plan.md","attributeSet":{"title":"Natural Bridges trip plan","contentDescription":"Camping and hiking in Utah","contentType":"public.plain-text","contentURL":"https://example.org/notes/trip"}}"#,
-        #"{"uniqueIdentifier":"notes/packing.md","attributeSet":{"title":"Packing list for the bridges trip","contentDescription":"tent, stove","contentType":"public.plain-text"}}"#,
+        #"{"uniqueIdentifier":"notes/packing.md","attributeSet":{"title":"Packing list for the bridges trip","contentDescription":"tent, stove","contentType":"public.plain-text","contentURL":"https://example.org/notes/packing"}}"#,
         #"{"uniqueIdentifier":"notes/recipes.md","attributeSet":{"title":"Recipes","contentDescription":"soup","contentType":"public.plain-text"}}"#,
     ]
+    // Every item the searches below find has a way to open (a contentURL): the desktop's answers
+    // leave out what nothing can open (issue 36). Recipes has none; it is only named by id.
     static let photos = [
-        #"{"uniqueIdentifier":"p1","attributeSet":{"title":"Natural Bridges at dusk","contentType":"public.jpeg","thumbnailURL":"file:///usr/share/pixmaps/dusk.png"}}"#,
+        #"{"uniqueIdentifier":"p1","attributeSet":{"title":"Natural Bridges at dusk","contentType":"public.jpeg","thumbnailURL":"file:///usr/share/pixmaps/dusk.png","contentURL":"https://example.org/photos/p1"}}"#,
     ]
     static let tripID = "com.example.notes/notes%2Ftrip%20plan.md"
     static let packingID = "com.example.notes/notes%2Fpacking.md"
+    static let recipesID = "com.example.notes/notes%2Frecipes.md"
 
     /// A daemon with the notes and photos, and a bus whose provider searches it.
     func setUp(daemonArguments: [String] = []) async throws -> (DaemonProcess, SessionBusHarness) {
@@ -92,9 +95,10 @@ struct DesktopSearchTests {
         let activity = try #require(SearchableItemActivity.fromLaunchArguments(["notes", "searchlight-item:\(Self.packingID)"]))
         #expect(activity == SearchableItemActivity(bundleIdentifier: "com.example.notes", uniqueIdentifier: "notes/packing.md"))
         await #expect(try engagement(daemon, "com.example.notes", "notes/packing.md") == 1)
-        // The registered app names and draws the results now.
+        // The registered app draws the results now; it does not name them: it is the app they open
+        // with, not the one that donated them (issue 36: DesktopClickTests.donatingAppNamed).
         let metas = try bus.provider("GetResultMetas", ["['\(Self.packingID)']"])
-        #expect(metas.stdout.contains("— Notes'") && metas.stdout.contains("'accessories-text-editor'"), "\(metas.stdout)")
+        #expect(metas.stdout.contains("— com.example.notes'") && metas.stdout.contains("'accessories-text-editor'"), "\(metas.stdout)")
     }
 
     @Test("an extension unit's OpenWith is the desktop file ActivateResult launches")
@@ -131,14 +135,15 @@ struct DesktopSearchTests {
         await #expect(try engagement(daemon, "com.example.notes", "notes/trip plan.md") == 1)
     }
 
-    @Test("ActivateResult of an item that nothing can open fails with a D-Bus error that says why")
+    @Test("ActivateResult of an item that nothing can open fails with a D-Bus error that says why; one that is not there answers without an error")
     func activateNothing() async throws {
         let (daemon, bus) = try await setUp()
-        let r = try bus.provider("ActivateResult", ["'\(Self.packingID)'", "['packing']", "0"])
+        let r = try bus.provider("ActivateResult", ["'\(Self.recipesID)'", "['recipes']", "0"])
         #expect(!r.ok)
         #expect(r.stderr.contains("declares no desktop file") && r.stderr.contains("has no contentURL"), "\(r.stderr)")
+        // Gone: the Shell gets no error, the user a notification (DesktopClickTests.deletedResult).
         let gone = try bus.provider("ActivateResult", ["'com.example.notes/notes%2Fgone.md'", "[]", "0"])
-        #expect(!gone.ok && gone.stderr.contains("no such result"), "\(gone.stderr) \(gone.seconds)\n\(bus.busLog)")
+        #expect(gone.ok, "\(gone.stderr) \(gone.seconds)\n\(bus.busLog)")
         _ = daemon
     }
 
@@ -224,7 +229,7 @@ struct DesktopSearchTests {
         let daemon = try await DaemonProcess(arguments: ["--system"], dir: dir)
         try await importItems("com.alice.notes", [#"{"uniqueIdentifier":"a1","attributeSet":{"title":"Alice bridges diary","contentURL":"https://example.org/a1"}}"#],
                         socket: daemon.socket, asUID: alice, dir: dir)
-        try await importItems("com.bob.notes", [#"{"uniqueIdentifier":"b1","attributeSet":{"title":"Bob bridges notes"}}"#],
+        try await importItems("com.bob.notes", [#"{"uniqueIdentifier":"b1","attributeSet":{"title":"Bob bridges notes","contentURL":"https://example.org/b1"}}"#],
                         socket: daemon.socket, asUID: bob, dir: dir)
         try await importItems("com.example.shared", [#"{"uniqueIdentifier":"r1","attributeSet":{"title":"Root bridges manual"}}"#],
                         socket: daemon.socket, dir: dir)
@@ -240,7 +245,8 @@ struct DesktopSearchTests {
         let metas = try bobsBus.provider("GetResultMetas", ["['com.alice.notes/a1', 'com.example.shared/r1']"])
         #expect(metas.ok && !metas.stdout.contains("Alice") && !metas.stdout.contains("Root"), "\(metas.stdout)")
         let open = try bobsBus.provider("ActivateResult", ["'com.alice.notes/a1'", "['bridges']", "0"])
-        #expect(!open.ok && open.stderr.contains("no such result"), "\(open.stderr)")
+        // Answered as a result that is gone (no D-Bus error to the Shell; issue 36), and not opened.
+        #expect(open.ok, "\(open.stderr)")
         #expect(!FileManager.default.fileExists(atPath: record), "another user's item was opened")
         // The provider ran as bob (it connected to the daemon with bob's credentials).
         let pid = try #require(bobsBus.providerPID())
