@@ -295,9 +295,11 @@ extension IndexStore {
                         let fused = HybridFusion.fuse(lexical: lexical.map(\.rowID), vector: nearest, weight: weight,
                             limit: .max, k: tuning.rrfK, folded: folded, fold: tuning.fold?.demotion)
                         // Only a lexical hit ranked below a near miss can be moved: the others need no check.
+                        // An exact hit has every word: the best-match tail holds none (and checking
+                        // its items one phrase lookup each cost seconds a query on the debtags set).
                         let firstNearMiss = fused.firstIndex { $0.lexicalRank == nil } ?? fused.endIndex
                         let exact = try exactHits(db, terms: terms,
-                            among: fused[firstNearMiss...].filter { $0.lexicalRank != nil }.map(\.rowID))
+                            among: fused[firstNearMiss...].filter { ($0.lexicalRank ?? .max) <= strict.count }.map(\.rowID))
                         // A lower score is better across indexes (the lexical convention): the fused score negated.
                         ranking = HybridFusion.demoteNearMisses(fused, exact: exact, exactFirst: semantic.exactFirst).prefix(request.maxResultCount)
                             .map { var c = $0; c.score = -c.score; return c }
