@@ -65,6 +65,23 @@ public struct SemanticRequest: Sendable {
         }
     }
 
+    /// The vector and constants to search an index with: the query in the space of the index's
+    /// vectors. A transformer query searches a mostly refined index (`refinedShare`) as it is;
+    /// elsewhere most documents are still the static table's, and a transformer query compared
+    /// with them ranks worse than the table's own query (issue 37: "soup" found no vector hit
+    /// and "something warm for a cold evening" nothing at all after `prepare()`), so there the
+    /// query is embedded the way the documents were (`staticEmbedding`, nil when the store has
+    /// no table: the transformer's vector then) with the static constants. So `prepare()` never
+    /// ranks an unrefined index differently from no `prepare()`.
+    public func resolved(counts: () -> (vectors: Int, refined: Int), staticEmbedding: () -> [Float]?)
+        -> (vector: [Float], tuning: FusionTuning)
+    {
+        guard encoder == .transformer else { return (vector, staticTuning) }
+        let (vectors, refined) = counts()
+        if vectors > 0, Double(refined) >= Self.refinedShare * Double(vectors) { return (vector, refinedTuning) }
+        return (staticEmbedding() ?? vector, staticTuning)
+    }
+
     /// The constants for an index whose `counts` are its vectors and how many of them the
     /// transformer made: the refined ones only for a transformer query where at least
     /// `refinedShare` of the vectors are refined (a static query ranks by static similarities
@@ -259,21 +276,30 @@ extension IndexStore {
                 var found: [FusedCandidate] = []
                 var ranking: [FusedCandidate] = []
                 if request.maxResultCount > 0 {
-                    let lexical = terms.words.isEmpty ? []
+                    let strict = terms.words.isEmpty ? []
                         : try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now, path: path).candidates
+                    // Best-match: the items with every word first, then those with some of them.
+                    let lexical = strict.count >= request.maxResultCount ? strict
+                        : strict + (try bestMatchTail(db, terms: terms, after: strict, limit: request.maxResultCount - strict.count,
+                            filter: request.filter, now: now))
                     if let semantic {
-                        let tuning = semantic.tuning { vectors.counts ?? (0, 0) }
-                        let nearest = try vectorCandidates(db, query: semantic.vector, limit: request.maxResultCount, filter: request.filter,
-                            now: now, minimumSimilarity: tuning.minimumSimilarity, budget: budget)
-                        let weight = tuning.weight(semantic.weight, lexicalHits: lexical.count, limit: request.maxResultCount)
+                        let (query, tuning) = semantic.resolved(counts: { vectors.counts ?? (0, 0) },
+                            staticEmbedding: { options.vectorEncoder?.embed(request.text) })
+                        let nearest = try vectorCandidates(db, query: query, limit: request.maxResultCount, filter: request.filter,
+                            now: now, minimumSimilarity: tuning.minimumSimilarity, relativeFloor: tuning.relativeFloor, budget: budget)
+                        // Confidence counts the items with every word: a tail of items with one
+                        // word of several says the words alone do not answer.
+                        let weight = tuning.weight(semantic.weight, lexicalHits: strict.count, limit: request.maxResultCount)
                         // Near-duplicate vector hits (a library's -dev and -doc siblings) demoted before fusion.
                         let folded = tuning.fold.map { vectors.nearDuplicates(nearest.map(\.rowid), threshold: $0.similarity, depth: $0.depth) } ?? []
                         let fused = HybridFusion.fuse(lexical: lexical.map(\.rowID), vector: nearest, weight: weight,
                             limit: .max, k: tuning.rrfK, folded: folded, fold: tuning.fold?.demotion)
                         // Only a lexical hit ranked below a near miss can be moved: the others need no check.
+                        // An exact hit has every word: the best-match tail holds none (and checking
+                        // its items one phrase lookup each cost seconds a query on the debtags set).
                         let firstNearMiss = fused.firstIndex { $0.lexicalRank == nil } ?? fused.endIndex
                         let exact = try exactHits(db, terms: terms,
-                            among: fused[firstNearMiss...].filter { $0.lexicalRank != nil }.map(\.rowID))
+                            among: fused[firstNearMiss...].filter { ($0.lexicalRank ?? .max) <= strict.count }.map(\.rowID))
                         // A lower score is better across indexes (the lexical convention): the fused score negated.
                         ranking = HybridFusion.demoteNearMisses(fused, exact: exact, exactFirst: semantic.exactFirst).prefix(request.maxResultCount)
                             .map { var c = $0; c.score = -c.score; return c }
@@ -323,6 +349,32 @@ extension IndexStore {
         return exact
     }
 
+    /// Words too common to find anything by themselves: the best-match tail (`bestMatchTail`)
+    /// leaves them out, or "water sports by the ocean" would list every item with "the".
+    static let stopWords: Set<String> = [
+        "a", "about", "an", "and", "are", "as", "at", "be", "by", "can", "for", "from", "how", "i", "in", "is", "it",
+        "me", "my", "of", "on", "or", "some", "something", "that", "the", "this", "to", "want", "was", "what", "when",
+        "where", "which", "with", "you", "your",
+    ]
+
+    /// The best-match side of a user query of several words (issue 37): items with some of the
+    /// words but not all, at most `limit`, best first by bm25 over the words they have (so more
+    /// words, and rarer ones, rank higher), none of `after` (the items with every word). Words of
+    /// `stopWords` are not searched for; a query of one word (or one besides them) has no tail.
+    /// The CSSearchQuery language keeps its exact semantics: this is the ranked user query only.
+    func bestMatchTail(_ db: Database, terms: UserQueryTerms, after strict: [ScoredCandidate], limit: Int, filter: SQLFilter?, now: Double)
+        throws -> [ScoredCandidate]
+    {
+        guard limit > 0, terms.terms.count >= 2 else { return [] }
+        let words = terms.distinctWords.filter { $0.isCJK || !Self.stopWords.contains($0.folded) }
+        // One informative word alone with stop words: its items are the tail ("the soup": every soup).
+        guard !words.isEmpty, words.count < terms.terms.count || words.count >= 2 else { return [] }
+        let match = words.map(UserQueryTerms.ftsTerm).joined(separator: " OR ")
+        let have = Set(strict.map(\.rowID))
+        return try Self.exhaustiveCandidates(db, terms: terms, limit: limit + strict.count, filter: filter, now: now, match: match)
+            .filter { !have.contains($0.rowID) }.prefix(limit).map { $0 }
+    }
+
     /// The best `limit` items for the user query `text` (all its words, the last one a prefix while
     /// it is being typed), with their scores (lower is better), best first; ties go to the lower
     /// rowid. Every item is visible and passes `filter`. This is the ranking of `userQuery`,
@@ -355,7 +407,8 @@ extension IndexStore {
     /// arithmetic), times the boosts; ties go to the lower rowid. A filter query restricts the
     /// results and never changes a score (its full-text driver only narrows the walk, in a
     /// subquery of its own, so its phrases are not part of bm25's sum).
-    static func exhaustiveCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double)
+    /// `match`, when given, is the FTS5 query instead of every word of `terms`.
+    static func exhaustiveCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, match: String? = nil)
         throws -> [ScoredCandidate]
     {
         let filter = filter ?? .all
@@ -372,7 +425,7 @@ extension IndexStore {
             WHERE fts MATCH ? AND \(Self.visible) AND (\(filter.sql))\(driver)
             ORDER BY score, items.rowid LIMIT ?
             """
-        let bindings: [SQLValue] = [.double(now), .text(terms.ftsQuery), .double(now), .double(now)] + filter.bindings
+        let bindings: [SQLValue] = [.double(now), .text(match ?? terms.ftsQuery), .double(now), .double(now)] + filter.bindings
             + (filter.ftsMatch.map { [.text($0)] } ?? []) + [.integer(Int64(limit))]
         return try db.rows(sql, bindings).map { ScoredCandidate(rowID: $0.int(0) ?? 0, score: $0.double(1) ?? 0) }
     }

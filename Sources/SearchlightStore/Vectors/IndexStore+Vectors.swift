@@ -198,9 +198,13 @@ extension IndexStore {
     /// lexical side orders by bm25 times it: a boosted item ranks higher on either side. The
     /// floor applies to the similarity itself; the boost orders the hits SQL checked (at least
     /// twice `limit`), so an item far below them is not lifted in.
+    /// With `relativeFloor`, the floor is lowered for a query whose best hit is below it
+    /// (`RelativeFloor.floor`): the best is the nearest item of the index, visible or not, so the
+    /// floor does not depend on the filter.
     func vectorCandidates(_ db: Database, query: [Float], limit: Int, filter: SQLFilter?, now: Double, minimumSimilarity: Float = -1,
-        budget: QueryBudget?) throws -> [VectorMatch]
+        relativeFloor: RelativeFloor? = nil, budget: QueryBudget?) throws -> [VectorMatch]
     {
+        var minimumSimilarity = minimumSimilarity
         guard limit > 0 else { return [] }
         let filter = filter ?? .all
         let driver = filter.ftsMatch.map { _ in " AND items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH ?)" } ?? ""
@@ -223,6 +227,9 @@ extension IndexStore {
         while true {
             try budget?.check()
             guard let (found, total) = vectors.search(query, k: k) else { return [] }
+            if let relativeFloor, let best = found.first?.similarity {
+                minimumSimilarity = relativeFloor.floor(best: best, absolute: minimumSimilarity)
+            }
             let matches = found.filter { $0.similarity >= minimumSimilarity }
             let floorReached = matches.count < found.count
             let kept = try boosted(matches)
