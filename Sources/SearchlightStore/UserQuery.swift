@@ -338,32 +338,42 @@ extension IndexStore {
         }
     }
 
-    func lexicalCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, path: RankingPath)
-        throws -> LexicalCandidates
+    /// `statistics`: the collection statistics to score with (`CorpusStatistics`, summed over
+    /// every index a query across apps searches), else this index's own.
+    func lexicalCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, path: RankingPath,
+                           statistics: CorpusStatistics? = nil) throws -> LexicalCandidates
     {
         if path == .automatic, formatVersion >= RankWriter.firstFormat,
             let phrases = QueryPhrase.phrases(terms, tokenizer: try db.fullTextTokenizer()),
-            let ranked = try RankedTopK(db: db, phrases: phrases, limit: limit, filter: filter, now: now, store: self).run()
+            let ranked = try RankedTopK(db: db, phrases: phrases, limit: limit, filter: filter, now: now, store: self).run(statistics: statistics)
         {
             return LexicalCandidates(candidates: ranked, usedRankedIndex: true)
         }
-        return LexicalCandidates(candidates: try Self.exhaustiveCandidates(db, terms: terms, limit: limit, filter: filter, now: now),
-            usedRankedIndex: false)
+        return LexicalCandidates(candidates: try Self.exhaustiveCandidates(db, terms: terms, limit: limit, filter: filter, now: now,
+            statistics: statistics), usedRankedIndex: false)
     }
 
     /// The definition of the ranking: FTS5 scores every match with bm25 (`BM25` documents its
     /// arithmetic), times the boosts; ties go to the lower rowid. A filter query restricts the
     /// results and never changes a score (its full-text driver only narrows the walk, in a
     /// subquery of its own, so its phrases are not part of bm25's sum).
-    static func exhaustiveCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double)
-        throws -> [ScoredCandidate]
+    /// With `statistics`, bm25's avgdl and idf come from them (`sl_bm25`, the same arithmetic).
+    static func exhaustiveCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double,
+                                     statistics: CorpusStatistics? = nil) throws -> [ScoredCandidate]
     {
         let filter = filter ?? .all
         let driver = filter.ftsMatch.map { _ in " AND items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH ?)" } ?? ""
+        var rank = "bm25(fts, \(Self.bm25Weights))"
+        var rankBindings: [SQLValue] = []
+        if let statistics, statistics.rows > 0, statistics.hits.count == terms.terms.count {
+            rankBindings = [.double(Double(statistics.tokens) / Double(statistics.rows))]
+                + statistics.hits.map { .double(BM25.idf(rows: statistics.rows, hits: $0)) }
+            rank = "sl_bm25(fts, " + Array(repeating: "?", count: rankBindings.count).joined(separator: ", ") + ", \(Self.bm25Weights))"
+        }
         // bm25 is negative (lower is better); boosts multiply it further from zero.
         let sql = """
             SELECT items.rowid,
-              bm25(fts, \(Self.bm25Weights))
+              \(rank)
               * (1.0 + coalesce(items.ranking_hint, 0) / 100.0)
               * (1.0 + CASE WHEN items.last_used IS NULL THEN 0
                        ELSE 0.5 / (1.0 + max(0, ? - items.last_used) / 604800.0) END)
@@ -372,7 +382,7 @@ extension IndexStore {
             WHERE fts MATCH ? AND \(Self.visible) AND (\(filter.sql))\(driver)
             ORDER BY score, items.rowid LIMIT ?
             """
-        let bindings: [SQLValue] = [.double(now), .text(terms.ftsQuery), .double(now), .double(now)] + filter.bindings
+        let bindings: [SQLValue] = rankBindings + [.double(now), .text(terms.ftsQuery), .double(now), .double(now)] + filter.bindings
             + (filter.ftsMatch.map { [.text($0)] } ?? []) + [.integer(Int64(limit))]
         return try db.rows(sql, bindings).map { ScoredCandidate(rowID: $0.int(0) ?? 0, score: $0.double(1) ?? 0) }
     }

@@ -193,9 +193,10 @@ extension IndexStore {
     /// The hits are ordered by similarity times the boost factor (`boostFactorSQL`), as the
     /// lexical side orders by bm25 times it: a boosted item ranks higher on either side. The
     /// floor applies to the similarity itself; the boost orders the hits SQL checked (at least
-    /// twice `limit`), so an item far below them is not lifted in.
+    /// twice `limit`), so an item far below them is not lifted in. `boostedScore` is told each
+    /// hit's similarity times its boost (the order's key; a query across indexes merges by it).
     func vectorCandidates(_ db: Database, query: [Float], limit: Int, filter: SQLFilter?, now: Double, minimumSimilarity: Float = -1,
-        budget: QueryBudget?) throws -> [VectorMatch]
+        budget: QueryBudget?, boostedScore: ((Int64, Float) -> Void)? = nil) throws -> [VectorMatch]
     {
         guard limit > 0 else { return [] }
         let filter = filter ?? .all
@@ -210,6 +211,7 @@ extension IndexStore {
                 if let rowid = row.int(0) { boost[rowid] = Float(row.double(1) ?? 1) }
             }
             let kept = matches.filter { boost[$0.rowid] != nil }
+            if let boostedScore { for m in kept { boostedScore(m.rowid, m.similarity * boost[m.rowid]!) } }
             return kept.indices.sorted { a, b in
                 let x = kept[a].similarity * boost[kept[a].rowid]!, y = kept[b].similarity * boost[kept[b].rowid]!
                 return x != y ? x > y : a < b
