@@ -298,7 +298,7 @@ extension IndexStore {
         }
     }
 
-    /// The items of `candidates` that are exact hits of the query: the title is the query's words
+    /// The items of `candidates` that are exact hits of the query: the title or the displayName is the query's words
     /// (folded, in order), or, for two words or more, the words stand together as a phrase in a
     /// full-text column. One word found somewhere in a text is a plain lexical hit, fused as usual.
     func exactHits(_ db: Database, terms: UserQueryTerms, among candidates: [Int64]) throws -> Set<Int64> {
@@ -306,9 +306,11 @@ extension IndexStore {
         let ids = "[" + candidates.map(String.init).joined(separator: ",") + "]"
         let words = terms.words.map(\.folded)
         var exact: Set<Int64> = []
-        for row in try db.rows("SELECT rowid, title FROM items WHERE rowid IN (SELECT value FROM json_each(?))", [.text(ids)]) {
-            guard let rowid = row.int(0), let title = row.string(1) else { continue }
-            if TextAnalysis.words(title).map({ TextAnalysis.fold(String($0)) }) == words { exact.insert(rowid) }
+        for row in try db.rows("SELECT rowid, title, displayName FROM items WHERE rowid IN (SELECT value FROM json_each(?))", [.text(ids)]) {
+            guard let rowid = row.int(0) else { continue }
+            for name in [row.string(1), row.string(2)] {
+                if let name, TextAnalysis.words(name).map({ TextAnalysis.fold(String($0)) }) == words { exact.insert(rowid) }
+            }
         }
         if words.count >= 2, !terms.words.contains(where: \.isCJK) {
             // One lookup per item: FTS5 seeks each rowid in the phrase's doclists, where a single
