@@ -82,7 +82,7 @@ extension IndexStore {
             }
             guard let rows = try? read({ db in
                 try db.rows("""
-                    SELECT rowid, title, contentDescription, textContent FROM items
+                    SELECT rowid, \(StoredRow.semanticColumns) FROM items
                     WHERE rowid > ? AND NOT EXISTS (SELECT 1 FROM item_vectors v WHERE v.rowid = items.rowid)
                     ORDER BY rowid LIMIT ?
                     """, [.integer(after), .integer(Int64(Self.vectorFillBatch))])
@@ -91,7 +91,7 @@ extension IndexStore {
             var made: [(Int64, QuantizedVector)] = []
             for row in rows {
                 guard let rowid = row.int(0) else { continue }
-                let text = StoredRow.semanticText([row.string(1), nil, nil, row.string(2), row.string(3)])
+                let text = StoredRow.semanticText((1...6).map { row.string($0) })
                 if !text.isEmpty { made.append((rowid, QuantizedVector(encoder.embed(text)))) }
             }
             let batch = made
@@ -140,7 +140,7 @@ extension IndexStore {
         while !isClosing && !yieldNow() {
             let rows = try read { db in
                 try db.rows("""
-                    SELECT v.rowid, v.vector, i.title, i.contentDescription, i.textContent FROM item_vectors v
+                    SELECT v.rowid, v.vector, \(StoredRow.semanticColumns.split(separator: ", ").map { "i." + $0 }.joined(separator: ", ")) FROM item_vectors v
                     JOIN items i ON i.rowid = v.rowid
                     WHERE v.rowid > ? AND hex(substr(v.vector, 2, 1)) = '00' ORDER BY v.rowid LIMIT ?
                     """, [.integer(after), .integer(Int64(batch))])
@@ -150,7 +150,7 @@ extension IndexStore {
             var texts: [String] = [], keys: [(Int64, [UInt8])] = []
             for row in rows {
                 guard let rowid = row.int(0), case .blob(let old) = row.values[1] else { continue }
-                let text = StoredRow.semanticText([row.string(2), nil, nil, row.string(3), row.string(4)])
+                let text = StoredRow.semanticText((2...7).map { row.string($0) })
                 guard !text.isEmpty else { continue }
                 texts.append(text)
                 keys.append((rowid, old))
