@@ -119,8 +119,13 @@ extension IndexStore {
                     }
                 }
                 if request.maxSuggestionCount > 0 {
+                    // A word another app has is no misspelling: corrections only for words no index searched holds.
+                    var found: Set<String> = []
+                    if statistics.hits.count == terms.distinctWords.count {
+                        for (w, n) in zip(terms.distinctWords, statistics.hits) where n > 0 { found.insert(w.key) }
+                    }
                     out.suggestions = try suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db,
-                        path: .automatic, budget: budget)
+                        path: .automatic, budget: budget, found: found)
                 }
                 return out
             }

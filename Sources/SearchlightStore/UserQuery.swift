@@ -123,6 +123,8 @@ struct UserQueryTerms {
         var range: Range<String.Index>
         var isCJK: Bool
         var isPrefix: Bool
+        /// The word as looked up for a correction: folded, `*` after it while it is being typed.
+        var key: String { folded + (isPrefix ? "*" : "") }
     }
     /// Every word as typed, in order (suggestions rebuild the text from them).
     var words: [Word]
@@ -398,19 +400,21 @@ extension IndexStore {
 
     /// Suggestions from the ranked index's dictionary where it can answer, else (and on the
     /// exhaustive path) from FTS5's vocabulary: the same words either way.
-    func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath, budget: QueryBudget? = nil)
-        throws -> [Suggestion]
+    /// `found`: words (`UserQueryTerms.Word.key`) known to have hits in another index searched
+    /// with this one (a query across apps): never corrected, though this index lacks them.
+    func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath, budget: QueryBudget? = nil,
+                     found: Set<String> = []) throws -> [Suggestion]
     {
         if path == .automatic, let vocabulary = try rankedVocabulary(db, terms: terms, budget: budget) {
             defer { db.unionScratch.reclaim() }
-            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget)
+            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, found: found)
         }
         return try Self.suggestions(for: text, terms: terms, limit: limit,
-            vocabulary: FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget), budget: budget)
+            vocabulary: FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget), budget: budget, found: found)
     }
 
     static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, vocabulary: some SuggestionVocabulary,
-        budget: QueryBudget? = nil) throws -> [Suggestion]
+        budget: QueryBudget? = nil, found: Set<String> = []) throws -> [Suggestion]
     {
         guard let last = terms.words.last else { return [] }
         var out: [Suggestion] = []
@@ -440,10 +444,10 @@ extension IndexStore {
                 cursor = w.range.upperBound
                 var replacement = w.text
                 if !w.isCJK, w.folded.count >= 3 {
-                    let key = w.folded + (w.isPrefix ? "*" : "")
+                    let key = w.key
                     if lookedUp[key] == nil {
                         try budget?.check()
-                        if try vocabulary.hasTerm(w.folded, prefix: w.isPrefix) || nearestLookups >= maxCorrectedWords {
+                        if try found.contains(key) || vocabulary.hasTerm(w.folded, prefix: w.isPrefix) || nearestLookups >= maxCorrectedWords {
                             lookedUp[key] = .some(nil)
                         } else {
                             nearestLookups += 1

@@ -77,4 +77,35 @@ struct CrossAppSearchTests {
         #expect(items.first?["explain"]?["lexicalRank"]?.intValue == 1)
         #expect(items.last?["explain"]?["lexicalRank"] == nil && items.last?["explain"]?["vectorRank"]?.intValue == 1)
     }
+
+    @Test("suggestions across apps: no correction for words another app has; a word no app has is corrected; completions stay")
+    func correctionsOnlyForWordsNoAppHas() async throws {
+        let dir = TempDir()
+        let daemon = try await DaemonProcess(dir: dir)
+        let cli = { (args: [String]) async throws -> CLIResult in try await runCLI(args, socket: daemon.socket) }
+        try await SemanticSearchTests.importItems([
+            #"{"uniqueIdentifier":"bridge-utils","attributeSet":{"title":"bridge-utils","contentDescription":"nature of the neutral bridge"}}"#,
+        ], bundle: "com.example.apackages", daemon: daemon, dir: dir, runner: cli)
+        try await SemanticSearchTests.importItems([
+            #"{"uniqueIdentifier":"tag-1","attributeSet":{"displayName":"Natural Bridges State Park","keywords":["Utah"]}}"#,
+        ], bundle: "com.example.tags", daemon: daemon, dir: dir, runner: cli)
+        func suggestions(_ text: String) async throws -> [(text: String, kind: String)] {
+            let r = try await runCLI(["search", text, "--json", "--suggestions", "5", "--no-semantic"], socket: daemon.socket)
+            #expect(r.status == 0, "\(r.stderr)")
+            return ((try? JSONValue.parse(Array(r.stdout.utf8)))?["suggestions"]?.arrayValue ?? []).map {
+                ($0["text"]?.stringValue ?? "", $0["kind"]?.stringValue ?? "")
+            }
+        }
+        // Each word has hits (in the Tags app): the Packages app alone would have offered "nature bridge".
+        let spelled = try await suggestions("natural bridges ")
+        #expect(spelled.isEmpty, "\(spelled)")
+        let typing = try await suggestions("natural bridges")
+        #expect(!typing.contains { $0.kind == "correction" }, "\(typing)")
+        // A word no app holds is corrected.
+        let misspelt = try await suggestions("natral bridges ")
+        #expect(misspelt.contains { $0.kind == "correction" && $0.text == "natural bridges " }, "\(misspelt)")
+        // Completions of the word being typed stay.
+        let completing = try await suggestions("natural bri")
+        #expect(completing.contains { $0.kind == "completion" && $0.text == "natural bridges" }, "\(completing)")
+    }
 }
