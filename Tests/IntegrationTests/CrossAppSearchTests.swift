@@ -75,7 +75,7 @@ struct CrossAppSearchTests {
         // The near miss is there (the vector side found it), below the exact hit.
         #expect(ids == ["tag-1", "arches"], "\(r.stdout) \(r.stderr)")
         #expect(items.first?["explain"]?["lexicalRank"]?.intValue == 1)
-        #expect(items.last?["explain"]?["lexicalRank"] == nil && items.last?["explain"]?["vectorRank"]?.intValue == 1)
+        #expect(items.last?["explain"]?["lexicalRank"] == nil && items.last?["explain"]?["vectorRank"] != nil, "\(r.stdout)")
     }
 
     @Test("suggestions across apps: no correction for words another app has; a word no app has is corrected; completions stay")
