@@ -140,6 +140,8 @@ struct UserQueryTerms {
         var range: Range<String.Index>
         var isCJK: Bool
         var isPrefix: Bool
+        /// The word as looked up for a correction: folded, `*` after it while it is being typed.
+        var key: String { folded + (isPrefix ? "*" : "") }
     }
     /// Every word as typed, in order (suggestions rebuild the text from them).
     var words: [Word]
@@ -324,7 +326,7 @@ extension IndexStore {
         }
     }
 
-    /// The items of `candidates` that are exact hits of the query: the title is the query's words
+    /// The items of `candidates` that are exact hits of the query: the title or the displayName is the query's words
     /// (folded, in order), or, for two words or more, the words stand together as a phrase in a
     /// full-text column. One word found somewhere in a text is a plain lexical hit, fused as usual.
     func exactHits(_ db: Database, terms: UserQueryTerms, among candidates: [Int64]) throws -> Set<Int64> {
@@ -332,9 +334,11 @@ extension IndexStore {
         let ids = "[" + candidates.map(String.init).joined(separator: ",") + "]"
         let words = terms.words.map(\.folded)
         var exact: Set<Int64> = []
-        for row in try db.rows("SELECT rowid, title FROM items WHERE rowid IN (SELECT value FROM json_each(?))", [.text(ids)]) {
-            guard let rowid = row.int(0), let title = row.string(1) else { continue }
-            if TextAnalysis.words(title).map({ TextAnalysis.fold(String($0)) }) == words { exact.insert(rowid) }
+        for row in try db.rows("SELECT rowid, title, displayName FROM items WHERE rowid IN (SELECT value FROM json_each(?))", [.text(ids)]) {
+            guard let rowid = row.int(0) else { continue }
+            for name in [row.string(1), row.string(2)] {
+                if let name, TextAnalysis.words(name).map({ TextAnalysis.fold(String($0)) }) == words { exact.insert(rowid) }
+            }
         }
         if words.count >= 2, !terms.words.contains(where: \.isCJK) {
             // One lookup per item: FTS5 seeks each rowid in the phrase's doclists, where a single
@@ -390,33 +394,43 @@ extension IndexStore {
         }
     }
 
-    func lexicalCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, path: RankingPath)
-        throws -> LexicalCandidates
+    /// `statistics`: the collection statistics to score with (`CorpusStatistics`, summed over
+    /// every index a query across apps searches), else this index's own.
+    func lexicalCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, path: RankingPath,
+                           statistics: CorpusStatistics? = nil) throws -> LexicalCandidates
     {
         if path == .automatic, formatVersion >= RankWriter.firstFormat,
             let phrases = QueryPhrase.phrases(terms, tokenizer: try db.fullTextTokenizer()),
-            let ranked = try RankedTopK(db: db, phrases: phrases, limit: limit, filter: filter, now: now, store: self).run()
+            let ranked = try RankedTopK(db: db, phrases: phrases, limit: limit, filter: filter, now: now, store: self).run(statistics: statistics)
         {
             return LexicalCandidates(candidates: ranked, usedRankedIndex: true)
         }
-        return LexicalCandidates(candidates: try Self.exhaustiveCandidates(db, terms: terms, limit: limit, filter: filter, now: now),
-            usedRankedIndex: false)
+        return LexicalCandidates(candidates: try Self.exhaustiveCandidates(db, terms: terms, limit: limit, filter: filter, now: now,
+            statistics: statistics), usedRankedIndex: false)
     }
 
     /// The definition of the ranking: FTS5 scores every match with bm25 (`BM25` documents its
     /// arithmetic), times the boosts; ties go to the lower rowid. A filter query restricts the
     /// results and never changes a score (its full-text driver only narrows the walk, in a
     /// subquery of its own, so its phrases are not part of bm25's sum).
-    /// `match`, when given, is the FTS5 query instead of every word of `terms`.
-    static func exhaustiveCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, match: String? = nil)
-        throws -> [ScoredCandidate]
+    /// `match`, when given, is the FTS5 query instead of every word of `terms`. With
+    /// `statistics`, bm25's avgdl and idf come from them (`sl_bm25`, the same arithmetic).
+    static func exhaustiveCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, match: String? = nil,
+                                     statistics: CorpusStatistics? = nil) throws -> [ScoredCandidate]
     {
         let filter = filter ?? .all
         let driver = filter.ftsMatch.map { _ in " AND items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH ?)" } ?? ""
+        var rank = "bm25(fts, \(Self.bm25Weights))"
+        var rankBindings: [SQLValue] = []
+        if let statistics, statistics.rows > 0, statistics.hits.count == terms.terms.count {
+            rankBindings = [.double(Double(statistics.tokens) / Double(statistics.rows))]
+                + statistics.hits.map { .double(BM25.idf(rows: statistics.rows, hits: $0)) }
+            rank = "sl_bm25(fts, " + Array(repeating: "?", count: rankBindings.count).joined(separator: ", ") + ", \(Self.bm25Weights))"
+        }
         // bm25 is negative (lower is better); boosts multiply it further from zero.
         let sql = """
             SELECT items.rowid,
-              bm25(fts, \(Self.bm25Weights))
+              \(rank)
               * (1.0 + coalesce(items.ranking_hint, 0) / 100.0)
               * (1.0 + CASE WHEN items.last_used IS NULL THEN 0
                        ELSE 0.5 / (1.0 + max(0, ? - items.last_used) / 604800.0) END)
@@ -425,7 +439,7 @@ extension IndexStore {
             WHERE fts MATCH ? AND \(Self.visible) AND (\(filter.sql))\(driver)
             ORDER BY score, items.rowid LIMIT ?
             """
-        let bindings: [SQLValue] = [.double(now), .text(match ?? terms.ftsQuery), .double(now), .double(now)] + filter.bindings
+        let bindings: [SQLValue] = rankBindings + [.double(now), .text(match ?? terms.ftsQuery), .double(now), .double(now)] + filter.bindings
             + (filter.ftsMatch.map { [.text($0)] } ?? []) + [.integer(Int64(limit))]
         return try db.rows(sql, bindings).map { ScoredCandidate(rowID: $0.int(0) ?? 0, score: $0.double(1) ?? 0) }
     }
@@ -439,19 +453,21 @@ extension IndexStore {
 
     /// Suggestions from the ranked index's dictionary where it can answer, else (and on the
     /// exhaustive path) from FTS5's vocabulary: the same words either way.
-    func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath, budget: QueryBudget? = nil)
-        throws -> [Suggestion]
+    /// `found`: words (`UserQueryTerms.Word.key`) known to have hits in another index searched
+    /// with this one (a query across apps): never corrected, though this index lacks them.
+    func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath, budget: QueryBudget? = nil,
+                     found: Set<String> = []) throws -> [Suggestion]
     {
         if path == .automatic, let vocabulary = try rankedVocabulary(db, terms: terms, budget: budget) {
             defer { db.unionScratch.reclaim() }
-            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget)
+            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, found: found)
         }
         return try Self.suggestions(for: text, terms: terms, limit: limit,
-            vocabulary: FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget), budget: budget)
+            vocabulary: FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget), budget: budget, found: found)
     }
 
     static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, vocabulary: some SuggestionVocabulary,
-        budget: QueryBudget? = nil) throws -> [Suggestion]
+        budget: QueryBudget? = nil, found: Set<String> = []) throws -> [Suggestion]
     {
         guard let last = terms.words.last else { return [] }
         var out: [Suggestion] = []
@@ -481,10 +497,10 @@ extension IndexStore {
                 cursor = w.range.upperBound
                 var replacement = w.text
                 if !w.isCJK, w.folded.count >= 3 {
-                    let key = w.folded + (w.isPrefix ? "*" : "")
+                    let key = w.key
                     if lookedUp[key] == nil {
                         try budget?.check()
-                        if try vocabulary.hasTerm(w.folded, prefix: w.isPrefix) || nearestLookups >= maxCorrectedWords {
+                        if try found.contains(key) || vocabulary.hasTerm(w.folded, prefix: w.isPrefix) || nearestLookups >= maxCorrectedWords {
                             lookedUp[key] = .some(nil)
                         } else {
                             nearestLookups += 1
