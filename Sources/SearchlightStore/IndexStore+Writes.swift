@@ -107,9 +107,12 @@ extension IndexStore {
         let existingRow: Statement
         /// Stores an item's vector (format 5 and later; nil in an older file waiting for its migration).
         let putVector: Statement?
+        /// Stores an item's vector only where it has none (`storeVector`); nil like `putVector`.
+        let addMissingVector: Statement?
 
         init(_ db: Database, vectors: Bool) throws {
             putVector = vectors ? try Statement(database: db, sql: "INSERT OR REPLACE INTO item_vectors(rowid, vector) VALUES (?, ?)") : nil
+            addMissingVector = vectors ? try Statement(database: db, sql: "INSERT OR IGNORE INTO item_vectors(rowid, vector) VALUES (?, ?)") : nil
             let columns = ftsColumnList
             insertItem = try Statement(database: db, sql: """
                 INSERT INTO items(uid, domain, expires, related, title, displayName, alternateNames, contentDescription,
@@ -211,11 +214,14 @@ extension IndexStore {
     private func storeVector(_ rowid: Int64, _ row: StoredRow, sameMeaning: Bool, _ statements: WriterStatements, now: Double) throws {
         guard let v = row.vector else { return try deleteVector(rowid) }
         let visible = row.expires > now
-        guard sameMeaning, statements.putVector != nil else {
+        guard sameMeaning, let add = statements.addMissingVector else {
             return visible ? try putVector(rowid, v, statements) : try deleteVector(rowid)
         }
         guard visible else { return }
-        try writer.run("INSERT OR IGNORE INTO item_vectors(rowid, vector) VALUES (?, ?)", [.integer(rowid), .blob(v.blob)])
+        add.reset()
+        try add.bind(.integer(rowid), at: 1)
+        try add.bind(.blob(v.blob), at: 2)
+        try add.run()
         if writer.changes == 1 { vectors.writerPut(rowid, v) }
     }
 

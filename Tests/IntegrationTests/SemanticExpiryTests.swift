@@ -30,15 +30,21 @@ struct SemanticExpiryTests {
     }
 
     /// A daemon with the transformer's model, the six items donated and refined by idle
-    /// maintenance; nil (the test skips, saying why) without the model files.
+    /// maintenance; nil (the test skips, saying why) without the model files. The load it reads
+    /// is a quiet fake (`--proc-root`): on a busy machine refinement would give way to the load.
     static func refinedDaemon(_ dir: TempDir, arguments: [String] = []) async throws -> (DaemonProcess, SearchlightConnection)? {
         guard let model = SemanticSearchTests.transformerModel else { return nil }
-        let daemon = try await DaemonProcess(arguments: ["--model-dir", model] + arguments, dir: dir)
+        let proc = dir.path + "/proc"
+        try ThrottleIntegrationTests.writePSI(proc, cpu: 0)
+        let daemon = try await DaemonProcess(arguments: ["--model-dir", model, "--proc-root", proc] + arguments, dir: dir)
         let app = SearchlightConnection(role: .app(bundleIdentifier: bundle), socketPath: daemon.socket)
         _ = try await app.call("index.items", ["items": .array(dogs + [car])])
         let admin = daemon.admin()
         _ = try await admin.call("admin.simulate", ["event": "idle", "bundle": .string(bundle)])
+        let status = try await admin.call("admin.status")
         await admin.close()
+        let index = status["bundles"]?.arrayValue?.first { $0["bundle"]?.stringValue == bundle }?["indexes"]?.arrayValue?.first
+        #expect(index?["vectors"]?.intValue == 6 && index?["refined"]?.intValue == 6, "every vector refined: \(String(describing: index))")
         return (daemon, app)
     }
 
