@@ -88,6 +88,8 @@ extension BundleCalls {
                                                       cacheScope: client.peer.uid)
         }
         request.explain = r.context.explain
+        // The desktop shells' terms narrow: every word (an app's user query is best-match).
+        request.allWords = desktop != nil
         // Semantic search (hybrid ranking): on unless asked off, where the static table is there;
         // the query embedded once for every index it searches.
         if r.context.semanticSearch ?? true, r.context.semanticWeight > 0 || r.context.explain,
