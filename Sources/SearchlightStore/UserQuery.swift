@@ -15,6 +15,9 @@ public struct UserQueryRequest: Sendable {
     public var semantic: SemanticRequest?
     /// Whether the result carries, per item, its ranks on each side and its fused score.
     public var explain = false
+    /// Every word must match (no best-match tail, issue 37): the desktop shells' search, whose
+    /// terms narrow (GNOME's subsearch asks the items of the previous terms that have the new one).
+    public var allWords = false
     /// The words of `text` as `check(limits:)` parsed them, with the text and term limit they
     /// were parsed under: a store uses them instead of parsing the text a second time (about
     /// 90 000 instructions of an 840 000-instruction call), when the text is unchanged and its
@@ -281,7 +284,7 @@ extension IndexStore {
                     let strict = terms.words.isEmpty ? []
                         : try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now, path: path).candidates
                     // Best-match: the items with every word first, then those with some of them.
-                    let lexical = strict.count >= request.maxResultCount ? strict
+                    let lexical = strict.count >= request.maxResultCount || request.allWords ? strict
                         : strict + (try bestMatchTail(db, terms: terms, after: strict, limit: request.maxResultCount - strict.count,
                             filter: request.filter, now: now))
                     if let semantic {

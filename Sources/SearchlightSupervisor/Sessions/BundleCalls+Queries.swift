@@ -89,6 +89,8 @@ extension BundleCalls {
         }
         request.explain = r.context.explain
         let budget = queryBudget(Method.queryUser)
+        // The desktop shells' terms narrow: every word (an app's user query is best-match).
+        request.allWords = desktop != nil
         // Semantic search (hybrid ranking): on unless asked off, where the static table is there;
         // the query embedded once for every index it searches, within the query's budget (the
         // transformer's embedding waits its turn among the uids: `QueryCompute`).
