@@ -38,7 +38,10 @@ let package = Package(
             pkgConfig: "openblas",
             providers: [.apt(["libopenblas-dev"])]
         ),
-        .target(name: "SearchlightWire", swiftSettings: strict),
+        // The signal handler that only writes to a pipe (SignalEvents, in SearchlightWire): in C, so
+        // that nothing of the Swift runtime runs in a handler.
+        .target(name: "CSignalPipe"),
+        .target(name: "SearchlightWire", dependencies: ["CSignalPipe"], swiftSettings: strict),
         // Launchd-like unit files: parser, model, checks (the daemon, the CLI and the fuzzer use it).
         .target(name: "SearchlightUnits", dependencies: ["SearchlightWire"], swiftSettings: strict),
         .target(name: "SearchlightStore", dependencies: ["CSQLite", "SearchlightWire", "SearchlightSemantic"], swiftSettings: strict),

@@ -73,9 +73,52 @@ static inline void csqlite_fts5_totals(const Fts5ExtensionApi *api, Fts5Context 
     sqlite3_result_text(ctx, text, -1, SQLITE_TRANSIENT);
 }
 
-/// Registers sl_fts_totals on the connection's FTS5.
+/// sl_bm25(fts, avgdl, idf_0 … idf_{p-1}, w_0 … w_{c-1}): FTS5's bm25() (fts5_aux.c,
+/// fts5Bm25Function), operation for operation, with `avgdl` and each phrase's idf given instead of
+/// read from this table: a query across several tables scores with their summed statistics.
+static inline void csqlite_fts5_bm25(const Fts5ExtensionApi *api, Fts5Context *fts, sqlite3_context *ctx, int n,
+                                     sqlite3_value **values) {
+    const double k1 = 1.2, b = 0.75;
+    int nPhrase = api->xPhraseCount(fts);
+    int nCol = api->xColumnCount(fts);
+    if (n != 1 + nPhrase + nCol) {
+        sqlite3_result_error(ctx, "sl_bm25: expected avgdl, one idf per phrase and one weight per column", -1);
+        return;
+    }
+    double *freq = sqlite3_malloc64(sizeof(double) * (nPhrase > 0 ? nPhrase : 1));
+    if (!freq) {
+        sqlite3_result_error_nomem(ctx);
+        return;
+    }
+    for (int i = 0; i < nPhrase; i++) freq[i] = 0.0;
+    int nInst = 0, rc = api->xInstCount(fts, &nInst);
+    for (int i = 0; rc == SQLITE_OK && i < nInst; i++) {
+        int ip, ic, io;
+        rc = api->xInst(fts, i, &ip, &ic, &io);
+        if (rc == SQLITE_OK) freq[ip] += sqlite3_value_double(values[1 + nPhrase + ic]);
+    }
+    int nTok = 0;
+    if (rc == SQLITE_OK) rc = api->xColumnSize(fts, -1, &nTok);
+    if (rc != SQLITE_OK) {
+        sqlite3_free(freq);
+        sqlite3_result_error_code(ctx, rc);
+        return;
+    }
+    double avgdl = sqlite3_value_double(values[0]);
+    double D = (double)nTok, score = 0.0;
+    for (int i = 0; i < nPhrase; i++) {
+        double idf = sqlite3_value_double(values[1 + i]);
+        score += idf * ((freq[i] * (k1 + 1.0)) / (freq[i] + k1 * (1 - b + b * D / avgdl)));
+    }
+    sqlite3_free(freq);
+    sqlite3_result_double(ctx, -1.0 * score);
+}
+
+/// Registers sl_fts_totals and sl_bm25 on the connection's FTS5.
 static inline int csqlite_register_fts5_totals(sqlite3 *db) {
     fts5_api *api = csqlite_fts5_api(db);
     if (!api) return SQLITE_ERROR;
-    return api->xCreateFunction(api, "sl_fts_totals", 0, csqlite_fts5_totals, 0);
+    int rc = api->xCreateFunction(api, "sl_fts_totals", 0, csqlite_fts5_totals, 0);
+    if (rc == SQLITE_OK) rc = api->xCreateFunction(api, "sl_bm25", 0, csqlite_fts5_bm25, 0);
+    return rc;
 }

@@ -131,7 +131,7 @@ static int sl_open_output(const char *path, int target) {
 __attribute__((noreturn)) static void sl_child(const struct sl_spawn_request *a, int report_fd) {
     // Dispositions first, while the parent's fully blocked mask still holds, so that no handler
     // inherited from the daemon can run here; then open the mask (the daemon blocks SIGTERM,
-    // SIGINT and SIGHUP for sigwait, and an extension must not inherit that). The raw system call,
+    // SIGINT and SIGHUP in its own threads, and an extension must not inherit that). The raw system call,
     // because glibc's sigaction refuses its own signals 32 and 33, and an ignored one would stay
     // ignored across exec. An all-zero kernel sigaction is SIG_DFL with no flags and an empty mask
     // whatever the architecture's field order.

@@ -1,6 +1,7 @@
 import COpenBLAS
 import CSemanticKernels
 import Dispatch
+import SearchlightWire
 
 /// One Linear layer (PyTorch's: `weight` is [outputs × inputs], out = input · weightᵀ + bias), in
 /// whichever form this CPU multiplies fastest:
@@ -61,7 +62,9 @@ final class LinearWeight: @unchecked Sendable {
                     r += n
                 }
             }
-            if parts <= 1 {
+            // A background thread (refinement) keeps its product to itself: the pool's threads run
+            // at the normal priority and would compete with queries (BackgroundPriority).
+            if parts <= 1 || BackgroundPriority.isCurrentThreadBackground {
                 run(0, panels)
             } else {
                 DispatchQueue.concurrentPerform(iterations: parts) { part in run(panels * part / parts, panels * (part + 1) / parts) }
@@ -76,7 +79,7 @@ final class LinearWeight: @unchecked Sendable {
                         1, pointers.input, Int32(self.inputs), full.pointer + start * self.inputs, Int32(self.inputs), 1,
                         pointers.out + start, Int32(self.outputs))
         }
-        if parts <= 1 {
+        if parts <= 1 || BackgroundPriority.isCurrentThreadBackground {
             sgemm(0, outputs)
         } else {
             DispatchQueue.concurrentPerform(iterations: parts) { part in sgemm(outputs * part / parts, outputs * (part + 1) / parts) }

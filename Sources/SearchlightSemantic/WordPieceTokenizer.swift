@@ -250,37 +250,60 @@ public struct WordPieceTokenizer: Sendable {
     private func appendPiecesUnicode(of text: String, to ids: inout PieceBuffer, word: inout WordBuffer, limit: Int,
         cache: WordPieceCache?)
     {
-        // Steps 1-2 on the original characters, then 3 on the whole string, as the reference does.
+        // Steps 1-2 on the original characters, then 3 on the cleaned text, as the reference
+        // does; but a window at a time, stopping once `ids` holds `limit`, so that a 60 KB chunk
+        // without ASCII whitespace (CJK text) costs what its first pieces cost (issue 29, D2). A
+        // window ends only after a space this loop wrote (a starter, canonical combining class 0,
+        // with no decomposition): NFD then gives the same scalars window by window as on the
+        // whole, since it reorders only runs of nonspacing marks, which such a cut never splits.
         var cleaned = String.UnicodeScalarView()
+        func process() -> Bool {
+            let decomposed = String(cleaned).decomposedStringWithCanonicalMapping
+            cleaned = String.UnicodeScalarView()
+            for c in decomposed.unicodeScalars {
+                if ids.count >= limit { return false }
+                if c.properties.generalCategory == .nonspacingMark { continue }
+                for l in UnicodeClass.lowercase(c) {
+                    if UnicodeClass.isWhitespace(l) {
+                        flush(&word, into: &ids, cache: cache)
+                    } else if UnicodeClass.isPunctuation(l) {
+                        flush(&word, into: &ids, cache: cache)
+                        word.append(l)
+                        flush(&word, into: &ids, cache: cache)
+                    } else {
+                        word.append(l)
+                    }
+                }
+            }
+            return ids.count < limit
+        }
+        var scalars = 0
         for c in text.unicodeScalars {
             if c.value == 0 || c.value == 0xFFFD || UnicodeClass.isControl(c) { continue }
+            var cut = false
             if UnicodeClass.isWhitespace(c) {
                 cleaned.append(" ")
+                cut = true
             } else if UnicodeClass.isCJK(c) {
                 cleaned.append(" ")
                 cleaned.append(c)
                 cleaned.append(" ")
+                cut = true
             } else {
                 cleaned.append(c)
             }
-        }
-        let decomposed = String(cleaned).decomposedStringWithCanonicalMapping
-        for c in decomposed.unicodeScalars {
-            if ids.count >= limit { return }
-            if c.properties.generalCategory == .nonspacingMark { continue }
-            for l in UnicodeClass.lowercase(c) {
-                if UnicodeClass.isWhitespace(l) {
-                    flush(&word, into: &ids, cache: cache)
-                } else if UnicodeClass.isPunctuation(l) {
-                    flush(&word, into: &ids, cache: cache)
-                    word.append(l)
-                    flush(&word, into: &ids, cache: cache)
-                } else {
-                    word.append(l)
-                }
+            scalars += 1
+            if cut && scalars >= Self.unicodeWindow {
+                scalars = 0
+                if !process() { return }
             }
         }
+        _ = process()
     }
+
+    /// Characters of a non-ASCII chunk normalised at a time (`appendPiecesUnicode`): a few times
+    /// the 254 pieces of a query, so that a window usually suffices.
+    static let unicodeWindow = 1024
 
     /// WordPiece on the word in `word` (then emptied). With a cache, a word seen before takes its
     /// pieces from it (a word of at most 48 bytes has at most 48 characters, so the 100-character

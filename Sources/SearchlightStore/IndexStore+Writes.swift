@@ -131,6 +131,8 @@ extension IndexStore {
 
     private func donate(_ items: [PreparedItem], into result: inout ApplyResult) throws {
         let statements = try writerStatements()
+        // An item stored already expired gets no vector (issue 35): see `storeVector`.
+        let now = options.clock().timeIntervalSince1970
         for item in items {
             switch item {
             case .replace(let uid, let row):
@@ -146,7 +148,7 @@ extension IndexStore {
                         let rowid = writer.lastInsertRowID
                         try ftsInsert(rowid: rowid, row, statements)
                         try rankWriter.touched(rowid, writer)
-                        if let v = row.vector { try putVector(rowid, v, statements) }
+                        if let v = row.vector, row.expires > now { try putVector(rowid, v, statements) }
                         itemCount += 1
                         result.indexed += 1
                         continue
@@ -162,7 +164,7 @@ extension IndexStore {
                 }
                 let existing = lookup.row()
                 lookup.reset()
-                try replace(rowid: existing.int(0) ?? 0, oldText: existing.values[1...Schema.ftsColumns.count], with: row, statements)
+                try replace(rowid: existing.int(0) ?? 0, oldText: existing.values[1...Schema.ftsColumns.count], with: row, statements, now: now)
             case .update(let update):
                 guard let existing = try writer.rows(Self.existingRecord, [.text(update.uniqueIdentifier)]).first,
                     let rowid = existing.int(0)
@@ -174,13 +176,15 @@ extension IndexStore {
                 if update.domainIdentifier != nil { merged.domain = update.domainIdentifier }
                 if let e = update.expirationDate { merged.expires = e.timeIntervalSince1970 }
                 merged.apply(wireAttributes: update.attributeSet.values)
-                try replace(rowid: rowid, oldText: existing.values[1...Schema.ftsColumns.count], with: StoredRow(merged, encoder: options.vectorEncoder), statements)
+                try replace(rowid: rowid, oldText: existing.values[1...Schema.ftsColumns.count], with: StoredRow(merged, encoder: options.vectorEncoder),
+                    statements, now: now)
             }
             result.indexed += 1
         }
     }
 
-    private func replace(rowid: Int64, oldText: ArraySlice<SQLValue>, with row: StoredRow, _ statements: WriterStatements) throws {
+    private func replace(rowid: Int64, oldText: ArraySlice<SQLValue>, with row: StoredRow, _ statements: WriterStatements, now: Double) throws {
+        let sameMeaning = Self.semanticText(oldText) == Self.semanticText(row.fullText)
         try ftsDelete(rowid: rowid, oldText: oldText)
         let update = statements.updateItem
         update.reset()
@@ -189,11 +193,35 @@ extension IndexStore {
         try update.run()
         try ftsInsert(rowid: rowid, row, statements)
         try rankWriter.touched(rowid, writer)
-        if let v = row.vector {
-            try putVector(rowid, v, statements)
-        } else {
-            try deleteVector(rowid)
+        try storeVector(rowid, row, sameMeaning: sameMeaning, statements, now: now)
+    }
+
+    /// The vector side of replacing an item (issue 35). Which constants a transformer query uses
+    /// depends on the share of refined vectors in the whole index (`SemanticRequest.tuning`), so
+    /// a write that turns one refined vector into a static one can move every other item of a
+    /// small index below the static floor until idle maintenance refines it again. Writes that
+    /// change nothing a query can see must not do that:
+    ///
+    /// - a replacement whose semantic text is unchanged (an app refreshing the expiration, or
+    ///   another attribute) keeps the stored vector, which the transformer may have made: the
+    ///   vector is a function of that text alone. A missing one is added, if the item is visible;
+    /// - an item stored already expired gets no new vector: it is never returned, so a static
+    ///   vector would only skew the share. Its old vector goes if its text changed, and is kept
+    ///   if not, so an update that makes it visible again finds it still refined.
+    private func storeVector(_ rowid: Int64, _ row: StoredRow, sameMeaning: Bool, _ statements: WriterStatements, now: Double) throws {
+        guard let v = row.vector else { return try deleteVector(rowid) }
+        let visible = row.expires > now
+        guard sameMeaning, statements.putVector != nil else {
+            return visible ? try putVector(rowid, v, statements) : try deleteVector(rowid)
         }
+        guard visible else { return }
+        try writer.run("INSERT OR IGNORE INTO item_vectors(rowid, vector) VALUES (?, ?)", [.integer(rowid), .blob(v.blob)])
+        if writer.changes == 1 { vectors.writerPut(rowid, v) }
+    }
+
+    /// `StoredRow.semanticText` of full-text values (FTS order).
+    private static func semanticText(_ values: some Collection<SQLValue>) -> String {
+        StoredRow.semanticText(values.map { if case .text(let t) = $0 { t } else { nil } })
     }
 
     private func ftsInsert(rowid: Int64, _ row: StoredRow, _ statements: WriterStatements) throws {

@@ -79,6 +79,11 @@ public final class IndexStore: @unchecked Sendable {
     private var openReaders = 0
     /// Readers handed out and not yet returned (guarded by `readers`).
     private var checkedOutReaders = 0
+    /// Of those, the ones background threads hold (guarded by `readers`): at most
+    /// `backgroundReaderLimit`, so the rest of the pool is always there for queries. A build's
+    /// read transaction at background priority lasts long; queries must not queue behind it.
+    private var backgroundReaders = 0
+    var backgroundReaderLimit: Int { max(1, options.maxReaders / 2) }
     /// Set by `shutDown`: every connection is closed and no new one is opened.
     private var retired = false
 
@@ -108,7 +113,11 @@ public final class IndexStore: @unchecked Sendable {
         } catch {
             throw SearchlightError(.indexUnavailable, "cannot open index \(path): \(error)")
         }
-        let thread = Thread { [unowned self] in self.writerLoop() }
+        let background = options.backgroundWriter
+        let thread = Thread { [unowned self] in
+            if background { BackgroundPriority.lowerCurrentThread(name: "shadow-writer") }
+            self.writerLoop()
+        }
         thread.name = "index-writer"
         writerThread = thread
         thread.start()
@@ -466,8 +475,11 @@ public final class IndexStore: @unchecked Sendable {
     /// statement SQLite refuses for its size answers invalidQuery. Neither touches the index's
     /// health: only corruption is recorded.
     public func read<T>(budget: QueryBudget? = nil, _ body: (Database) throws -> T) throws(SearchlightError) -> T {
-        let db = try checkoutReader()
-        defer { checkin(db) }
+        // Background work (a thread at background priority: maintenance, refinement, the vector
+        // fill, ranked-index builds) takes at most half the pool.
+        let background = BackgroundPriority.isCurrentThreadBackground
+        let db = try checkoutReader(background: background)
+        defer { checkin(db, background: background) }
         db.postingCache?.needsCheck = true
         do {
             return try db.withBudget(budget) { try body(db) }
@@ -482,15 +494,20 @@ public final class IndexStore: @unchecked Sendable {
         }
     }
 
-    private func checkoutReader() throws(SearchlightError) -> Database {
+    private func checkoutReader(background: Bool) throws(SearchlightError) -> Database {
         readers.lock()
         defer { readers.unlock() }
         while true {
             if retired {
                 throw SearchlightError(.indexUnavailable, "index \(path) was closed while being replaced (recovery or migration); retry")
             }
+            if background, backgroundReaders >= backgroundReaderLimit {
+                readers.wait()
+                continue
+            }
             if let db = idleReaders.popLast() {
                 checkedOutReaders += 1
+                if background { backgroundReaders += 1 }
                 return db
             }
             if openReaders < options.maxReaders {
@@ -501,6 +518,7 @@ public final class IndexStore: @unchecked Sendable {
                     db.registerFunctions()
                     db.postingCache = PostingListCache()
                     checkedOutReaders += 1
+                    if background { backgroundReaders += 1 }
                     return db
                 } catch {
                     openReaders -= 1
@@ -511,10 +529,11 @@ public final class IndexStore: @unchecked Sendable {
         }
     }
 
-    private func checkin(_ db: Database) {
+    private func checkin(_ db: Database, background: Bool) {
         db.clearFunctionCache()  // the query's compiled patterns by address go with it
         readers.lock()
         checkedOutReaders -= 1
+        if background { backgroundReaders -= 1 }
         if retired {
             db.close()
             openReaders -= 1

@@ -260,11 +260,30 @@ struct StoredRow {
     /// an encoder: on the caller's thread for a donation, so the writer only stores it.
     let vector: QuantizedVector?
 
-    /// The text semantic search embeds: title, contentDescription and textContent, joined by
-    /// ". " (what the relevance evaluation of Docs/SemanticSearch.md measured as a document).
-    static func semanticText(_ text: [String?]) -> String {
-        [0, 3, 4].compactMap { i in i < text.count ? text[i].flatMap { $0.isEmpty ? nil : $0 } : nil }.joined(separator: ". ")
+    /// The item's expiration (seconds since 1970), from `columns`.
+    var expires: Double {
+        if case .double(let e) = columns[1] { return e }
+        return .infinity
     }
+
+    /// The text semantic search embeds, from the text columns in `AttributeCatalog.textAttributes`
+    /// order: title, contentDescription and textContent, joined by ". " (what the relevance
+    /// evaluation of Docs/SemanticSearch.md measured as a document); an item with neither title
+    /// nor textContent (a store delegate's, named by displayName and keywords) embeds its
+    /// displayName, alternateNames, contentDescription and keywords instead, so that every item
+    /// with text has a vector. Array values are joined by ", ".
+    static func semanticText(_ text: [String?]) -> String {
+        func column(_ i: Int) -> String? {
+            guard i < text.count, let t = text[i], !t.isEmpty else { return nil }
+            return t.replacingOccurrences(of: ItemRecord.separator, with: ", ")
+        }
+        let main = [0, 3, 4].compactMap(column)
+        if column(0) != nil || column(4) != nil { return main.joined(separator: ". ") }
+        return [1, 2, 3, 5].compactMap(column).joined(separator: ". ")
+    }
+
+    /// The columns `semanticText` reads, as SQL over `items` (its `text` in this order).
+    static let semanticColumns = "title, displayName, alternateNames, contentDescription, textContent, keywords"
 
     init(_ record: ItemRecord, encoder: StaticEncoder? = nil) {
         if let encoder {

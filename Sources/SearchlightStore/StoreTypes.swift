@@ -11,6 +11,9 @@ public struct StoreOptions: Sendable {
     public var clock: @Sendable () -> Date = { Date() }
     /// Read connections kept open for queries (WAL lets them run beside the writer).
     public var maxReaders = 4
+    /// The writer thread runs at background CPU priority (`BackgroundPriority`): a migration's
+    /// shadow, whose writes are a reindex-all no query reads until the swap.
+    public var backgroundWriter = false
     /// `synchronous=FULL`: a commit is durable on power loss, not only on process crash.
     public var fullSync = true
     /// The writer's page cache, KiB, while no stream of large calls runs: small, so that a

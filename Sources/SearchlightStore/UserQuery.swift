@@ -65,6 +65,23 @@ public struct SemanticRequest: Sendable {
         }
     }
 
+    /// The vector and constants to search an index with: the query in the space of the index's
+    /// vectors. A transformer query searches a mostly refined index (`refinedShare`) as it is;
+    /// elsewhere most documents are still the static table's, and a transformer query compared
+    /// with them ranks worse than the table's own query (issue 37: "soup" found no vector hit
+    /// and "something warm for a cold evening" nothing at all after `prepare()`), so there the
+    /// query is embedded the way the documents were (`staticEmbedding`, nil when the store has
+    /// no table: the transformer's vector then) with the static constants. So `prepare()` never
+    /// ranks an unrefined index differently from no `prepare()`.
+    public func resolved(counts: () -> (vectors: Int, refined: Int), staticEmbedding: () -> [Float]?)
+        -> (vector: [Float], tuning: FusionTuning)
+    {
+        guard encoder == .transformer else { return (vector, staticTuning) }
+        let (vectors, refined) = counts()
+        if vectors > 0, Double(refined) >= Self.refinedShare * Double(vectors) { return (vector, refinedTuning) }
+        return (staticEmbedding() ?? vector, staticTuning)
+    }
+
     /// The constants for an index whose `counts` are its vectors and how many of them the
     /// transformer made: the refined ones only for a transformer query where at least
     /// `refinedShare` of the vectors are refined (a static query ranks by static similarities
@@ -123,6 +140,8 @@ struct UserQueryTerms {
         var range: Range<String.Index>
         var isCJK: Bool
         var isPrefix: Bool
+        /// The word as looked up for a correction: folded, `*` after it while it is being typed.
+        var key: String { folded + (isPrefix ? "*" : "") }
     }
     /// Every word as typed, in order (suggestions rebuild the text from them).
     var words: [Word]
@@ -259,21 +278,30 @@ extension IndexStore {
                 var found: [FusedCandidate] = []
                 var ranking: [FusedCandidate] = []
                 if request.maxResultCount > 0 {
-                    let lexical = terms.words.isEmpty ? []
+                    let strict = terms.words.isEmpty ? []
                         : try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now, path: path).candidates
+                    // Best-match: the items with every word first, then those with some of them.
+                    let lexical = strict.count >= request.maxResultCount ? strict
+                        : strict + (try bestMatchTail(db, terms: terms, after: strict, limit: request.maxResultCount - strict.count,
+                            filter: request.filter, now: now))
                     if let semantic {
-                        let tuning = semantic.tuning { vectors.counts ?? (0, 0) }
-                        let nearest = try vectorCandidates(db, query: semantic.vector, limit: request.maxResultCount, filter: request.filter,
-                            now: now, minimumSimilarity: tuning.minimumSimilarity, budget: budget)
-                        let weight = tuning.weight(semantic.weight, lexicalHits: lexical.count, limit: request.maxResultCount)
+                        let (query, tuning) = semantic.resolved(counts: { vectors.counts ?? (0, 0) },
+                            staticEmbedding: { options.vectorEncoder?.embed(request.text) })
+                        let nearest = try vectorCandidates(db, query: query, limit: request.maxResultCount, filter: request.filter,
+                            now: now, minimumSimilarity: tuning.minimumSimilarity, relativeFloor: tuning.relativeFloor, budget: budget)
+                        // Confidence counts the items with every word: a tail of items with one
+                        // word of several says the words alone do not answer.
+                        let weight = tuning.weight(semantic.weight, lexicalHits: strict.count, limit: request.maxResultCount)
                         // Near-duplicate vector hits (a library's -dev and -doc siblings) demoted before fusion.
                         let folded = tuning.fold.map { vectors.nearDuplicates(nearest.map(\.rowid), threshold: $0.similarity, depth: $0.depth) } ?? []
                         let fused = HybridFusion.fuse(lexical: lexical.map(\.rowID), vector: nearest, weight: weight,
                             limit: .max, k: tuning.rrfK, folded: folded, fold: tuning.fold?.demotion)
                         // Only a lexical hit ranked below a near miss can be moved: the others need no check.
+                        // An exact hit has every word: the best-match tail holds none (and checking
+                        // its items one phrase lookup each cost seconds a query on the debtags set).
                         let firstNearMiss = fused.firstIndex { $0.lexicalRank == nil } ?? fused.endIndex
                         let exact = try exactHits(db, terms: terms,
-                            among: fused[firstNearMiss...].filter { $0.lexicalRank != nil }.map(\.rowID))
+                            among: fused[firstNearMiss...].filter { ($0.lexicalRank ?? .max) <= strict.count }.map(\.rowID))
                         // A lower score is better across indexes (the lexical convention): the fused score negated.
                         ranking = HybridFusion.demoteNearMisses(fused, exact: exact, exactFirst: semantic.exactFirst).prefix(request.maxResultCount)
                             .map { var c = $0; c.score = -c.score; return c }
@@ -298,7 +326,7 @@ extension IndexStore {
         }
     }
 
-    /// The items of `candidates` that are exact hits of the query: the title is the query's words
+    /// The items of `candidates` that are exact hits of the query: the title or the displayName is the query's words
     /// (folded, in order), or, for two words or more, the words stand together as a phrase in a
     /// full-text column. One word found somewhere in a text is a plain lexical hit, fused as usual.
     func exactHits(_ db: Database, terms: UserQueryTerms, among candidates: [Int64]) throws -> Set<Int64> {
@@ -306,9 +334,11 @@ extension IndexStore {
         let ids = "[" + candidates.map(String.init).joined(separator: ",") + "]"
         let words = terms.words.map(\.folded)
         var exact: Set<Int64> = []
-        for row in try db.rows("SELECT rowid, title FROM items WHERE rowid IN (SELECT value FROM json_each(?))", [.text(ids)]) {
-            guard let rowid = row.int(0), let title = row.string(1) else { continue }
-            if TextAnalysis.words(title).map({ TextAnalysis.fold(String($0)) }) == words { exact.insert(rowid) }
+        for row in try db.rows("SELECT rowid, title, displayName FROM items WHERE rowid IN (SELECT value FROM json_each(?))", [.text(ids)]) {
+            guard let rowid = row.int(0) else { continue }
+            for name in [row.string(1), row.string(2)] {
+                if let name, TextAnalysis.words(name).map({ TextAnalysis.fold(String($0)) }) == words { exact.insert(rowid) }
+            }
         }
         if words.count >= 2, !terms.words.contains(where: \.isCJK) {
             // One lookup per item: FTS5 seeks each rowid in the phrase's doclists, where a single
@@ -321,6 +351,32 @@ extension IndexStore {
             }
         }
         return exact
+    }
+
+    /// Words too common to find anything by themselves: the best-match tail (`bestMatchTail`)
+    /// leaves them out, or "water sports by the ocean" would list every item with "the".
+    static let stopWords: Set<String> = [
+        "a", "about", "an", "and", "are", "as", "at", "be", "by", "can", "for", "from", "how", "i", "in", "is", "it",
+        "me", "my", "of", "on", "or", "some", "something", "that", "the", "this", "to", "want", "was", "what", "when",
+        "where", "which", "with", "you", "your",
+    ]
+
+    /// The best-match side of a user query of several words (issue 37): items with some of the
+    /// words but not all, at most `limit`, best first by bm25 over the words they have (so more
+    /// words, and rarer ones, rank higher), none of `after` (the items with every word). Words of
+    /// `stopWords` are not searched for; a query of one word (or one besides them) has no tail.
+    /// The CSSearchQuery language keeps its exact semantics: this is the ranked user query only.
+    func bestMatchTail(_ db: Database, terms: UserQueryTerms, after strict: [ScoredCandidate], limit: Int, filter: SQLFilter?, now: Double)
+        throws -> [ScoredCandidate]
+    {
+        guard limit > 0, terms.terms.count >= 2 else { return [] }
+        let words = terms.distinctWords.filter { $0.isCJK || !Self.stopWords.contains($0.folded) }
+        // One informative word alone with stop words: its items are the tail ("the soup": every soup).
+        guard !words.isEmpty, words.count < terms.terms.count || words.count >= 2 else { return [] }
+        let match = words.map(UserQueryTerms.ftsTerm).joined(separator: " OR ")
+        let have = Set(strict.map(\.rowID))
+        return try Self.exhaustiveCandidates(db, terms: terms, limit: limit + strict.count, filter: filter, now: now, match: match)
+            .filter { !have.contains($0.rowID) }.prefix(limit).map { $0 }
     }
 
     /// The best `limit` items for the user query `text` (all its words, the last one a prefix while
@@ -338,32 +394,43 @@ extension IndexStore {
         }
     }
 
-    func lexicalCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, path: RankingPath)
-        throws -> LexicalCandidates
+    /// `statistics`: the collection statistics to score with (`CorpusStatistics`, summed over
+    /// every index a query across apps searches), else this index's own.
+    func lexicalCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, path: RankingPath,
+                           statistics: CorpusStatistics? = nil) throws -> LexicalCandidates
     {
         if path == .automatic, formatVersion >= RankWriter.firstFormat,
             let phrases = QueryPhrase.phrases(terms, tokenizer: try db.fullTextTokenizer()),
-            let ranked = try RankedTopK(db: db, phrases: phrases, limit: limit, filter: filter, now: now, store: self).run()
+            let ranked = try RankedTopK(db: db, phrases: phrases, limit: limit, filter: filter, now: now, store: self).run(statistics: statistics)
         {
             return LexicalCandidates(candidates: ranked, usedRankedIndex: true)
         }
-        return LexicalCandidates(candidates: try Self.exhaustiveCandidates(db, terms: terms, limit: limit, filter: filter, now: now),
-            usedRankedIndex: false)
+        return LexicalCandidates(candidates: try Self.exhaustiveCandidates(db, terms: terms, limit: limit, filter: filter, now: now,
+            statistics: statistics), usedRankedIndex: false)
     }
 
     /// The definition of the ranking: FTS5 scores every match with bm25 (`BM25` documents its
     /// arithmetic), times the boosts; ties go to the lower rowid. A filter query restricts the
     /// results and never changes a score (its full-text driver only narrows the walk, in a
     /// subquery of its own, so its phrases are not part of bm25's sum).
-    static func exhaustiveCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double)
-        throws -> [ScoredCandidate]
+    /// `match`, when given, is the FTS5 query instead of every word of `terms`. With
+    /// `statistics`, bm25's avgdl and idf come from them (`sl_bm25`, the same arithmetic).
+    static func exhaustiveCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, match: String? = nil,
+                                     statistics: CorpusStatistics? = nil) throws -> [ScoredCandidate]
     {
         let filter = filter ?? .all
         let driver = filter.ftsMatch.map { _ in " AND items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH ?)" } ?? ""
+        var rank = "bm25(fts, \(Self.bm25Weights))"
+        var rankBindings: [SQLValue] = []
+        if let statistics, statistics.rows > 0, statistics.hits.count == terms.terms.count {
+            rankBindings = [.double(Double(statistics.tokens) / Double(statistics.rows))]
+                + statistics.hits.map { .double(BM25.idf(rows: statistics.rows, hits: $0)) }
+            rank = "sl_bm25(fts, " + Array(repeating: "?", count: rankBindings.count).joined(separator: ", ") + ", \(Self.bm25Weights))"
+        }
         // bm25 is negative (lower is better); boosts multiply it further from zero.
         let sql = """
             SELECT items.rowid,
-              bm25(fts, \(Self.bm25Weights))
+              \(rank)
               * (1.0 + coalesce(items.ranking_hint, 0) / 100.0)
               * (1.0 + CASE WHEN items.last_used IS NULL THEN 0
                        ELSE 0.5 / (1.0 + max(0, ? - items.last_used) / 604800.0) END)
@@ -372,7 +439,7 @@ extension IndexStore {
             WHERE fts MATCH ? AND \(Self.visible) AND (\(filter.sql))\(driver)
             ORDER BY score, items.rowid LIMIT ?
             """
-        let bindings: [SQLValue] = [.double(now), .text(terms.ftsQuery), .double(now), .double(now)] + filter.bindings
+        let bindings: [SQLValue] = rankBindings + [.double(now), .text(match ?? terms.ftsQuery), .double(now), .double(now)] + filter.bindings
             + (filter.ftsMatch.map { [.text($0)] } ?? []) + [.integer(Int64(limit))]
         return try db.rows(sql, bindings).map { ScoredCandidate(rowID: $0.int(0) ?? 0, score: $0.double(1) ?? 0) }
     }
@@ -386,19 +453,21 @@ extension IndexStore {
 
     /// Suggestions from the ranked index's dictionary where it can answer, else (and on the
     /// exhaustive path) from FTS5's vocabulary: the same words either way.
-    func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath, budget: QueryBudget? = nil)
-        throws -> [Suggestion]
+    /// `found`: words (`UserQueryTerms.Word.key`) known to have hits in another index searched
+    /// with this one (a query across apps): never corrected, though this index lacks them.
+    func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath, budget: QueryBudget? = nil,
+                     found: Set<String> = []) throws -> [Suggestion]
     {
         if path == .automatic, let vocabulary = try rankedVocabulary(db, terms: terms, budget: budget) {
             defer { db.unionScratch.reclaim() }
-            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget)
+            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, found: found)
         }
         return try Self.suggestions(for: text, terms: terms, limit: limit,
-            vocabulary: FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget), budget: budget)
+            vocabulary: FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget), budget: budget, found: found)
     }
 
     static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, vocabulary: some SuggestionVocabulary,
-        budget: QueryBudget? = nil) throws -> [Suggestion]
+        budget: QueryBudget? = nil, found: Set<String> = []) throws -> [Suggestion]
     {
         guard let last = terms.words.last else { return [] }
         var out: [Suggestion] = []
@@ -428,10 +497,10 @@ extension IndexStore {
                 cursor = w.range.upperBound
                 var replacement = w.text
                 if !w.isCJK, w.folded.count >= 3 {
-                    let key = w.folded + (w.isPrefix ? "*" : "")
+                    let key = w.key
                     if lookedUp[key] == nil {
                         try budget?.check()
-                        if try vocabulary.hasTerm(w.folded, prefix: w.isPrefix) || nearestLookups >= maxCorrectedWords {
+                        if try found.contains(key) || vocabulary.hasTerm(w.folded, prefix: w.isPrefix) || nearestLookups >= maxCorrectedWords {
                             lookedUp[key] = .some(nil)
                         } else {
                             nearestLookups += 1

@@ -45,7 +45,7 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
     let pauseSalvageAfter: Int?
     private let queue = DispatchQueue(label: "index-recovery")
     /// Salvages run here, so that a long one never holds up the diagnosis of another index.
-    let salvageQueue = DispatchQueue(label: "index-salvage")
+    let salvageQueue = BackgroundQueue(label: "index-salvage")  // a copy no query waits for: background priority
     let lock = NSCondition()
     var active: [IndexRegistry.Key: Record] = [:]
     /// Keys whose damage is being diagnosed (the damaged file still served).

@@ -26,7 +26,11 @@ extension IndexRegistry {
         let key = Key(bundle: bundle, index: index)
         let shadowFile = shadowPath(bundle: bundle, index: index)
         if !resume { Self.removeDatabaseFiles(shadowFile) }
-        let shadow = try IndexStore(path: shadowFile, options: options)
+        // Its writer at background priority: the reindex-all filling it must not take the CPU
+        // from queries, which the open file answers until the swap.
+        var shadowOptions = options
+        shadowOptions.backgroundWriter = true
+        let shadow = try IndexStore(path: shadowFile, options: shadowOptions)
         do {
             try shadow.attachSource(path(bundle: bundle, index: index))
         } catch {

@@ -78,6 +78,7 @@ final class Maintenance: Sendable {
     /// `yieldNow` says so; `done` runs after.
     func startIdleRun(yieldNow: @escaping @Sendable () -> Bool, done: @escaping @Sendable () -> Void) {
         let thread = Thread { [self] in
+            BackgroundPriority.lowerCurrentThread(name: "maintenance")  // queries win the CPU over it
             let summary = run(bundle: nil, trigger: "idle", yieldNow: yieldNow)
             state.withLock { s in
                 s.running = false
@@ -200,7 +201,9 @@ final class Maintenance: Sendable {
         var lastBatchSample = -1, yielded = false
         let n = try store.refineVectors(embed: { texts in
             context.semantic.touch()
-            return encoder.embed(texts, threads: SemanticEngine.refinementThreads, meter: context.semantic.refinementWork)
+            // On the idle run's background thread, one thread: a split would run on pool threads at the normal priority.
+            let threads = BackgroundPriority.isCurrentThreadBackground ? 1 : SemanticEngine.refinementThreads
+            return encoder.embed(texts, threads: threads, meter: context.semantic.refinementWork)
         }, yieldNow: {
             let sample = throttle?.sampleCount ?? -1
             if yieldNow() {

@@ -19,11 +19,17 @@ final class SemanticEngine: @unchecked Sendable {
     private var lastUse = Date()
     private var transformerError: String?
     private var timer: DispatchSourceTimer?
+    /// The threads that embed queries with the transformer, fair between uids (`QueryCompute`).
+    let compute = QueryCompute()
 
     init(directory: ModelDirectory, idleSeconds: Double, log: Logger) {
         self.directory = directory
         self.idleSeconds = idleSeconds
         self.log = log
+        // OpenBLAS's own threads off (it is a library-wide setting): the daemon decides how many
+        // threads compute (`compute`, refinement's parts); OpenBLAS's threads, called from
+        // several of them at once, spun in `exec_blas_async_wait` (issue 29, D2).
+        TransformerEncoder.setThreads(1)
         let file = directory.staticTableFile
         if !FileManager.default.fileExists(atPath: file) {
             staticEncoder = nil
@@ -55,7 +61,10 @@ final class SemanticEngine: @unchecked Sendable {
         lock.withLock { timer = t }
     }
 
-    func stop() { lock.withLock { timer?.cancel(); timer = nil } }
+    func stop() {
+        lock.withLock { timer?.cancel(); timer = nil }
+        compute.stop()
+    }
 
     var isLoaded: Bool { lock.withLock { transformer != nil } }
 
@@ -125,20 +134,27 @@ final class SemanticEngine: @unchecked Sendable {
     /// The query's vector: the transformer's when it is loaded, else the static table's (the same
     /// space: Docs/SemanticSearch.md measured the mixed case), with which of the two made it (the
     /// fusion's constants depend on it: `SemanticRequest.tuning`). nil when unavailable.
-    func embedQuery(_ text: String) -> (vector: [Float], encoder: QueryEncoder)? {
+    ///
+    /// The transformer's embedding runs as `owner`'s job on the compute threads (`QueryCompute`:
+    /// one at a time per uid, the rest queued) and answers `cancelled` once `budget` says stop;
+    /// the static table's (microseconds, no matrix products) on the caller's thread.
+    func embedQuery(_ text: String, owner: UInt32, budget: QueryBudget) throws(SearchlightError) -> (vector: [Float], encoder: QueryEncoder)? {
         let t: TransformerEncoder? = lock.withLock {
             if transformer != nil { lastUse = Date() }
             return transformer
         }
-        if let t { return (t.embed(text), .transformer) }
+        if let t {
+            let vector = try compute.run(owner: owner, budget: budget) { shouldStop in t.embed(text, shouldStop: shouldStop) }
+            return (vector, .transformer)
+        }
         return staticEncoder.map { ($0.embed(text), .staticTable) }
     }
 
     /// The vector side of a user query at `weight`: the query embedded once (`embedQuery`) for
     /// every index it searches; each index then picks the constants for its own share of refined
     /// vectors (`SemanticRequest.tuning`). nil when semantic search is unavailable.
-    func request(_ text: String, weight: Double) -> SemanticRequest? {
-        embedQuery(text).map { SemanticRequest(vector: $0.vector, weight: weight, encoder: $0.encoder) }
+    func request(_ text: String, weight: Double, owner: UInt32, budget: QueryBudget) throws(SearchlightError) -> SemanticRequest? {
+        try embedQuery(text, owner: owner, budget: budget).map { SemanticRequest(vector: $0.vector, weight: weight, encoder: $0.encoder) }
     }
 
     func unloadIfIdle(now: Date = Date()) {

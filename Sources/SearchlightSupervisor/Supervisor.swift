@@ -26,6 +26,10 @@ public final class Supervisor: Sendable {
     }
 
     private let state = Mutex(State.initial)
+    /// Whether a stop was asked (a second is only logged).
+    private let stopAsked = Mutex(false)
+    /// A reload asked before the daemon ran; set and taken inside `state`'s lock.
+    private let reloadWhenRunning = Mutex(false)
     /// `stop()` yields here; `run()` waits on it (a stop asked before `run()` is kept).
     private let stopRequests: AsyncStream<Void>
     private let stopContinuation: AsyncStream<Void>.Continuation
@@ -60,7 +64,14 @@ public final class Supervisor: Sendable {
             state.withLock { $0 = .finished }
             throw error
         }
-        state.withLock { $0 = .running(daemon) }
+        let reload: Bool = state.withLock {
+            $0 = .running(daemon)
+            return reloadWhenRunning.withLock { pending in
+                defer { pending = false }
+                return pending
+            }
+        }
+        if reload { _ = daemon.scheduler.reloadUnits() }
         // The scheduler's loop in a task of its own, not a child: a forced stop must be able to
         // end `run()` even if the loop does not end when cancelled (the last resort of the stop).
         let schedulerEnded = Promise<Void>()
@@ -117,14 +128,34 @@ public final class Supervisor: Sendable {
         }
     }
 
-    /// Asks `run()` to stop gracefully (escalating to a forced stop after `--stop-timeout`). Idempotent.
-    public func stop() {
+    /// Asks `run()` to stop gracefully (escalating to a forced stop after `--stop-timeout`).
+    /// Idempotent: a second request during a stop is logged and changes nothing.
+    public func stop(reason: String? = nil) {
+        let first = stopAsked.withLock { asked in
+            defer { asked = true }
+            return !asked
+        }
+        if let reason {
+            if first {
+                log.notice("stop requested", ["by": reason])
+            } else {
+                log.notice("stop requested again; the stop in progress goes on (forced after --stop-timeout)", ["by": reason,
+                    "stop_timeout_s": config.stopTimeout])
+            }
+        }
         stopContinuation.yield()
     }
 
-    /// Re-reads the unit files (SIGHUP).
-    public func reloadUnits() {
-        if case .running(let daemon) = state.withLock({ $0 }) { daemon.scheduler.reloadUnits() }
+    /// Re-reads the unit files (SIGHUP). Asked while the daemon starts, it is done once it runs
+    /// (a unit file added meanwhile may have been missed by the start's own reading).
+    public func reloadUnits(reason: String? = nil) {
+        if let reason { log.notice("units reload requested", ["by": reason]) }
+        let daemon: Daemon? = state.withLock { state in
+            if case .running(let daemon) = state { return daemon }
+            reloadWhenRunning.withLock { $0 = true }
+            return nil
+        }
+        _ = daemon?.scheduler.reloadUnits()
     }
 
     /// Loads the state, opens the socket, starts serving; `READY=1`.

@@ -40,6 +40,7 @@ struct Bench {
         if options.scenarios.contains(.reindex) { try await run.reindexAll() }
         if options.scenarios.contains(.daemon) { try await run.daemonCost() }
         if options.scenarios.contains(.throttle) { try await run.throttleReaction() }
+        if options.scenarios.contains(.background) { try await run.backgroundLoad() }
         if options.scenarios.contains(.maintenance) { try await run.maintenanceCost() }
         if options.scenarios.contains(.semantic) {
             run.rows += try await SemanticBench(options: options, corpus: corpus, dir: run.dir + "/semantic-bench").run()

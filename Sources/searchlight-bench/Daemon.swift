@@ -22,7 +22,8 @@ final class Daemon: @unchecked Sendable {
 
     /// Starts a daemon on `dir` (a fresh temp directory when nil; an existing one keeps its state).
     /// `arguments` are added to the daemon's flags (a `--proc-root` there replaces the quiet default).
-    init(dir existing: String? = nil, arguments extra: [String] = []) throws {
+    /// `environment` is added to this process's for the daemon.
+    init(dir existing: String? = nil, arguments extra: [String] = [], environment added: [String: String] = [:]) throws {
         dir = existing ?? "/tmp/slbench-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
         socket = dir + "/d.sock"
         stateDir = dir + "/state"
@@ -35,6 +36,7 @@ final class Daemon: @unchecked Sendable {
             + (extra.contains("--proc-root") ? [] : ["--proc-root", dir + "/no-proc"]) + extra
         var environment = ProcessInfo.processInfo.environment
         environment["JOURNAL_STREAM"] = nil
+        environment.merge(added) { $1 }
         process.environment = environment
         let pipe = Pipe()
         process.standardError = pipe

@@ -21,6 +21,9 @@ struct Options {
         /// The debtags relevance rows of `semantic` alone (a daemon with the static table only:
         /// lexical, static hybrid, vectors only), in minutes. Not in the default set.
         case relevance
+        /// User queries on a 20 000-item index, quiet and while a migration, a reindex-all and idle
+        /// maintenance with refinement run beside three CPU hogs (`BackgroundLoadBench`).
+        case background
         /// Refinement of the whole corpus through the daemon and the relevance set before and
         /// after it (`RefineBench`, full): half an hour or more of CPU. Not in the default set.
         case refined
@@ -38,7 +41,10 @@ struct Options {
     var queries = 300
     var clients = [1, 4, 16]
     var batch = 500
-    var scenarios: Set<Scenario> = [.donation, .query, .reindex, .daemon, .throttle, .maintenance, .delegate, .semantic]
+    var scenarios: Set<Scenario> = [.donation, .query, .reindex, .daemon, .throttle, .maintenance, .delegate, .semantic, .background]
+    /// `--compare-priority`: the background scenario's loaded phase once more with the daemon's
+    /// background threads at the normal priority (`SEARCHLIGHT_BACKGROUND_NICE=0`), in the same run.
+    var comparePriority = false
     /// Seconds of the idle window in which the daemon's CPU and wakeups are counted.
     var idleSeconds = 30.0
     var output = "bench-results.json"
@@ -75,9 +81,10 @@ struct Options {
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
-                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic,relevance,refined]
+                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic,relevance,refined,background]
                                  [--idle-seconds S] [--quick] [--keep] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--no-check] [--ranked-items N] [--ranked-parts term,prefix,top,suggest]
                                  [--keep-state DIR] [--refine-items N] [--judgements FILE.jsonl] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
+                                 [--compare-priority]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)
                         or wire items; without it a synthetic corpus with Zipf word frequencies
@@ -94,6 +101,8 @@ struct Options {
           --keep-state     with --scenarios refined: keep the daemon's directory in DIR; when DIR holds a fully
                            refined index from an earlier run, reuse it (no donation, no refinement, no speed rows)
           --refine-items   with --scenarios refined: only the first N corpus items (to check the scenario quickly)
+          --compare-priority  with --scenarios background: the loaded phase again with the daemon's background
+                           threads at the normal priority (SEARCHLIGHT_BACKGROUND_NICE=0), for the before/after
           --judgements     with --scenarios semantic,relevance,refined: the relevance set (default
                            Scripts/semantic/relevance/debtags-all.jsonl: tuning and held-out halves, each reported)
         """
@@ -131,6 +140,7 @@ struct Options {
             case "--keep": o.keep = true
             case "--index": o.indexFile = value(a)
             case "--user-query": o.userQueries.append(value(a))
+            case "--compare-priority": o.comparePriority = true
             case "--no-exhaustive": o.exhaustiveBaseline = false
             case "--no-check": o.exhaustiveBaseline = false; o.exhaustiveCheck = false
             case "--ranked-items": o.rankedItems = count(a)

@@ -61,7 +61,7 @@ struct RefineBench {
         if !kept { try? FileManager.default.removeItem(atPath: dir) }
         try writePressure(cpu: 70)
         var daemon = try Daemon(dir: dir + "/daemon", arguments: ["--model-dir", model.path, "--proc-root", procRoot,
-            "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1"])
+            "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1", "--model-idle", "10"])
         defer {
             daemon.stop(remove: !keep)
             if keep { progress("semantic refinement: the daemon's directory kept in \(dir)") } else { try? FileManager.default.removeItem(atPath: dir) }
@@ -82,6 +82,7 @@ struct RefineBench {
                 if !judged.isEmpty {
                     let lexical = try await relevance(judged, index: index, name: "lexical", semantic: false, lexical: [], into: &rows)
                     try await refinedRelevance(judged, index: index, lexical: lexical, into: &rows)
+                    try await staticQueryRelevance(judged, index: index, lexical: lexical, admin: admin, into: &rows)
                 }
                 await index.close()
                 await admin.close()
@@ -94,7 +95,7 @@ struct RefineBench {
             try? FileManager.default.removeItem(atPath: dir)
             try writePressure(cpu: 70)
             daemon = try Daemon(dir: dir + "/daemon", arguments: ["--model-dir", model.path, "--proc-root", procRoot,
-                "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1"])
+                "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1", "--model-idle", "10"])
             admin = SearchlightConnection(role: .admin, socketPath: daemon.socket)
         }
         let events = EventLog()
@@ -109,6 +110,12 @@ struct RefineBench {
             // Before any refinement, the transformer not loaded: static vectors, static query.
             lexical = try await relevance(judged, index: index, name: "lexical", semantic: false, lexical: [], into: &rows)
             _ = try await relevance(judged, index: index, name: "hybrid, static table", semantic: true, lexical: lexical, into: &rows)
+            // The second of the four states (issue 37): the static index with the transformer's
+            // query, as after `prepare()` before refinement ran.
+            let prepared = try await UserQuery.prepare(index: index)
+            if prepared.state != "loaded" { fatal("semantic refinement: the transformer is not loaded (\(prepared))") }
+            _ = try await relevance(judged, index: index, name: "hybrid, static index, transformer query", semantic: true,
+                lexical: lexical, into: &rows)
         }
 
         let total = try await counts().vectors
@@ -201,9 +208,25 @@ struct RefineBench {
         rows.append(Row(scenario: "refinement: load gone to refinement resumed (--resume-after 1 ×2, --idle-after 1)", figure: Figure(resumes),
             unit: "s", higherIsBetter: false, size: size))
 
-        if !judged.isEmpty { try await refinedRelevance(judged, index: index, lexical: lexical, into: &rows) }
+        if !judged.isEmpty {
+            try await refinedRelevance(judged, index: index, lexical: lexical, into: &rows)
+            try await staticQueryRelevance(judged, index: index, lexical: lexical, admin: admin, into: &rows)
+        }
         await index.close()
         return rows
+    }
+
+    /// The fourth state (issue 37): the refined index with the static table's query, once the
+    /// transformer is unloaded (`--model-idle 10`: queries and refinement keep it loaded until
+    /// then).
+    func staticQueryRelevance(_ judged: [SemanticBench.Judgement], index: SearchableIndex, lexical: [Double], admin: SearchlightConnection,
+                              into rows: inout [Row]) async throws {
+        let t0 = now()
+        while try await admin.call("admin.status")["semantic"]?["state"]?.stringValue == "loaded" {
+            if now() - t0 > 120 { fatal("semantic refinement: the transformer still loaded 120 s after the last query") }
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        _ = try await relevance(judged, index: index, name: "hybrid, refined index, static query", semantic: true, lexical: lexical, into: &rows)
     }
 
     /// The relevance rows of the refined index: the transformer embeds the queries (loaded by

@@ -3,11 +3,15 @@ import Glibc
 #endif
 import Foundation
 import SearchlightSupervisor
+import SearchlightWire
 import Synchronization
 
 // searchlightd: thin executable, flags -> Configuration -> Supervisor.
 
-SignalWaiter.blockHandledSignals()  // before any thread exists
+// First thing: the handlers that write SIGTERM, SIGINT and SIGHUP to the signal pipe, whatever
+// thread they land on (OpenBLAS's workers exist already); those that arrive before the
+// supervisor exists are kept for it (Docs/Architecture.md, "Signals").
+SignalControl.installFirstThing()
 
 let usage = """
     usage: searchlightd [--system] [--state-dir DIR] [--socket PATH] [--units-dir DIR]...
@@ -175,18 +179,9 @@ func parseArguments(_ args: [String]) -> Configuration {
 
 let config = parseArguments(Array(CommandLine.arguments.dropFirst()))
 let supervisor = Supervisor(config: config)
-SignalWaiter.start { sig in
-    if sig == SIGHUP {
-        supervisor.reloadUnits()
-    } else {
-        supervisor.stop()
-    }
-}
+SignalControl.deliver(to: supervisor)
 /// The daemon's life: `run()` until SIGTERM/SIGINT (or a failure to start). Awaited in a task
-/// while the main thread, whose signals were blocked before any thread existed, waits for it:
-/// an async top-level `main` runs on a thread of the runtime's choosing, and `dispatchMain()`
-/// parks the main thread in `sigsuspend` with every signal unblocked, where a SIGHUP would kill
-/// the daemon instead of reaching the sigwait thread.
+/// while the main thread waits for it on a semaphore: top-level code is on the main actor.
 func serve(_ supervisor: Supervisor) async -> Int32 {
     do {
         try await supervisor.run()

@@ -50,6 +50,9 @@ final class QueryLoad: @unchecked Sendable {
         await task?.value
     }
 
+    /// Queries answered or failed so far, read under the lock while the load runs.
+    var answered: Int { lock.withLock { queries } }
+
     var summary: String { lock.withLock { "queries=\(queries) errors=\(errors.count) incomplete=\(incomplete) max_latency_ms=\(Int(maxLatency * 1000)) \(errors.prefix(3))" } }
 }
 

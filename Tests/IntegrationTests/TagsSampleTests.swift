@@ -48,6 +48,34 @@ struct TagsSampleTests {
         #expect(bad.status == 1 && bad.stderr.contains("there is no photo 999"), "\(bad.stderr)")
     }
 
+    @Test("the Tags app's items (displayName and keywords only) have vectors: status counts one per item and a meaning-only query finds the tag")
+    func tagsHaveVectors() async throws {
+        try TagsSample.requireBuilt()
+        let dir = TempDir("slt")
+        let daemon = try await DaemonProcess(arguments: ["--model-dir", try SemanticSearchTests.staticModelDirectory(dir)], dir: dir)
+        let store = dir.path + "/tags.sqlite"
+        let photo = dir.path + "/sipapu.png"
+        _ = FileManager.default.createFile(atPath: photo, contents: Data([0x89, 0x50, 0x4E, 0x47]))
+        func tags(_ arguments: String...) async throws {
+            let r = try await TagsSample.run(arguments, store: store, socket: daemon.socket)
+            if r.status != 0 { throw HarnessError("tags \(arguments) failed (\(r.status)): \(r.stderr)") }
+        }
+        try await tags("add", photo, "--name", "Sipapu at dusk")
+        try await tags("tag", "1", "Natural Bridges State Park")
+        let status = try await runCLI(["status", "--json"], socket: daemon.socket)
+        let bundle = (try JSONValue.parse(Array(status.stdout.utf8)))["bundles"]?.arrayValue?.first {
+            $0["bundle"]?.stringValue == "org.searchlight.sample.tags"
+        }
+        let index = bundle?["indexes"]?.arrayValue?.first
+        #expect((index?["items"]?.intValue ?? 0) == 2 && index?["vectors"]?.intValue == index?["items"]?.intValue,
+            "a vector per item: \(status.stdout.prefix(800))")
+        // No word shared with the tag's name or keywords: only its vector finds it.
+        let r = try await runCLI(["search", "org.searchlight.sample.tags", "rock arches", "--json", "--explain"], socket: daemon.socket)
+        let items = (try? JSONValue.parse(Array(r.stdout.utf8)))?["items"]?.arrayValue ?? []
+        #expect(items.first?["uniqueIdentifier"]?.stringValue == "tag-1", "\(r.stdout) \(r.stderr)")
+        #expect(items.first?["explain"]?["lexicalRank"] == nil && items.first?["explain"]?["vectorRank"]?.intValue == 1)
+    }
+
     @Test("tags delete-index: the index is empty, the triggers and history are gone, the photos stay")
     func deleteIndex() async throws {
         try TagsSample.requireBuilt()

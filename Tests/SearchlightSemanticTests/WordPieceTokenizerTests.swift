@@ -66,4 +66,29 @@ struct WordPieceTokenizerTests {
         }
         #expect(mismatches == 0)
     }
+
+    @Test("a non-ASCII chunk is normalised a window at a time: the same pieces as the whole, across window cuts")
+    func unicodeWindows() {
+        // 3000 × "CAFÉ中" (and a mark after the ideograph): one chunk without ASCII whitespace,
+        // several windows of `unicodeWindow` characters, cut after the ideographs' spaces.
+        let unit = "CAFE\u{0301}中\u{0301}"
+        let text = String(repeating: unit, count: 3000)
+        #expect(text.unicodeScalars.count > 4 * WordPieceTokenizer.unicodeWindow)
+        let expected: [Int32] = (0..<3000).flatMap { _ in [11, 12] }
+        #expect(Self.small.tokenize(text) == expected)
+        // Truncated: the first pieces, [CLS] and [SEP] around them.
+        #expect(Self.small.encode(text, maxLength: 9) == [2, 11, 12, 11, 12, 11, 12, 11, 3])
+        // A word running across a window cut is still one word (no cut inside it: only after a space).
+        let long = String(repeating: "中", count: 2000) + "CAF" + "\u{00C9}"
+        #expect(Self.small.tokenize(long) == Array(repeating: Int32(12), count: 2000) + [11])
+    }
+
+    @Test("a 60 KB CJK text encodes to the same ids as its first 300 characters")
+    func longCJKTruncates() {
+        let text = String(repeating: "中", count: 20_000)
+        #expect(text.utf8.count == 60_000)
+        let ids = Self.small.encode(text, maxLength: 256)
+        #expect(ids.count == 256)
+        #expect(ids == Self.small.encode(String(text.prefix(300)), maxLength: 256))
+    }
 }

@@ -25,6 +25,32 @@ struct FusionTuningTests {
         #expect(r.tuning { (0, 0) } == r.staticTuning, "an index without vectors")
     }
 
+    @Test("issue 37: a transformer query searches a mostly unrefined index with the static table's embedding, a refined one with its own")
+    func queryInDocumentsSpace() {
+        var r = request(.transformer)
+        r.vector = [1, 0]
+        let table: [Float] = [0, 1]
+        #expect(r.resolved(counts: { (100, 0) }, staticEmbedding: { table }) == (table, r.staticTuning))
+        #expect(r.resolved(counts: { (100, 89) }, staticEmbedding: { table }) == (table, r.staticTuning))
+        #expect(r.resolved(counts: { (100, 90) }, staticEmbedding: { table }) == ([1, 0], r.refinedTuning))
+        #expect(r.resolved(counts: { (100, 0) }, staticEmbedding: { nil }) == ([1, 0], r.staticTuning), "no table: the transformer's vector")
+        var s = request(.staticTable)
+        s.vector = table
+        var embedded = false
+        #expect(s.resolved(counts: { (100, 100) }, staticEmbedding: { embedded = true; return [1, 0] }) == (table, s.staticTuning))
+        #expect(!embedded, "a static query is already in the table's space")
+    }
+
+    @Test("issue 37: the vector floor is lowered to within the margin of a weak best hit, never below the minimum, never raised")
+    func relativeFloor() {
+        let f = RelativeFloor(margin: 0.08, minimum: 0.20)
+        #expect(f.floor(best: 0.70, absolute: 0.35) == 0.35, "a strong best hit: the absolute floor")
+        #expect(abs(f.floor(best: 0.30, absolute: 0.35) - 0.22) < 1e-6)
+        #expect(f.floor(best: 0.22, absolute: 0.35) == 0.20, "never below the minimum")
+        #expect(f.floor(best: 0.30, absolute: -1) == -1, "a lower floor given (tests: -1) stays")
+        #expect(FusionTuning.staticVectors.relativeFloor == .standard && FusionTuning.refinedVectors.relativeFloor == .standard)
+    }
+
     @Test("a static-table query uses the static constants whatever the index holds, without counting its refined vectors")
     func staticQuery() {
         let r = request(.staticTable)

@@ -376,9 +376,24 @@ struct UserQueryTests {
         try f.donate(try f.item("a", ["title": "json parser"]), try f.item("b", ["title": "json serializer"]),
             try f.item("c", ["title": "yaml parser"]))
         let r = try f.user("json pa", suggestions: 5)
-        #expect(r.items.compactMap { $0["uniqueIdentifier"]?.stringValue } == ["a"])
+        // Best-match (issue 37): the item with both words first, then those with one of them.
+        let ids = r.items.compactMap { $0["uniqueIdentifier"]?.stringValue }
+        #expect(ids.first == "a" && Set(ids) == ["a", "b", "c"], "\(ids)")
         #expect(r.suggestions.first == Suggestion(text: "json parser", highlight: [[5, 2]], kind: "completion"))
         #expect(!r.suggestions.contains { $0.text == "json pa" }, "no completion that finds nothing")
+    }
+
+    @Test("issue 37: a query of several words is best-match: every word first, then more words above fewer, stop words alone find nothing")
+    func bestMatch() throws {
+        let f = try StoreFixture()
+        try f.donate(try f.item("all", ["title": "chocolate lava cake", "contentDescription": "a warm dessert"]),
+            try f.item("two", ["title": "chocolate cake"]), try f.item("one", ["title": "carrot cake"]),
+            try f.item("none", ["title": "the tomato soup"]))
+        let ids = try f.user("warm chocolate cake ").items.compactMap { $0["uniqueIdentifier"]?.stringValue }
+        #expect(ids == ["all", "two", "one"], "\(ids)")
+        // "the" alone is no reason to list an item: the tail leaves stop words out.
+        #expect(try f.user("the chocolate ").items.compactMap { $0["uniqueIdentifier"]?.stringValue }.sorted() == ["all", "two"])
+        #expect(try f.user("the of ").items.isEmpty)
     }
 
     @Test("a misspelt word with no match offers the nearest indexed word")
@@ -386,7 +401,8 @@ struct UserQueryTests {
         let f = try StoreFixture()
         try f.donate(try f.item("a", ["title": "natural bridges"]), try f.item("b", ["title": "national park"]))
         let r = try f.user("naturel bridges ", suggestions: 3)
-        #expect(r.items.isEmpty)
+        // Best-match (issue 37): the misspelt word finds nothing, the other still finds its item.
+        #expect(r.items.compactMap { $0["uniqueIdentifier"]?.stringValue } == ["a"])
         #expect(r.suggestions.contains(Suggestion(text: "natural bridges ", highlight: [[0, 7]], kind: "correction")))
     }
 

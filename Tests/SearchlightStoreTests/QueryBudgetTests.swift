@@ -33,6 +33,39 @@ struct QueryBudgetTests {
         #expect(try f.ids().count == 300)
     }
 
+    @Test("the deadline counts the query's own work: a query that waited past it is not stopped; one that works past it is")
+    func deadlineCountsOwnWork() {
+        // Waiting (for the CPU, a reader, the writer) is what a query does on a loaded machine:
+        // the thread's CPU clock does not move while it sleeps here, the wall clock does.
+        // The wall bound (3 × 0.3 s) is far enough that a late wake-up on a loaded machine does not reach it.
+        let budget = QueryBudget(timeout: 0.3)
+        usleep(350_000)
+        #expect(budget.elapsed >= 0.3)
+        #expect(!budget.shouldStop(), "350 ms of waiting and no work: worked \(budget.worked) s")
+        // Working: the thread's CPU time reaches the limit (or, on a starved machine, the wall
+        // clock its bound) and a check stops it.
+        var spins = 0
+        while !budget.shouldStop() { spins &+= 1 }
+        #expect(budget.stop == .deadline(seconds: 0.3))
+    }
+
+    @Test("a query kept from working for three times its limit is stopped all the same")
+    func deadlineWallBound() {
+        let budget = QueryBudget(timeout: 0.02)
+        usleep(70_000)  // past 3 × 20 ms of wall time, without working
+        #expect(budget.shouldStop())
+        #expect(budget.stop == .deadline(seconds: 0.02))
+    }
+
+    @Test("the test seam's sleeps count as work, so a small query made slow still meets its deadline")
+    func stepDelayCountsAsWork() {
+        let budget = QueryBudget(timeout: 0.03, stepDelay: 0.01)
+        var checks = 0
+        while !budget.shouldStop() { checks += 1 }
+        #expect(budget.stop == .deadline(seconds: 0.03))
+        #expect(checks < 6, "stopped after about 3 sleeps of 10 ms: \(checks) checks")
+    }
+
     @Test("a query whose client is gone stops at the next check and answers cancelled (disconnected)")
     func abandoned() throws {
         let f = try Self.filled()

@@ -138,6 +138,29 @@ struct StoreVectorTests {
         #expect(try f.store.userQuery(r).items.count == 5, "without a floor the vector side ranks every item")
     }
 
+    @Test("an item with only displayName and keywords (a store delegate's) has a vector, on donation and from the background fill, and is found by meaning")
+    func displayNameOnlyItemHasVector() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        try f.donate(try f.item("tag-park", ["displayName": "Natural Bridges State Park", "keywords": ["Utah", "sandstone"]]))
+        #expect(try f.storedVectors() == 6)
+        let query = "rock arches"
+        #expect(f.ids(try f.user(query)).isEmpty)
+        let found = f.ids(try f.hybrid(query))
+        #expect(found.first == "tag-park", "\(found)")
+        // An older file's item without a vector gets one from the fill, from the same text.
+        let donated = try f.store.read { db in try db.rows("SELECT vector FROM item_vectors v JOIN items i ON i.rowid = v.rowid WHERE i.uid = 'tag-park'").first?.values[0] }
+        f.store.close()
+        try rewriteFormat(f.dir + "/b/_default.sqlite", to: 4)
+        try f.reopen()
+        try f.store.loadVectors()
+        let deadline = Date().addingTimeInterval(30)
+        while f.store.isFillingVectors && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(try f.storedVectors() == 6)
+        let filled = try f.store.read { db in try db.rows("SELECT vector FROM item_vectors v JOIN items i ON i.rowid = v.rowid WHERE i.uid = 'tag-park'").first?.values[0] }
+        #expect(donated != nil && filled == donated)
+    }
+
     @Test("a file of format 4 gets the vector table when opened and its items' vectors in the background")
     func upgradeFillsVectors() throws {
         let f = try StoreFixture(vectors: true)

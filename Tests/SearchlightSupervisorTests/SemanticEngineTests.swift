@@ -29,7 +29,7 @@ struct SemanticEngineTests {
             withDestinationPath: Self.repository + "/Models/all-MiniLM-L6-v2-static.bin")
         let engine = SemanticEngine(directory: ModelDirectory(path: dir), idleSeconds: 300, log: Logger(label: "test", level: .error))
         engine.prepare()  // no transformer files: stays unloaded
-        let r = try #require(engine.request("listen to songs", weight: 0.4))
+        let r = try #require(try engine.request("listen to songs", weight: 0.4, owner: 0, budget: QueryBudget(timeout: 10)))
         #expect(r.encoder == .staticTable)
         #expect(r.weight == 0.4)
         #expect(r.vector.count == 384)
@@ -41,9 +41,9 @@ struct SemanticEngineTests {
         let engine = SemanticEngine(directory: Self.model, idleSeconds: 300, log: Logger(label: "test", level: .error))
         engine.prepare()
         #expect(engine.isLoaded)
-        #expect(try #require(engine.request("listen to songs", weight: 0.5)).encoder == .transformer)
+        #expect(try #require(try engine.request("listen to songs", weight: 0.5, owner: 0, budget: QueryBudget(timeout: 10))).encoder == .transformer)
         engine.unloadIfIdle(now: Date().addingTimeInterval(301))
         #expect(!engine.isLoaded)
-        #expect(try #require(engine.request("listen to songs", weight: 0.5)).encoder == .staticTable)
+        #expect(try #require(try engine.request("listen to songs", weight: 0.5, owner: 0, budget: QueryBudget(timeout: 10))).encoder == .staticTable)
     }
 }

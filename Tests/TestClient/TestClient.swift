@@ -12,6 +12,13 @@ import SearchlightKit
 ///   held connections open, idle, until its stdin closes.
 /// - `bundles SOCKET COUNT PREFIX`: donates one item to each of the bundles PREFIX.0 … PREFIX.(COUNT-1),
 ///   one connection each, four at a time; prints `created=N failed=M first_error=…`.
+/// - `flood SOCKET COUNT BUNDLE`: as an app of BUNDLE, `query.prepare` (the transformer loaded),
+///   then COUNT connections each sending `query.user` with a 60 KB CJK text, two in flight each,
+///   again and again; prints `flooding=N` once every connection has sent, and exits when its
+///   stdin closes (the kernel closes every socket at once).
+/// - `ask SOCKET COUNT BUNDLE`: COUNT one-word `query.user` calls (semantic on) on one connection,
+///   one after the other, each waited for 30 s at most; prints `answered=N cancelled=M failed=K
+///   p50_ms=… p99_ms=… max_ms=…`.
 @main
 struct TestClient {
     static func main() async {
@@ -23,6 +30,8 @@ struct TestClient {
         switch args[0] {
         case "hold": hold(socket: args[1], count: count, bundle: args[3])
         case "bundles": await bundles(socket: args[1], count: count, prefix: args[3])
+        case "flood": flood(socket: args[1], count: count, bundle: args[3])
+        case "ask": ask(socket: args[1], count: count, bundle: args[3])
         default:
             FileHandle.standardError.write(Data("unknown mode \(args[0])\n".utf8))
             exit(2)
@@ -64,6 +73,89 @@ struct TestClient {
         FileHandle.standardOutput.write(Data(line.utf8))
         _ = FileHandle.standardInput.readDataToEndOfFile()
         withExtendedLifetime(held) {}
+    }
+
+    static func initialize(_ socket: UnixSocket, bundle: String) -> Bool {
+        let initialize = #"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":1,"role":"app","bundleIdentifier":"\#(bundle)","capabilities":{}}}"# + "\n"
+        guard (try? socket.writeAll(Array(initialize.utf8))) != nil else { return false }
+        return readLine(socket)?["result"] != nil
+    }
+
+    static func userQuery(id: Int, bundle: String, text: String) -> [UInt8] {
+        let params: JSONValue = ["bundle": .string(bundle), "text": .string(text), "context": ["semanticWeight": 0.5]]
+        let message: JSONValue = ["jsonrpc": "2.0", "id": .number(Double(id)), "method": "query.user", "params": params]
+        var out: [UInt8] = []
+        message.write(to: &out)
+        out.append(0x0A)
+        return out
+    }
+
+    static func flood(socket path: String, count: Int, bundle: String) {
+        // 20,000 CJK ideographs (60 KB of UTF-8), no whitespace: one word per character.
+        let scalars = (0..<20_000).map { Character(Unicode.Scalar(0x4E00 + UInt32(($0 * 7919) % 20_000))!) }
+        let text = String(scalars)
+        guard let first = try? UnixSocket.connect(path: path), initialize(first, bundle: bundle) else {
+            print("flooding=0 error=connect")
+            exit(1)
+        }
+        try? first.writeAll(Array((#"{"jsonrpc":"2.0","id":2,"method":"query.prepare","params":{"bundle":"\#(bundle)"}}"# + "\n").utf8))
+        let prepared = readLine(first)
+        guard prepared?["result"]?["semantic"]?["state"]?.stringValue == "loaded" else {
+            print("flooding=0 error=prepare \(String(describing: prepared))")
+            exit(1)
+        }
+        let request = userQuery(id: 3, bundle: bundle, text: text)
+        let sent = DispatchGroup()
+        var sockets: [UnixSocket] = []
+        for _ in 0..<count {
+            guard let s = try? UnixSocket.connect(path: path), initialize(s, bundle: bundle) else { continue }
+            sockets.append(s)
+            sent.enter()
+            let t = Thread {
+                // Two in flight: send one ahead, then one more for every answer read.
+                guard (try? s.writeAll(request)) != nil, (try? s.writeAll(request)) != nil else {
+                    sent.leave()
+                    return
+                }
+                sent.leave()
+                while readLine(s) != nil {
+                    guard (try? s.writeAll(request)) != nil else { return }
+                }
+            }
+            t.start()
+        }
+        sent.wait()
+        FileHandle.standardOutput.write(Data("flooding=\(sockets.count)\n".utf8))
+        _ = FileHandle.standardInput.readDataToEndOfFile()
+        exit(0)
+    }
+
+    static func ask(socket path: String, count: Int, bundle: String) {
+        guard let s = try? UnixSocket.connect(path: path), initialize(s, bundle: bundle) else {
+            print("answered=0 cancelled=0 failed=\(count) error=connect")
+            exit(1)
+        }
+        s.setReceiveTimeout(seconds: 30)
+        var answered = 0, cancelled = 0, failed = 0
+        var times: [Double] = []
+        for k in 0..<count {
+            let started = Date()
+            guard (try? s.writeAll(userQuery(id: 10 + k, bundle: bundle, text: "chess"))) != nil, let answer = readLine(s) else {
+                failed += 1
+                break  // a timed-out read leaves the connection out of step
+            }
+            times.append(Date().timeIntervalSince(started) * 1000)
+            if answer["result"]?["items"] != nil {
+                answered += 1
+            } else if answer["error"]?["code"]?.intValue == -2003 {
+                cancelled += 1
+            } else {
+                failed += 1
+            }
+        }
+        times.sort()
+        func quantile(_ q: Double) -> Int { times.isEmpty ? -1 : Int(times[min(times.count - 1, Int(Double(times.count) * q))].rounded()) }
+        print("answered=\(answered) cancelled=\(cancelled) failed=\(failed) p50_ms=\(quantile(0.5)) p99_ms=\(quantile(0.99)) max_ms=\(quantile(1))")
     }
 
     static func bundles(socket: String, count: Int, prefix: String) async {

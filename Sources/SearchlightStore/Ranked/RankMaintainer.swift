@@ -31,7 +31,8 @@ public final class RankMaintainer: @unchecked Sendable {
     /// Documents expiring within this of a build carry `extra` (their row is read when scored).
     static let expiryHorizon: TimeInterval = 7 * 86_400
 
-    private static let queue = DispatchQueue(label: "searchlight.ranked-index", qos: .utility)
+    /// A thread of its own at background priority (`BackgroundQueue`): a build is CPU work no query waits for.
+    private static let queue = BackgroundQueue(label: "ranked-index")
 
     private weak var store: IndexStore?
     private let lock = NSLock()
@@ -71,7 +72,7 @@ public final class RankMaintainer: @unchecked Sendable {
                !urgent || Date().timeIntervalSince(since) < store.options.rankedIndexMaxDeferral {
                 // Writes are coming in: look again when they may have stopped.
                 let wait = store.options.rankedIndexIdleSeconds - quiet
-                Self.queue.asyncAfter(deadline: .now() + wait) { self.run() }
+                Self.queue.async(after: wait) { self.run() }
                 return
             }
             lock.withLock { requested = nil; byQuery = false }

@@ -29,12 +29,47 @@ struct RankedTopK {
     let now: Double
     let store: IndexStore
 
+    /// What the ranked index reads before scoring: the snapshot, the delta, each segment's
+    /// sources of each phrase, and this index's statistics (`CorpusStatistics`).
+    struct Prepared {
+        var snapshot: RankSnapshot
+        var delta: [DeltaDocument]
+        var sources: [[PhraseSource]]
+        var deltaFrequencies: [[UInt32]]
+        var statistics: CorpusStatistics
+    }
+
+    /// This index's statistics of the phrases, or nil when the ranked index cannot answer (the
+    /// exhaustive path then counts them): the first phase of a query across indexes.
+    func statistics() throws -> CorpusStatistics? {
+        defer { db.unionScratch.reclaim() }
+        return try prepare()?.statistics
+    }
+
     /// What the ranked index found, or nil when it cannot answer (no index for this file format,
     /// a phrase it does not serve, a delta too large, a damaged blob): the caller then runs the
-    /// exhaustive query.
-    func run() throws -> [ScoredCandidate]? {
+    /// exhaustive query. With `statistics` (summed over every index a query searches), the
+    /// scores use them instead of this index's own: comparable across the indexes.
+    func run(statistics global: CorpusStatistics? = nil) throws -> [ScoredCandidate]? {
         // Unions borrow the connection's scratch arrays until the query ends.
         defer { db.unionScratch.reclaim() }
+        guard let p = try prepare() else { return nil }
+        let statistics = global ?? p.statistics
+        guard p.statistics.rows > 0, statistics.rows > 0, statistics.hits.count == phrases.count else { return [] }
+        let bm25 = BM25(rows: statistics.rows, tokens: statistics.tokens)
+        let idf = statistics.hits.map { BM25.idf(rows: statistics.rows, hits: $0) }
+
+        var scorer = Scorer(limit: limit, idf: idf, bm25: bm25, now: now, check: try RowCheck(db: db, filter: filter, now: now))
+        for (segment, row) in zip(p.snapshot.segments, p.sources) where !row.contains(where: { $0.count == 0 }) {
+            try scorer.score(segment: segment, sources: row)
+        }
+        for (doc, f) in zip(p.delta, p.deltaFrequencies) where !f.contains(0) {
+            try scorer.scoreDelta(rowid: doc.rowid, frequencies: f, length: doc.document.length)
+        }
+        return scorer.heap.sorted()
+    }
+
+    private func prepare() throws -> Prepared? {
         let snapshot = try RankSnapshot.current(db)
         guard let delta = try Self.deltaDocuments(snapshot, db: db, store: store) else {
             store.rankMaintainer.request()
@@ -43,8 +78,10 @@ struct RankedTopK {
         if delta.count >= RankMaintainer.deltaBuildThreshold || snapshot.segments.contains(where: { $0.needsRebuild(now: now) }) {
             store.rankMaintainer.request()
         }
-        guard let totals = try Self.totals(db), totals.rows > 0 else { return [] }
-        let bm25 = BM25(rows: totals.rows, tokens: totals.tokens)
+        guard let totals = try Self.totals(db), totals.rows > 0 else {
+            return Prepared(snapshot: snapshot, delta: [], sources: [], deltaFrequencies: [],
+                statistics: CorpusStatistics(hits: [Int64](repeating: 0, count: phrases.count)))
+        }
 
         // The statistics first: nHit of each phrase over every row of the full-text index.
         var sources: [[PhraseSource]] = []
@@ -66,16 +103,8 @@ struct RankedTopK {
             for i in f.indices where f[i] > 0 { hits[i] += 1 }
             deltaFrequencies.append(f)
         }
-        let idf = hits.map { BM25.idf(rows: totals.rows, hits: $0) }
-
-        var scorer = Scorer(limit: limit, idf: idf, bm25: bm25, now: now, check: try RowCheck(db: db, filter: filter, now: now))
-        for (segment, row) in zip(snapshot.segments, sources) where !row.contains(where: { $0.count == 0 }) {
-            try scorer.score(segment: segment, sources: row)
-        }
-        for (doc, f) in zip(delta, deltaFrequencies) where !f.contains(0) {
-            try scorer.scoreDelta(rowid: doc.rowid, frequencies: f, length: doc.document.length)
-        }
-        return scorer.heap.sorted()
+        return Prepared(snapshot: snapshot, delta: delta, sources: sources, deltaFrequencies: deltaFrequencies,
+            statistics: CorpusStatistics(rows: totals.rows, tokens: totals.tokens, hits: hits))
     }
 
     /// The rows of the full-text index and their tokens, as bm25 reads them (nil: no row).

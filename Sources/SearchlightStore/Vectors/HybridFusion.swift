@@ -138,6 +138,24 @@ public struct VectorFold: Sendable, Equatable {
     }
 }
 
+/// A vector floor relative to the best hit (`FusionTuning.relativeFloor`).
+public struct RelativeFloor: Sendable, Equatable {
+    public var margin: Float
+    public var minimum: Float
+
+    public init(margin: Float, minimum: Float) {
+        self.margin = margin
+        self.minimum = minimum
+    }
+
+    public static let standard = RelativeFloor(margin: 0.08, minimum: 0.20)
+
+    /// The floor for a query whose best hit has `best` similarity, under the absolute `floor`.
+    public func floor(best: Float, absolute floor: Float) -> Float {
+        min(floor, max(best - margin, minimum))
+    }
+}
+
 /// The hybrid ranking's constants for one kind of vectors, tuned on the debtags relevance set
 /// (Docs/SemanticSearch.md, "Tuning the fusion"; `searchlight-semantic tune`).
 public struct FusionTuning: Sendable, Equatable {
@@ -154,6 +172,12 @@ public struct FusionTuning: Sendable, Equatable {
     public var confidentFactor: Double
     /// Near-duplicate vector hits demoted before fusion (nil: none).
     public var fold: VectorFold?
+    /// The floor relative to the query's best hit (issue 37): a hit within `margin` of the best
+    /// one is kept below `minimumSimilarity`, down to `minimum`. A query whose nearest items are
+    /// all below the absolute floor ("something warm for a cold evening" among recipes) still
+    /// gets its nearest few; a query that matches nothing in particular (every hit far below
+    /// the floor) keeps none. nil: the absolute floor alone.
+    public var relativeFloor: RelativeFloor? = .standard
 
     public init(minimumSimilarity: Float, rrfK: Double = HybridFusion.k, confidentHits: Int?, confidentFactor: Double, fold: VectorFold? = nil) {
         self.minimumSimilarity = minimumSimilarity

@@ -57,11 +57,11 @@ extension IndexStore {
         }
         if vectors.claimFill() {
             let thread = Thread { [self] in
+                BackgroundPriority.lowerCurrentThread(name: "vector-fill")
                 fillMissingVectors(encoder)
                 vectors.fillEnded()
             }
             thread.name = "vector-fill"
-            thread.qualityOfService = .utility
             thread.start()
         }
     }
@@ -69,10 +69,11 @@ extension IndexStore {
     /// Items per batch of the background fill: one batch is a few milliseconds of the writer.
     static let vectorFillBatch = 256
 
-    /// Embeds every item without a vector, in batches: read on a reader, embedded on this thread,
-    /// stored by the writer as maintenance (`INSERT OR IGNORE`, and only while the item exists:
-    /// a donation that wrote a vector meanwhile wins, a deleted item gets none). It gives way to
-    /// donations: while a client wrote in the last 200 ms it waits.
+    /// Embeds every unexpired item without a vector (an expired one gets none: `storeVector`), in
+    /// batches: read on a reader, embedded on this thread, stored by the writer as maintenance
+    /// (`INSERT OR IGNORE`, and only while the item exists unexpired: a donation that wrote a
+    /// vector meanwhile wins, a deleted or expired item gets none). It gives way to donations:
+    /// while a client wrote in the last 200 ms it waits.
     func fillMissingVectors(_ encoder: StaticEncoder) {
         var after: Int64 = 0
         while !isClosing {
@@ -82,25 +83,28 @@ extension IndexStore {
             }
             guard let rows = try? read({ db in
                 try db.rows("""
-                    SELECT rowid, title, contentDescription, textContent FROM items
-                    WHERE rowid > ? AND NOT EXISTS (SELECT 1 FROM item_vectors v WHERE v.rowid = items.rowid)
+                    SELECT rowid, \(StoredRow.semanticColumns) FROM items
+                    WHERE rowid > ? AND expires > ? AND NOT EXISTS (SELECT 1 FROM item_vectors v WHERE v.rowid = items.rowid)
                     ORDER BY rowid LIMIT ?
-                    """, [.integer(after), .integer(Int64(Self.vectorFillBatch))])
+                    """, [.integer(after), .double(options.clock().timeIntervalSince1970), .integer(Int64(Self.vectorFillBatch))])
             }), let last = rows.last?.int(0) else { return }
             after = last
             var made: [(Int64, QuantizedVector)] = []
             for row in rows {
                 guard let rowid = row.int(0) else { continue }
-                let text = StoredRow.semanticText([row.string(1), nil, nil, row.string(2), row.string(3)])
+                let text = StoredRow.semanticText((1...6).map { row.string($0) })
                 if !text.isEmpty { made.append((rowid, QuantizedVector(encoder.embed(text)))) }
             }
             let batch = made
             do {
                 _ = try maintenanceWrite { store in
+                    // Checked again in the write: the item may have been re-donated expired since it was read.
+                    let now = store.options.clock().timeIntervalSince1970
                     for (rowid, v) in batch {
                         try store.writer.run("""
-                            INSERT OR IGNORE INTO item_vectors(rowid, vector) SELECT ?1, ?2 WHERE EXISTS (SELECT 1 FROM items WHERE rowid = ?1)
-                            """, [.integer(rowid), .blob(v.blob)])
+                            INSERT OR IGNORE INTO item_vectors(rowid, vector) SELECT ?1, ?2
+                            WHERE EXISTS (SELECT 1 FROM items WHERE rowid = ?1 AND expires > ?3)
+                            """, [.integer(rowid), .blob(v.blob), .double(now)])
                         if store.writer.changes == 1 { store.vectors.writerPut(rowid, v) }
                     }
                     return ApplyResult()
@@ -140,7 +144,7 @@ extension IndexStore {
         while !isClosing && !yieldNow() {
             let rows = try read { db in
                 try db.rows("""
-                    SELECT v.rowid, v.vector, i.title, i.contentDescription, i.textContent FROM item_vectors v
+                    SELECT v.rowid, v.vector, \(StoredRow.semanticColumns.split(separator: ", ").map { "i." + $0 }.joined(separator: ", ")) FROM item_vectors v
                     JOIN items i ON i.rowid = v.rowid
                     WHERE v.rowid > ? AND hex(substr(v.vector, 2, 1)) = '00' ORDER BY v.rowid LIMIT ?
                     """, [.integer(after), .integer(Int64(batch))])
@@ -150,7 +154,7 @@ extension IndexStore {
             var texts: [String] = [], keys: [(Int64, [UInt8])] = []
             for row in rows {
                 guard let rowid = row.int(0), case .blob(let old) = row.values[1] else { continue }
-                let text = StoredRow.semanticText([row.string(2), nil, nil, row.string(3), row.string(4)])
+                let text = StoredRow.semanticText((2...7).map { row.string($0) })
                 guard !text.isEmpty else { continue }
                 texts.append(text)
                 keys.append((rowid, old))
@@ -193,10 +197,15 @@ extension IndexStore {
     /// The hits are ordered by similarity times the boost factor (`boostFactorSQL`), as the
     /// lexical side orders by bm25 times it: a boosted item ranks higher on either side. The
     /// floor applies to the similarity itself; the boost orders the hits SQL checked (at least
-    /// twice `limit`), so an item far below them is not lifted in.
+    /// twice `limit`), so an item far below them is not lifted in. `boostedScore` is told each
+    /// hit's similarity times its boost (the order's key; a query across indexes merges by it).
+    /// With `relativeFloor`, the floor is lowered for a query whose best hit is below it
+    /// (`RelativeFloor.floor`): the best is the nearest item of the index, visible or not, so the
+    /// floor does not depend on the filter.
     func vectorCandidates(_ db: Database, query: [Float], limit: Int, filter: SQLFilter?, now: Double, minimumSimilarity: Float = -1,
-        budget: QueryBudget?) throws -> [VectorMatch]
+        relativeFloor: RelativeFloor? = nil, budget: QueryBudget?, boostedScore: ((Int64, Float) -> Void)? = nil) throws -> [VectorMatch]
     {
+        var minimumSimilarity = minimumSimilarity
         guard limit > 0 else { return [] }
         let filter = filter ?? .all
         let driver = filter.ftsMatch.map { _ in " AND items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH ?)" } ?? ""
@@ -210,6 +219,7 @@ extension IndexStore {
                 if let rowid = row.int(0) { boost[rowid] = Float(row.double(1) ?? 1) }
             }
             let kept = matches.filter { boost[$0.rowid] != nil }
+            if let boostedScore { for m in kept { boostedScore(m.rowid, m.similarity * boost[m.rowid]!) } }
             return kept.indices.sorted { a, b in
                 let x = kept[a].similarity * boost[kept[a].rowid]!, y = kept[b].similarity * boost[kept[b].rowid]!
                 return x != y ? x > y : a < b
@@ -219,6 +229,9 @@ extension IndexStore {
         while true {
             try budget?.check()
             guard let (found, total) = vectors.search(query, k: k) else { return [] }
+            if let relativeFloor, let best = found.first?.similarity {
+                minimumSimilarity = relativeFloor.floor(best: best, absolute: minimumSimilarity)
+            }
             let matches = found.filter { $0.similarity >= minimumSimilarity }
             let floorReached = matches.count < found.count
             let kept = try boosted(matches)

@@ -13,8 +13,14 @@ import SearchlightSemantic
 ///
 /// The index is loaded on the writer thread between groups (`IndexStore.loadVectors`), so it
 /// starts from exactly the committed state and every later commit is applied to it.
+///
+/// Searches hold the lock shared, so queries scan side by side: under a plain mutex one client's
+/// scan (an exact one over every vector, for a filter few items pass) held every other client's
+/// semantic query back (issue 30). The writer's patch takes it exclusively, between scans.
 final class StoreVectors: @unchecked Sendable {
-    private let lock = NSLock()
+    private let lock = ReadWriteLock()
+    /// Guards the fill flags.
+    private let fillLock = NSLock()
     /// nil until the first semantic query loads it (or after a rolled-back group).
     private var loaded: VectorIndex?
     /// Whether the background fill of items without a vector ran since the file was opened.
@@ -25,11 +31,11 @@ final class StoreVectors: @unchecked Sendable {
     private var journal: [(rowid: Int64, vector: QuantizedVector?)] = []
     private var cleared = false
 
-    var isLoaded: Bool { lock.withLock { loaded != nil } }
+    var isLoaded: Bool { lock.reading { loaded != nil } }
 
     /// (vectors, refined) of the loaded index, nil when it is not loaded.
     var counts: (vectors: Int, refined: Int)? {
-        lock.withLock { loaded.map { ($0.count, $0.refinedCount) } }
+        lock.reading { loaded.map { ($0.count, $0.refinedCount) } }
     }
 
     func writerPut(_ rowid: Int64, _ vector: QuantizedVector) { journal.append((rowid, vector)) }
@@ -43,7 +49,7 @@ final class StoreVectors: @unchecked Sendable {
     /// of the group did not commit.
     func writerCommitted(clean: Bool) {
         guard !journal.isEmpty || cleared else { return }
-        lock.withLock {
+        lock.writing {
             guard var index = loaded else { return }
             loaded = nil  // released while it is patched, so the patch does not copy its arrays
             guard clean else { return }
@@ -57,14 +63,14 @@ final class StoreVectors: @unchecked Sendable {
         cleared = false
     }
 
-    func install(_ index: VectorIndex) { lock.withLock { loaded = index } }
-    func drop() { lock.withLock { loaded = nil } }
+    func install(_ index: VectorIndex) { lock.writing { loaded = index } }
+    func drop() { lock.writing { loaded = nil } }
 
     /// The `k` nearest vectors (nil when not loaded); `allowed` restricts them.
     func search(_ query: [Float], k: Int, mode: VectorIndex.Mode = .automatic, allowed: ((Int64) -> Bool)? = nil)
         -> (matches: [VectorMatch], total: Int)?
     {
-        lock.withLock {
+        lock.reading {
             guard let index = loaded else { return nil }
             return (index.search(query, k: k, mode: mode, allowed: allowed), index.count)
         }
@@ -73,14 +79,14 @@ final class StoreVectors: @unchecked Sendable {
     /// Which of `rowids` (best first) are near-duplicates of one above (`VectorIndex.nearDuplicates`);
     /// none when the index is not loaded.
     func nearDuplicates(_ rowids: [Int64], threshold: Float, depth: Int) -> [Bool] {
-        lock.withLock {
+        lock.reading {
             loaded?.nearDuplicates(rowids, threshold: threshold, depth: depth) ?? [Bool](repeating: false, count: rowids.count)
         }
     }
 
     /// True once per opening: the caller starts the fill.
     func claimFill() -> Bool {
-        lock.withLock {
+        fillLock.withLock {
             guard !fillStarted else { return false }
             fillStarted = true
             filling = true
@@ -88,6 +94,38 @@ final class StoreVectors: @unchecked Sendable {
         }
     }
 
-    func fillEnded() { lock.withLock { filling = false } }
-    var isFilling: Bool { lock.withLock { filling } }
+    func fillEnded() { fillLock.withLock { filling = false } }
+    var isFilling: Bool { fillLock.withLock { filling } }
+}
+
+/// A pthread read-write lock that prefers writers (a stream of overlapping readers cannot keep the
+/// store's writer out for ever; a reader arriving while the writer waits queues behind its short patch).
+final class ReadWriteLock: @unchecked Sendable {
+    private let rw: UnsafeMutablePointer<pthread_rwlock_t>
+
+    init() {
+        rw = .allocate(capacity: 1)
+        var attributes = pthread_rwlockattr_t()
+        pthread_rwlockattr_init(&attributes)
+        pthread_rwlockattr_setkind_np(&attributes, Int32(PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP))
+        pthread_rwlock_init(rw, &attributes)
+        pthread_rwlockattr_destroy(&attributes)
+    }
+
+    deinit {
+        pthread_rwlock_destroy(rw)
+        rw.deallocate()
+    }
+
+    func reading<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_rwlock_rdlock(rw)
+        defer { pthread_rwlock_unlock(rw) }
+        return try body()
+    }
+
+    func writing<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_rwlock_wrlock(rw)
+        defer { pthread_rwlock_unlock(rw) }
+        return try body()
+    }
 }

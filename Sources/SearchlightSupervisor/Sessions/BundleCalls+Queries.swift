@@ -71,7 +71,7 @@ extension BundleCalls {
         var explanation: FusedCandidate?
     }
 
-    /// `query.user`: ranked items (merged by score across bundles) and suggestions, answered as
+    /// `query.user`: ranked items (one ranking across bundles: `federatedUserQuery`) and suggestions, answered as
     /// JSON written straight from the rows. `desktop`: the desktop role's answer, where every
     /// item names its bundle and `bundles` says how each bundle's items open.
     func userQuery(_ r: QueryUser, desktop: DesktopCalls? = nil) throws(SearchlightError) -> WireAnswer {
@@ -88,21 +88,29 @@ extension BundleCalls {
                                                       cacheScope: client.peer.uid)
         }
         request.explain = r.context.explain
+        let budget = queryBudget(Method.queryUser)
         // Semantic search (hybrid ranking): on unless asked off, where the static table is there;
-        // the query embedded once for every index it searches.
+        // the query embedded once for every index it searches, within the query's budget (the
+        // transformer's embedding waits its turn among the uids: `QueryCompute`).
         if r.context.semanticSearch ?? true, r.context.semanticWeight > 0 || r.context.explain,
            !r.text.allSatisfy({ $0.isWhitespace }) {
-            request.semantic = context.semantic.request(r.text, weight: r.context.semanticWeight)
+            let semantic = context.semantic, uid = client.peer.uid
+            request.semantic = try budgeted(Method.queryUser, budget) { () throws(SearchlightError) -> SemanticRequest? in
+                try semantic.request(r.text, weight: r.context.semanticWeight, owner: uid, budget: budget)
+            }
         }
         // The desktop's items always name their bundle, also when the query named one.
         let tagged = acrossBundles(r.bundle) || desktop != nil
-        let budget = queryBudget(Method.queryUser)
         var items = EncodedItems()
         var hits: [UserQueryHit] = []
         var targets: [(bundle: String, index: String)] = []
         var suggestions: [Suggestion] = []
         let incomplete = try budgeted(Method.queryUser, budget) { () throws(SearchlightError) -> Bool in
-            try forEachQueryTarget(bundle: r.bundle, index: r.index) { (bundle, index, store) throws(SearchlightError) -> Bool in
+            guard !acrossBundles(r.bundle) else {
+                return try federatedUserQuery(request, index: r.index, budget: budget, targets: &targets, hits: &hits,
+                    suggestions: &suggestions, items: &items)
+            }
+            return try forEachQueryTarget(bundle: r.bundle, index: r.index) { (bundle, index, store) throws(SearchlightError) -> Bool in
                 targets.append((bundle, index))
                 let first = items.count
                 let result = try store.userQuery(request, budget: budget, into: &items)
@@ -113,7 +121,6 @@ extension BundleCalls {
                 return true
             }
         }
-        if targets.count > 1 { hits.sort { $0.score < $1.score } }
         let chosen = hits.prefix(request.maxResultCount)
         let ranked = request.enableRankedResults ? chosen.prefix(request.maxRankedResultCount) : []
 
@@ -157,6 +164,56 @@ extension BundleCalls {
         }
         out.append(UInt8(ascii: "}"))
         return .encoded(out)
+    }
+
+    /// A user query across bundles as one ranking (Docs/Architecture.md, "Queries"): every
+    /// index's statistics summed (each leased while it is read), every index's candidates
+    /// scored with the sum, one fusion over the union, and only the chosen items read. `hits`
+    /// come best first; `targets` are the indexes read.
+    private func federatedUserQuery(_ request: UserQueryRequest, index: String, budget: QueryBudget,
+                                    targets: inout [(bundle: String, index: String)], hits: inout [UserQueryHit],
+                                    suggestions: inout [Suggestion], items: inout EncodedItems) throws(SearchlightError) -> Bool
+    {
+        var statistics = CorpusStatistics()
+        let incomplete = try forEachQueryTarget(bundle: nil, index: index) { (bundle, index, store) throws(SearchlightError) -> Bool in
+            targets.append((bundle, index))
+            statistics.add(try store.corpusStatistics(request, budget: budget))
+            return true
+        }
+        let tuning = FederatedUserQuery.tuning(request.semantic, statistics: statistics)
+        var shards: [ShardCandidates] = []
+        for t in targets {
+            let shard = try context.registry.withStore(bundle: t.bundle, index: t.index, create: false) {
+                (store) throws(SearchlightError) -> ShardCandidates in
+                try store?.userQueryCandidates(request, statistics: statistics, tuning: tuning, budget: budget) ?? ShardCandidates()
+            }
+            for s in shard.suggestions where !suggestions.contains(where: { $0.text == s.text }) { suggestions.append(s) }
+            shards.append(shard)
+        }
+        let ranked = FederatedUserQuery.rank(shards, semantic: request.semantic, tuning: tuning, limit: request.maxResultCount)
+        // Each index read once more, for its chosen items only; an item deleted meanwhile is left out.
+        var position: [Int: Int] = [:]
+        for (shard, _) in targets.enumerated() {
+            let mine = ranked.indices.filter { ranked[$0].shard == shard }
+            guard !mine.isEmpty else { continue }
+            let t = targets[shard]
+            let first = items.count
+            let found = try context.registry.withStore(bundle: t.bundle, index: t.index, create: false) { (store) throws(SearchlightError) -> [Bool] in
+                try store?.writeUserQueryItems(mine.map { ranked[$0].candidate.rowID }, fetch: request.fetch, budget: budget, into: &items)
+                    ?? mine.map { _ in false }
+            }
+            var n = first
+            for (i, present) in zip(mine, found) where present {
+                position[i] = n
+                n += 1
+            }
+        }
+        for (i, hit) in ranked.enumerated() {
+            guard let item = position[i] else { continue }
+            hits.append(UserQueryHit(score: hit.candidate.score, item: item, target: hit.shard,
+                explanation: request.explain ? hit.candidate : nil))
+        }
+        return incomplete
     }
 
     /// An item's `explain`: `{lexicalRank?, vectorRank?, similarity?, score}`; `score` is the

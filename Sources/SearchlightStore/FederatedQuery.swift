@@ -1,0 +1,234 @@
+import Foundation
+import SearchlightSemantic
+import SearchlightWire
+
+/// The statistics bm25 reads from a full-text index (its rows, their tokens, and how many rows
+/// match each phrase of the query alone), summable over several indexes: a query across apps
+/// scores every index's items with the sum (Elasticsearch's `dfs_query_then_fetch`), so that
+/// its scores are those of one index holding every app's items, and comparable.
+public struct CorpusStatistics: Sendable, Equatable {
+    public var rows: Int64 = 0
+    public var tokens: Int64 = 0
+    /// One per different word of the query (`UserQueryTerms.terms`), in order.
+    public var hits: [Int64] = []
+    /// The vectors of the indexes and how many of them the transformer made: the fusion's
+    /// constants are chosen from the sum (`SemanticRequest.tuning`).
+    public var vectors = 0
+    public var refined = 0
+
+    public init(rows: Int64 = 0, tokens: Int64 = 0, hits: [Int64] = [], vectors: Int = 0, refined: Int = 0) {
+        self.rows = rows
+        self.tokens = tokens
+        self.hits = hits
+        self.vectors = vectors
+        self.refined = refined
+    }
+
+    /// Adds another index's statistics of the same query.
+    public mutating func add(_ other: CorpusStatistics) {
+        rows += other.rows
+        tokens += other.tokens
+        if hits.isEmpty { hits = [Int64](repeating: 0, count: other.hits.count) }
+        if hits.count == other.hits.count { for i in hits.indices { hits[i] += other.hits[i] } }
+        vectors += other.vectors
+        refined += other.refined
+    }
+}
+
+/// One index's candidates for a user query across apps: its lexical top-k scored with the summed
+/// statistics, its vector top-k, which of its lexical hits are exact, and its suggestions.
+/// `FederatedUserQuery.rank` fuses them all at once.
+public struct ShardCandidates: Sendable {
+    public var lexical: [ScoredCandidate] = []
+    public var vector: [VectorMatch] = []
+    /// Each vector hit's similarity times its boost, the order of `vector` (merged by it).
+    public var vectorScores: [Float] = []
+    /// Near-duplicate flags of the vector hits (`VectorIndex.nearDuplicates`), or empty.
+    public var folded: [Bool] = []
+    /// The lexical hits that are exact (title, or the words as a phrase: `IndexStore.exactHits`).
+    public var exact: Set<Int64> = []
+    public var suggestions: [Suggestion] = []
+
+    public init() {}
+}
+
+extension IndexStore {
+    /// The first phase of a query across indexes: this index's `CorpusStatistics` for the query,
+    /// the same numbers bm25 would read here.
+    public func corpusStatistics(_ request: UserQueryRequest, budget: QueryBudget? = nil) throws(SearchlightError) -> CorpusStatistics {
+        let terms = try request.terms(maxTerms: options.limits.maxQueryTerms)
+        let now = options.clock().timeIntervalSince1970
+        var counts = (vectors: 0, refined: 0)
+        if hasVectors, request.semantic != nil {
+            try loadVectors()
+            counts = vectors.counts ?? (0, 0)
+        }
+        var statistics = try read(budget: budget) { db in
+            try db.transaction("DEFERRED") { () throws -> CorpusStatistics in
+                guard !terms.words.isEmpty else { return CorpusStatistics() }
+                if formatVersion >= RankWriter.firstFormat,
+                    let phrases = QueryPhrase.phrases(terms, tokenizer: try db.fullTextTokenizer()),
+                    let s = try RankedTopK(db: db, phrases: phrases, limit: 1, filter: nil, now: now, store: self).statistics()
+                {
+                    return s
+                }
+                // FTS5's own: the table's totals and, per phrase, the rows it matches alone.
+                guard let totals = try RankedTopK.totals(db) else { return CorpusStatistics(hits: terms.terms.map { _ in 0 }) }
+                var hits: [Int64] = []
+                for term in terms.terms {
+                    try budget?.check()
+                    hits.append(try db.scalar("SELECT count(*) FROM fts WHERE fts MATCH ?", [.text(term)]).flatMap {
+                        if case .integer(let n) = $0 { n } else { nil }
+                    } ?? 0)
+                }
+                return CorpusStatistics(rows: totals.rows, tokens: totals.tokens, hits: hits)
+            }
+        }
+        statistics.vectors = counts.vectors
+        statistics.refined = counts.refined
+        return statistics
+    }
+
+    /// The second phase: this index's candidates, lexical ones scored with `statistics` (the sum
+    /// over every index searched), vector ones floored by `tuning`.
+    public func userQueryCandidates(_ request: UserQueryRequest, statistics: CorpusStatistics, tuning: FusionTuning?,
+                                    budget: QueryBudget? = nil) throws(SearchlightError) -> ShardCandidates
+    {
+        let terms = try request.terms(maxTerms: options.limits.maxQueryTerms)
+        let now = options.clock().timeIntervalSince1970
+        let semantic = hasVectors ? request.semantic : nil
+        if semantic != nil { try loadVectors() }
+        return try read(budget: budget) { db in
+            try db.transaction("DEFERRED") { () throws -> ShardCandidates in
+                var out = ShardCandidates()
+                if request.maxResultCount > 0 {
+                    if !terms.words.isEmpty {
+                        out.lexical = try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now,
+                            path: .automatic, statistics: statistics).candidates
+                    }
+                    if let semantic, let tuning {
+                        var scores: [Int64: Float] = [:]
+                        out.vector = try vectorCandidates(db, query: semantic.vector, limit: request.maxResultCount, filter: request.filter,
+                            now: now, minimumSimilarity: tuning.minimumSimilarity, budget: budget) { scores[$0] = $1 }
+                        out.vectorScores = out.vector.map { scores[$0.rowid] ?? $0.similarity }
+                        out.folded = tuning.fold.map { vectors.nearDuplicates(out.vector.map(\.rowid), threshold: $0.similarity, depth: $0.depth) } ?? []
+                    }
+                    // Exact hits matter only where a near miss could pass them: with a vector side.
+                    if request.semantic != nil {
+                        out.exact = try exactHits(db, terms: terms, among: out.lexical.map(\.rowID))
+                    }
+                }
+                if request.maxSuggestionCount > 0 {
+                    // A word another app has is no misspelling: corrections only for words no index searched holds.
+                    var found: Set<String> = []
+                    if statistics.hits.count == terms.distinctWords.count {
+                        for (w, n) in zip(terms.distinctWords, statistics.hits) where n > 0 { found.insert(w.key) }
+                    }
+                    out.suggestions = try suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db,
+                        path: .automatic, budget: budget, found: found)
+                }
+                return out
+            }
+        }
+    }
+
+    /// The last phase: the items of `rowids`, in order, written as `userQuery` writes them;
+    /// answers, per rowid, whether it was still there.
+    public func writeUserQueryItems(_ rowids: [Int64], fetch: [String]?, budget: QueryBudget? = nil,
+                                    into items: inout EncodedItems) throws(SearchlightError) -> [Bool]
+    {
+        let fetch = fetch.map(Set.init)
+        let sql = "SELECT \(ItemRecord.selectColumns(fetch: fetch)) FROM items WHERE items.rowid = ?"
+        let writer = WireItemWriter(fetch: fetch)
+        return try read(budget: budget) { db in
+            try db.transaction("DEFERRED") { () throws -> [Bool] in
+                let s = try db.statement(sql)
+                var found: [Bool] = []
+                for rowid in rowids {
+                    try budget?.check()
+                    s.reset()
+                    defer { s.reset() }
+                    try s.bind(.integer(rowid), at: 1)
+                    guard try s.step() else {
+                        found.append(false)
+                        continue
+                    }
+                    items.append { writer.write(s, offset: 0, to: &$0) }
+                    found.append(true)
+                }
+                return found
+            }
+        }
+    }
+}
+
+/// One ranking over the candidates of several indexes (Docs/Architecture.md, "Queries"): the
+/// lexical lists merged by their scores (comparable: `CorpusStatistics`), the vector lists by
+/// boosted similarity, one `HybridFusion.fuse` over the union keyed by (index, rowid), one
+/// `demoteNearMisses`: the ranking one index holding every app's items would give.
+public enum FederatedUserQuery {
+    /// One item of the answer: the index it is in (position in the shards given) and its
+    /// candidate (its rowid in that index; ranks and score over the union; lower is better, as in
+    /// `UserQueryResult.scores`).
+    public struct Hit: Sendable {
+        public var shard: Int
+        public var candidate: FusedCandidate
+    }
+
+    /// The fusion's constants for the indexes whose statistics were summed into `statistics`.
+    public static func tuning(_ semantic: SemanticRequest?, statistics: CorpusStatistics) -> FusionTuning? {
+        semantic?.tuning { (statistics.vectors, statistics.refined) }
+    }
+
+    /// The best `limit` items of `shards`, best first.
+    public static func rank(_ shards: [ShardCandidates], semantic: SemanticRequest?, tuning: FusionTuning?, limit: Int) -> [Hit] {
+        // Keys over the union: lexical hits first, in merged order, so that ties go to the
+        // better lexical hit as they do inside one index.
+        var keys: [(shard: Int, rowid: Int64)] = []
+        var keyOf: [Int: [Int64: Int64]] = [:]
+        func key(_ shard: Int, _ rowid: Int64) -> Int64 {
+            if let k = keyOf[shard]?[rowid] { return k }
+            keys.append((shard, rowid))
+            keyOf[shard, default: [:]][rowid] = Int64(keys.count - 1)
+            return Int64(keys.count - 1)
+        }
+        var lexical: [(score: Double, shard: Int, rowid: Int64)] = []
+        var vector: [(score: Float, similarity: Float, folded: Bool, shard: Int, rank: Int, rowid: Int64)] = []
+        for (s, shard) in shards.enumerated() {
+            for c in shard.lexical { lexical.append((c.score, s, c.rowID)) }
+            for (i, m) in shard.vector.enumerated() {
+                vector.append((i < shard.vectorScores.count ? shard.vectorScores[i] : m.similarity, m.similarity,
+                    i < shard.folded.count && shard.folded[i], s, i, m.rowid))
+            }
+        }
+        lexical.sort { a, b in a.score != b.score ? a.score < b.score : (a.shard, a.rowid) < (b.shard, b.rowid) }
+        vector.sort { a, b in a.score != b.score ? a.score > b.score : (a.shard, a.rank) < (b.shard, b.rank) }
+        let lexicalKeys = lexical.prefix(limit).map { key($0.shard, $0.rowid) }
+        let vectorMatches = vector.prefix(limit).map { VectorMatch(rowid: key($0.shard, $0.rowid), similarity: $0.similarity) }
+        let folded = vector.prefix(limit).map(\.folded)
+        var exact: Set<Int64> = []
+        for (s, shard) in shards.enumerated() {
+            for rowid in shard.exact { if let k = keyOf[s]?[rowid] { exact.insert(k) } }
+        }
+
+        var ranking: [FusedCandidate]
+        if let semantic, let tuning {
+            let weight = tuning.weight(semantic.weight, lexicalHits: lexicalKeys.count, limit: limit)
+            let fused = HybridFusion.fuse(lexical: lexicalKeys, vector: vectorMatches, weight: weight, limit: .max, k: tuning.rrfK,
+                folded: folded, fold: tuning.fold?.demotion)
+            // Lower is better, as in one index's answer: the fused score negated.
+            ranking = HybridFusion.demoteNearMisses(fused, exact: exact, exactFirst: semantic.exactFirst).prefix(limit)
+                .map { var c = $0; c.score = -c.score; return c }
+        } else {
+            ranking = lexical.prefix(limit).enumerated().map { i, l in
+                FusedCandidate(rowID: lexicalKeys[i], lexicalRank: i + 1, vectorRank: nil, similarity: nil, score: l.score)
+            }
+        }
+        return ranking.map { c in
+            var c = c
+            let (shard, rowid) = keys[Int(c.rowID)]
+            c.rowID = rowid
+            return Hit(shard: shard, candidate: c)
+        }
+    }
+}

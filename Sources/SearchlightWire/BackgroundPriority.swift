@@ -1,0 +1,116 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+
+/// The CPU priority of the daemon's background threads (issue 30, "queries never wait behind
+/// background work"): idle maintenance, transformer refinement, the vector fill, ranked-index
+/// builds, migration and salvage copies and a shadow's writer run at nice `niceValue`, so that a
+/// thread answering a query wins the CPU over them (and over nothing else: a nice-10 thread still
+/// gets its share on an idle machine). With CFS a nice-10 thread weighs 110 against a nice-0
+/// thread's 1 024: on two cores shared with busy processes, a query is no longer one runnable
+/// thread among the daemon's many.
+///
+/// Linux's `setpriority(PRIO_PROCESS, 0)` sets the calling thread's nice. Raising it needs no
+/// privilege, lowering it again does (RLIMIT_NICE is 0 for users): so only threads the daemon
+/// owns for good are lowered, never a libdispatch or cooperative-pool thread, which later runs
+/// other work (a client's reply). Background work that ran on a dispatch queue runs on a
+/// `BackgroundQueue` instead.
+///
+/// `SEARCHLIGHT_BACKGROUND_NICE=0` in the daemon's environment turns it off (the bench compares
+/// both in one binary); another value from 1 to 19 replaces the default 10.
+public enum BackgroundPriority {
+    /// The nice value of background threads; 0 when turned off.
+    public static let niceValue: Int32 = {
+        guard let text = ProcessInfo.processInfo.environment["SEARCHLIGHT_BACKGROUND_NICE"], let n = Int32(text) else { return 10 }
+        return min(max(n, 0), 19)
+    }()
+
+    /// Whether the current thread was lowered (`lowerCurrentThread`): CPU-heavy work that would
+    /// fan out to shared pool threads (which run at the normal priority) runs serially on it instead.
+    public static var isCurrentThreadBackground: Bool { flag.isSet }
+
+    /// Lowers the calling thread's CPU priority to `niceValue`, for the rest of its life, and
+    /// names it `name` (at most 15 bytes: what `top -H` and /proc/PID/task/TID/comm show; on Linux
+    /// Foundation's `Thread.name` does not reach them). Call it first thing on a thread the daemon
+    /// created for background work, never on a pool thread.
+    public static func lowerCurrentThread(name: String) {
+        // Swift's Glibc has neither pthread_setname_np nor prctl (variadic): the kernel's file for it.
+        let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
+        if fd >= 0 {
+            let bytes = Array(name.utf8.prefix(15))
+            _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            close(fd)
+        }
+        guard niceValue > 0 else { return }
+        // `who` 0 is the calling thread on Linux (the nice value is per thread under NPTL,
+        // setpriority(2) BUGS), which is what `gettid()` would name; Swift's Glibc has no gettid.
+        if setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, niceValue) == 0 { flag.set() }
+    }
+}
+
+/// A per-thread flag in a pthread key (cheaper than Foundation's thread dictionary).
+private let flag = ThreadFlag()
+
+private final class ThreadFlag: @unchecked Sendable {
+    private var key = pthread_key_t()
+    init() { pthread_key_create(&key, nil) }
+    var isSet: Bool { pthread_getspecific(key) != nil }
+    func set() { pthread_setspecific(key, UnsafeRawPointer(bitPattern: 1)) }
+}
+
+/// A serial queue of background work on one thread of its own, started at `BackgroundPriority`:
+/// what a `DispatchQueue` did for ranked-index builds and salvage, without lowering a shared
+/// libdispatch thread. Jobs run in order; `async(after:)` runs one once its delay has passed.
+public final class BackgroundQueue: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var jobs: [(due: Double, job: @Sendable () -> Void)] = []
+    private var thread: Thread?
+    private let name: String
+
+    /// The thread starts on the first job.
+    public init(label: String) { name = label }
+
+    public func async(_ job: @escaping @Sendable () -> Void) { async(after: 0, job) }
+
+    /// Runs `job` on the queue's thread once `seconds` have passed (monotonic clock).
+    public func async(after seconds: Double, _ job: @escaping @Sendable () -> Void) {
+        condition.lock()
+        defer { condition.unlock() }
+        jobs.append((Self.now() + max(0, seconds), job))
+        if thread == nil {
+            let t = Thread { [self] in loop() }
+            t.name = name
+            thread = t
+            t.start()
+        }
+        condition.signal()
+    }
+
+    private func loop() {
+        BackgroundPriority.lowerCurrentThread(name: name)
+        while true {
+            condition.lock()
+            var job: (@Sendable () -> Void)?
+            while job == nil {
+                let now = Self.now()
+                // The first due job in order of arrival; else wait for the earliest.
+                if let i = jobs.firstIndex(where: { $0.due <= now }) {
+                    job = jobs.remove(at: i).job
+                } else if let next = jobs.map(\.due).min() {
+                    _ = condition.wait(until: Date(timeIntervalSinceNow: next - now))
+                } else {
+                    condition.wait()
+                }
+            }
+            condition.unlock()
+            job?()
+        }
+    }
+
+    static func now() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+}

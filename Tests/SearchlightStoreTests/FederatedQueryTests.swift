@@ -1,0 +1,137 @@
+import Foundation
+import SearchlightSemantic
+import Testing
+@testable import SearchlightStore
+import SearchlightWire
+
+/// A query across apps (`FederatedUserQuery`) ranks the items of several indexes as one index
+/// holding all of them would (Docs/Architecture.md, "Queries").
+@Suite("One ranking across indexes")
+struct FederatedQueryTests {
+    /// Items of varied length and word frequencies; a word's frequency differs between the two
+    /// halves, so each half's own statistics would score it differently from the union's.
+    static func items(_ f: StoreFixture) throws -> [SearchableItem] {
+        let words = ["bridge", "natural", "park", "stone", "river", "arch", "canyon", "trail", "desert", "water",
+                     "photo", "editor", "image", "music", "player", "audio", "mail", "server", "chess", "board"]
+        var out: [SearchableItem] = []
+        var seed: UInt64 = 12345
+        func next() -> Int {
+            seed = seed &* 6364136223846793005 &+ 1442695040888963407
+            return Int(seed >> 33)
+        }
+        for i in 0..<120 {
+            // The first half leans to the first ten words, the second half to the others.
+            let lean = i < 60 ? 0 : 10
+            let n = 2 + next() % 12
+            let text = (0..<n).map { _ in words[next() % 3 == 0 ? next() % 20 : lean + next() % 10] }.joined(separator: " ")
+            let title = (0..<(1 + next() % 3)).map { _ in words[next() % 20] }.joined(separator: " ")
+            out.append(try f.item("item\(i)", ["title": .string(title), "textContent": .string(text)]))
+        }
+        return out
+    }
+
+    /// Three stores: the first half of the items, the second half, and all of them.
+    struct Split {
+        let a: StoreFixture, b: StoreFixture, union: StoreFixture
+        init(vectors: Bool = false, rankedBuilds: Bool = true) throws {
+            a = try StoreFixture(rankedBuilds: rankedBuilds, vectors: vectors)
+            b = try StoreFixture(rankedBuilds: rankedBuilds, vectors: vectors)
+            union = try StoreFixture(rankedBuilds: rankedBuilds, vectors: vectors)
+            let all = try FederatedQueryTests.items(a)
+            _ = try a.store.applySync([.items(Array(all[..<60]))])
+            _ = try b.store.applySync([.items(Array(all[60...]))])
+            _ = try union.store.applySync([.items(all)])
+        }
+    }
+
+    /// The federated answer over `stores`: (identifier, score) best first.
+    static func federated(_ request: UserQueryRequest, _ stores: [IndexStore]) throws -> [(String, Double)] {
+        var statistics = CorpusStatistics()
+        for s in stores { statistics.add(try s.corpusStatistics(request)) }
+        let tuning = FederatedUserQuery.tuning(request.semantic, statistics: statistics)
+        let shards = try stores.map { try $0.userQueryCandidates(request, statistics: statistics, tuning: tuning) }
+        let hits = FederatedUserQuery.rank(shards, semantic: request.semantic, tuning: tuning, limit: request.maxResultCount)
+        return try hits.map { h in
+            let id = try stores[h.shard].read { db in
+                try db.rows("SELECT uid FROM items WHERE rowid = ?", [.integer(h.candidate.rowID)]).first?.string(0)
+            }
+            return (id ?? "?", h.candidate.score)
+        }
+    }
+
+    /// One index's answer: (identifier, score) best first.
+    static func single(_ request: UserQueryRequest, _ store: IndexStore) throws -> [(String, Double)] {
+        let r = try store.userQuery(request)
+        return zip(r.items.compactMap { $0["uniqueIdentifier"]?.stringValue }, r.scores).map { ($0, $1) }
+    }
+
+    /// Equal scores in the same order, and the same items at each score (ties go to the lower
+    /// rowid, which differs between the split and the union).
+    static func expectSameRanking(_ x: [(String, Double)], _ y: [(String, Double)], _ query: String) {
+        #expect(x.map(\.1) == y.map(\.1), "\(query): scores \(x.prefix(5)) vs \(y.prefix(5))")
+        let group = { (l: [(String, Double)]) in Dictionary(grouping: l, by: \.1).mapValues { Set($0.map(\.0)) } }
+        #expect(group(x) == group(y), "\(query)")
+    }
+
+    static let queries = ["bridge", "natural bridge", "stone arch", "photo editor", "music player server", "chess", "canyon trail water", "riv"]
+
+    @Test("lexical: the ranking over A and B is the one index holding A∪B gives, score for score (ranked index)")
+    func lexicalRankedIndex() throws {
+        let s = try Split()
+        for store in [s.a.store, s.b.store, s.union.store] { try store.buildRankedIndex() }
+        for q in Self.queries {
+            let r = UserQueryRequest(text: q)
+            Self.expectSameRanking(try Self.federated(r, [s.a.store, s.b.store]), try Self.single(r, s.union.store), q)
+        }
+    }
+
+    @Test("lexical: the same from the unbuilt delta and from FTS5's exhaustive scoring with the summed statistics")
+    func lexicalDeltaAndExhaustive() throws {
+        let s = try Split(rankedBuilds: false)
+        for q in Self.queries {
+            let r = UserQueryRequest(text: q)
+            Self.expectSameRanking(try Self.federated(r, [s.a.store, s.b.store]), try Self.single(r, s.union.store), q)
+            // sl_bm25 with the union's statistics is bm25 of the union.
+            let terms = try UserQueryTerms(q)
+            let now = s.a.clock.now.timeIntervalSince1970
+            var statistics = CorpusStatistics()
+            for st in [s.a.store, s.b.store] { statistics.add(try st.corpusStatistics(r)) }
+            var split: [(Double)] = []
+            for st in [s.a.store, s.b.store] {
+                split += try st.read { db in
+                    try IndexStore.exhaustiveCandidates(db, terms: terms, limit: 100, filter: nil, now: now, statistics: statistics).map(\.score)
+                }
+            }
+            let whole = try s.union.store.read { db in
+                try IndexStore.exhaustiveCandidates(db, terms: terms, limit: 200, filter: nil, now: now).map(\.score)
+            }
+            #expect(split.sorted() == whole.sorted(), "\(q)")
+        }
+    }
+
+    @Test("hybrid: the ranking over A and B is the one index holding A∪B gives")
+    func hybrid() throws {
+        let s = try Split(vectors: true)
+        for store in [s.a.store, s.b.store, s.union.store] { try store.buildRankedIndex() }
+        for q in Self.queries {
+            var r = UserQueryRequest(text: q)
+            r.semantic = SemanticRequest(vector: staticEncoder.embed(q), weight: 0.5)
+            Self.expectSameRanking(try Self.federated(r, [s.a.store, s.b.store]), try Self.single(r, s.union.store), q)
+        }
+    }
+
+    @Test("an exact title hit in one index ranks above a vector-only near miss in another (\"natural bridges\")")
+    func exactHitAcrossIndexes() throws {
+        let tags = try StoreFixture(vectors: true), packages = try StoreFixture(vectors: true)
+        try tags.donate(try tags.item("park", ["displayName": "Natural Bridges State Park", "title": "Natural Bridges State Park"]))
+        try packages.donate(
+            try packages.item("bridge-lib", ["title": "libatk-bridge2.0-0", "contentDescription": "AT-SPI 2 toolkit bridge - shared library"]),
+            try packages.item("bridges", ["title": "bridge-utils", "contentDescription": "Utilities for configuring the Linux Ethernet bridge"]),
+            try packages.item("nature", ["title": "nature-sounds", "contentDescription": "natural landscapes and bridges wallpaper"]))
+        var r = UserQueryRequest(text: "natural bridges")
+        r.semantic = SemanticRequest(vector: staticEncoder.embed("natural bridges"), weight: 1, minimumSimilarity: -1)
+        let ranked = try Self.federated(r, [packages.store, tags.store]).map(\.0)
+        // Weight 1: the vector side alone would decide; the exact title hit still comes first.
+        #expect(ranked.first == "park", "\(ranked)")
+    }
+}
