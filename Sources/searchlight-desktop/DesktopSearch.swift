@@ -86,7 +86,7 @@ actor DesktopSearch {
     /// parentheses and punctuation only can match nothing.
     static func hasWords(_ text: String) -> Bool {
         text.unicodeScalars.contains { s in
-            if s.value < 0x80 { return (s.value >= 0x30 && s.value <= 0x39) || (s.value >= 0x41 && s.value <= 0x5A) || (s.value >= 0x61 && s.value <= 0x7A) }
+            if s.isASCII { return ("0"..."9").contains(s) || ("A"..."Z").contains(s) || ("a"..."z").contains(s) }
             switch s.properties.generalCategory {
             case .uppercaseLetter, .lowercaseLetter, .titlecaseLetter, .modifierLetter, .otherLetter,
                  .decimalNumber, .letterNumber, .otherNumber, .privateUse, .nonspacingMark:
@@ -106,8 +106,9 @@ actor DesktopSearch {
 
     /// The results with these ids, to show (GetResultMetas), in their order: each checked with
     /// the daemon now, so that an item deleted, hidden or made unreadable since the search is
-    /// left out; the kept one only when the daemon is unavailable. A few at a time, so that a hung
-    /// daemon costs one deadline, not one per id.
+    /// left out; the kept one only when the daemon is unavailable. Four at a time: a hung daemon
+    /// costs a deadline per batch at most (its connection is closed at the first), not one per id,
+    /// and the batch stays under `DaemonClient.maxInFlight`.
     func results(_ ids: [String]) async -> [SearchResult] {
         var found: [SearchResult] = []
         var start = 0
