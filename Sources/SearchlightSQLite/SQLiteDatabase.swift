@@ -269,6 +269,7 @@ public final class SQLiteConnection: @unchecked Sendable {
 
     /// `body` in one write transaction (`BEGIN IMMEDIATE`), committed when it returns and rolled
     /// back when it throws; other threads' statements on this connection wait until it ends.
+    @discardableResult
     public func transaction<T>(_ body: () throws -> T) throws -> T {
         try locked { try database.write(body) }
     }
