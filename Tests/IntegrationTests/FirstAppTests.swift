@@ -82,6 +82,23 @@ struct FirstAppTests {
         #expect(desktop.contains("\nExec=recipes %u\n"))
     }
 
+    @Test("an extension whose delegate writes another bundle than its unit's says so, naming both")
+    func bundleMismatchWarned() async throws {
+        try Self.requireBuilt()
+        let bundle = try #require(try Self.sourceBundleIdentifier())
+        let dir = TempDir("slfirstm")
+        try FileManager.default.createDirectory(atPath: dir.path + "/units", withIntermediateDirectories: true)
+        // The template's extension (its delegate: Recipes.bundleIdentifier) under a unit of another bundle.
+        let unit = try String(contentsOfFile: Self.template + "/\(bundle).plist", encoding: .utf8)
+            .replacingOccurrences(of: "<string>.build/debug/recipes-extension</string>", with: "<string>\(Self.recipesExtension)</string>")
+            .replacingOccurrences(of: "<string>\(bundle)</string>", with: "<string>com.example.mismatch</string>")
+        try unit.write(toFile: dir.path + "/units/com.example.mismatch.plist", atomically: true, encoding: .utf8)
+        let daemon = try await DaemonProcess(arguments: ["--units-dir", dir.path + "/units", "--backoff", "0.2"], dir: dir,
+                                             environment: ["XDG_DATA_HOME": dir.path + "/data"])
+        let line = try await daemon.waitForLog("the delegate's bundle is not the extension unit's", timeout: 60)
+        #expect(line.contains("delegateBundle=\(bundle)") && line.contains("unitBundle=com.example.mismatch"), "\(line)")
+    }
+
     @Test("from an empty database to a recipe found by the app, by its extension's rebuild and by the desktop's search, opened at the recipe")
     func walkThrough() async throws {
         try Self.requireBuilt()
