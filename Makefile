@@ -3,9 +3,9 @@ SWIFT ?= swift
 BUILD := .build/debug
 RELEASE := .build/release
 
-# The sample extensions: each its own package, built against the SDK the way a plugin author
+# The sample extensions (and Docs/FirstApp.md's template app, Extensions/FirstApp): each its own package, built against the SDK the way a plugin author
 # builds one (`swift build --package-path Extensions/NAME`, its own .build inside the folder).
-EXTENSIONS := Journal Notes Packages Tags
+EXTENSIONS := Journal Notes Packages Tags FirstApp
 UNITS := launchd-like-units/extensions
 
 .PHONY: all build release extensions run test test-deps bench fuzz deps clean sanitize soak install install-files uninstall model test-model

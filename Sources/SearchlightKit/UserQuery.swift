@@ -71,7 +71,8 @@ public struct UserQuery: Sendable {
 
     public struct Response: Sendable {
         public var items: [SearchableItem]
-        /// The best `maxRankedResultCount` items, best first (when ranking is enabled).
+        /// The best `maxRankedResultCount` items, best first (when ranking is enabled): the first
+        /// items of `items`, which a UI may set apart as top hits; the list a UI shows is `items`.
         public var rankedItems: [SearchableItem]
         public var suggestions: [QuerySuggestion]
         /// The index is being refilled after damage (recovery): items may be missing for now.
@@ -95,6 +96,49 @@ public struct UserQuery: Sendable {
         }
         return Response(items: r.items, rankedItems: r.rankedItems, suggestions: suggestions, isIncomplete: r.incomplete,
             explanations: context.explain ? r.explanations.map(RankExplanation.init(wire:)) : [])
+    }
+
+    /// One result of `responses` (CSUserQuery.Item): an item, with its explanation when the
+    /// context asked for it, and whether it is one of the ranked results (the first
+    /// `rankedItems.count` of `items`, a UI's "top hits").
+    public struct Item: Sendable {
+        public var item: SearchableItem
+        /// Why it ranks where it does (with `UserQueryContext.explain`); nil otherwise.
+        public var explanation: RankExplanation?
+        /// Among the `maxRankedResultCount` best (`Response.rankedItems`).
+        public var isRanked: Bool
+    }
+
+    /// What `responses` yields (CSUserQuery's responses): the items, best first, then the
+    /// suggestions.
+    public enum ResponseElement: Sendable {
+        case item(Item)
+        case suggestion(QuerySuggestion)
+    }
+
+    /// The answer as an async sequence, like `CSUserQuery.responses`: every item of
+    /// `Response.items` in order (each with its explanation), then every suggestion. One query to
+    /// the daemon, sent when iteration starts; ending the iteration early cancels it. An index
+    /// being refilled after damage is not reported here: use `run()` for `isIncomplete`.
+    public var responses: AsyncThrowingStream<ResponseElement, any Error> {
+        let query = self
+        return AsyncThrowingStream { continuation in
+            let task = Task {
+                do {
+                    let response = try await query.run()
+                    for (n, item) in response.items.enumerated() {
+                        try Task.checkCancellation()
+                        let explanation = n < response.explanations.count ? response.explanations[n] : nil
+                        continuation.yield(.item(Item(item: item, explanation: explanation, isRanked: n < response.rankedItems.count)))
+                    }
+                    for suggestion in response.suggestions { continuation.yield(.suggestion(suggestion)) }
+                    continuation.finish()
+                } catch {
+                    continuation.finish(throwing: error)
+                }
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
     }
 
     /// Loads the daemon's semantic model ahead of the first query (CSUserQuery.prepare()), so the

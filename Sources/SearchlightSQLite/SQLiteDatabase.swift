@@ -35,12 +35,14 @@ final class SQLiteDatabase {
     /// An app that builds its `select` SQL per row must not grow the cache without bound.
     private static let cacheLimit = 256
 
-    /// Opens an existing database read-write (never creates one: the app owns its file).
-    init(path: String, busyTimeoutMilliseconds: Int32 = 5_000) throws(SQLiteError) {
+    /// Opens an existing database read-write (never creates one: the app owns its file; only
+    /// the app's own `SQLiteConnection` passes `create`).
+    init(path: String, busyTimeoutMilliseconds: Int32 = 5_000, create: Bool = false) throws(SQLiteError) {
         self.path = path
         serial = Self.serials.add(1, ordering: .relaxed).newValue
         var db: OpaquePointer?
-        let rc = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE, nil)
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE | (create ? SQLITE_OPEN_CREATE : 0)
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
         guard rc == SQLITE_OK, let db else {
             let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "cannot open"
             sqlite3_close_v2(db)
@@ -160,6 +162,9 @@ final class SQLiteDatabase {
         }
     }
 
+    /// The rowid of the last row this connection inserted.
+    var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(handle) }
+
     private func prepared(_ sql: String) throws(SQLiteError) -> OpaquePointer {
         if let s = cache[sql] { return s }
         if cache.count >= Self.cacheLimit, activeQueries == 0 {
@@ -200,6 +205,73 @@ final class SQLiteDatabase {
             return .blob(Array(UnsafeRawBufferPointer(start: p, count: n)))
         default: return .null
         }
+    }
+}
+
+/// The app's own connection to its database, for an app that has no SQLite library of its own:
+/// the system SQLite this module already links, so the app declares no `systemLibrary` target
+/// (whose name would have to be unique across the package graph). Thread-safe: one statement
+/// at a time, in the caller's thread. The delegate opens its own connections; this one is the
+/// app's, and every write through it is recorded by the delegate's triggers like any other.
+///
+/// ```swift
+/// let db = try SQLiteConnection(path: "recipes.sqlite")     // created if missing
+/// try db.execute("CREATE TABLE IF NOT EXISTS recipes(id INTEGER PRIMARY KEY, title TEXT)")
+/// try db.run("INSERT INTO recipes(title) VALUES (?)", .text("Pancakes"))
+/// let titles = try db.rows("SELECT title FROM recipes").compactMap { $0[0].stringValue }
+/// ```
+public final class SQLiteConnection: @unchecked Sendable {
+    /// The database file's path.
+    public let path: String
+    private let lock = NSRecursiveLock()
+    private let database: SQLiteDatabase
+
+    /// Opens the database at `path` read-write, creating the file when `create` (the default)
+    /// and it is missing (its folder must exist). Waits up to `busyTimeout` for another
+    /// process's write lock before a statement fails with `SQLITE_BUSY`.
+    public init(path: String, create: Bool = true, busyTimeout: Duration = .seconds(5)) throws {
+        let milliseconds = busyTimeout.components.seconds * 1_000 + busyTimeout.components.attoseconds / 1_000_000_000_000_000
+        database = try SQLiteDatabase(path: path, busyTimeoutMilliseconds: Int32(clamping: milliseconds), create: create)
+        self.path = path
+    }
+
+    private func locked<T>(_ body: () throws -> T) rethrows -> T {
+        lock.lock()
+        defer { lock.unlock() }
+        return try body()
+    }
+
+    /// Runs one or more statements separated by `;`, without arguments or results (a schema,
+    /// `PRAGMA journal_mode = WAL`).
+    public func execute(_ sql: String) throws {
+        try locked { try database.execute(sql) }
+    }
+
+    /// Runs one statement that returns no rows, its `?` parameters bound to `arguments` in order;
+    /// the number of rows it changed.
+    @discardableResult
+    public func run(_ sql: String, _ arguments: DatabaseValue...) throws -> Int {
+        try locked { try database.run(sql, arguments) }
+    }
+
+    /// Every row of one query, each row its columns' values in the order of the `SELECT`.
+    public func rows(_ sql: String, _ arguments: DatabaseValue...) throws -> [[DatabaseValue]] {
+        try locked { try database.rows(sql, arguments) }
+    }
+
+    /// The first column of the query's first row; nil when it returns no row.
+    public func scalar(_ sql: String, _ arguments: DatabaseValue...) throws -> DatabaseValue? {
+        try locked { try database.scalar(sql, arguments) }
+    }
+
+    /// The rowid of the last row inserted through this connection.
+    public var lastInsertRowID: Int64 { locked { database.lastInsertRowID } }
+
+    /// `body` in one write transaction (`BEGIN IMMEDIATE`), committed when it returns and rolled
+    /// back when it throws; other threads' statements on this connection wait until it ends.
+    @discardableResult
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        try locked { try database.write(body) }
     }
 }
 

@@ -23,11 +23,25 @@ public protocol SQLiteIndexExtension: IndexExtension {
 
 extension SQLiteIndexExtension {
     public func reindexAllSearchableItems(in index: SearchableIndex) async throws {
-        try await makeDelegate().reindexAllSearchableItems(in: index)
+        try await checkedDelegate(for: index).reindexAllSearchableItems(in: index)
     }
 
     public func reindexSearchableItems(withIdentifiers identifiers: [String], in index: SearchableIndex) async throws {
-        try await makeDelegate().reindexSearchableItems(withIdentifiers: identifiers, in: index)
+        try await checkedDelegate(for: index).reindexSearchableItems(withIdentifiers: identifiers, in: index)
+    }
+
+    /// The delegate, after a check that it names the bundle the daemon hands the extension (its
+    /// unit's): an app whose delegate writes another bundle (its `bundleIdentifier:` left to the
+    /// executable's name) indexes one bundle while its extension rebuilds another, so each sees
+    /// half. Said on stderr, which the daemon logs, with both names.
+    private func checkedDelegate(for index: SearchableIndex) throws -> SQLiteSpotlightDelegate {
+        let delegate = try makeDelegate()
+        if delegate.bundleIdentifier != index.bundleIdentifier {
+            DelegateLog.warning("the delegate's bundle is not the extension unit's: the app and its extension index different bundles; pass bundleIdentifier: to the delegate", [
+                "delegateBundle": delegate.bundleIdentifier, "unitBundle": index.bundleIdentifier,
+            ])
+        }
+        return delegate
     }
 }
 
