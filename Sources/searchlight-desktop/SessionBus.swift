@@ -24,6 +24,8 @@ final class SessionBus: @unchecked Sendable {
     private var outstanding = 0
     private var lastActivity = ContinuousClock.now
     private var names: [String] = []
+    /// Why the loop was asked to end (SIGTERM, SIGINT, SIGHUP), once it was.
+    private var stopReason: String?
 
     /// Connects to the session bus of `$DBUS_SESSION_BUS_ADDRESS` (else `$XDG_RUNTIME_DIR/bus`).
     init() throws {
@@ -63,6 +65,12 @@ final class SessionBus: @unchecked Sendable {
         outstanding += 1
         lastActivity = .now
         return BusCall(sd_bus_message_ref(call.message), retained: true)
+    }
+
+    /// Asks the loop to end as an idle exit does (names released, what is in flight finished),
+    /// from any thread: SIGTERM, SIGINT and SIGHUP.
+    func stop(reason: String) {
+        post { bus in bus.stopReason = bus.stopReason ?? reason }
     }
 
     /// Runs `job` on the loop's thread, soon.
@@ -148,8 +156,13 @@ final class SessionBus: @unchecked Sendable {
     func run(idleExit: Duration?) {
         while true {
             guard pump() else { return }
-            if let idleExit, outstanding == 0, ContinuousClock.now - lastActivity >= idleExit {
-                Log.info("idle; exiting", ["idle_s": Int(idleExit.components.seconds)])
+            let idle = idleExit.map { outstanding == 0 && ContinuousClock.now - lastActivity >= $0 } ?? false
+            if idle || stopReason != nil {
+                if let stopReason {
+                    Log.info("stopping", ["by": stopReason, "outstanding": outstanding])
+                } else if let idleExit {
+                    Log.info("idle; exiting", ["idle_s": Int(idleExit.components.seconds)])
+                }
                 for name in names { _ = sd_bus_release_name(bus, name) }
                 let deadline = ContinuousClock.now + .seconds(3)
                 while ContinuousClock.now < deadline, pump(), outstanding > 0 || jobs.withLock({ !$0.isEmpty }) {

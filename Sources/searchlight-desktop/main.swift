@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import SearchlightKit
+import SearchlightWire
 
 /// searchlight-desktop: the desktop's search over searchlightd (DESIGN §12, Docs/Desktop.md).
 /// Started by the session bus on the first call to its name (D-Bus activation), it serves GNOME
@@ -97,13 +98,22 @@ if options.showSearch {
 
 let search = DesktopSearch(daemon: daemon, limits: options.limits)
 do {
+    // SIGTERM (a session ending, systemd --user stopping us), SIGINT and SIGHUP end the loop the
+    // way an idle exit does: the name released, calls in flight answered, exit status 0. Through
+    // a handler that writes to a pipe (SignalEvents), whichever thread the signal lands on.
+    let stopSignals = [SIGTERM, SIGINT, SIGHUP]
+    try SignalEvents.install(stopSignals)
     let bus = try SessionBus()
+    SignalEvents.onSignal { signal in
+        bus.stop(reason: signal == SIGTERM ? "SIGTERM" : signal == SIGINT ? "SIGINT" : "SIGHUP")
+    }
     try bus.export(path: GnomeSearchProvider.path, interface: .searchProvider, handler: GnomeSearchProvider(bus: bus, search: search))
     try bus.export(path: KRunnerInterface.path, interface: .krunner, handler: KRunnerInterface(bus: bus, search: search))
     // The objects are there before the name: a call that activated us finds them.
     try bus.requestName(busName)
     Log.info("searchlight-desktop ready", ["name": busName, "pid": getpid(), "socket": options.socket ?? DefaultPaths.clientSocket()])
     bus.run(idleExit: options.idleExit > 0 ? .milliseconds(Int(options.idleExit * 1000)) : nil)
+    Log.info("searchlight-desktop stopped")
 } catch {
     Log.error("cannot serve the desktop's search", ["error": "\(error)"])
     exit(1)

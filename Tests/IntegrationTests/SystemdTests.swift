@@ -9,7 +9,7 @@ import Testing
 /// searchlightd against them.
 
 /// A datagram socket standing in for systemd's notification socket: a path, or an abstract `@name`.
-private final class NotifySocket: @unchecked Sendable {
+final class NotifySocket: @unchecked Sendable {
     let address: String
     let fd: Int32
 
