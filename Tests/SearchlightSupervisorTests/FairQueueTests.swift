@@ -141,16 +141,19 @@ struct QueryComputeTests {
         let compute = QueryCompute(slots: 1, perOwner: 1)
         defer { compute.stop() }
         let blocker = Gate()
-        let first = Task.detached { try? compute.run(owner: 1, budget: QueryBudget(timeout: 60)) { blocker.work($0) } }
-        blocker.started.wait()
+        let first = OwnThread { try? compute.run(owner: 1, budget: QueryBudget(timeout: 60)) { blocker.work($0) } }
+        await onOwnThread { blocker.started.wait() }
         let ran = Flag()
         let budget = QueryBudget(timeout: 0.3)
-        #expect(throws: SearchlightError.self) {
-            _ = try compute.run(owner: 2, budget: budget) { _ in
-                ran.set()
-                return [2]
+        let outcome = await onOwnThread {
+            Result { () throws -> [Float]? in
+                try compute.run(owner: 2, budget: budget) { _ in
+                    ran.set()
+                    return [2]
+                }
             }
         }
+        #expect(throws: SearchlightError.self) { _ = try outcome.get() }
         #expect(budget.stop == .deadline(seconds: 0.3))
         #expect(compute.counts.queued == 0, "withdrawn from the queue")
         blocker.release.store(true, ordering: .relaxed)
@@ -166,7 +169,7 @@ struct QueryComputeTests {
         let gate = Gate()
         let gone = Flag()
         let budget = QueryBudget(timeout: 60, isAbandoned: { gone.isSet })
-        let caller = Task.detached { () -> SearchlightError? in
+        let caller = OwnThread { () -> SearchlightError? in
             do {
                 _ = try compute.run(owner: 1, budget: budget) { gate.work($0) }
                 return nil
@@ -176,12 +179,12 @@ struct QueryComputeTests {
                 return nil
             }
         }
-        gate.started.wait()
+        await onOwnThread { gate.started.wait() }
         gone.set()
         let error = await caller.value
         #expect(error?.code == .cancelled && error?.data?["reason"]?.stringValue == "disconnected", "\(String(describing: error))")
         // The next job (another uid) runs on the freed slot.
-        let next = try compute.run(owner: 2, budget: QueryBudget(timeout: 60)) { _ in [3] }
+        let next = try await onOwnThread { Result { () throws -> [Float]? in try compute.run(owner: 2, budget: QueryBudget(timeout: 60)) { _ in [3] } } }.get()
         #expect(next == [3])
         let stopped = gate.stoppedByCaller.load(ordering: .relaxed)
         #expect(stopped)
@@ -192,14 +195,44 @@ struct QueryComputeTests {
         let compute = QueryCompute(slots: 2, perOwner: 1)
         defer { compute.stop() }
         let gate = Gate()
-        let first = Task.detached { try? compute.run(owner: 1, budget: QueryBudget(timeout: 60)) { gate.work($0) } }
-        gate.started.wait()
-        let queuedSame = Task.detached { try? compute.run(owner: 1, budget: QueryBudget(timeout: 60)) { _ in [5] } }
-        let other = try compute.run(owner: 2, budget: QueryBudget(timeout: 60)) { _ in [4] }
+        let first = OwnThread { try? compute.run(owner: 1, budget: QueryBudget(timeout: 60)) { gate.work($0) } }
+        await onOwnThread { gate.started.wait() }
+        let queuedSame = OwnThread { try? compute.run(owner: 1, budget: QueryBudget(timeout: 60)) { _ in [5] } }
+        let other = try await onOwnThread { Result { () throws -> [Float]? in try compute.run(owner: 2, budget: QueryBudget(timeout: 60)) { _ in [4] } } }.get()
         #expect(other == [4])
         #expect(compute.counts.running == 1, "uid 1's second job waits for its first")
         gate.release.store(true, ordering: .relaxed)
         #expect(await first.value == [1])
         #expect(await queuedSame.value == [5])
+    }
+}
+
+/// Runs `body` on a thread of its own. These tests block (semaphores, `QueryCompute.run`'s own
+/// wait for a slot), and a blocked thread of Swift's cooperative pool (two on two cores) stalls
+/// every other suite of the run: two of these tests blocking at once deadlocked it.
+func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in Thread.detachNewThread { continuation.resume(returning: body()) } }
+}
+
+/// `Task.detached` for blocking work: the closure runs on a thread of its own.
+final class OwnThread<T: Sendable>: @unchecked Sendable {
+    private let done = DispatchSemaphore(value: 0)
+    private var result: T?
+
+    init(_ body: @escaping @Sendable () -> T) {
+        Thread.detachNewThread { [self] in
+            result = body()
+            done.signal()
+        }
+    }
+
+    var value: T {
+        get async {
+            await onOwnThread { [self] in
+                done.wait()
+                done.signal()
+                return result!
+            }
+        }
     }
 }
