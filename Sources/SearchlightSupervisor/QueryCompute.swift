@@ -102,9 +102,10 @@ final class QueryCompute: @unchecked Sendable {
                     handOff += step.start.dropFirst()
                     if !handOff.isEmpty { condition.broadcast() }
                 } else {
-                    // Woken by a new job or a finished one; every half second at the latest, to
-                    // expire waiting jobs whose deadline passed (their callers also watch it).
-                    condition.wait(until: Date().addingTimeInterval(0.5))
+                    // Woken by a new job or a finished one, never by a timer: an idle daemon's
+                    // threads stay asleep. A waiting job whose deadline passes is withdrawn by its
+                    // caller, which watches its budget; `next` expires any it finds too.
+                    condition.wait()
                 }
             }
             condition.unlock()
