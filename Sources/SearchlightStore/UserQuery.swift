@@ -17,6 +17,8 @@ public struct UserQueryRequest: Sendable {
     public var explain = false
     /// Every word must match (no best-match tail, issue 37): the desktop shells' search, whose
     /// terms narrow (GNOME's subsearch asks the items of the previous terms that have the new one).
+    /// A query across indexes (`FederatedQuery`) keeps every word whatever this says: the tail is
+    /// one index's so far.
     public var allWords = false
     /// The words of `text` as `check(limits:)` parsed them, with the text and term limit they
     /// were parsed under: a store uses them instead of parsing the text a second time (about

@@ -31,6 +31,10 @@ struct FairQueue<Job> {
     private var running: [UInt32: Int] = [:]
     private(set) var runningCount = 0
     private var nextID: UInt64 = 1
+    /// When each owner last had a job started (a counter): the owner served least recently goes
+    /// first, so a uid that just arrived is not put behind a flood that was already in the line.
+    private var served: [UInt32: UInt64] = [:]
+    private var serveCount: UInt64 = 0
 
     init(slots: Int, perOwner: Int) {
         precondition(slots >= 1 && perOwner >= 1)
@@ -76,25 +80,35 @@ struct FairQueue<Job> {
             queues[owner] = live
         }
         turn.removeAll { queues[$0]?.isEmpty ?? true }
-        for owner in Array(queues.keys) where queues[owner]!.isEmpty { queues[owner] = nil }
+        for owner in Array(queues.keys) where queues[owner]!.isEmpty {
+            queues[owner] = nil
+            forgetIfIdle(owner)
+        }
         var progress = true
         while runningCount < slots && progress {
             progress = false
+            // The eligible owner served least recently (never: first), ties in line order.
+            var pick: Int?
             for (k, owner) in turn.enumerated() where (running[owner] ?? 0) < perOwner {
-                let entry = queues[owner]!.removeFirst()
-                running[owner, default: 0] += 1
-                runningCount += 1
-                step.start.append(entry)
-                // This owner goes to the back of the line (or leaves it, with nothing queued).
-                turn.remove(at: k)
-                if queues[owner]!.isEmpty {
-                    queues[owner] = nil
-                } else {
-                    turn.append(owner)
-                }
-                progress = true
-                break
+                if let p = pick, (served[turn[p]] ?? 0) <= (served[owner] ?? 0) { continue }
+                pick = k
             }
+            guard let k = pick else { break }
+            let owner = turn[k]
+            let entry = queues[owner]!.removeFirst()
+            running[owner, default: 0] += 1
+            runningCount += 1
+            serveCount += 1
+            served[owner] = serveCount
+            step.start.append(entry)
+            // This owner goes to the back of the line (or leaves it, with nothing queued).
+            turn.remove(at: k)
+            if queues[owner]!.isEmpty {
+                queues[owner] = nil
+            } else {
+                turn.append(owner)
+            }
+            progress = true
         }
         return step
     }
@@ -104,11 +118,19 @@ struct FairQueue<Job> {
         guard let n = running[owner], n > 0 else { return }
         running[owner] = n == 1 ? nil : n - 1
         runningCount -= 1
+        forgetIfIdle(owner)
     }
 
     private mutating func dropOwner(_ owner: UInt32) {
         queues[owner] = nil
         turn.removeAll { $0 == owner }
+        forgetIfIdle(owner)
+    }
+
+    /// An owner with nothing queued or running is forgotten (the table stays as small as the
+    /// uids at work); it comes back as never served, which an idle uid deserves.
+    private mutating func forgetIfIdle(_ owner: UInt32) {
+        if (queues[owner]?.isEmpty ?? true) && running[owner] == nil { served[owner] = nil }
     }
 }
 

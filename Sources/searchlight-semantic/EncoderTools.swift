@@ -86,3 +86,26 @@ func encoderSpeed(_ options: ToolOptions) throws {
         }
     }
 }
+
+/// A 60 KB CJK query (20 000 ideographs, no whitespace: issue 29, D2): the tokenizer's cost for
+/// the whole text (`tokenize`, every character normalised: what `encode` cost before it stopped
+/// at the model's 256 pieces), `encode`'s (cut at 256), and the transformer's whole embedding.
+func longQuerySpeed(_ options: ToolOptions) throws {
+    TransformerEncoder.setThreads(1)
+    let encoder = try TransformerEncoder(directory: options.modelDirectory, queryThreads: 1)
+    let text = String((0..<20_000).map { Character(Unicode.Scalar(0x4E00 + UInt32(($0 * 7919) % 20_000))!) })
+    let repeats = options.int("repeats", 20)
+    func p50(_ body: () -> Void) -> Double {
+        body()
+        var times: [Double] = []
+        for _ in 0..<repeats { times.append(cpuTime(body)) }
+        return times.sorted()[times.count / 2] * 1000
+    }
+    let whole = p50 { _ = encoder.tokenizer.tokenize(text) }
+    // What `encode` normalised before it worked a window at a time: the whole text's NFD.
+    let nfd = p50 { _ = (" " + text).decomposedStringWithCanonicalMapping.unicodeScalars.count }
+    let cut = p50 { _ = encoder.tokenizer.encode(text, maxLength: encoder.maxLength) }
+    let embed = p50 { _ = encoder.embed(text) }
+    print("60 KB CJK text (\(text.utf8.count) bytes): tokenize whole \(String(format: "%.1f", whole)) ms CPU, "
+        + "NFD of the whole text \(String(format: "%.1f", nfd)) ms CPU, encode to 256 \(String(format: "%.2f", cut)) ms CPU, embed \(String(format: "%.1f", embed)) ms CPU (p50 of \(repeats))")
+}

@@ -23,6 +23,8 @@ let usage = """
       refine-speed [--count 256] [--batch 16] [--threads 1] [--pause-after 3]
                                                  background refinement with the transformer: items/s, and
                                                  how long it takes to stop once told to yield
+      long-query-speed [--repeats 20]
+                                                 a 60 KB CJK query: tokenizer and transformer CPU time
       tune [--weights 0.3,0.5] [--floors 0.3,0.35] [--ks 60] [--confident-hits 10] [--confident-factors 0.15]
            [--exact-first 0,1] [--min-gain 0] [--documents N] [--verbose] [--per-query FILE] [--show TAG,…] [--store FILE [--refine [--threads 2]]]
            [--fold-similarities 0,0.8 (0: no fold)] [--fold-depths 5,10] [--fold-demotions behind,0,0.25]
@@ -52,6 +54,7 @@ do {
     case "tune": try tune(options)
     case "donate-speed": try donateSpeed(options)
     case "refine-speed": try refineSpeed(options)
+    case "long-query-speed": try longQuerySpeed(options)
     default:
         FileHandle.standardError.write(Data("searchlight-semantic: unknown command \(command)\n\(usage)\n".utf8))
         exit(2)

@@ -107,21 +107,38 @@ struct FairQueueTests {
     }
 }
 
+/// A call on a thread of its own (not the task pool, which these tests would block), whose
+/// outcome `wait()` gives.
+final class OnThread<T>: @unchecked Sendable {
+    private let done = DispatchSemaphore(value: 0)
+    private var outcome: T?
+    init(_ body: @escaping @Sendable () -> T) {
+        Thread { [self] in
+            outcome = body()
+            done.signal()
+        }.start()
+    }
+    func wait() -> T {
+        done.wait()
+        return outcome!
+    }
+}
+
 /// The compute threads around the queue (`QueryCompute`), with real threads and a real budget:
 /// a caller whose query's deadline passes or whose client leaves gets `cancelled` while its job
 /// waits or runs, and the job stops.
-@Suite("Query compute threads: cancellation and fairness")
+@Suite("Query compute threads: cancellation and fairness", .serialized)
 struct QueryComputeTests {
-    /// A job that runs until told to stop (or released), counting what it saw.
+    /// A job that runs until told to stop (or released), saying what it saw.
     final class Gate: @unchecked Sendable {
         let started = DispatchSemaphore(value: 0)
-        let release = Atomic<Bool>(false)
-        let stoppedByCaller = Atomic<Bool>(false)
+        let release = Flag()
+        let stoppedByCaller = Flag()
         func work(_ shouldStop: @Sendable () -> Bool) -> [Float]? {
             started.signal()
-            while !release.load(ordering: .relaxed) {
+            while !release.isSet {
                 if shouldStop() {
-                    stoppedByCaller.store(true, ordering: .relaxed)
+                    stoppedByCaller.set()
                     return nil
                 }
                 usleep(1000)
@@ -136,103 +153,64 @@ struct QueryComputeTests {
         var isSet: Bool { value.load(ordering: .relaxed) }
     }
 
+    static func call(_ compute: QueryCompute, owner: UInt32, _ budget: QueryBudget,
+                     _ work: @escaping @Sendable (_ shouldStop: @Sendable () -> Bool) -> [Float]?) -> Result<[Float], SearchlightError> {
+        Result { () throws(SearchlightError) -> [Float] in try compute.run(owner: owner, budget: budget, work) }
+    }
+
     @Test("a job waiting behind another uid's running job answers cancelled at its deadline and never runs")
-    func queuedDeadline() async throws {
+    func queuedDeadline() throws {
         let compute = QueryCompute(slots: 1, perOwner: 1)
         defer { compute.stop() }
         let blocker = Gate()
-        let first = OwnThread { try? compute.run(owner: 1, budget: QueryBudget(timeout: 60)) { blocker.work($0) } }
-        await onOwnThread { blocker.started.wait() }
+        let first = OnThread { Self.call(compute, owner: 1, QueryBudget(timeout: 60)) { blocker.work($0) } }
+        blocker.started.wait()
         let ran = Flag()
         let budget = QueryBudget(timeout: 0.3)
-        let outcome = await onOwnThread {
-            Result { () throws -> [Float]? in
-                try compute.run(owner: 2, budget: budget) { _ in
-                    ran.set()
-                    return [2]
-                }
-            }
+        let second = Self.call(compute, owner: 2, budget) { _ in
+            ran.set()
+            return [2]
         }
-        #expect(throws: SearchlightError.self) { _ = try outcome.get() }
+        #expect(throws: SearchlightError.self) { try second.get() }
         #expect(budget.stop == .deadline(seconds: 0.3))
         #expect(compute.counts.queued == 0, "withdrawn from the queue")
-        blocker.release.store(true, ordering: .relaxed)
-        #expect(await first.value == [1])
-        let didRun = ran.isSet
-        #expect(!didRun)
+        blocker.release.set()
+        #expect(try first.wait().get() == [1])
+        #expect(!ran.isSet)
     }
 
     @Test("a running job is told to stop when its client leaves, and its slot serves the next job")
-    func runningAbandoned() async throws {
+    func runningAbandoned() throws {
         let compute = QueryCompute(slots: 1, perOwner: 1)
         defer { compute.stop() }
         let gate = Gate()
         let gone = Flag()
         let budget = QueryBudget(timeout: 60, isAbandoned: { gone.isSet })
-        let caller = OwnThread { () -> SearchlightError? in
-            do {
-                _ = try compute.run(owner: 1, budget: budget) { gate.work($0) }
-                return nil
-            } catch let error as SearchlightError {
-                return error
-            } catch {
-                return nil
-            }
-        }
-        await onOwnThread { gate.started.wait() }
+        let caller = OnThread { Self.call(compute, owner: 1, budget) { gate.work($0) } }
+        gate.started.wait()
         gone.set()
-        let error = await caller.value
-        #expect(error?.code == .cancelled && error?.data?["reason"]?.stringValue == "disconnected", "\(String(describing: error))")
+        guard case .failure(let error) = caller.wait() else {
+            Issue.record("answered, not cancelled")
+            return
+        }
+        #expect(error.code == .cancelled && error.data?["reason"]?.stringValue == "disconnected", "\(error)")
         // The next job (another uid) runs on the freed slot.
-        let next = try await onOwnThread { Result { () throws -> [Float]? in try compute.run(owner: 2, budget: QueryBudget(timeout: 60)) { _ in [3] } } }.get()
-        #expect(next == [3])
-        let stopped = gate.stoppedByCaller.load(ordering: .relaxed)
-        #expect(stopped)
+        #expect(try Self.call(compute, owner: 2, QueryBudget(timeout: 60)) { _ in [3] }.get() == [3])
+        #expect(gate.stoppedByCaller.isSet)
     }
 
     @Test("with one uid's job running, another uid's job runs on the second slot while the first uid's others wait")
-    func secondSlotForOtherUID() async throws {
+    func secondSlotForOtherUID() throws {
         let compute = QueryCompute(slots: 2, perOwner: 1)
         defer { compute.stop() }
         let gate = Gate()
-        let first = OwnThread { try? compute.run(owner: 1, budget: QueryBudget(timeout: 60)) { gate.work($0) } }
-        await onOwnThread { gate.started.wait() }
-        let queuedSame = OwnThread { try? compute.run(owner: 1, budget: QueryBudget(timeout: 60)) { _ in [5] } }
-        let other = try await onOwnThread { Result { () throws -> [Float]? in try compute.run(owner: 2, budget: QueryBudget(timeout: 60)) { _ in [4] } } }.get()
-        #expect(other == [4])
+        let first = OnThread { Self.call(compute, owner: 1, QueryBudget(timeout: 60)) { gate.work($0) } }
+        gate.started.wait()
+        let sameUID = OnThread { Self.call(compute, owner: 1, QueryBudget(timeout: 60)) { _ in [5] } }
+        #expect(try Self.call(compute, owner: 2, QueryBudget(timeout: 60)) { _ in [4] }.get() == [4])
         #expect(compute.counts.running == 1, "uid 1's second job waits for its first")
-        gate.release.store(true, ordering: .relaxed)
-        #expect(await first.value == [1])
-        #expect(await queuedSame.value == [5])
-    }
-}
-
-/// Runs `body` on a thread of its own. These tests block (semaphores, `QueryCompute.run`'s own
-/// wait for a slot), and a blocked thread of Swift's cooperative pool (two on two cores) stalls
-/// every other suite of the run: two of these tests blocking at once deadlocked it.
-func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-    await withCheckedContinuation { continuation in Thread.detachNewThread { continuation.resume(returning: body()) } }
-}
-
-/// `Task.detached` for blocking work: the closure runs on a thread of its own.
-final class OwnThread<T: Sendable>: @unchecked Sendable {
-    private let done = DispatchSemaphore(value: 0)
-    private var result: T?
-
-    init(_ body: @escaping @Sendable () -> T) {
-        Thread.detachNewThread { [self] in
-            result = body()
-            done.signal()
-        }
-    }
-
-    var value: T {
-        get async {
-            await onOwnThread { [self] in
-                done.wait()
-                done.signal()
-                return result!
-            }
-        }
+        gate.release.set()
+        #expect(try first.wait().get() == [1])
+        #expect(try sameUID.wait().get() == [5])
     }
 }

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import SearchlightKit
+import Synchronization
 
 /// A client process for the integration tests that must run as another user (`setpriv`): the
 /// daemon sees its real uid through SO_PEERCRED. Each mode prints one line of `key=value` results
@@ -14,8 +15,9 @@ import SearchlightKit
 ///   one connection each, four at a time; prints `created=N failed=M first_error=…`.
 /// - `flood SOCKET COUNT BUNDLE`: as an app of BUNDLE, `query.prepare` (the transformer loaded),
 ///   then COUNT connections each sending `query.user` with a 60 KB CJK text, two in flight each,
-///   again and again; prints `flooding=N` once every connection has sent, and exits when its
-///   stdin closes (the kernel closes every socket at once).
+///   again and again; prints `flooding=N` once every connection has sent, and when its stdin
+///   closes `answered=N cancelled=M other=K` (the answers so far) and exits (the kernel closes
+///   every socket at once).
 /// - `ask SOCKET COUNT BUNDLE`: COUNT one-word `query.user` calls (semantic on) on one connection,
 ///   one after the other, each waited for 30 s at most; prints `answered=N cancelled=M failed=K
 ///   p50_ms=… p99_ms=… max_ms=…`.
@@ -105,6 +107,7 @@ struct TestClient {
             exit(1)
         }
         let request = userQuery(id: 3, bundle: bundle, text: text)
+        let tally = Mutex<(answered: Int, cancelled: Int, other: Int)>((0, 0, 0))
         let sent = DispatchGroup()
         var sockets: [UnixSocket] = []
         for _ in 0..<count {
@@ -118,7 +121,16 @@ struct TestClient {
                     return
                 }
                 sent.leave()
-                while readLine(s) != nil {
+                while let answer = readLine(s) {
+                    tally.withLock { t in
+                        if answer["result"] != nil {
+                            t.answered += 1
+                        } else if answer["error"]?["code"]?.intValue == -2003 {
+                            t.cancelled += 1
+                        } else {
+                            t.other += 1
+                        }
+                    }
                     guard (try? s.writeAll(request)) != nil else { return }
                 }
             }
@@ -127,6 +139,8 @@ struct TestClient {
         sent.wait()
         FileHandle.standardOutput.write(Data("flooding=\(sockets.count)\n".utf8))
         _ = FileHandle.standardInput.readDataToEndOfFile()
+        let t = tally.withLock { $0 }
+        FileHandle.standardOutput.write(Data("answered=\(t.answered) cancelled=\(t.cancelled) other=\(t.other)\n".utf8))
         exit(0)
     }
 
