@@ -39,6 +39,8 @@ final class IndexRegistry: @unchecked Sendable {
     var settling: Set<Key> = []
     /// What `admin.status` shows for indexes that are not open (recorded when one is closed).
     var closedSummaries: [Key: IndexSummary] = [:]
+    /// `closeAll` ran (guarded by `lock`).
+    var closedForStop = false
     private var conditions: [Key: IndexCondition] = [:]
     /// While an index is rebuilt into a shadow file: that file's store, written with the open one
     /// (IndexRegistry+Swap.swift). Shadows are never closed by the bound.
@@ -249,8 +251,12 @@ final class IndexRegistry: @unchecked Sendable {
         lock.withLock { conditions[Key(bundle: bundle, index: index)] = condition }
     }
 
+    /// Set by `closeAll` (the daemon's stop): background work must not reopen a store after it.
+    var isClosedForStop: Bool { lock.withLock { closedForStop } }
+
     func closeAll() {
         lock.lock()
+        closedForStop = true
         while !settling.isEmpty { lock.wait() }
         let all = openStores.values.map(\.store) + Array(shadows.values)
         openStores.removeAll()

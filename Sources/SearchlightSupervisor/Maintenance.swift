@@ -21,6 +21,8 @@ final class Maintenance: Sendable {
     /// Identifiers requested per index and run for items expiring within a day.
     static let refreshLimit = 10_000
     static let refreshWindow: TimeInterval = 86400
+    /// Times refinement goes on with an index reopened after it was closed under it, per run.
+    static let refineReopens = 4
 
     enum Poll {
         /// Nothing to do until this time.
@@ -174,9 +176,22 @@ final class Maintenance: Sendable {
             if yieldNow() { summary.yielded = true; return }
             try store.optimizeFullText()
             summary.optimized += 1
-            summary.refined += try refine(store, bundle: bundle, index: name, yieldNow: yieldNow)
+            // Refinement commits per batch; when the store is closed under it (the open-index
+            // bound, a replace), it goes on with the store reopened, a few times at most, and
+            // stops for good at the daemon's stop.
+            var current = store
+            for attempt in 0..<Self.refineReopens {
+                summary.refined += try refine(current, bundle: bundle, index: name, yieldNow: yieldNow)
+                guard current.isClosed, !context.registry.isClosedForStop, !yieldNow(), attempt + 1 < Self.refineReopens,
+                      let reopened = try context.registry.store(bundle: bundle, index: index, create: false, lease: lease)
+                else { break }
+                log.notice("index closed under refinement; resuming on the reopened store", ["bundle": bundle, "index": name,
+                    "refined": summary.refined])
+                current = reopened
+            }
+            if current.isClosed { return }
             if yieldNow() { summary.yielded = true; return }
-            if try store.checkpoint() { summary.checkpointed += 1 }
+            if try current.checkpoint() { summary.checkpointed += 1 }
         } catch {
             summary.problems.append("\(bundle)/\(name): \(error.message)")
             log.warning("maintenance step failed", ["bundle": bundle, "index": name, "error": error.message])
@@ -212,6 +227,9 @@ final class Maintenance: Sendable {
             }
             lastBatchSample = sample
             return false
+        }, committed: { total in
+            log.debug("refinement batch committed", ["bundle": bundle, "index": index, "refined": total])
+            context.events.emit("maintenance.progress", ["bundle": .string(bundle), "index": .string(index), "refined": .number(Double(total))])
         })
         if n > 0 || yielded {
             let elapsed = Date().timeIntervalSince(started)

@@ -180,6 +180,28 @@ struct StoreVectorTests {
 }
 
 extension StoreVectorTests {
+    @Test("an index closed under a running refinement keeps its committed batches, and a run on the reopened store resumes")
+    func refinementSurvivesClose() throws {
+        let f = try StoreFixture(vectors: true)
+        try f.donateMeanings()
+        var batches = 0
+        var committedCounts: [Int] = []
+        // Closed while the second batch is being embedded (the open-index bound, a replace).
+        let store = f.store
+        let n = try store.refineVectors(batch: 2, embed: { texts in
+            batches += 1
+            if batches == 2 { store.close() }
+            return texts.map(staticEncoder.embed)
+        }, yieldNow: { false }, committed: { committedCounts.append($0) })
+        #expect(n == 2, "the first batch's count, not an error")
+        #expect(committedCounts == [2])
+        #expect(store.isClosed)
+        try f.reopen()
+        #expect(try f.store.vectorCounts() == (vectors: 5, refined: 2), "the committed batch stayed")
+        #expect(try f.store.refineVectors(batch: 2, embed: { $0.map(staticEncoder.embed) }, yieldNow: { false }) == 3)
+        #expect(try f.store.vectorCounts() == (vectors: 5, refined: 5))
+    }
+
     @Test("refinement replaces each static vector once, counts it as refined, and stops when told to yield")
     func refinement() throws {
         let f = try StoreFixture(vectors: true)

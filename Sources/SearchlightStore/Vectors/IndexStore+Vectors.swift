@@ -138,10 +138,17 @@ extension IndexStore {
     /// between batches). A vector is replaced only while it is still the one read (a donation
     /// meanwhile wrote a newer static vector, which a later run refines). Returns the vectors
     /// refined. Idle maintenance runs it (`Maintenance`), so it gives way to load like the rest.
-    public func refineVectors(batch: Int = 16, embed: ([String]) -> [[Float]], yieldNow: () -> Bool) throws(SearchlightError) -> Int {
+    ///
+    /// Each batch commits on its own, so what was refined stays when the store is closed under
+    /// the run (the open-index bound, a replace, the daemon's stop): the count so far is
+    /// returned then, not an error, and `isClosing` tells the caller to go on with the store
+    /// reopened; the batch in flight is the only work lost.
+    public func refineVectors(batch: Int = 16, embed: ([String]) -> [[Float]], yieldNow: () -> Bool,
+        committed: (Int) -> Void = { _ in }) throws(SearchlightError) -> Int {
         guard hasVectors else { return 0 }
         var after: Int64 = 0, refined = 0
         while !isClosing && !yieldNow() {
+          do {
             let rows = try read { db in
                 try db.rows("""
                     SELECT v.rowid, v.vector, \(StoredRow.semanticColumns.split(separator: ", ").map { "i." + $0 }.joined(separator: ", ")) FROM item_vectors v
@@ -174,9 +181,18 @@ extension IndexStore {
                 return r
             }.indexed
             refined += n
+            committed(refined)
+          } catch {
+            if isClosing { break }
+            throw error
+          }
         }
         return refined
     }
+
+    /// Whether `close` or `shutDown` began: work on this store stops, and goes on with the store
+    /// the registry opens next.
+    public var isClosed: Bool { isClosing }
 
     // MARK: Searching
 
