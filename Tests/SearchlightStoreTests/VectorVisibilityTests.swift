@@ -161,7 +161,13 @@ struct VectorVisibilityTests {
             // The constants of the refined share the model expects (what a write nobody can see,
             // or that changes no text, must not move: issue 35).
             let vectors = model.values.compactMap(\.vector)
-            let floor = semantic.tuning { (vectors.count, vectors.filter(\.refined).count) }.minimumSimilarity
+            let tuning = semantic.tuning { (vectors.count, vectors.filter(\.refined).count) }
+            var floor = tuning.minimumSimilarity
+            // The floor relative to the best hit (issue 37): the nearest item of the index, visible or not.
+            if let relative = tuning.relativeFloor,
+               let best = stored.search(semantic.vector, k: 1, mode: .exact).first?.similarity {
+                floor = relative.floor(best: best, absolute: floor)
+            }
             let brute = stored.search(semantic.vector, k: max(stored.count, 1), mode: .exact, allowed: { visible.contains($0) })
                 .filter { $0.similarity >= floor }
             #expect(Set(hits.map(\.rowID)) == Set(brute.map(\.rowid)), "\(where_), \(encoder) \(query.debugDescription): the hits")
