@@ -155,7 +155,10 @@ struct DocSnippet: Sendable {
             files.append(("Package.swift", code))
         } else {
             // The store delegate's module needs the system SQLite's module map (its `CSQLite`).
-            arguments += ["-swift-version", "6", "-I", toolchain.modules, "-I", DocumentationTests.repository + "/Sources/CSQLite"]
+            // The SDK's modules need the C modules they import: SQLite's module map (`CSQLite`, the
+            // store delegate's) and the signal handler's (`CSignalPipe`, SearchlightWire's).
+            arguments += ["-swift-version", "6", "-I", toolchain.modules, "-I", DocumentationTests.repository + "/Sources/CSQLite",
+                          "-I", DocumentationTests.repository + "/Sources/CSignalPipe/include"]
             let imports = code.components(separatedBy: "\n").filter { $0.hasPrefix("import ") }
             let rest = code.components(separatedBy: "\n").filter { !$0.hasPrefix("import ") }.joined(separator: "\n")
             let header = (["import Foundation", "import SearchlightKit", "import SearchlightSQLite"] + imports).joined(separator: "\n")
@@ -228,7 +231,8 @@ struct Toolchain: Sendable {
     /// public member declared in the module's own sources, as its base name (`indexSearchableItems`).
     func publicSymbols(module: String) async throws -> [String] {
         let dir = TempDir("sym")
-        let result = try await runCLI(["-module-name", module, "-I", modules, "-target", "x86_64-unknown-linux-gnu",
+        let result = try await runCLI(["-module-name", module, "-I", modules, "-I", DocumentationTests.repository + "/Sources/CSignalPipe/include",
+            "-I", DocumentationTests.repository + "/Sources/CSQLite", "-target", "x86_64-unknown-linux-gnu",
             "-output-dir", dir.path, "-minimum-access-level", "public"], socket: nil, executable: symbolGraphExtract)
         guard result.status == 0 else { throw HarnessError("swift-symbolgraph-extract failed: \(result.stderr)") }
         let data = try Data(contentsOf: URL(fileURLWithPath: dir.path + "/\(module).symbols.json"))
