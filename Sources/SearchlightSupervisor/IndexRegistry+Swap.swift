@@ -91,7 +91,15 @@ extension IndexRegistry {
                 shadows[key] = nil
                 shadowFaults[key] = nil
             }
-            shadow.shutDown()
+            // Every connection of the shadow must be closed before its WAL goes: one still open
+            // (a background read at low priority on a loaded machine, past shutDown's 10 s) kept
+            // the last close from checkpointing, and removing the WAL then lost committed pages;
+            // the file renamed over the index answered SQLITE_IOERR_SHORT_READ and 0 items. Refuse
+            // the swap instead: the old file stays in service, untouched.
+            guard shadow.shutDown() else {
+                throw SearchlightError(.indexUnavailable,
+                    "the shadow \(shadow.path) was still being read when the swap closed it; the old index stays in service; retry")
+            }
             Self.removeDatabaseFiles(shadow.path, mainFile: false)
             guard Self.fsync(path: shadow.path) else {
                 throw SearchlightError(.indexUnavailable, "cannot fsync \(shadow.path): \(String(cString: strerror(errno)))")
