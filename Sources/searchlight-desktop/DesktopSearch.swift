@@ -56,11 +56,12 @@ actor DesktopSearch {
         let openWith = (answer.bundles ?? [:]).compactMapValues { $0?.openWith }
         var results: [SearchResult] = []
         var perApp: [String: Int] = [:]
+        var launchable: Set<String> = []
         for wire in answer.items where results.count < limits.total {
             guard let bundle = wire["bundle"]?.stringValue, perApp[bundle, default: 0] < limits.perApp,
                   let result = SearchResult(wire: wire, bundle: bundle, openWith: openWith[bundle], app: ownApp(bundle),
                                             opener: app(openWith[bundle])),
-                  canOpen(result)
+                  canOpen(result, launchable: &launchable)
             else { continue }
             perApp[bundle, default: 0] += 1
             results.append(result)
@@ -100,8 +101,13 @@ actor DesktopSearch {
     /// Whether the result can be opened now (its declared app installed and trusted, else a
     /// content URL): a result nothing can open is left out of the desktop's answers, so that a
     /// click on it cannot do nothing (issue 36).
-    private func canOpen(_ result: SearchResult) -> Bool {
-        (try? opener.plan(result.item, openWith: result.openWith, contentURL: result.contentURL)) != nil
+    /// `launchable`: the declared desktop files found and trusted in this search, so that the
+    /// file checks (a realpath, an open, a stat per folder) run once per app, not once per result.
+    private func canOpen(_ result: SearchResult, launchable: inout Set<String>) -> Bool {
+        if let id = result.openWith, launchable.contains(id) { return true }
+        guard let planned = try? opener.plan(result.item, openWith: result.openWith, contentURL: result.contentURL) else { return false }
+        if case .application(let id, _, _) = planned.action { launchable.insert(id) }
+        return true
     }
 
     /// The results with these ids, to show (GetResultMetas), in their order: each checked with
