@@ -2,8 +2,9 @@
 // same request (`QuerySearch` framed by `RPCMessage`), `write`, `read` on this thread until the
 // frame is whole, the result decoded with the SDK's `SearchPageAnswer.decode`; no reader thread,
 // no continuation, no actor. sdkloop's p50 minus this one's is what the SDK's threading costs a
-// call (Docs/Performance.md, "The client's wake-ups"). The envelope is found by position, not
-// scanned (the SDK's scan skips the result once more: about 45 k instructions of a term call).
+// call (`git show 8eae301:Docs/Performance.md`, "The client's wake-ups"). The envelope is found by
+// position, not scanned (the SDK's scan skips the result once more: about 45 k instructions of a
+// term call).
 //
 // Built like sdkloop:  Scripts/transport/build-sdkloop.sh /tmp/blockloop Scripts/transport/blockloop.swift
 //   then   /tmp/blockloop SOCKET term|prefix N

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-# Profiles one call of searchlightd end to end from the daemon's side (Docs/Performance.md, "The socket
-# path, profiled"): a single-threaded client sends the bench's requests over the socket and times
-# each round trip; with DPID=<daemon pid> it also prints the daemon's context switches and CPU per call.
+# Profiles one call of searchlightd end to end from the daemon's side (`git show
+# 8eae301:Docs/Performance.md`, "The socket path, profiled"): a single-threaded client sends the
+# bench's requests over the socket and times each round trip; with DPID=<daemon pid> it also prints
+# the daemon's context switches and CPU per call.
 # Usage: drive.py SOCKET term|prefix|user|userlex N   (the bench's index: bundle bench.query, --keep)
 import socket, json, sys, time, os
 path, kind, n = sys.argv[1], sys.argv[2], int(sys.argv[3])

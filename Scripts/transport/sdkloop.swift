@@ -1,9 +1,10 @@
-// The SDK's side of one call (Docs/Performance.md, "The SDK's side, profiled"): N calls of the
-// bench's term first page or lexical user query through SearchlightKit, one after another from
-// one task, against a running daemon (the bench's index: `--keep`, bundle bench.query). Prints the
-// round trip's p50/p99, this process's CPU and context switches per call (every thread, from
-// /proc/self/task), so the client can be compared with drive.py's single-threaded one; run it
-// under `valgrind --tool=callgrind` with two values of N and subtract for instructions per call.
+// The SDK's side of one call (`git show 8eae301:Docs/Performance.md`, "The SDK's side, profiled"):
+// N calls of the bench's term first page or lexical user query through SearchlightKit, one after
+// another from one task, against a running daemon (the bench's index: `--keep`, bundle
+// bench.query). Prints the round trip's p50/p99, this process's CPU and context switches per call
+// (every thread, from /proc/self/task), so the client can be compared with drive.py's
+// single-threaded one; run it under `valgrind --tool=callgrind` with two values of N and subtract
+// for instructions per call.
 //
 // Built against a release build's objects (no package target: a profiling tool, not a product):
 //   Scripts/transport/build-sdkloop.sh   then   /tmp/sdkloop SOCKET term|prefix|userlex N

@@ -1,11 +1,11 @@
 import Foundation
 
-// The params of the SDK's `query.search` calls written straight into bytes, as `submit` sends
-// a chunk of items: building the `JSONValue` tree (a dictionary, an array per list, each key
-// hashed) and writing it out again cost 6-10 k of a term call's ~155 k instructions on the
-// client (Docs/Performance.md, "The SDK's CPU per call"). The same members as the types' `params`
-// (tests compare the two); the daemon does not depend on their order. (`query.user` keeps its
-// tree: its context's JSON is SearchlightWire's own.)
+// The params of the SDK's `query.search` calls written straight into bytes, as `submit` sends a
+// chunk of items: building the `JSONValue` tree (a dictionary, an array per list, each key hashed)
+// and writing it out again cost 6-10 k of a term call's ~155 k instructions on the client (`git
+// show 8eae301:Docs/Performance.md`, "The SDK's CPU per call"). The same members as the types'
+// `params` (tests compare the two); the daemon does not depend on their order. (`query.user` keeps
+// its tree: its context's JSON is SearchlightWire's own.)
 
 extension QuerySearch {
     /// `params`, written.

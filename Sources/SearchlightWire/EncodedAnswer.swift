@@ -1,7 +1,7 @@
 // Answers written straight into their bytes. A query's answer was a `JSONValue` tree (a
 // dictionary per item and per attribute set, a `String` per value) written out into the frame
 // afterwards; the daemon now writes each item's JSON as it reads the item's row, and the frame
-// around the items (Docs/Performance.md, "The daemon's side, profiled").
+// around the items (`git show 8eae301:Docs/Performance.md`, "The daemon's side, profiled").
 
 /// A list of JSON objects written one after another into one buffer (no commas between them):
 /// a query's items. Each can be copied out as it is, or with members added at its end (the

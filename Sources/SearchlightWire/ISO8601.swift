@@ -94,7 +94,8 @@ public enum ISO8601 {
     /// `expirationDate` of every answer, and copying the text into an array and counting through
     /// closures that capture the index (a boxed variable, checked for exclusive access on every
     /// byte) and `Character.asciiValue` cost about 5 700 instructions per date, a quarter of a
-    /// term query's page on the client (Docs/Performance.md, "The SDK's side, profiled").
+    /// term query's page on the client (`git show 8eae301:Docs/Performance.md`,
+    /// "The SDK's side, profiled").
     public static func parse(_ text: String) -> Date? {
         var text = text
         return text.withUTF8 { bytes in parse(bytes: bytes) }

@@ -6,7 +6,7 @@ import Glibc
 // built), walking an object's members or an array's elements, reading a string's bytes in place.
 // The SDK reads query answers this way (`QueryAnswers.swift`): building every item's dictionaries
 // and then looking its members up by hashed key was most of a query's cost on the client
-// (Docs/Performance.md, "The SDK's side, profiled").
+// (`git show 8eae301:Docs/Performance.md`, "The SDK's side, profiled").
 
 /// An object member's key: its bytes in the text when it has no escape, else decoded.
 struct JSONKey {

@@ -154,7 +154,8 @@ public final class RPCConnection: @unchecked Sendable {
         /// non-blocking read, then `sched_yield`) before it waits in `poll`. A short answer then
         /// finds the caller's core awake: a core that went idle while its thread slept in `poll`
         /// takes tens of µs to wake in a virtual machine (back-to-back term pages, 2 cores, KVM
-        /// guest with halt polling off: 110 µs a round trip sleeping, 78 spinning; Performance.md).
+        /// guest with halt polling off: 110 µs a round trip sleeping, 78 spinning; the spin round
+        /// in `git show 8eae301:Docs/Performance.md`).
         /// It costs this process at most this much CPU per call; the yield leaves the core to
         /// anything else runnable on it (the daemon, when both share one core). 0: never spin.
         public var spinSeconds: TimeInterval

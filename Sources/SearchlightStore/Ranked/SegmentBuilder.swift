@@ -258,9 +258,9 @@ struct SegmentBuilder {
 /// ("lib" begins 9 503 terms of the corpus). Prefixes of fewer terms are merged at query time:
 /// with few rows that costs about as much as reading one list.
 ///
-/// Measured on the corpus (64k items, one segment; Docs/Performance.md): every prefix of two
-/// or more terms would add 12.7M postings to the terms' 3.2M; those of at least 64 terms 4.95M,
-/// 128 terms 3.78M (298 prefixes), 256 terms 2.97M.
+/// Measured on the corpus (64k items, one segment; `git show 8eae301:Docs/Performance.md`):
+/// every prefix of two or more terms would add 12.7M postings to the terms' 3.2M; those of at
+/// least 64 terms 4.95M, 128 terms 3.78M (298 prefixes), 256 terms 2.97M.
 enum PrefixLists {
     /// A prefix gets a list when it begins at least this many terms…
     static let minTerms = 128
@@ -268,7 +268,7 @@ enum PrefixLists {
     /// "pars" (66 terms, 4 990 postings in a segment of 65 536) was merged from 66 rows in every
     /// segment of every query typing it, 6.1 M of the 17.5 M instructions of `json pars` at 1M;
     /// measured on a 65 536-document segment of the corpus, 16 stores 710 prefixes where 8 stored
-    /// 438 (Docs/Performance.md, "The 1M top k").
+    /// 438 (`git show 8eae301:Docs/Performance.md`, "The 1M top k").
     static let postingsShare = 16
     /// Prefixes longer than this many bytes are merged at query time.
     static let maxLength = 12
