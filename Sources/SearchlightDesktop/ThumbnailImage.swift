@@ -1,4 +1,8 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import CZlib
+import Foundation
 
 /// A thumbnail as 8-bit RGBA pixels (rows top to bottom, no padding): what KRunner's `icon-data`
 /// carries, since KRunner takes pixels where GNOME Shell takes the image file's bytes.
@@ -123,6 +127,33 @@ public struct ThumbnailImage: Equatable, Sendable {
             }
         }
         return out
+    }
+}
+
+extension ThumbnailImage {
+    /// The bytes of a local `file:` thumbnail (an item's `thumbnailURL`), read as the user, as
+    /// GNOME Shell reads it: nil for another scheme or host, for anything but a regular file (a
+    /// FIFO would block, a device never end; opened non-blocking, then checked), and for a file
+    /// over `limit` bytes.
+    public static func contentsOfFile(uri: String, limit: Int) -> [UInt8]? {
+        guard let url = URL(string: uri), url.isFileURL, (url.host ?? "").isEmpty || url.host == "localhost",
+              url.path.hasPrefix("/") else { return nil }
+        let fd = open(url.path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, st.st_mode & S_IFMT == S_IFREG, st.st_size <= limit else { return nil }
+        // One byte more than the limit: a file that grew since fstat is refused too.
+        var data = [UInt8](repeating: 0, count: limit + 1)
+        var total = 0
+        while total < data.count {
+            let n = data.withUnsafeMutableBytes { read(fd, $0.baseAddress! + total, $0.count - total) }
+            if n < 0 && errno == EINTR { continue }
+            guard n >= 0 else { return nil }
+            if n == 0 { break }
+            total += n
+        }
+        return total <= limit ? Array(data[..<total]) : nil
     }
 }
 

@@ -78,9 +78,17 @@ final class KRunnerInterface: BusHandler, @unchecked Sendable {
     static let iconSide = 64
 
     /// A result's thumbnail as the pixels KRunner's `icon-data` takes, when it has one that
-    /// decodes (a PNG within `SearchResult.maximumThumbnailBytes`); nil leaves the theme icon.
+    /// decodes: a PNG, its `thumbnailData` or a local `file:` `thumbnailURL` (what GNOME Shell
+    /// gets), within `SearchResult.maximumThumbnailBytes`; nil leaves the theme icon.
     static func iconPixels(_ icon: SearchResult.Icon) -> ThumbnailImage? {
-        guard case .bytes(let data) = icon else { return nil }
+        let data: [UInt8]
+        switch icon {
+        case .bytes(let bytes): data = bytes
+        case .file(let uri):
+            guard let bytes = ThumbnailImage.contentsOfFile(uri: uri, limit: SearchResult.maximumThumbnailBytes) else { return nil }
+            data = bytes
+        case .themed: return nil
+        }
         do {
             return try ThumbnailImage(png: data).scaled(toFit: iconSide)
         } catch {

@@ -202,21 +202,35 @@ struct DesktopSearchTests {
         func item(_ id: String, _ title: String, _ thumbnail: [UInt8]) -> String {
             #"{"uniqueIdentifier":"\#(id)","attributeSet":{"title":"\#(title)","contentType":"public.jpeg","thumbnailData":"\#(Data(thumbnail).base64EncodedString())","contentURL":"https://example.org/\#(id)"}}"#
         }
+        // thumbnailURL: a local PNG (as GNOME Shell gets it), and a FIFO nobody writes (a blocking
+        // read would hang the runner).
+        func linked(_ id: String, _ title: String, _ uri: String) -> String {
+            #"{"uniqueIdentifier":"\#(id)","attributeSet":{"title":"\#(title)","contentType":"public.jpeg","thumbnailURL":"\#(uri)","contentURL":"https://example.org/\#(id)"}}"#
+        }
+        let fifo = daemon.dir.path + "/thumb.fifo"
+        #expect(mkfifo(fifo, 0o600) == 0)
         try await importItems("com.example.thumbs", [
             item("good", "Sandstone good", photo), item("bomb", "Sandstone bomb", bomb),
             item("junk", "Sandstone junk", Array("not an image at all".utf8)), item("big", "Sandstone big", oversized),
         ], socket: daemon.socket, dir: daemon.dir)
+        // Another app: the desktop's search shows at most 5 results of one.
+        try await importItems("com.example.thumbs.linked", [
+            linked("file", "Sandstone file", "file://" + SessionBusHarness.repository + "/Extensions/Tags/Sample/photos/kachina.png"),
+            linked("fifo", "Sandstone fifo", "file://" + fifo),
+        ], socket: daemon.socket, dir: daemon.dir)
 
         let match = try await blocking { try bus.krunner("Match", ["'sandstone'"]) }
         #expect(match.ok, "\(match.stderr)")
-        // One match per item, in gdbus's text: ('com.example.thumbs/ID', 'TITLE', 'ICON', ...{...}).
-        let matches = match.stdout.components(separatedBy: "('com.example.thumbs/").dropFirst()
-        #expect(matches.count == 4, "\(match.stdout.prefix(3000))")
+        // One match per item, in gdbus's text: ('com.example.thumbs[.linked]/ID', 'TITLE', 'ICON', ...{...}).
+        let matches = match.stdout.components(separatedBy: "('com.example.thumbs").dropFirst().map { $0.drop { $0 != "/" }.dropFirst() }
+        #expect(matches.count == 6, "\(match.stdout.prefix(3000))")
         for text in matches {
             let id = String(text.prefix { $0 != "'" })
-            if id == "good" {
-                // 24×16 RGBA, rows of 96 bytes, the photo's colour (214, 120, 60) opaque.
-                let prefix = "'icon-data': <(24, 16, 96, true, 8, 4, [byte 0xd6, 0x78, 0x3c, 0xff, 0xd6"
+            if id == "good" || id == "file" {
+                // 24×16 RGBA, rows of 96 bytes, the photo's colour opaque: sipapu (214, 120, 60),
+                // kachina (190, 150, 90).
+                let colour = id == "good" ? "0xd6, 0x78, 0x3c" : "0xbe, 0x96, 0x5a"
+                let prefix = "'icon-data': <(24, 16, 96, true, 8, 4, [byte \(colour), 0xff, \(colour.prefix(4))"
                 #expect(text.contains(prefix), "\(text.prefix(600))")
                 let bytes = text.components(separatedBy: "'icon-data': <(").last?.components(separatedBy: "])").first?
                     .components(separatedBy: "[byte ").last?.components(separatedBy: ", ") ?? []

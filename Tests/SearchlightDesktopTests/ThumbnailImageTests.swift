@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Foundation
 import Testing
 @testable import SearchlightDesktop
@@ -163,5 +166,26 @@ struct ThumbnailImageTests {
         let mixed = image.scaled(toFit: 1)
         #expect(mixed.width == 1 && mixed.height == 1 && mixed.rgba == [255, 0, 0, 127])
         #expect(image.scaled(toFit: 64) == image)
+    }
+
+    @Test("a file: thumbnail is read only when it is a local regular file within the limit; a FIFO, a device, another host or scheme, or a larger file gives nothing, at once")
+    func thumbnailFiles() throws {
+        var template = Array("/tmp/slthumb-XXXXXX".utf8CString)
+        let dir = template.withUnsafeMutableBufferPointer { String(cString: mkdtemp($0.baseAddress!)!) }
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let photo = Self.root + "/Extensions/Tags/Sample/photos/sipapu.png"
+        let bytes = Array(try Data(contentsOf: URL(fileURLWithPath: photo)))
+        try Data(bytes).write(to: URL(fileURLWithPath: dir + "/a photo.png"))
+        #expect(ThumbnailImage.contentsOfFile(uri: "file://" + dir + "/a%20photo.png", limit: 1024) == bytes)
+        #expect(ThumbnailImage.contentsOfFile(uri: "file://localhost" + dir + "/a%20photo.png", limit: 1024) == bytes)
+        #expect(ThumbnailImage.contentsOfFile(uri: "file://" + dir + "/a%20photo.png", limit: bytes.count - 1) == nil)
+        // A FIFO with no writer: a blocking open or read would hang the runner.
+        #expect(mkfifo(dir + "/fifo", 0o600) == 0)
+        #expect(ThumbnailImage.contentsOfFile(uri: "file://" + dir + "/fifo", limit: 1024) == nil)
+        #expect(ThumbnailImage.contentsOfFile(uri: "file:///dev/zero", limit: 1024) == nil)
+        #expect(ThumbnailImage.contentsOfFile(uri: "file://" + dir, limit: 1024) == nil)
+        #expect(ThumbnailImage.contentsOfFile(uri: "file://elsewhere.example" + dir + "/a%20photo.png", limit: 1024) == nil)
+        #expect(ThumbnailImage.contentsOfFile(uri: "https://example.org/a.png", limit: 1024) == nil)
+        #expect(ThumbnailImage.contentsOfFile(uri: "file://" + dir + "/missing.png", limit: 1024) == nil)
     }
 }
