@@ -4,6 +4,7 @@ import Glibc
 import CSystemd
 import Foundation
 import SearchlightDesktop
+import Synchronization
 
 /// `org.kde.krunner1` at `/org/searchlight/Searchlight/KRunner`: KDE Plasma's KRunner and the
 /// launcher's search (krunner's DBusRunner). KRunner may send the next Match before the last is
@@ -89,13 +90,18 @@ final class KRunnerInterface: BusHandler, @unchecked Sendable {
             data = bytes
         case .themed: return nil
         }
-        do {
-            return try ThumbnailImage(png: data).scaled(toFit: iconSide)
-        } catch {
-            Log.debug("thumbnail not shown in KRunner", ["reason": "\(error)"])
-            return nil
+        return decodedIcons.icon(for: data) {
+            do {
+                return try ThumbnailImage(png: data).scaled(toFit: iconSide)
+            } catch {
+                Log.debug("thumbnail not shown in KRunner", ["reason": "\(error)"])
+                return nil
+            }
         }
     }
+
+    /// Each keystroke is a Match, mostly of the same results: their icons are decoded once.
+    static let decodedIcons = DecodedIcons()
 
     /// `a(sssida{sv})`: id, text, icon name, type (KRunner's QueryMatch types: 100 exact, 30
     /// possible), relevance (0-1, in the daemon's rank order), and subtext, category (the app),
@@ -135,5 +141,25 @@ final class KRunnerInterface: BusHandler, @unchecked Sendable {
                 }
             }
         }
+    }
+}
+
+/// The last `limit` thumbnails decoded for KRunner (and those that would not decode), by a hash
+/// of their bytes.
+final class DecodedIcons: Sendable {
+    let limit = 64
+    private let entries = Mutex<(icons: [Int: ThumbnailImage?], order: [Int])>(([:], []))
+
+    func icon(for data: [UInt8], decode: () -> ThumbnailImage?) -> ThumbnailImage? {
+        var hasher = Hasher()
+        data.withUnsafeBytes { hasher.combine(bytes: $0) }
+        let key = hasher.finalize()
+        if let known = entries.withLock({ $0.icons[key] }) { return known }
+        let icon = decode()  // outside the lock: another Match's lookups go on meanwhile
+        entries.withLock {
+            if $0.icons.updateValue(icon, forKey: key) == nil { $0.order.append(key) }
+            if $0.order.count > limit { $0.icons.removeValue(forKey: $0.order.removeFirst()) }
+        }
+        return icon
     }
 }
