@@ -276,6 +276,9 @@ struct ReadmeTourTests {
         let problems = try await Self.runTour(lines, tour: Tour(daemon: daemon, environment: ["SEARCHLIGHT_SOCKET": daemon.socket], model: false))
         #expect(problems.isEmpty, "\(problems.joined(separator: "\n"))")
         let readme = try String(contentsOfFile: Self.root + "/README.md", encoding: .utf8)
-        #expect(readme.contains(#"prints `no items match "read web feeds"`"#), "the README says what happens without the model")
+        #expect(readme.contains(#"prints `no items match "read web feeds"`, and status says"#) && readme.contains("`semantic search: unavailable`"),
+                "the README says what happens without the model")
+        let status = try await runCLI(["status"], socket: daemon.socket)
+        #expect(status.stdout.contains("semantic search: unavailable"), "\(status.stdout)")
     }
 }
