@@ -32,8 +32,8 @@ PRODUCTS ?= $(RELEASE)
 all: build
 
 # The system requirements beyond the Swift toolchain: SQLite's headers (Debian: libsqlite3-dev),
-# OpenBLAS (libopenblas-dev: the semantic layer's matrix products) and sd-bus (libsystemd-dev:
-# searchlight-desktop's D-Bus), found through pkg-config. The tests also run the sqlite3 shell
+# OpenBLAS (libopenblas-dev: the semantic layer's matrix products), sd-bus (libsystemd-dev:
+# searchlight-desktop's D-Bus) and zlib (zlib1g-dev: KRunner's thumbnails), found through pkg-config. The tests also run the sqlite3 shell
 # (another process writing an app's database, Debian: sqlite3), and for the desktop's search a
 # session bus with GLib's clients (dbus-daemon; gdbus and gio from libglib2.0-bin) and
 # desktop-file-validate (desktop-file-utils).
@@ -43,6 +43,7 @@ deps:
 	if ! pkg-config --exists sqlite3 2>/dev/null && [ ! -f /usr/include/sqlite3.h ]; then missing="$$missing libsqlite3-dev"; fi; \
 	if ! pkg-config --exists openblas 2>/dev/null; then missing="$$missing libopenblas-dev"; fi; \
 	if ! pkg-config --exists libsystemd 2>/dev/null; then missing="$$missing libsystemd-dev"; fi; \
+	if ! pkg-config --exists zlib 2>/dev/null && [ ! -f /usr/include/zlib.h ]; then missing="$$missing zlib1g-dev"; fi; \
 	if ! command -v pkg-config >/dev/null; then missing="$$missing pkg-config"; fi; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \

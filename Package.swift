@@ -32,6 +32,13 @@ let package = Package(
             providers: [.apt(["libsystemd-dev"])]
         ),
         .target(name: "CDesktopBus", dependencies: ["CSystemd"]),
+        // zlib (apt zlib1g-dev, which the Swift toolchain needs too): inflating PNG thumbnails into
+        // the pixels KRunner takes (SearchlightDesktop's ThumbnailImage).
+        .systemLibrary(
+            name: "CZlib",
+            pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"])]
+        ),
         // OpenBLAS for the transformer's matrix products; linked by SearchlightSemantic only (DESIGN §1).
         .systemLibrary(
             name: "COpenBLAS",
@@ -66,7 +73,7 @@ let package = Package(
         .target(name: "SearchlightKit", dependencies: ["SearchlightWire"], swiftSettings: strict),
         // Opening an item from the desktop's search (desktop files, gio launch/open), for the CLI
         // (`searchlight open`) and searchlight-desktop; no D-Bus in it.
-        .target(name: "SearchlightDesktop", dependencies: ["SearchlightKit"], swiftSettings: strict),
+        .target(name: "SearchlightDesktop", dependencies: ["SearchlightKit", "CZlib"], swiftSettings: strict),
         // The store delegate (DESIGN §10): an app's SQLite database kept in its index. It links the
         // system SQLite so that the Kit does not: plugin authors who do not use it do not pay for it.
         .target(name: "SearchlightSQLite", dependencies: ["SearchlightKit", "CSQLite"], swiftSettings: strict),

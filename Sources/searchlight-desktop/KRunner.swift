@@ -4,6 +4,7 @@ import Glibc
 import CSystemd
 import Foundation
 import SearchlightDesktop
+import Synchronization
 
 /// `org.kde.krunner1` at `/org/searchlight/Searchlight/KRunner`: KDE Plasma's KRunner and the
 /// launcher's search (krunner's DBusRunner). KRunner may send the next Match before the last is
@@ -32,7 +33,9 @@ final class KRunnerInterface: BusHandler, @unchecked Sendable {
                 Task {
                     let terms = query.split(whereSeparator: { $0.isWhitespace }).map(String.init)
                     let results = await search.search(terms)
-                    bus.post { $0.reply(kept) { w in Self.writeMatches(results, query: query, &w) } }
+                    // Decoded here, not on the bus's thread.
+                    let icons = results.map { Self.iconPixels($0.icon) }
+                    bus.post { $0.reply(kept) { w in Self.writeMatches(results, icons: icons, query: query, &w) } }
                 }
             case "Actions":
                 bus.noteActivity()
@@ -72,17 +75,47 @@ final class KRunnerInterface: BusHandler, @unchecked Sendable {
         }
     }
 
+    /// The side a thumbnail is scaled to fit for KRunner (its list shows icons smaller than this).
+    static let iconSide = 64
+
+    /// A result's thumbnail as the pixels KRunner's `icon-data` takes, when it has one that
+    /// decodes: a PNG, its `thumbnailData` or a local `file:` `thumbnailURL` (what GNOME Shell
+    /// gets), within `SearchResult.maximumThumbnailBytes`; nil leaves the theme icon.
+    static func iconPixels(_ icon: SearchResult.Icon) -> ThumbnailImage? {
+        let data: [UInt8]
+        switch icon {
+        case .bytes(let bytes): data = bytes
+        case .file(let uri):
+            guard let bytes = ThumbnailImage.contentsOfFile(uri: uri, limit: SearchResult.maximumThumbnailBytes) else { return nil }
+            data = bytes
+        case .themed: return nil
+        }
+        return decodedIcons.icon(for: data) {
+            do {
+                return try ThumbnailImage(png: data).scaled(toFit: iconSide)
+            } catch {
+                Log.debug("thumbnail not shown in KRunner", ["reason": "\(error)"])
+                return nil
+            }
+        }
+    }
+
+    /// Each keystroke is a Match, mostly of the same results: their icons are decoded once.
+    static let decodedIcons = DecodedIcons()
+
     /// `a(sssida{sv})`: id, text, icon name, type (KRunner's QueryMatch types: 100 exact, 30
     /// possible), relevance (0-1, in the daemon's rank order), and subtext, category (the app),
-    /// urls and the actions that apply.
-    static func writeMatches(_ results: [SearchResult], query: String, _ w: inout BusWriter) {
+    /// urls, the actions that apply and, for a thumbnail, `icon-data`: `(iiibiiay)` width,
+    /// height, row stride, has alpha, bits per sample, channels, RGBA bytes (krunner's
+    /// `RemoteImage`, the notification spec's `image-data`).
+    static func writeMatches(_ results: [SearchResult], icons: [ThumbnailImage?] = [], query: String, _ w: inout BusWriter) {
         let folded = query.trimmingCharacters(in: .whitespaces).lowercased()
         w.container("a", "(sssida{sv})") { w in
             for (rank, r) in results.enumerated() {
                 w.container("r", "sssida{sv}") { w in
                     w.string(r.id)
                     w.string(r.name)
-                    w.string(r.icon.themeName ?? ContentTypeIcons.names(for: []).first!)
+                    w.string(r.icon.themeName ?? r.iconWithoutThumbnail.themeName ?? ContentTypeIcons.names(for: []).first!)
                     w.int32(r.name.lowercased() == folded ? 100 : 30)
                     w.double(max(0.05, 1 - Double(rank) * 0.05))
                     w.container("a", "{sv}") { w in
@@ -91,9 +124,42 @@ final class KRunnerInterface: BusHandler, @unchecked Sendable {
                         if let url = r.contentURL { w.entry("urls", "as") { $0.strings([url]) } }
                         let actions = r.contentURL != nil && r.openWith != nil ? [openContentAction.id] : []
                         w.entry("actions", "as") { $0.strings(actions) }
+                        if rank < icons.count, let image = icons[rank] {
+                            w.entry("icon-data", "(iiibiiay)") { w in
+                                w.container("r", "iiibiiay") { w in
+                                    w.int32(Int32(image.width))
+                                    w.int32(Int32(image.height))
+                                    w.int32(Int32(image.width * 4))
+                                    w.bool(true)
+                                    w.int32(8)
+                                    w.int32(4)
+                                    w.bytes(image.rgba)
+                                }
+                            }
+                        }
                     }
                 }
             }
         }
+    }
+}
+
+/// The last `limit` thumbnails decoded for KRunner (and those that would not decode), by a hash
+/// of their bytes.
+final class DecodedIcons: Sendable {
+    let limit = 64
+    private let entries = Mutex<(icons: [Int: ThumbnailImage?], order: [Int])>(([:], []))
+
+    func icon(for data: [UInt8], decode: () -> ThumbnailImage?) -> ThumbnailImage? {
+        var hasher = Hasher()
+        data.withUnsafeBytes { hasher.combine(bytes: $0) }
+        let key = hasher.finalize()
+        if let known = entries.withLock({ $0.icons[key] }) { return known }
+        let icon = decode()  // outside the lock: another Match's lookups go on meanwhile
+        entries.withLock {
+            if $0.icons.updateValue(icon, forKey: key) == nil { $0.order.append(key) }
+            if $0.order.count > limit { $0.icons.removeValue(forKey: $0.order.removeFirst()) }
+        }
+        return icon
     }
 }

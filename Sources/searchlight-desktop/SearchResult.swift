@@ -14,6 +14,9 @@ struct SearchResult: Sendable {
     /// a notes app's files is not the app the results came from).
     var appName: String
     var icon: Icon
+    /// The icon without the item's thumbnail: the app's, else its content type's (what KRunner
+    /// names when the thumbnail cannot be shown as pixels).
+    var iconWithoutThumbnail: Icon
     var contentURL: String?
     /// The desktop file the bundle's items open with, when one is declared.
     var openWith: String?
@@ -25,7 +28,7 @@ struct SearchResult: Sendable {
         case file(uri: String)
         case bytes([UInt8])
 
-        /// The first theme name (KRunner shows theme icons only).
+        /// The first theme name (what KRunner's match names).
         var themeName: String? { if case .themed(let names) = self { names.first } else { nil } }
     }
 
@@ -48,7 +51,9 @@ struct SearchResult: Sendable {
         contentURL = text("contentURL")
         self.openWith = openWith
         let types = (attributes["contentTypeTree"]?.arrayValue ?? []).compactMap(\.stringValue)
-        icon = Self.icon(attributes, types: [text("contentType")].compactMap { $0 } + types, app: app?.icon?.isEmpty == false ? app : opener)
+        let iconApp = app?.icon?.isEmpty == false ? app : opener
+        icon = Self.icon(attributes, types: [text("contentType")].compactMap { $0 } + types, app: iconApp)
+        iconWithoutThumbnail = Self.icon([:], types: [text("contentType")].compactMap { $0 } + types, app: iconApp)
     }
 
     /// The item's own thumbnail, else the app's icon, else its content type's.

@@ -175,6 +175,78 @@ struct DesktopSearchTests {
         _ = daemon
     }
 
+    /// A PNG made of chunks with their CRCs (IHDR, IDAT, IEND), for thumbnails that must decode
+    /// or must be refused.
+    static func png(width: UInt32, height: UInt32, depth: UInt8, color: UInt8, idat: [UInt8]) -> [UInt8] {
+        func be32(_ v: UInt32) -> [UInt8] { [UInt8(v >> 24), UInt8(v >> 16 & 0xFF), UInt8(v >> 8 & 0xFF), UInt8(v & 0xFF)] }
+        func chunk(_ type: String, _ body: [UInt8]) -> [UInt8] {
+            let typed = Array(type.utf8) + body
+            var crc: UInt32 = 0xFFFF_FFFF
+            for b in typed {
+                crc ^= UInt32(b)
+                for _ in 0..<8 { crc = crc & 1 == 1 ? 0xEDB8_8320 ^ (crc >> 1) : crc >> 1 }
+            }
+            return be32(UInt32(body.count)) + typed + be32(~crc)
+        }
+        return [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A] + chunk("IHDR", be32(width) + be32(height) + [depth, color, 0, 0, 0])
+            + chunk("IDAT", idat) + chunk("IEND", [])
+    }
+
+    @Test("KRunner gets a thumbnail as icon-data pixels (iiibiiay); a hostile, undecodable or oversized one gives none, and the runner goes on")
+    func krunnerThumbnails() async throws {
+        let (daemon, bus) = try await setUp()
+        let photo = Array(try Data(contentsOf: URL(fileURLWithPath: SessionBusHarness.repository + "/Extensions/Tags/Sample/photos/sipapu.png")))
+        // IHDR promises 2048×2048 RGBA: 16 MiB of rows from a few bytes of image data.
+        let bomb = Self.png(width: 2048, height: 2048, depth: 8, color: 6, idat: [0x78, 0x9C, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01])
+        let oversized = [UInt8](repeating: 7, count: 300 << 10)
+        func item(_ id: String, _ title: String, _ thumbnail: [UInt8]) -> String {
+            #"{"uniqueIdentifier":"\#(id)","attributeSet":{"title":"\#(title)","contentType":"public.jpeg","thumbnailData":"\#(Data(thumbnail).base64EncodedString())","contentURL":"https://example.org/\#(id)"}}"#
+        }
+        // thumbnailURL: a local PNG (as GNOME Shell gets it), and a FIFO nobody writes (a blocking
+        // read would hang the runner).
+        func linked(_ id: String, _ title: String, _ uri: String) -> String {
+            #"{"uniqueIdentifier":"\#(id)","attributeSet":{"title":"\#(title)","contentType":"public.jpeg","thumbnailURL":"\#(uri)","contentURL":"https://example.org/\#(id)"}}"#
+        }
+        let fifo = daemon.dir.path + "/thumb.fifo"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        try await importItems("com.example.thumbs", [
+            item("good", "Sandstone good", photo), item("bomb", "Sandstone bomb", bomb),
+            item("junk", "Sandstone junk", Array("not an image at all".utf8)), item("big", "Sandstone big", oversized),
+        ], socket: daemon.socket, dir: daemon.dir)
+        // Another app: the desktop's search shows at most 5 results of one.
+        try await importItems("com.example.thumbs.linked", [
+            linked("file", "Sandstone file", "file://" + SessionBusHarness.repository + "/Extensions/Tags/Sample/photos/kachina.png"),
+            linked("fifo", "Sandstone fifo", "file://" + fifo),
+        ], socket: daemon.socket, dir: daemon.dir)
+
+        let match = try await blocking { try bus.krunner("Match", ["'sandstone'"]) }
+        #expect(match.ok, "\(match.stderr)")
+        // One match per item, in gdbus's text: ('com.example.thumbs[.linked]/ID', 'TITLE', 'ICON', ...{...}).
+        let matches = match.stdout.components(separatedBy: "('com.example.thumbs").dropFirst().map { $0.drop { $0 != "/" }.dropFirst() }
+        #expect(matches.count == 6, "\(match.stdout.prefix(3000))")
+        for text in matches {
+            let id = String(text.prefix { $0 != "'" })
+            if id == "good" || id == "file" {
+                // 24×16 RGBA, rows of 96 bytes, the photo's colour opaque: sipapu (214, 120, 60),
+                // kachina (190, 150, 90).
+                let colour = id == "good" ? "0xd6, 0x78, 0x3c" : "0xbe, 0x96, 0x5a"
+                let prefix = "'icon-data': <(24, 16, 96, true, 8, 4, [byte \(colour), 0xff, \(colour.prefix(4))"
+                #expect(text.contains(prefix), "\(text.prefix(600))")
+                let bytes = text.components(separatedBy: "'icon-data': <(").last?.components(separatedBy: "])").first?
+                    .components(separatedBy: "[byte ").last?.components(separatedBy: ", ") ?? []
+                #expect(bytes.count == 24 * 16 * 4, "\(bytes.count) bytes")
+            } else {
+                #expect(!text.contains("icon-data"), "\(id): \(text.prefix(600))")
+                #expect(text.contains("'image-x-generic'"), "\(id) keeps the type's theme icon: \(text.prefix(300))")
+            }
+        }
+        // The runner is still there, the same process, and answers the next keystroke.
+        let pid = bus.providerPID()
+        let again = try await blocking { try bus.krunner("Match", ["'sandstone good'"]) }
+        #expect(again.ok && again.stdout.contains("icon-data") && bus.providerPID() == pid, "\(again.stdout.prefix(300)) \(again.stderr)")
+        _ = daemon
+    }
+
     @Test("a hidden bundle never appears in the desktop's search, and the app's own search still finds it")
     func hiddenBundle() async throws {
         let (daemon, bus) = try await setUp()
