@@ -96,7 +96,7 @@ extension IndexRegistry {
             // the last close from checkpointing, and removing the WAL then lost committed pages;
             // the file renamed over the index answered SQLITE_IOERR_SHORT_READ and 0 items. Refuse
             // the swap instead: the old file stays in service, untouched.
-            guard shadow.shutDown() else {
+            guard shadow.shutDown(timeout: shutDownTimeout) else {
                 throw SearchlightError(.indexUnavailable,
                     "the shadow \(shadow.path) was still being read when the swap closed it; the old index stays in service; retry")
             }
