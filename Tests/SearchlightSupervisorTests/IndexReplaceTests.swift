@@ -123,6 +123,41 @@ struct IndexReplaceTests {
         #expect(try f.served() == 51, "durable: every item after a restart")
     }
 
+    @Test("a long statement still reading the shadow at the swap is interrupted, and the swap goes ahead with every item")
+    func shadowStatementInterrupted() async throws {
+        let f = try Fixture()
+        f.registry.shutDownTimeout = 60  // bounded; the interrupt ends the read long before
+        try f.donate(Fixture.items("old", 50))
+        let shadow = try f.registry.beginShadow(bundle: f.bundle, index: "", resume: false)
+        _ = try shadow.applySync([.items(try Fixture.items("new", 60))])
+        // A background read on the shadow (as a ranked-index build's): one statement of minutes.
+        let started = DispatchSemaphore(value: 0), ended = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var readError: (any Error)?
+        Thread.detachNewThread {
+            do {
+                _ = try shadow.read { db in
+                    _ = try db.rows("SELECT count(*) FROM items")
+                    started.signal()
+                    return try db.rows("WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 3000000000) SELECT count(*) FROM c")
+                }
+            } catch {
+                readError = error
+            }
+            ended.signal()
+        }
+        await offPool { started.wait() }
+        // Without the interrupt the swap waits out its 60 s for the read, then refuses.
+        let swapped = await offPool { (try? f.registry.swapInShadow(bundle: f.bundle, index: "", shadow: shadow)) != nil }
+        // Refused: the statement would run for hours; end it for the test to finish.
+        if !swapped { shadow.shutDown(timeout: 0, interruptingReads: true) }
+        await offPool { ended.wait() }
+        #expect(swapped, "the swap waited out the read and refused")
+        #expect("\(readError.map { "\($0)" } ?? "none")".contains("interrupt"), "the read ended some other way: \(String(describing: readError))")
+        #expect(try f.served() == 60)
+        try f.reopen()
+        #expect(try f.served() == 60, "durable: every item after a restart")
+    }
+
     @Test("a swap goes ahead while the old store is still being read, and that read's last close leaves the new file and its WAL alone")
     func oldStoreReadDoesNotHarmSwap() async throws {
         let f = try Fixture()
