@@ -79,6 +79,9 @@ public final class IndexStore: @unchecked Sendable {
     private var openReaders = 0
     /// Readers handed out and not yet returned (guarded by `readers`).
     private var checkedOutReaders = 0
+    /// Those connections, for `shutDown(interruptingReads:)` (guarded by `readers`, so none is
+    /// closed while it is interrupted: a retired connection closes in `checkin`, under the lock).
+    private var checkedOut: [ObjectIdentifier: Database] = [:]
     /// Of those, the ones background threads hold (guarded by `readers`): at most
     /// `backgroundReaderLimit`, so the rest of the pool is always there for queries. A build's
     /// read transaction at background priority lasts long; queries must not queue behind it.
@@ -507,6 +510,7 @@ public final class IndexStore: @unchecked Sendable {
             }
             if let db = idleReaders.popLast() {
                 checkedOutReaders += 1
+                checkedOut[ObjectIdentifier(db)] = db
                 if background { backgroundReaders += 1 }
                 return db
             }
@@ -518,6 +522,7 @@ public final class IndexStore: @unchecked Sendable {
                     db.registerFunctions()
                     db.postingCache = PostingListCache()
                     checkedOutReaders += 1
+                    checkedOut[ObjectIdentifier(db)] = db
                     if background { backgroundReaders += 1 }
                     return db
                 } catch {
@@ -533,6 +538,7 @@ public final class IndexStore: @unchecked Sendable {
         db.clearFunctionCache()  // the query's compiled patterns by address go with it
         readers.lock()
         checkedOutReaders -= 1
+        checkedOut[ObjectIdentifier(db)] = nil
         if background { backgroundReaders -= 1 }
         if retired {
             db.close()
@@ -606,11 +612,20 @@ public final class IndexStore: @unchecked Sendable {
     /// indexUnavailable. Returns false when a read was still running at the deadline (its
     /// connection closes when it returns). Moving a file with a connection still open is unsafe:
     /// SQLite deletes `<path>-wal` by name when the last connection to a WAL database closes.
+    ///
+    /// With `interruptingReads`, the statements of the reads in progress are interrupted first
+    /// (`sqlite3_interrupt`: the read fails with SQLITE_INTERRUPT at its next step), for a store
+    /// whose only readers are its own background work (a shadow: client calls read the served
+    /// file), which a later run redoes. A read between statements, or busy outside SQLite, is
+    /// still waited for.
     @discardableResult
-    public func shutDown(timeout: TimeInterval = 10) -> Bool {
+    public func shutDown(timeout: TimeInterval = 10, interruptingReads: Bool = false) -> Bool {
         close()
         readers.lock()
         retired = true
+        if interruptingReads {
+            for db in checkedOut.values { sqlite3_interrupt(db.handle) }
+        }
         let deadline = Date().addingTimeInterval(timeout)
         while checkedOutReaders > 0, readers.wait(until: deadline) {}
         let drained = checkedOutReaders == 0

@@ -96,7 +96,9 @@ extension IndexRegistry {
             // the last close from checkpointing, and removing the WAL then lost committed pages;
             // the file renamed over the index answered SQLITE_IOERR_SHORT_READ and 0 items. Refuse
             // the swap instead: the old file stays in service, untouched.
-            guard shadow.shutDown() else {
+            // Its reads are its own background work (ranked-index builds, the vector fill):
+            // interrupted, rather than waited for while every client call is held at the gate.
+            guard shadow.shutDown(timeout: shutDownTimeout, interruptingReads: true) else {
                 throw SearchlightError(.indexUnavailable,
                     "the shadow \(shadow.path) was still being read when the swap closed it; the old index stays in service; retry")
             }

@@ -50,6 +50,13 @@ final class IndexRegistry: @unchecked Sendable {
     /// Client calls run inside it; `replace` waits for the calls in progress and holds new ones
     /// back until the new file is open, so no call ever meets a closed store.
     let gate = ServiceGate()
+    /// How long `replace` waits for reads in progress on the stores it closes
+    /// (`IndexStore.shutDown`): then the shadow swap refuses, a plain replace goes on (see
+    /// `replaceLocked`). 10 s; a test seam.
+    var shutDownTimeout: TimeInterval = 10
+    /// Called before an index opened by `store` purges its expired items, outside the lock (a
+    /// test seam: it holds the purge to show that other bundles do not wait for it).
+    var willPurgeOnOpen: (@Sendable (Key) -> Void)?
 
     init(stateDirectory: String, options: StoreOptions, maxOpen: Int = 256, log: Logger) throws {
         root = stateDirectory + "/indexes"
@@ -82,10 +89,19 @@ final class IndexRegistry: @unchecked Sendable {
         let key = Key(bundle: bundle, index: index)
         var found: IndexDamage?
         var evicted: [(Key, IndexStore)] = []
+        var opened: IndexStore?
         // Declared before the lock's defer, so they run after the unlock: the handler may call
-        // back, and closing a store may take a checkpoint's time.
+        // back, closing a store may take a checkpoint's time, and a purge of many expired items
+        // takes seconds, which every other bundle's first call would otherwise wait for (the
+        // store is leased to the caller meanwhile, so the bound does not close it under the purge).
         defer { if let found { damageHandler?.damageFound(found) } }
         defer { closeEvicted(evicted) }
+        defer {
+            if let opened {
+                willPurgeOnOpen?(key)
+                purgeExpired(opened, key)
+            }
+        }
         lock.lock()
         defer { lock.unlock() }
         waitUntilSettled(key)
@@ -109,7 +125,7 @@ final class IndexRegistry: @unchecked Sendable {
         }
         take(install(s, key), key, into: lease)
         log.info("index opened", ["bundle": bundle, "index": index.isEmpty ? "_default" : index, "items": s.count, "open": openStores.count])
-        purgeExpired(s, key)
+        opened = s
         evicted = evictLocked()
         return s
     }
@@ -171,7 +187,12 @@ final class IndexRegistry: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         waitUntilSettled(key)
-        if let old = openStores.removeValue(forKey: key), !old.store.shutDown() {
+        if let old = openStores.removeValue(forKey: key), !old.store.shutDown(timeout: shutDownTimeout) {
+            // A read still holds a connection to the old file. Safe to go on, unlike a shadow's
+            // (IndexRegistry+Swap.swift): `swap` renames a file over the path or moves this one
+            // away, and SQLite neither checkpoints nor deletes `-wal`/`-shm` by name on the last
+            // close of a file that has moved (`databaseIsUnmoved`); the read ends on the old
+            // snapshot. IndexReplaceTests pins this.
             log.warning("index replaced while a read was still running", ["bundle": bundle, "index": index.isEmpty ? "_default" : index])
         }
         var swapError: SearchlightError?

@@ -48,6 +48,23 @@ final class Maintenance: Sendable {
     private let state: Mutex<State>
     /// One run at a time: the idle trigger and `admin.simulate idle` take turns.
     private let runLock = Mutex(())
+    /// Runs by hand, one after the other, on a thread of their own at background priority (as the
+    /// idle trigger's): never on the client's connection thread, which answers its later calls.
+    private let byHandQueue = BackgroundQueue(label: "maintenance")
+
+    /// How far a run has got, for a client waiting on it (`admin.simulate idle`): an index begun
+    /// (`completed`/`total` nil), or a refinement batch committed on it.
+    struct Progress: Sendable {
+        var bundle: String
+        var index: String
+        /// The index's place in the run, from 1, and the run's index count.
+        var position: Int
+        var count: Int
+        /// Vectors refined on this index so far in this run, out of those unrefined at its start.
+        var completed: Int?
+        var total: Int?
+    }
+    typealias ProgressSink = @Sendable (Progress) -> Void
 
     init(context: ServiceContext, now: Date = Date()) throws {
         self.context = context
@@ -92,21 +109,30 @@ final class Maintenance: Sendable {
         thread.start()
     }
 
-    /// A run by hand (`admin.simulate idle`): now, whatever the load. Over every bundle, it
-    /// counts as the periodic run (the next is due an interval later).
-    func runByHand(bundle: String?) -> MaintenanceSummary {
-        state.withLock { $0.byHand += 1 }
-        let summary = run(bundle: bundle, trigger: "simulate")
-        state.withLock { s in
-            s.byHand -= 1
-            if bundle == nil, !summary.yielded { s.schedule.ran(at: Date()) }
+    /// A run by hand (`admin.simulate idle`): now, whatever the load, on the by-hand queue's
+    /// background thread (after a run in progress, if any). Over every bundle, it counts as the
+    /// periodic run (the next is due an interval later). `done` gets its summary. Answers whether
+    /// it waits for another run first.
+    @discardableResult
+    func startByHand(bundle: String?, progress: ProgressSink? = nil, done: @escaping @Sendable (MaintenanceSummary) -> Void) -> Bool {
+        let queued = state.withLock { s in
+            defer { s.byHand += 1 }
+            return s.running || s.byHand > 0
         }
-        return summary
+        byHandQueue.async { [self] in
+            let summary = run(bundle: bundle, trigger: "simulate", progress: progress)
+            state.withLock { s in
+                s.byHand -= 1
+                if bundle == nil, !summary.yielded { s.schedule.ran(at: Date()) }
+            }
+            done(summary)
+        }
+        return queued
     }
 
     /// `admin.status`'s `maintenance` object.
     var statusJSON: JSONValue {
-        let (s, isRunning) = state.withLock { ($0.schedule, $0.running) }
+        let (s, isRunning) = state.withLock { ($0.schedule, $0.running || $0.byHand > 0) }
         var o: [String: JSONValue] = [
             "running": .bool(isRunning), "lastRun": .string(ISO8601.format(s.lastRun)),
             "nextDue": .string(ISO8601.format(s.nextDue)), "nextEligible": .string(ISO8601.format(s.nextEligible)),
@@ -118,22 +144,31 @@ final class Maintenance: Sendable {
 
     /// One run over every index (or one bundle's). Records the run when it covered everything
     /// and went to its end. Waits for a run already in progress.
-    func run(bundle only: String?, trigger: String, yieldNow: @Sendable () -> Bool = { false }) -> MaintenanceSummary {
-        runLock.withLock { _ in runAlone(bundle: only, trigger: trigger, yieldNow: yieldNow) }
+    func run(bundle only: String?, trigger: String, yieldNow: @Sendable () -> Bool = { false },
+             progress: ProgressSink? = nil) -> MaintenanceSummary {
+        runLock.withLock { _ in runAlone(bundle: only, trigger: trigger, yieldNow: yieldNow, progress: progress) }
     }
 
-    private func runAlone(bundle only: String?, trigger: String, yieldNow: @Sendable () -> Bool) -> MaintenanceSummary {
+    private func runAlone(bundle only: String?, trigger: String, yieldNow: @Sendable () -> Bool, progress: ProgressSink?) -> MaintenanceSummary {
         var summary = MaintenanceSummary(trigger: trigger, started: Date())
         log.info("maintenance started", ["trigger": trigger, "bundle": only ?? "*"])
         context.events.emit("maintenance.started", ["trigger": .string(trigger), "bundle": only.map(JSONValue.string) ?? .null])
-        outer: for bundle in context.registry.bundles() where only == nil || only == bundle {
-            for index in context.registry.indexes(of: bundle) {
-                if yieldNow() {
-                    summary.yielded = true
-                    break outer
-                }
-                maintain(bundle: bundle, index: index, into: &summary, yieldNow: yieldNow)
+        let targets = context.registry.bundles().filter { only == nil || only == $0 }
+            .flatMap { bundle in context.registry.indexes(of: bundle).map { (bundle, $0) } }
+        for (position, (bundle, index)) in targets.enumerated() {
+            if yieldNow() {
+                summary.yielded = true
+                break
             }
+            let place = Progress(bundle: bundle, index: index, position: position + 1, count: targets.count)
+            progress?(place)
+            maintain(bundle: bundle, index: index, into: &summary, yieldNow: yieldNow, progress: progress.map { sink in
+                { completed, total in
+                    var p = place
+                    (p.completed, p.total) = (completed, total)
+                    sink(p)
+                }
+            })
         }
         summary.elapsed = Date().timeIntervalSince(summary.started)
         let json = summary.json
@@ -156,7 +191,8 @@ final class Maintenance: Sendable {
     }
 
     /// Every step on one index; a failing step is reported and the next index is done.
-    private func maintain(bundle: String, index: String, into summary: inout MaintenanceSummary, yieldNow: @Sendable () -> Bool) {
+    private func maintain(bundle: String, index: String, into summary: inout MaintenanceSummary, yieldNow: @Sendable () -> Bool,
+                          progress: ((_ refined: Int, _ total: Int) -> Void)?) {
         let name = index.isEmpty ? "_default" : index
         // Another trigger is rebuilding it: its file is not the one to scrub.
         if context.registry.condition(bundle: bundle, index: index) != nil { return }
@@ -180,8 +216,16 @@ final class Maintenance: Sendable {
             // bound, a replace), it goes on with the store reopened, a few times at most, and
             // stops for good at the daemon's stop.
             var current = store
+            // For a waiting client: vectors refined here out of those unrefined now.
+            let unrefined = progress == nil ? 0 : (try? store.vectorCounts()).map { $0.vectors - $0.refined } ?? 0
+            var refinedHere = 0
             for attempt in 0..<Self.refineReopens {
-                summary.refined += try refine(current, bundle: bundle, index: name, yieldNow: yieldNow)
+                let before = refinedHere
+                let n = try refine(current, bundle: bundle, index: name, yieldNow: yieldNow) { total in
+                    progress?(before + total, max(unrefined, before + total))
+                }
+                refinedHere += n
+                summary.refined += n
                 guard current.isClosed, !context.registry.isClosedForStop, !yieldNow(), attempt + 1 < Self.refineReopens,
                       let reopened = try context.registry.store(bundle: bundle, index: index, create: false, lease: lease)
                 else { break }
@@ -209,7 +253,8 @@ final class Maintenance: Sendable {
     /// before the throttle's state, so a batch begun after the sample that saw pressure (the
     /// `sample` of `load throttle changed`) would show a count at least that sample's: a count
     /// below it proves that the batch in flight when pressure was sampled was the last.
-    private func refine(_ store: IndexStore, bundle: String, index: String, yieldNow: @Sendable () -> Bool) throws(SearchlightError) -> Int {
+    private func refine(_ store: IndexStore, bundle: String, index: String, yieldNow: @Sendable () -> Bool,
+                        committed: (Int) -> Void) throws(SearchlightError) -> Int {
         guard store.hasVectors, let encoder = context.semantic.transformerForRefinement() else { return 0 }
         let throttle = context.scheduler?.throttle
         let started = Date()
@@ -230,6 +275,7 @@ final class Maintenance: Sendable {
         }, committed: { total in
             log.debug("refinement batch committed", ["bundle": bundle, "index": index, "refined": total])
             context.events.emit("maintenance.progress", ["bundle": .string(bundle), "index": .string(index), "refined": .number(Double(total))])
+            committed(total)
         })
         if n > 0 || yielded {
             let elapsed = Date().timeIntervalSince(started)

@@ -32,22 +32,42 @@ enum ReindexCommands {
     static let simulate = Command(
         spec: CommandSpec(
             name: "simulate", abstract: "fire a trigger by hand: migration, corruption or idle",
-            usage: "migration|corruption|idle [BUNDLE]",
+            usage: "migration|corruption|idle [BUNDLE] [--wait | --no-wait]",
             positionals: [
                 .required("EVENT", "migration, corruption or idle"),
-                .optional("BUNDLE", "the app it concerns (default: all, for idle)"),
-            ]
+                .optional("BUNDLE", "the app it concerns (default: all)"),
+            ],
+            options: [
+                .flag("wait", "idle: wait for the run to end, showing its progress (the default)"),
+                .flag("no-wait", "idle: return once searchlightd accepted the run; it goes on in the background"),
+            ],
+            discussion: """
+                idle runs the idle maintenance now, whatever the load: purge expired items, ask for the
+                refresh of items expiring within a day, scrub, optimize, refine the semantic vectors,
+                checkpoint. By default the command waits until the run ends, however long it takes
+                (refinement of a large index takes minutes), shows which index it is on and the
+                refinement's progress, then prints the summary. Interrupting the wait (Ctrl-C) leaves the
+                run going in searchlightd; `searchlight status` shows "maintenance running" until it ends,
+                and `searchlight monitor` its maintenance.finished event.
+                migration and corruption start the rebuild and return; follow it with `searchlight status`.
+                """
         ),
         run: { args, context in
             let event = args.positionals[0]
-            guard ["migration", "corruption", "idle"].contains(event) else {
+            guard let kind = AdminSimulate.Event(rawValue: event) else {
                 throw UsageError("the event must be migration, corruption or idle, not '\(event)'")
             }
-            guard let kind = AdminSimulate.Event(rawValue: event) else { throw UsageError("the event must be migration, corruption or idle") }
-            let answer = try await context.admin(AdminSimulate(event: kind, bundle: args.positionals.count > 1 ? args.positionals[1] : nil))
-            if event == "idle", !context.json {
-                MaintenanceOutput.printSummary(answer)
-            } else if context.json || answer.objectValue?.isEmpty == false {
+            if args.flag("wait"), args.flag("no-wait") { throw UsageError("give --wait or --no-wait, not both") }
+            if kind != .idle, args.flag("wait") || args.flag("no-wait") {
+                throw UsageError("--wait and --no-wait are for idle; \(event) returns once the rebuild started (follow it with `searchlight status`)")
+            }
+            let bundle = args.positionals.count > 1 ? args.positionals[1] : nil
+            if kind == .idle {
+                try await SimulateIdleRun(bundle: bundle, wait: !args.flag("no-wait")).run(context)
+                return
+            }
+            let answer = try await context.admin(AdminSimulate(event: kind, bundle: bundle))
+            if context.json || answer.objectValue?.isEmpty == false {
                 Console.out(answer)
             } else {
                 Console.out("simulated \(event)")

@@ -36,7 +36,7 @@ final class AdminSession: BundleSession {
             s.context.events.subscribe(s.client.connection)
             return JSONResponse(result: ["monitoring": true])
         }
-        table.on(AdminSimulate.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.simulate(r)) }
+        table.onDeferred(AdminSimulate.self) { s, r in JSONResponse(result: try await s.simulate(r)) }
         table.onDeferred(AdminReindex.self) { s, r in JSONResponse(result: try await s.reindex(r)) }
         table.onDeferred(AdminRestartExtension.self) { s, r in JSONResponse(result: try await s.restartExtension(r)) }
         return table

@@ -149,18 +149,23 @@ public struct AdminSetOwner: WireRequest, Equatable {
     public var params: JSONValue { ["bundle": .string(bundle), "uid": .number(Double(uid))] }
 }
 
-/// `admin.simulate {event, bundle?}`: fires a trigger of DESIGN §6 by hand.
+/// `admin.simulate {event, bundle?, wait?}`: fires a trigger of DESIGN §6 by hand.
 public struct AdminSimulate: WireRequest, Equatable {
     public typealias Response = JSONResponse
     public static let method = Method.adminSimulate
-    public static let fields = ["event", "bundle?"]
-    public static let example = AdminSimulate(event: .idle, bundle: "com.example.notes")
+    public static let fields = ["event", "bundle?", "wait?"]
+    public static let example = AdminSimulate(event: .idle, bundle: "com.example.notes", wait: false)
     public enum Event: String, Sendable { case migration, corruption, idle }
     public var event: Event
     public var bundle: String?
-    public init(event: Event, bundle: String? = nil) {
+    /// For `idle`: answer with the run's summary when it ends, sending `$/progress` meanwhile
+    /// (true, the default, as before the field existed), or answer once the run is accepted
+    /// (false); the run goes on either way. Migration and corruption always answer once started.
+    public var wait: Bool
+    public init(event: Event, bundle: String? = nil, wait: Bool = true) {
         self.event = event
         self.bundle = bundle
+        self.wait = wait
     }
     public init(params p: WireParams) throws(SearchlightError) {
         guard let name = try? p.optionalString("event", maxBytes: 1 << 16) else {
@@ -171,11 +176,13 @@ public struct AdminSimulate: WireRequest, Equatable {
         }
         self.event = event
         bundle = try p.optionalBundle()
+        wait = try p.bool("wait", default: true)
     }
     public var params: JSONValue {
         var b = ParamsBuilder()
         b.set("event", event.rawValue)
         b.set("bundle", bundle)
+        if !wait { b.set("wait", false) }
         return b.json
     }
 }
