@@ -14,7 +14,7 @@ private let unavailableLogGate = Mutex<(last: Date, count: Int)>((.distantPast, 
 ///
 /// What belongs to the connection whatever its role lives here: open batches, the stores a call
 /// leases, the deferred calls outstanding, idleness.
-final class ClientSession: @unchecked Sendable {
+final class ClientSession: Sendable {
     /// The role taken at the handshake, with its session.
     enum Role {
         case app(AppSession)
@@ -44,7 +44,14 @@ final class ClientSession: @unchecked Sendable {
     let batches = Mutex<[String: [Mutation]]>([:])
     /// For an extension's connection: its host (set for a spawned one at once, for an attached
     /// one by its handshake). Its donations and progress reset the inactivity timer.
-    weak var extensionHost: ExtensionHost?
+    var extensionHost: ExtensionHost? {
+        get { host.withLock { $0.host } }
+        set { host.withLock { $0.host = newValue } }
+    }
+    private struct WeakHost {
+        weak var host: ExtensionHost?
+    }
+    private let host: Mutex<WeakHost>
     /// True for the socketpair of an extension the supervisor launched: authenticated by it.
     let spawned: Bool
     /// Deferred calls (answered from a task) outstanding on this connection, at most
@@ -62,7 +69,7 @@ final class ClientSession: @unchecked Sendable {
         self.context = context
         self.connection = connection
         self.peer = peer
-        extensionHost = host
+        self.host = Mutex(WeakHost(host: host))
         spawned = host != nil
         callLeases = IndexLeases(context.registry)
     }
