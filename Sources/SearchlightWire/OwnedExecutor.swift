@@ -88,6 +88,7 @@ public enum OwnedThreads {
         pthread_setspecific(key, UnsafeRawPointer(bitPattern: 1))
     }
 
+    /// Whether the calling thread marked itself as owned.
     public static var isCurrentOwned: Bool { pthread_getspecific(key) != nil }
 }
 
@@ -100,7 +101,9 @@ public enum OwnedThreads {
 /// own. Synchronous code on a reader thread or a dispatch queue is not in a task; a task on an
 /// `OwnedExecutor` runs on an owned thread.
 public enum BlockingCheck {
+    /// What a violation does.
     public enum Mode: UInt8, Sendable {
+        /// Nothing (release builds, in-process tests).
         case off = 0
         /// One log line on stderr per violation.
         case log = 1
@@ -111,6 +114,7 @@ public enum BlockingCheck {
     private static let mode = Atomic<UInt8>(0)
     private static let count = Atomic<Int>(0)
 
+    /// Sets the mode for the whole process.
     public static func enable(_ m: Mode) { mode.store(m.rawValue, ordering: .relaxed) }
 
     /// The mode from `SEARCHLIGHT_BLOCKING_CHECK`, else `fallback`.
