@@ -24,6 +24,15 @@ public final class OwnedExecutor: SerialExecutor, TaskExecutor, @unchecked Senda
         self.name = name
         let started = DispatchSemaphore(value: 0)
         let thread = Thread { [self] in
+            // Foundation's `Thread.name` does not reach /proc on Linux (the thread kept its
+            // creator's name, a pool thread's): named through the kernel's file, as
+            // `BackgroundPriority.lowerCurrentThread` does.
+            let fd = open("/proc/thread-self/comm", O_WRONLY | O_CLOEXEC)
+            if fd >= 0 {
+                let bytes = Array(name.utf8.prefix(15))
+                _ = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+                close(fd)
+            }
             OwnedThreads.markCurrent()
             threadID.withLock { $0 = pthread_self() }
             started.signal()
