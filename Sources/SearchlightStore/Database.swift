@@ -1,5 +1,6 @@
 import CSQLite
 import Foundation
+import SearchlightWire
 
 /// A SQLite error with the primary and extended result codes and the statement that failed.
 public struct DatabaseError: Error, Sendable, CustomStringConvertible {
@@ -47,6 +48,7 @@ public final class Database {
 
     public init(path: String, readOnly: Bool = false, busyTimeoutMilliseconds: Int32 = 10_000) throws(DatabaseError) {
         self.path = path
+        BlockingCheck.blocking("SQLite open")
         var db: OpaquePointer?
         let flags = (readOnly ? SQLITE_OPEN_READONLY : (SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE))
             | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE
@@ -81,6 +83,7 @@ public final class Database {
 
     /// Runs one or more statements with no bindings and no results.
     public func execute(_ sql: String) throws(DatabaseError) {
+        BlockingCheck.blocking("SQLite exec")
         var errmsg: UnsafeMutablePointer<CChar>?
         let rc = sqlite3_exec(handle, sql, nil, nil, &errmsg)
         if rc != SQLITE_OK {
@@ -92,6 +95,7 @@ public final class Database {
 
     /// A prepared statement, cached by its SQL text.
     public func statement(_ sql: String) throws(DatabaseError) -> Statement {
+        BlockingCheck.blocking("SQLite statement")
         if let s = cache[sql] {
             s.reset()
             return s

@@ -653,6 +653,7 @@ final class ResultBox: @unchecked Sendable {
         semaphore.signal()
     }
     func wait() -> Result<ApplyResult, SearchlightError> {
+        BlockingCheck.blocking("IndexStore: waiting for the group commit")
         semaphore.wait()
         return result!
     }

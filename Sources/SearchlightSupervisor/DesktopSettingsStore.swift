@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SearchlightStore
 
 /// Per-bundle settings of the desktop's search (DESIGN §12), in `supervisor.sqlite`: whether a
@@ -10,19 +11,24 @@ import SearchlightStore
 /// only, so hiding it is its owner's choice for their own desktop. The settings survive an erase
 /// of the bundle's indexes (they are preferences, not data). Every desktop query asks about every
 /// readable bundle, so the rows are held in memory, written through before they take effect.
-final class DesktopSettingsStore: @unchecked Sendable {
+final class DesktopSettingsStore: Sendable {
     struct Entry: Sendable, Equatable {
         var hidden = false
         /// A desktop-file id registered with `desktop.register`.
         var openWith: String?
     }
 
-    private let db: Database
-    private let lock = NSLock()
-    private var entries: [String: Entry] = [:]
+    /// The connection and the rows it holds, changed together.
+    private struct Guarded {
+        let db: Database
+        var entries: [String: Entry]
+    }
+
+    private let guarded: Mutex<Guarded>
 
     init(path: String) throws {
-        db = try Database(path: path)
+        let db = try Database(path: path)
+        var entries: [String: Entry] = [:]
         _ = try db.scalar("PRAGMA journal_mode=WAL")
         try db.execute("""
             PRAGMA synchronous=FULL;
@@ -37,15 +43,16 @@ final class DesktopSettingsStore: @unchecked Sendable {
             guard let name = row.string(0) else { continue }
             entries[name] = Entry(hidden: row.int(1) != 0, openWith: row.string(2))
         }
+        guarded = Mutex(Guarded(db: db, entries: entries))
     }
 
-    func entry(_ bundle: String) -> Entry { lock.withLock { entries[bundle] ?? Entry() } }
+    func entry(_ bundle: String) -> Entry { guarded.withLock { $0.entries[bundle] ?? Entry() } }
 
-    func isHidden(_ bundle: String) -> Bool { lock.withLock { entries[bundle]?.hidden ?? false } }
+    func isHidden(_ bundle: String) -> Bool { guarded.withLock { $0.entries[bundle]?.hidden ?? false } }
 
     /// Every bundle with a setting, by name.
     func all() -> [(bundle: String, entry: Entry)] {
-        lock.withLock { entries.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
+        guarded.withLock { $0.entries.sorted { $0.key < $1.key }.map { ($0.key, $0.value) } }
     }
 
     func setHidden(_ bundle: String, _ hidden: Bool) throws {
@@ -59,20 +66,20 @@ final class DesktopSettingsStore: @unchecked Sendable {
 
     /// Under the lock: the row first, then the memory; a bundle back to the defaults loses its row.
     private func update(_ bundle: String, _ change: (inout Entry) -> Void) throws {
-        try lock.withLock {
-            var entry = entries[bundle] ?? Entry()
+        try guarded.withLock { g in
+            var entry = g.entries[bundle] ?? Entry()
             change(&entry)
             if entry == Entry() {
-                _ = try db.run("DELETE FROM desktop_bundles WHERE bundle = ?", [.text(bundle)])
-                entries[bundle] = nil
+                _ = try g.db.run("DELETE FROM desktop_bundles WHERE bundle = ?", [.text(bundle)])
+                g.entries[bundle] = nil
                 return
             }
-            _ = try db.run("""
+            _ = try g.db.run("""
                 INSERT INTO desktop_bundles(bundle, hidden, open_with, changed) VALUES (?, ?, ?, ?)
                 ON CONFLICT(bundle) DO UPDATE SET hidden = excluded.hidden, open_with = excluded.open_with, changed = excluded.changed
                 """, [.text(bundle), .integer(entry.hidden ? 1 : 0), entry.openWith.map(SQLValue.text) ?? .null,
                       .double(Date().timeIntervalSince1970)])
-            entries[bundle] = entry
+            g.entries[bundle] = entry
         }
     }
 }

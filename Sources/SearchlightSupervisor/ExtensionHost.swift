@@ -246,13 +246,14 @@ final class ExtensionHost: Sendable {
         connection.start(name: "ext-\(launch.pid)", onMessage: { _, message in session.handle(message) }) { [weak self] _, reason in
             self?.handle(.connectionClosed(connection, reason: "\(reason)"))
         }
-        Task { [weak self] in
+        // On the control thread: handling the exit may start the next launch (a fork/exec).
+        Task(executorPreference: ControlThread.executor) { [weak self] in
             let termination = await launch.process.waitForExit()
             self?.handle(.exited(launch, termination))
         }
         if let handshakeTimeout {
             let deadline = clock.now.addingTimeInterval(handshakeTimeout)
-            Task { [weak self, clock] in
+            Task(executorPreference: ControlThread.executor) { [weak self, clock] in
                 try? await clock.sleep(until: deadline)
                 self?.handle(.handshakeTimedOut(launch))
             }
@@ -260,7 +261,7 @@ final class ExtensionHost: Sendable {
     }
 
     private func killAfter(_ launch: LaunchedExtension, _ deadline: Date) {
-        Task { [weak self, clock] in
+        Task(executorPreference: ControlThread.executor) { [weak self, clock] in
             try? await clock.sleep(until: deadline)
             self?.handle(.exitTimedOut(launch))
         }

@@ -14,6 +14,7 @@ import SearchlightWire
 /// the reindex-all's acknowledgement makes it ready. Each step logs one line with its numbers and
 /// sends `index.recovering` / `index.ready` (or `index.recoveryFailed`) to monitors.
 final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
+    // @unchecked: `active`, `diagnosing`, `rounds`, `last` and `quarantineTimes` are guarded by `lock`, an NSCondition callers wait on for a recovery to end.
     /// How a damaged index was brought back.
     enum Method: String, Sendable {
         case fullTextRebuild, reindexAll, salvage

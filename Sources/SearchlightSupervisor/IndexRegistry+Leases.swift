@@ -8,6 +8,7 @@ import SearchlightWire
 /// The stores a piece of work uses (a client call, a maintenance step, a status line): none of
 /// them is closed by the open-index bound until `release()`. One user at a time.
 final class IndexLeases: @unchecked Sendable {
+    // @unchecked: `held` (guarded by `lock`) keeps the registry's OpenIndex records, which only the registry's lock may change.
     private let registry: IndexRegistry
     private let lock = NSLock()
     private var held: [(IndexRegistry.Key, IndexRegistry.OpenIndex)] = []

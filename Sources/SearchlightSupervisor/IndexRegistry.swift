@@ -10,6 +10,7 @@ import SearchlightWire
 /// descriptors however many bundles exist. Whoever uses a store holds a lease on it
 /// (`IndexLeases`) for as long as it does; a leased store is never closed under it.
 final class IndexRegistry: @unchecked Sendable {
+    // @unchecked: the open stores, settling keys and summaries are guarded by `lock`, an NSCondition opens wait on while a file settles.
     struct Key: Hashable {
         var bundle: String
         var index: String

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The machine's load as the throttle sees it: percentages of stall (PSI `some avg10`) per resource.
 public struct Pressure: Sendable, Equatable {
@@ -67,16 +68,20 @@ public struct OwnLoad: Sendable, Equatable {
 ///
 /// Every file is treated as hostile: anything that does not parse is unreadable, never a crash,
 /// and is logged once per kind of problem rather than at every sample.
-public final class LoadMonitor: @unchecked Sendable {
+public final class LoadMonitor: Sendable {
     let procRoot: String
     let cpuCount: Int
     private let log: Logger?
-    private let lock = NSLock()
-    private var reported: Set<String> = []
-    private var _samples = 0
+    /// What the samples keep: warnings already logged, how many samples, the own work's average.
+    private struct State {
+        var reported: Set<String> = []
+        var samples = 0
+        var ownLoad: OwnLoad
+    }
+
+    private let state: Mutex<State>
     /// CPU seconds of the daemon's background work so far (`WorkMeter.seconds`); nil: none counted.
     private let ownWork: (@Sendable () -> Double)?
-    private var ownLoad: OwnLoad
 
     public init(procRoot: String, cpuCount: Int = ProcessInfo.processInfo.activeProcessorCount, log: Logger? = nil,
                 ownWork: (@Sendable () -> Double)? = nil, now: Date = Date()) {
@@ -84,19 +89,19 @@ public final class LoadMonitor: @unchecked Sendable {
         self.cpuCount = max(1, cpuCount)
         self.log = log
         self.ownWork = ownWork
-        ownLoad = OwnLoad(seconds: ownWork?() ?? 0, at: now)
+        state = Mutex(State(ownLoad: OwnLoad(seconds: ownWork?() ?? 0, at: now)))
     }
 
     /// How many times `sample()` ran: tests use it to prove an idle daemon does not poll.
-    public var samples: Int { lock.withLock { _samples } }
+    public var samples: Int { state.withLock { $0.samples } }
 
     /// The current pressure, or nil when neither PSI nor loadavg can be read (then nothing is throttled).
     /// `now` is the time of the sample (the own work's average is kept whichever source is read).
     public func sample(at now: Date = Date()) -> Pressure? {
         let seconds = ownWork?()
-        let own = lock.withLock {
-            _samples += 1
-            return seconds.map { ownLoad.update(seconds: $0, at: now) } ?? 0
+        let own = state.withLock { state in
+            state.samples += 1
+            return seconds.map { state.ownLoad.update(seconds: $0, at: now) } ?? 0
         }
         if let cpu = psi("cpu"), let io = psi("io"), let memory = psi("memory") {
             return Pressure(cpu: cpu, io: io, memory: memory, source: .psi)
@@ -129,7 +134,7 @@ public final class LoadMonitor: @unchecked Sendable {
     }
 
     private func warnOnce(_ key: String, _ message: String, _ fields: Logger.Metadata) {
-        let first = lock.withLock { reported.insert(key).inserted }
+        let first = state.withLock { $0.reported.insert(key).inserted }
         if first { log?.warning(message, fields) }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SearchlightStore
 import SearchlightWire
 
@@ -99,12 +100,12 @@ struct MaintenanceSummary: Sendable {
 
 /// Maintenance's memory in `supervisor.sqlite`: the last run and its summary (so a restart does
 /// not redo it at once) and each index's scrub cursor (so the scrub goes round the whole file).
-final class MaintenanceRecord: @unchecked Sendable {
-    private let db: Database
-    private let lock = NSLock()
+final class MaintenanceRecord: Sendable {
+    /// The connection, used by one thread at a time.
+    private let db: Mutex<Database>
 
     init(path: String) throws {
-        db = try Database(path: path)
+        let db = try Database(path: path)
         _ = try db.scalar("PRAGMA journal_mode=WAL")
         try db.execute("""
             PRAGMA synchronous=FULL;
@@ -114,14 +115,15 @@ final class MaintenanceRecord: @unchecked Sendable {
                 PRIMARY KEY(bundle, idx)
             );
             """)
+        self.db = Mutex(db)
     }
 
     private func value(_ key: String) -> String? {
-        lock.withLock { (try? db.rows("SELECT value FROM maintenance WHERE key = ?", [.text(key)]))?.first?.string(0) }
+        db.withLock { db in (try? db.rows("SELECT value FROM maintenance WHERE key = ?", [.text(key)]))?.first?.string(0) }
     }
 
     private func set(_ key: String, _ value: String) throws {
-        try lock.withLock {
+        try db.withLock { db in
             _ = try db.run("INSERT OR REPLACE INTO maintenance(key, value) VALUES (?, ?)", [.text(key), .text(value)])
         }
     }
@@ -142,7 +144,7 @@ final class MaintenanceRecord: @unchecked Sendable {
     var lastSummary: JSONValue? { value("lastSummary").flatMap { try? JSONValue.parse($0) } }
 
     func cursor(bundle: String, index: String) -> ScrubCursor {
-        lock.withLock {
+        db.withLock { db in
             guard let row = (try? db.rows("SELECT item_rowid, tbl FROM scrub_cursors WHERE bundle = ? AND idx = ?",
                 [.text(bundle), .text(index)]))?.first else { return ScrubCursor() }
             return ScrubCursor(itemRowID: row.int(0) ?? 0, table: Int(row.int(1) ?? 0))
@@ -150,7 +152,7 @@ final class MaintenanceRecord: @unchecked Sendable {
     }
 
     func setCursor(_ c: ScrubCursor, bundle: String, index: String) throws {
-        try lock.withLock {
+        try db.withLock { db in
             _ = try db.run("INSERT OR REPLACE INTO scrub_cursors(bundle, idx, item_rowid, tbl) VALUES (?, ?, ?, ?)",
                 [.text(bundle), .text(index), .integer(c.itemRowID), .integer(Int64(c.table))])
         }

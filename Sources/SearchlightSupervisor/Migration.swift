@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SearchlightStore
 import SearchlightUnits
 import SearchlightWire
@@ -18,7 +19,7 @@ import SearchlightWire
 ///
 /// All starts, swaps and copies run on one serial queue, outside client calls: registering a
 /// shadow and swapping wait for the calls in progress (`IndexRegistry.gate`).
-final class Migrator: @unchecked Sendable {
+final class Migrator: Sendable {
     enum Path: String, Sendable {
         case `extension`, local
     }
@@ -35,9 +36,8 @@ final class Migrator: @unchecked Sendable {
     let context: ServiceContext
     let records: RebuildRecords
     private let queue = DispatchQueue(label: "searchlightd.migration")
-    private let lock = NSLock()
-    private var active: [IndexRegistry.Key: Active] = [:]
-    private var failures: [IndexRegistry.Key: String] = [:]
+    /// The migrations in progress, and why the last one of an index failed.
+    private let lock = Mutex<(active: [IndexRegistry.Key: Active], failures: [IndexRegistry.Key: String])>(([:], [:]))
 
     init(context: ServiceContext) throws {
         self.context = context
@@ -75,14 +75,14 @@ final class Migrator: @unchecked Sendable {
         if request?.state == .failed {
             IndexRegistry.removeDatabaseFiles(shadowFile)
             records.remove(bundle: record.bundle, index: record.index)
-            lock.withLock { failures[key] = "migration request \(id) failed: \(request?.lastError ?? "")" }
+            lock.withLock { s in s.failures[key] = "migration request \(id) failed: \(request?.lastError ?? "")" }
             return
         }
         do {
             try registry.withStore(bundle: record.bundle, index: record.index, create: false) { _ in }
             let shadow = try registry.beginShadow(bundle: record.bundle, index: record.index, resume: true)
-            lock.withLock {
-                active[key] = Active(path: .extension, shadow: shadow, requestID: id, reason: record.reason,
+            lock.withLock { s in
+                s.active[key] = Active(path: .extension, shadow: shadow, requestID: id, reason: record.reason,
                     targetVersion: record.targetVersion, started: record.started)
             }
             registry.setCondition(IndexCondition(.migrating, reason: record.reason, since: record.started, requestID: id),
@@ -149,7 +149,7 @@ final class Migrator: @unchecked Sendable {
         }
         let path: Path = unit == nil ? .local : .extension
         queue.async {
-            if self.lock.withLock({ self.active[key] != nil }) { return }
+            if self.lock.withLock({ s in s.active[key] != nil }) { return }
             switch path {
             case .local: self.migrateLocally(key, reason: reason)
             case .extension: self.migrateByExtension(key, reason: reason, targetVersion: unit?.indexExtension.indexVersion)
@@ -159,7 +159,7 @@ final class Migrator: @unchecked Sendable {
     }
 
     private func began(_ key: IndexRegistry.Key, _ a: Active) {
-        lock.withLock { failures[key] = nil }
+        lock.withLock { s in s.failures[key] = nil }
         registry.setCondition(IndexCondition(.migrating, reason: a.reason, since: a.started, requestID: a.requestID),
             bundle: key.bundle, index: key.index)
         var e: [String: JSONValue] = ["bundle": .string(key.bundle), "index": .string(key.index), "reason": .string(a.reason),
@@ -177,11 +177,11 @@ final class Migrator: @unchecked Sendable {
             let shadow = try registry.beginShadow(bundle: key.bundle, index: key.index, resume: false)
             let started = Date()
             // Held until `active` knows the request: its outcome may come at once.
-            let a: Active = try lock.withLock {
+            let a: Active = try lock.withLock { s in
                 let queued = try scheduler.enqueue(bundle: key.bundle, index: key.index, kind: .all, identifiers: [],
                     reason: "migration", background: true)
                 let a = Active(path: .extension, shadow: shadow, requestID: queued.id, reason: reason, targetVersion: targetVersion, started: started)
-                active[key] = a
+                s.active[key] = a
                 return a
             }
             try records.save(RebuildRecord(path: Path.extension.rawValue, bundle: key.bundle, index: key.index, requestID: a.requestID,
@@ -200,7 +200,7 @@ final class Migrator: @unchecked Sendable {
             guard let old = try registry.store(bundle: key.bundle, index: key.index, create: false, lease: lease) else { return }
             let shadow = try registry.beginShadow(bundle: key.bundle, index: key.index, resume: false)
             let a = Active(path: .local, shadow: shadow, requestID: nil, reason: reason, targetVersion: nil, started: Date())
-            lock.withLock { active[key] = a }
+            lock.withLock { s in s.active[key] = a }
             try records.save(RebuildRecord(path: Path.local.rawValue, bundle: key.bundle, index: key.index, requestID: nil,
                 reason: reason, targetVersion: nil, started: a.started))
             began(key, a)
@@ -217,7 +217,7 @@ final class Migrator: @unchecked Sendable {
 
     /// A request's outcome (from the scheduler): the migration it fills swaps or ends.
     private func outcome(_ id: Int64, _ outcome: RequestScheduler.Outcome) {
-        let key: IndexRegistry.Key? = lock.withLock { active.first { $0.value.requestID == id }?.key }
+        let key: IndexRegistry.Key? = lock.withLock { s in s.active.first { $0.value.requestID == id }?.key }
         guard let key else { return }
         switch outcome {
         case .acknowledged: queue.async { self.complete(key) }
@@ -227,7 +227,7 @@ final class Migrator: @unchecked Sendable {
 
     /// The shadow is complete: it replaces the old file.
     private func complete(_ key: IndexRegistry.Key) {
-        guard let a = lock.withLock({ active[key] }) else { return }
+        guard let a = lock.withLock({ s in s.active[key] }) else { return }
         guard registry.shadow(bundle: key.bundle, index: key.index) === a.shadow else {
             abandon(key, "the shadow was removed (the bundle was erased)")
             return
@@ -236,7 +236,7 @@ final class Migrator: @unchecked Sendable {
             // A donation missed the shadow: fill it again rather than lose that donation.
             log.warning("migration shadow missed a donation; rebuilding it again", ["bundle": key.bundle, "error": fault])
             registry.dropShadow(bundle: key.bundle, index: key.index)
-            lock.withLock { _ = active.removeValue(forKey: key) }
+            lock.withLock { s in _ = s.active.removeValue(forKey: key) }
             if a.path == .local { migrateLocally(key, reason: a.reason) } else { migrateByExtension(key, reason: a.reason, targetVersion: a.targetVersion) }
             return
         }
@@ -252,7 +252,7 @@ final class Migrator: @unchecked Sendable {
             let (store, pause) = try registry.swapInShadow(bundle: key.bundle, index: key.index, shadow: a.shadow)
             if let v = a.targetVersion { try? context.journal.recordVersion(bundle: key.bundle, index: key.index, version: v) }
             records.remove(bundle: key.bundle, index: key.index)
-            lock.withLock { _ = active.removeValue(forKey: key) }
+            lock.withLock { s in _ = s.active.removeValue(forKey: key) }
             registry.setCondition(nil, bundle: key.bundle, index: key.index)
             let elapsed = Date().timeIntervalSince(a.started)
             log.notice("migration finished", ["bundle": key.bundle, "index": Self.indexName(key.index), "path": a.path.rawValue,
@@ -270,9 +270,9 @@ final class Migrator: @unchecked Sendable {
     private func abandon(_ key: IndexRegistry.Key, _ message: String) {
         registry.dropShadow(bundle: key.bundle, index: key.index)
         records.remove(bundle: key.bundle, index: key.index)
-        lock.withLock {
-            active[key] = nil
-            failures[key] = message
+        lock.withLock { s in
+            s.active[key] = nil
+            s.failures[key] = message
         }
         registry.setCondition(nil, bundle: key.bundle, index: key.index)
         log.error("migration failed; the old index stays in service", ["bundle": key.bundle, "index": Self.indexName(key.index), "error": message])
@@ -281,12 +281,12 @@ final class Migrator: @unchecked Sendable {
 
     /// Why the last migration of an index failed, until one succeeds.
     func failure(bundle: String, index: String) -> String? {
-        lock.withLock { failures[IndexRegistry.Key(bundle: bundle, index: index)] }
+        lock.withLock { s in s.failures[IndexRegistry.Key(bundle: bundle, index: index)] }
     }
 
     /// The path of the migration in progress, if any.
     func activePath(bundle: String, index: String) -> Path? {
-        lock.withLock { active[IndexRegistry.Key(bundle: bundle, index: index)]?.path }
+        lock.withLock { s in s.active[IndexRegistry.Key(bundle: bundle, index: index)]?.path }
     }
 
     /// Waits until the queued migration work has run (tests and shutdown).

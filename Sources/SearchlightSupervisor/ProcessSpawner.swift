@@ -198,6 +198,8 @@ public enum ProcessSpawner {
     public static func spawn(
         _ config: SpawnConfiguration, extensionSocket: Int32, stdout: Int32, stderr: Int32
     ) throws(SpawnError) -> ChildProcess {
+        // fork copies the page tables, and the report pipe is read until the child's exec.
+        BlockingCheck.blocking("ProcessSpawner.spawn")
         let exe = config.executable
         guard isValid(config) else { throw SpawnError(step: .arguments, errno: EINVAL, executable: exe) }
         let devNull = open("/dev/null", O_RDONLY | O_CLOEXEC)

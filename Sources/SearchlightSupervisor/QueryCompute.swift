@@ -13,13 +13,12 @@ import Synchronization
 final class QueryCompute: @unchecked Sendable {
     // @unchecked: `state` is read and written under `condition` only.
     /// One job: its work, its outcome, and whether its caller gave up.
-    private final class Ticket: @unchecked Sendable {
+    private final class Ticket: Sendable {
         let work: @Sendable (_ shouldStop: @Sendable () -> Bool) -> [Float]?
         let stop = Atomic<Bool>(false)
         let done = DispatchSemaphore(value: 0)
         /// Written by the worker before `done` is signalled, read by the caller after.
-        var result: [Float]?
-        var expired = false
+        let result = Mutex<[Float]?>(nil)
         init(_ work: @escaping @Sendable (_ shouldStop: @Sendable () -> Bool) -> [Float]?) { self.work = work }
     }
 
@@ -74,7 +73,7 @@ final class QueryCompute: @unchecked Sendable {
             }
             throw budget.error
         }
-        if let result = ticket.result { return result }
+        if let result = ticket.result.withLock({ $0 }) { return result }
         // Stopped or expired in the queue: the budget says why (its deadline, at the latest now).
         if budget.shouldStop() { throw budget.error }
         throw SearchlightError(.cancelled, "the query's embedding waited past searchlightd's query limit and was stopped; retry",
@@ -92,7 +91,6 @@ final class QueryCompute: @unchecked Sendable {
                 }
                 let step = state.next(now: QueryBudget.now())
                 for e in step.expired {
-                    e.job.expired = true
                     e.job.done.signal()
                 }
                 if let first = step.start.first {
@@ -112,7 +110,7 @@ final class QueryCompute: @unchecked Sendable {
             guard let job else { return }
             let ticket = job.job
             let result: [Float]? = ticket.stop.load(ordering: .relaxed) ? nil : ticket.work { ticket.stop.load(ordering: .relaxed) }
-            ticket.result = result
+            ticket.result.withLock { $0 = result }
             condition.withLock {
                 state.finished(owner: job.owner)
                 condition.broadcast()

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SearchlightStore
 
 /// Rebuilds in progress, in `supervisor.sqlite`, so that a daemon restarted (or killed) in the
@@ -15,12 +16,12 @@ struct RebuildRecord: Sendable, Equatable {
     var started: Date
 }
 
-final class RebuildRecords: @unchecked Sendable {
-    private let db: Database
-    private let lock = NSLock()
+final class RebuildRecords: Sendable {
+    /// The connection, used by one thread at a time.
+    private let db: Mutex<Database>
 
     init(path: String) throws {
-        db = try Database(path: path)
+        let db = try Database(path: path)
         _ = try db.scalar("PRAGMA journal_mode=WAL")
         try db.execute("""
             PRAGMA synchronous=FULL;
@@ -30,10 +31,11 @@ final class RebuildRecords: @unchecked Sendable {
                 PRIMARY KEY(bundle, idx)
             );
             """)
+        self.db = Mutex(db)
     }
 
     func save(_ r: RebuildRecord) throws {
-        try lock.withLock {
+        try db.withLock { db in
             _ = try db.run("""
                 INSERT OR REPLACE INTO rebuilds(bundle, idx, kind, path, request_id, reason, target_version, started)
                 VALUES (?, ?, 'migration', ?, ?, ?, ?, ?)
@@ -43,11 +45,11 @@ final class RebuildRecords: @unchecked Sendable {
     }
 
     func remove(bundle: String, index: String) {
-        lock.withLock { _ = try? db.run("DELETE FROM rebuilds WHERE bundle = ? AND idx = ? AND kind = 'migration'", [.text(bundle), .text(index)]) }
+        db.withLock { db in _ = try? db.run("DELETE FROM rebuilds WHERE bundle = ? AND idx = ? AND kind = 'migration'", [.text(bundle), .text(index)]) }
     }
 
     func all() -> [RebuildRecord] {
-        lock.withLock {
+        db.withLock { db in
             ((try? db.rows("SELECT bundle, idx, path, request_id, reason, target_version, started FROM rebuilds WHERE kind = 'migration' ORDER BY started")) ?? []).map {
                 RebuildRecord(path: $0.string(2) ?? "local", bundle: $0.string(0) ?? "", index: $0.string(1) ?? "", requestID: $0.int(3),
                     reason: $0.string(4) ?? "", targetVersion: $0.int(5).map { Int($0) }, started: Date(timeIntervalSince1970: $0.double(6) ?? 0))

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SearchlightStore
 
 /// A corruption recovery that set an index file aside and has not finished refilling it, in
@@ -19,12 +20,12 @@ struct RecoveryRecord: Sendable, Equatable {
     var started: Date
 }
 
-final class RecoveryRecords: @unchecked Sendable {
-    private let db: Database
-    private let lock = NSLock()
+final class RecoveryRecords: Sendable {
+    /// The connection, used by one thread at a time.
+    private let db: Mutex<Database>
 
     init(path: String) throws {
-        db = try Database(path: path)
+        let db = try Database(path: path)
         _ = try db.scalar("PRAGMA journal_mode=WAL")
         try db.execute("""
             PRAGMA synchronous=FULL;
@@ -33,11 +34,12 @@ final class RecoveryRecords: @unchecked Sendable {
                 reason TEXT NOT NULL, started REAL NOT NULL
             );
             """)
+        self.db = Mutex(db)
     }
 
     /// Records (or updates) a recovery; durable when it returns.
     func save(_ r: RecoveryRecord) throws {
-        try lock.withLock {
+        try db.withLock { db in
             _ = try db.run("""
                 INSERT OR REPLACE INTO recoveries(quarantined, bundle, idx, method, reason, started) VALUES (?, ?, ?, ?, ?, ?)
                 """, [.text(r.quarantined), .text(r.bundle), .text(r.index), .text(r.method), .text(r.reason),
@@ -46,16 +48,16 @@ final class RecoveryRecords: @unchecked Sendable {
     }
 
     func remove(quarantined name: String) {
-        lock.withLock { _ = try? db.run("DELETE FROM recoveries WHERE quarantined = ?", [.text(name)]) }
+        db.withLock { db in _ = try? db.run("DELETE FROM recoveries WHERE quarantined = ?", [.text(name)]) }
     }
 
     /// Forgets a bundle's recoveries (it was erased: nothing is to be restored into it).
     func remove(bundle: String) {
-        lock.withLock { _ = try? db.run("DELETE FROM recoveries WHERE bundle = ?", [.text(bundle)]) }
+        db.withLock { db in _ = try? db.run("DELETE FROM recoveries WHERE bundle = ?", [.text(bundle)]) }
     }
 
     func all() -> [RecoveryRecord] {
-        lock.withLock {
+        db.withLock { db in
             ((try? db.rows("SELECT quarantined, bundle, idx, method, reason, started FROM recoveries ORDER BY started, quarantined")) ?? []).map {
                 RecoveryRecord(quarantined: $0.string(0) ?? "", bundle: $0.string(1) ?? "", index: $0.string(2) ?? "",
                     method: $0.string(3) ?? "salvage", reason: $0.string(4) ?? "", started: Date(timeIntervalSince1970: $0.double(5) ?? 0))

@@ -42,9 +42,9 @@ struct PoisonedIdentifier: Sendable, Equatable {
 /// The durable request journal in `supervisor.sqlite` (DESIGN §6): a request is written before it
 /// is sent and removed only on acknowledgement, so a daemon restart resumes it. Requests coalesce:
 /// a reindex-all absorbs the pending identifier requests of its index, and identifier requests merge.
-final class RequestJournal: @unchecked Sendable {
-    private let db: Database
-    private let lock = NSLock()
+final class RequestJournal: Sendable {
+    /// The connection, used by one thread at a time.
+    private let db: Mutex<Database>
     let path: String
     /// Tests only: a failing disk. Asked with the operation's name before each write the
     /// scheduler makes while dispatching; an error it returns is thrown as the write's.
@@ -56,7 +56,7 @@ final class RequestJournal: @unchecked Sendable {
 
     init(path: String) throws {
         self.path = path
-        db = try Database(path: path)
+        let db = try Database(path: path)
         _ = try db.scalar("PRAGMA journal_mode=WAL")
         try db.execute("""
             PRAGMA synchronous=FULL;
@@ -82,6 +82,7 @@ final class RequestJournal: @unchecked Sendable {
             """)
         // A request that was running when the daemon stopped (or was killed) is sent again.
         try db.run("UPDATE requests SET state = 'pending', not_before = 0 WHERE state = 'running'")
+        self.db = Mutex(db)
     }
 
     private static let columns = "id, bundle, idx, kind, identifiers, reason, background, state, attempts, not_before, last_error, chunk, created, narrowing_acked"
@@ -141,7 +142,7 @@ final class RequestJournal: @unchecked Sendable {
 
     private func journal(bundle: String, index: String, kind: ReindexRequest.Kind, identifiers: [String],
                          reason: String, background: Bool, now: Date) throws -> Enqueued {
-        try lock.withLock {
+        try db.withLock { db in
             try db.transaction {
                 let pending = try db.rows("SELECT \(Self.columns) FROM requests WHERE bundle = ? AND idx = ? AND state = 'pending' ORDER BY id",
                     [.text(bundle), .text(index)]).map(Self.request)
@@ -181,16 +182,16 @@ final class RequestJournal: @unchecked Sendable {
     }
 
     func all() -> [ReindexRequest] {
-        lock.withLock { ((try? db.rows("SELECT \(Self.columns) FROM requests ORDER BY id")) ?? []).map(Self.request) }
+        db.withLock { db in ((try? db.rows("SELECT \(Self.columns) FROM requests ORDER BY id")) ?? []).map(Self.request) }
     }
 
     func request(_ id: Int64) -> ReindexRequest? {
-        lock.withLock { (try? db.rows("SELECT \(Self.columns) FROM requests WHERE id = ?", [.integer(id)]))?.first.map(Self.request) }
+        db.withLock { db in (try? db.rows("SELECT \(Self.columns) FROM requests WHERE id = ?", [.integer(id)]))?.first.map(Self.request) }
     }
 
     /// The pending requests of a bundle, foreground first, then oldest first.
     func pending(bundle: String) -> [ReindexRequest] {
-        lock.withLock {
+        db.withLock { db in
             ((try? db.rows("SELECT \(Self.columns) FROM requests WHERE bundle = ? AND state = 'pending' ORDER BY background, id",
                 [.text(bundle)])) ?? []).map(Self.request)
         }
@@ -200,7 +201,7 @@ final class RequestJournal: @unchecked Sendable {
     /// since the dispatcher looked included); nil if it is no longer pending (absorbed, failed).
     func claim(_ id: Int64) throws -> ReindexRequest? {
         try injectedFault("claim")
-        return try lock.withLock {
+        return try db.withLock { db in
             try db.transaction {
                 guard try db.run("UPDATE requests SET state = 'running' WHERE id = ? AND state = 'pending'", [.integer(id)]) == 1 else { return nil }
                 return try db.rows("SELECT \(Self.columns) FROM requests WHERE id = ?", [.integer(id)]).first.map(Self.request)
@@ -212,7 +213,7 @@ final class RequestJournal: @unchecked Sendable {
     /// pending again, due now; the failure it met is its last error. False if it is not running.
     func requeue(_ id: Int64, error: String) throws -> Bool {
         try injectedFault("requeue")
-        return try lock.withLock {
+        return try db.withLock { db in
             try db.run("UPDATE requests SET state = 'pending', not_before = 0, last_error = ? WHERE id = ? AND state = 'running'",
                        [.text(error), .integer(id)]) == 1
         }
@@ -221,25 +222,25 @@ final class RequestJournal: @unchecked Sendable {
     /// A chunk was acknowledged while the request is being narrowed down.
     func noteNarrowingProgress(_ id: Int64) throws {
         try injectedFault("noteNarrowingProgress")
-        try lock.withLock { _ = try db.run("UPDATE requests SET narrowing_acked = 1 WHERE id = ? AND chunk IS NOT NULL", [.integer(id)]) }
+        try db.withLock { db in _ = try db.run("UPDATE requests SET narrowing_acked = 1 WHERE id = ? AND chunk IS NOT NULL", [.integer(id)]) }
     }
 
     /// Acknowledged: the request is done and leaves the journal.
     func acknowledged(_ id: Int64) throws {
         try injectedFault("acknowledged")
-        try lock.withLock { _ = try db.run("DELETE FROM requests WHERE id = ?", [.integer(id)]) }
+        try db.withLock { db in _ = try db.run("DELETE FROM requests WHERE id = ?", [.integer(id)]) }
     }
 
     /// Some identifiers were acknowledged: keep only the rest.
     func setRemaining(_ id: Int64, identifiers: [String]) throws {
         try injectedFault("setRemaining")
-        try lock.withLock { _ = try db.run("UPDATE requests SET identifiers = ? WHERE id = ?", [Self.encode(identifiers), .integer(id)]) }
+        try db.withLock { db in _ = try db.run("UPDATE requests SET identifiers = ? WHERE id = ?", [Self.encode(identifiers), .integer(id)]) }
     }
 
     /// A failed attempt: retried after `retryAt`, or given up (state failed) when `retryAt` is nil.
     func attemptFailed(_ id: Int64, error: String, retryAt: Date?, chunk: Int? = nil, countAttempt: Bool = true) throws {
         try injectedFault("attemptFailed")
-        try lock.withLock {
+        try db.withLock { db in
             _ = try db.run("""
                 UPDATE requests SET state = ?, attempts = attempts + ?, not_before = ?, last_error = ?, chunk = ? WHERE id = ?
                 """, [.text(retryAt == nil ? "failed" : "pending"), .integer(countAttempt ? 1 : 0),
@@ -250,7 +251,7 @@ final class RequestJournal: @unchecked Sendable {
     /// Stops sending `identifier` (it crashed or hung the extension on its own) and reports it.
     func poison(_ id: Int64, bundle: String, index: String, identifier: String, remaining: [String], error: String, now: Date = Date()) throws {
         try injectedFault("poison")
-        try lock.withLock {
+        try db.withLock { db in
             try db.transaction {
                 try db.run("INSERT OR REPLACE INTO poisoned(bundle, idx, identifier, error, at) VALUES (?, ?, ?, ?, ?)",
                     [.text(bundle), .text(index), .text(identifier), .text(error), .double(now.timeIntervalSince1970)])
@@ -261,7 +262,7 @@ final class RequestJournal: @unchecked Sendable {
     }
 
     func poisoned() -> [PoisonedIdentifier] {
-        lock.withLock {
+        db.withLock { db in
             ((try? db.rows("SELECT bundle, idx, identifier, error, at FROM poisoned ORDER BY at")) ?? []).map {
                 PoisonedIdentifier(bundle: $0.string(0) ?? "", index: $0.string(1) ?? "", identifier: $0.string(2) ?? "",
                     error: $0.string(3) ?? "", at: Date(timeIntervalSince1970: $0.double(4) ?? 0))
@@ -271,7 +272,7 @@ final class RequestJournal: @unchecked Sendable {
 
     /// The earliest time a pending request becomes due, if any.
     func nextDue() -> Date? {
-        lock.withLock {
+        db.withLock { db in
             (try? db.rows("SELECT min(not_before) FROM requests WHERE state = 'pending'"))?.first?.double(0)
                 .map { Date(timeIntervalSince1970: $0) }
         }
@@ -281,14 +282,14 @@ final class RequestJournal: @unchecked Sendable {
 
     /// The index version recorded when the extension first filled this index, nil if never.
     func recordedVersion(bundle: String, index: String) -> Int? {
-        lock.withLock {
+        db.withLock { db in
             (try? db.rows("SELECT index_version FROM extension_indexes WHERE bundle = ? AND idx = ?", [.text(bundle), .text(index)]))?
                 .first?.int(0).map { Int($0) }
         }
     }
 
     func recordVersion(bundle: String, index: String, version: Int, now: Date = Date()) throws {
-        try lock.withLock {
+        try db.withLock { db in
             _ = try db.run("INSERT OR REPLACE INTO extension_indexes(bundle, idx, index_version, since) VALUES (?, ?, ?, ?)",
                 [.text(bundle), .text(index), .integer(Int64(version)), .double(now.timeIntervalSince1970)])
         }

@@ -88,6 +88,10 @@ actor RequestScheduler {
             marks: context.config.throttleMarks, interval: context.config.loadInterval, now: clock.now)
     }
 
+    /// The scheduler's loop runs on the daemon's control thread, not on the cooperative pool: its
+    /// pump reads the journal and /proc, which may wait on the disk.
+    nonisolated var unownedExecutor: UnownedSerialExecutor { ControlThread.executor.asUnownedSerialExecutor() }
+
     nonisolated var log: Logger { context.log }
     nonisolated var events: EventMonitor { context.events }
 
@@ -204,7 +208,7 @@ actor RequestScheduler {
         if let maintenanceRun { _ = await maintenanceRun.value() }
         let all = hosts.all
         await withTaskGroup(of: Void.self) { group in
-            for host in all { group.addTask { await host.shutdown(deadline: deadline) } }
+            for host in all { group.addTask(executorPreference: ControlThread.executor) { await host.shutdown(deadline: deadline) } }
         }
     }
 
@@ -268,7 +272,8 @@ actor RequestScheduler {
             }
             guard transition(.dispatched(bundle: bundle, request)) else { continue }
             if request.background { backgroundRunning += 1 }
-            group.addTask {
+            // On the control thread too: the claim, the spawn and the acknowledgement block.
+            group.addTask(executorPreference: ControlThread.executor) {
                 await self.perform(request, on: host)
                 await self.requestEnded(bundle: bundle)
             }

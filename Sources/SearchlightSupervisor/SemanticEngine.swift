@@ -2,23 +2,28 @@ import Foundation
 import SearchlightSemantic
 import SearchlightStore
 import SearchlightWire
+import Synchronization
 
 /// The daemon's semantic model (DESIGN §11, Docs/SemanticSearch.md): the static token table,
 /// loaded at start (4.5 MB; it embeds every donated item and, while the transformer is not
 /// loaded, the queries), and the transformer, loaded by `query.prepare` and unloaded after
 /// `--model-idle` seconds without a query so that an idle daemon stays small.
-final class SemanticEngine: @unchecked Sendable {
+final class SemanticEngine: Sendable {
     let directory: ModelDirectory
     /// nil: semantic search is unavailable (`unavailableReason` says why and what to do).
     let staticEncoder: StaticEncoder?
     let unavailableReason: String?
     private let idleSeconds: Double
     private let log: Logger
-    private let lock = NSLock()
-    private var transformer: TransformerEncoder?
-    private var lastUse = Date()
-    private var transformerError: String?
-    private var timer: DispatchSourceTimer?
+    /// The transformer while it is loaded, and what its idle unload needs.
+    private struct Loaded {
+        var transformer: TransformerEncoder?
+        var lastUse = Date()
+        var transformerError: String?
+        var timer: DispatchSourceTimer?
+    }
+
+    private let lock = Mutex(Loaded())
     /// The threads that embed queries with the transformer, fair between uids (`QueryCompute`).
     let compute = QueryCompute()
 
@@ -53,35 +58,36 @@ final class SemanticEngine: @unchecked Sendable {
 
     /// Starts the idle check (every few seconds; a tenth of the idle time, 1 to 30 s).
     func startIdleUnload() {
-        let t = DispatchSource.makeTimerSource(queue: .global(qos: .utility))
         let period = min(30, max(1, idleSeconds / 10))
-        t.schedule(deadline: .now() + period, repeating: period)
-        t.setEventHandler { [weak self] in self?.unloadIfIdle() }
-        t.resume()
-        lock.withLock { timer = t }
+        lock.withLock { state in
+            let t = DispatchSource.makeTimerSource(queue: .global(qos: .utility))
+            t.schedule(deadline: .now() + period, repeating: period)
+            t.setEventHandler { [weak self] in self?.unloadIfIdle() }
+            t.resume()
+            state.timer = t
+        }
     }
 
     func stop() {
-        lock.withLock { timer?.cancel(); timer = nil }
+        lock.withLock { $0.timer?.cancel(); $0.timer = nil }
         compute.stop()
     }
 
-    var isLoaded: Bool { lock.withLock { transformer != nil } }
+    var isLoaded: Bool { lock.withLock { $0.transformer != nil } }
 
     /// `unavailable` (no static table), `loaded` (the transformer embeds the queries) or
     /// `unloaded` (the static table does).
     var status: JSONValue {
         var o: [String: JSONValue] = ["modelDirectory": .string(directory.path)]
-        lock.withLock {
-            if let unavailableReason {
-                o["state"] = "unavailable"
-                o["reason"] = .string(unavailableReason)
-            } else if transformer != nil {
-                o["state"] = "loaded"
-            } else {
-                o["state"] = "unloaded"
-                if let reason = transformerError ?? directory.unavailableReason { o["reason"] = .string(reason) }
-            }
+        let (loaded, error) = lock.withLock { ($0.transformer != nil, $0.transformerError) }
+        if let unavailableReason {
+            o["state"] = "unavailable"
+            o["reason"] = .string(unavailableReason)
+        } else if loaded {
+            o["state"] = "loaded"
+        } else {
+            o["state"] = "unloaded"
+            if let reason = error ?? directory.unavailableReason { o["reason"] = .string(reason) }
         }
         return .object(o)
     }
@@ -92,7 +98,7 @@ final class SemanticEngine: @unchecked Sendable {
     func prepare() {
         guard staticEncoder != nil, directory.hasTransformer else { return }
         if isLoaded {
-            lock.withLock { lastUse = Date() }
+            lock.withLock { $0.lastUse = Date() }
             return
         }
         let started = Date()
@@ -100,14 +106,14 @@ final class SemanticEngine: @unchecked Sendable {
             // One thread for a query's products: the daemon serves several queries at once.
             let encoder = try TransformerEncoder(directory: directory, queryThreads: 1)
             lock.withLock {
-                if transformer == nil { transformer = encoder }
-                transformerError = nil
-                lastUse = Date()
+                if $0.transformer == nil { $0.transformer = encoder }
+                $0.transformerError = nil
+                $0.lastUse = Date()
             }
             log.info("semantic model loaded", ["model_dir": directory.path, "elapsed_s": String(format: "%.3f", Date().timeIntervalSince(started))])
         } catch {
             let reason = "the model in \(directory.path) does not load (\(error.message)); run `\(ModelDirectory.installCommand)` again"
-            lock.withLock { transformerError = reason }
+            lock.withLock { $0.transformerError = reason }
             log.warning("semantic model not loaded", ["reason": reason])
         }
     }
@@ -116,7 +122,7 @@ final class SemanticEngine: @unchecked Sendable {
     /// are there; nil otherwise.
     func transformerForRefinement() -> TransformerEncoder? {
         prepare()
-        return lock.withLock { transformer }
+        return lock.withLock { $0.transformer }
     }
 
     /// Threads of one refinement batch (`TransformerEncoder.embed(_:threads:)`): every core, up to
@@ -129,7 +135,7 @@ final class SemanticEngine: @unchecked Sendable {
     let refinementWork = WorkMeter()
 
     /// Refinement is using the transformer: the idle unload waits.
-    func touch() { lock.withLock { lastUse = Date() } }
+    func touch() { lock.withLock { $0.lastUse = Date() } }
 
     /// The query's vector: the transformer's when it is loaded, else the static table's (the same
     /// space: Docs/SemanticSearch.md measured the mixed case), with which of the two made it (the
@@ -140,8 +146,8 @@ final class SemanticEngine: @unchecked Sendable {
     /// the static table's (microseconds, no matrix products) on the caller's thread.
     func embedQuery(_ text: String, owner: UInt32, budget: QueryBudget) throws(SearchlightError) -> (vector: [Float], encoder: QueryEncoder)? {
         let t: TransformerEncoder? = lock.withLock {
-            if transformer != nil { lastUse = Date() }
-            return transformer
+            if $0.transformer != nil { $0.lastUse = Date() }
+            return $0.transformer
         }
         if let t {
             let vector = try compute.run(owner: owner, budget: budget) { shouldStop in t.embed(text, shouldStop: shouldStop) }
@@ -159,8 +165,8 @@ final class SemanticEngine: @unchecked Sendable {
 
     func unloadIfIdle(now: Date = Date()) {
         let unloaded: Bool = lock.withLock {
-            guard transformer != nil, now.timeIntervalSince(lastUse) >= idleSeconds else { return false }
-            transformer = nil
+            guard $0.transformer != nil, now.timeIntervalSince($0.lastUse) >= idleSeconds else { return false }
+            $0.transformer = nil
             return true
         }
         if unloaded {

@@ -2,13 +2,14 @@
 import Glibc
 #endif
 import Foundation
+import Synchronization
 import SearchlightSemantic
 import SearchlightStore
 import SearchlightUnits
 import SearchlightWire
 
 /// What every client session shares: configuration, indexes, bundle records, counters.
-final class ServiceContext: @unchecked Sendable {
+final class ServiceContext: Sendable {
     let config: Configuration
     let registry: IndexRegistry
     let state: SupervisorState
@@ -25,15 +26,20 @@ final class ServiceContext: @unchecked Sendable {
     let startedAt = Date()
     let daemonUID = getuid()
     let adminGID: gid_t?
-    private let lock = NSLock()
-    private var _connections = 0
-    /// Connections of peers that are not administrators, in all and per uid.
-    private var _userConnections = 0
-    private var _connectionsByUID: [UInt32: Int] = [:]
-    private var _requests = 0
-    private weak var _scheduler: RequestScheduler?
-    private var _maintenance: Maintenance?
-    private var _migrator: Migrator?
+    /// The connection counts and the parts the supervisor sets once at start.
+    private struct Counted {
+        var connections = 0
+        /// Connections of non-administrators.
+        var userConnections = 0
+        var connectionsByUID: [UInt32: Int] = [:]
+        var requests = 0
+        weak var scheduler: RequestScheduler?
+        var maintenance: Maintenance?
+        var migrator: Migrator?
+        var cgroups: ExtensionCgroups?
+    }
+
+    private let lock = Mutex(Counted())
 
     init(config: Configuration, log: Logger) throws {
         self.config = config
@@ -68,23 +74,21 @@ final class ServiceContext: @unchecked Sendable {
 
     /// Set once by the supervisor before the socket listens.
     var scheduler: RequestScheduler? {
-        get { lock.withLock { _scheduler } }
-        set { lock.withLock { _scheduler = newValue } }
+        get { lock.withLock { $0.scheduler } }
+        set { lock.withLock { $0.scheduler = newValue } }
     }
-
-    private var _cgroups: ExtensionCgroups?
 
     /// Where each launch gets a cgroup of its own; nil: none (`--extension-cgroups off`, or none
     /// available). Set once by the supervisor before any extension is launched.
     var cgroups: ExtensionCgroups? {
-        get { lock.withLock { _cgroups } }
-        set { lock.withLock { _cgroups = newValue } }
+        get { lock.withLock { $0.cgroups } }
+        set { lock.withLock { $0.cgroups = newValue } }
     }
 
     /// Set once by the supervisor before the units are loaded.
     var migrator: Migrator? {
-        get { lock.withLock { _migrator } }
-        set { lock.withLock { _migrator = newValue } }
+        get { lock.withLock { $0.migrator } }
+        set { lock.withLock { $0.migrator = newValue } }
     }
 
     /// The uid a unit's bundle belongs to (DESIGN §6): its `UserName` in system mode, else the daemon's.
@@ -95,12 +99,12 @@ final class ServiceContext: @unchecked Sendable {
 
     /// Set once by the supervisor before the socket listens.
     var maintenance: Maintenance? {
-        get { lock.withLock { _maintenance } }
-        set { lock.withLock { _maintenance = newValue } }
+        get { lock.withLock { $0.maintenance } }
+        set { lock.withLock { $0.maintenance = newValue } }
     }
 
-    var connections: Int { lock.withLock { _connections } }
-    var requests: Int { lock.withLock { _requests } }
+    var connections: Int { lock.withLock { $0.connections } }
+    var requests: Int { lock.withLock { $0.requests } }
 
     /// Why a connection was refused a slot.
     enum ConnectionRefusal: Error {
@@ -114,31 +118,32 @@ final class ServiceContext: @unchecked Sendable {
     /// not limited per uid; other peers may use all but `adminReservedConnections`, at most
     /// `maxConnectionsPerUser` per uid, so that one user cannot lock out the others or root.
     func connectionOpened(uid: UInt32, admin: Bool) throws(ConnectionRefusal) {
-        lock.lock()
-        defer { lock.unlock() }
-        if admin {
-            guard _connections < config.maxConnections else { throw .daemonFull }
-        } else {
-            guard _connections < config.maxConnections, _userConnections < config.maxConnections - config.adminReservedConnections else {
-                throw .daemonFull
+        let config = self.config
+        try lock.withLock { (c: inout Counted) throws(ConnectionRefusal) in
+            if admin {
+                guard c.connections < config.maxConnections else { throw .daemonFull }
+            } else {
+                guard c.connections < config.maxConnections, c.userConnections < config.maxConnections - config.adminReservedConnections else {
+                    throw .daemonFull
+                }
+                guard c.connectionsByUID[uid, default: 0] < config.maxConnectionsPerUser else { throw .userFull }
+                c.userConnections += 1
+                c.connectionsByUID[uid, default: 0] += 1
             }
-            guard _connectionsByUID[uid, default: 0] < config.maxConnectionsPerUser else { throw .userFull }
-            _userConnections += 1
-            _connectionsByUID[uid, default: 0] += 1
+            c.connections += 1
         }
-        _connections += 1
     }
 
     func connectionClosed(uid: UInt32, admin: Bool) {
-        lock.withLock {
-            _connections -= 1
+        lock.withLock { c in
+            c.connections -= 1
             guard !admin else { return }
-            _userConnections -= 1
-            _connectionsByUID[uid, default: 1] -= 1
-            if _connectionsByUID[uid] == 0 { _connectionsByUID[uid] = nil }
+            c.userConnections -= 1
+            c.connectionsByUID[uid, default: 1] -= 1
+            if c.connectionsByUID[uid] == 0 { c.connectionsByUID[uid] = nil }
         }
     }
-    func countRequest() { lock.withLock { _requests += 1 } }
+    func countRequest() { lock.withLock { $0.requests += 1 } }
 
     /// Admin: root, the daemon's own user, or a member of `--admin-group`.
     func mayAdminister(_ peer: PeerCredentials) -> Bool {

@@ -8,6 +8,7 @@ import Foundation
 /// from inside its call): it then steps out of the gate while it waits and runs, so it waits
 /// only for the other calls, never for itself.
 final class ServiceGate: @unchecked Sendable {
+    // @unchecked: `inside` and `exclusive` are guarded by `condition`, which calls and the exclusive section wait on.
     private let condition = NSCondition()
     private var inside = 0
     private var exclusive = false

@@ -71,11 +71,11 @@ public final class Supervisor: Sendable {
                 return pending
             }
         }
-        if reload { _ = daemon.scheduler.reloadUnits() }
+        if reload { _ = try? await onThread("reload") { daemon.scheduler.reloadUnits() } }
         // The scheduler's loop in a task of its own, not a child: a forced stop must be able to
         // end `run()` even if the loop does not end when cancelled (the last resort of the stop).
         let schedulerEnded = Promise<Void>()
-        let loop = Task {
+        let loop = Task(executorPreference: ControlThread.executor) {
             await daemon.scheduler.run()
             schedulerEnded.fulfil(())
         }
@@ -83,7 +83,7 @@ public final class Supervisor: Sendable {
         log.notice("searchlightd stopping")
         // Graceful, in a task of its own too, so that its deadline holds even over a call that blocks.
         let stopped = Promise<Void>()
-        Task {
+        Task(executorPreference: ControlThread.executor) {
             await self.stopGracefully(daemon, schedulerEnded: schedulerEnded)
             stopped.fulfil(())
         }

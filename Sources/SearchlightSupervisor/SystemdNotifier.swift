@@ -158,6 +158,7 @@ enum StatusLine {
 /// `minimumStatusInterval`, never on a timer of its own) and `WATCHDOG=1` every half
 /// `WATCHDOG_USEC` while `health` finds the loops turning. One thread, asleep when idle.
 final class SystemdAgent: @unchecked Sendable {
+    // @unchecked: `dirty`, `stopped` and `running` are guarded by `condition`, which the agent's thread waits on until its next deadline.
     let notifier: SystemdNotifier
     let log: Logger
     /// The current status line (`StatusLine.make` in the daemon; anything in tests).

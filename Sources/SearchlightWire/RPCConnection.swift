@@ -414,6 +414,7 @@ public final class RPCConnection: @unchecked Sendable {
         var overflow = false
         if case .wait(let limit) = outboxLimit {
             while outboxBytes > 0, outboxBytes + frame.count > limit, writeFailure == nil, !shutdownWhenFlushed {
+                BlockingCheck.blocking("RPCConnection: waiting for room in the outbox")
                 outboxCondition.wait()
             }
         } else if outboxBytes > 0, outboxBytes + frame.count > outboxLimit.bytes {

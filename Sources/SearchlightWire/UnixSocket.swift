@@ -185,6 +185,7 @@ public final class UnixSocket: @unchecked Sendable {
     /// (MSG_DONTWAIT) and `poll` waits for room for what is left of it, so a peer that reads a
     /// trickle (which keeps a blocking `send` with `SO_SNDTIMEO` alive for ever) is cut off too.
     public func writeAll(_ bytes: [UInt8]) throws {
+        BlockingCheck.blocking("UnixSocket.writeAll")
         let seconds = sendTimeout
         let deadline = seconds.map { ContinuousClock.now + .seconds($0) }
         try bytes.withUnsafeBytes { raw in

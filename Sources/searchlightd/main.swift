@@ -178,6 +178,14 @@ func parseArguments(_ args: [String]) -> Configuration {
 }
 
 let config = parseArguments(Array(CommandLine.arguments.dropFirst()))
+// Blocking calls (SQLite, fsync, fork/exec, blocking socket writes) never run on Swift's
+// cooperative pool (Docs/Architecture.md): a debug daemon stops at the first that does, so the
+// integration tests fail on such a path; `SEARCHLIGHT_BLOCKING_CHECK=abort|log|off` overrides.
+#if DEBUG
+BlockingCheck.enableFromEnvironment(default: .abort)
+#else
+BlockingCheck.enableFromEnvironment(default: .off)
+#endif
 let supervisor = Supervisor(config: config)
 SignalControl.deliver(to: supervisor)
 /// The daemon's life: `run()` until SIGTERM/SIGINT (or a failure to start). Awaited in a task

@@ -78,7 +78,7 @@ extension AdminSession {
                 try? connection.notify(Method.progress, RequestProgress(requestId: String(queued.id), message: note).numericRequestID)
             }
             if let timeout {
-                Task {
+                Task(executorPreference: ControlThread.executor) {
                     try? await Task.sleep(for: timeout)
                     if claim() {
                         continuation.resume(throwing: SearchlightError(.requestTimedOut,

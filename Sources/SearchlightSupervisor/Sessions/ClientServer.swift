@@ -3,15 +3,16 @@ import Glibc
 #endif
 import Foundation
 import SearchlightWire
+import Synchronization
 
 /// Accepts client connections on the daemon's socket and gives each its own session and thread.
-final class ClientServer: @unchecked Sendable {
+final class ClientServer: Sendable {
     let context: ServiceContext
     let listener: UnixSocket
-    private let lock = NSLock()
-    private var sessions: [ObjectIdentifier: ClientSession] = [:]
+    /// The sessions being served, and how many times the accept loop went round.
+    private let lock = Mutex<(sessions: [ObjectIdentifier: ClientSession], turns: UInt64)>(([:], 0))
+    /// Broadcast when a session ends (the stop waits for them).
     private let drained = NSCondition()
-    private var _turns: UInt64 = 0
 
     init(context: ServiceContext, listener: UnixSocket) {
         self.context = context
@@ -27,14 +28,14 @@ final class ClientServer: @unchecked Sendable {
     }
 
     /// How many times the accept loop went round (the systemd watchdog's health probe).
-    var turns: UInt64 { lock.withLock { _turns } }
+    var turns: UInt64 { lock.withLock { $0.turns } }
 
     private func acceptLoop() {
         while true {
             let socket: UnixSocket
             do {
                 let accepted = try listener.accept()
-                lock.withLock { _turns &+= 1 }
+                lock.withLock { $0.turns &+= 1 }
                 guard let s = accepted else { return }
                 socket = s
             } catch {
@@ -72,7 +73,7 @@ final class ClientServer: @unchecked Sendable {
         let session = ClientSession(context: context, connection: connection, peer: peer)
         connection.setIdlePolicy(.init(seconds: config.idleTimeout, mayClose: { [weak session] in session?.idle ?? true }))
         let key = ObjectIdentifier(connection)
-        lock.withLock { sessions[key] = session }
+        lock.withLock { $0.sessions[key] = session }
         connection.start(name: "client-\(peer.pid)", onMessage: { _, message in session.handle(message) }) { [self] _, reason in
             switch reason {
             case .frameTooLarge, .incompleteFrame, .readError, .unreadAnswers, .malformedFrames, .outboxFull:
@@ -83,7 +84,7 @@ final class ClientServer: @unchecked Sendable {
                 log.debug("client connection closed", ["pid": peer.pid, "reason": reason])
             }
             session.closed(reason)
-            lock.withLock { sessions[key] = nil }
+            lock.withLock { $0.sessions[key] = nil }
             context.connectionClosed(uid: peer.uid, admin: admin)
             drained.lock()
             drained.broadcast()
@@ -115,11 +116,11 @@ final class ClientServer: @unchecked Sendable {
     func stop(deadline: TimeInterval = 10) {
         listener.shutdown()
         listener.close()
-        let open = lock.withLock { Array(sessions.values) }
+        let open = lock.withLock { Array($0.sessions.values) }
         for s in open { s.connection.close() }
         let until = Date().addingTimeInterval(deadline)
         drained.lock()
-        while lock.withLock({ !sessions.isEmpty }), Date() < until {
+        while lock.withLock({ !$0.sessions.isEmpty }), Date() < until {
             _ = drained.wait(until: min(until, Date().addingTimeInterval(0.2)))
         }
         drained.unlock()

@@ -14,7 +14,7 @@ private let unavailableLogGate = Mutex<(last: Date, count: Int)>((.distantPast, 
 ///
 /// What belongs to the connection whatever its role lives here: open batches, the stores a call
 /// leases, the deferred calls outstanding, idleness.
-final class ClientSession: @unchecked Sendable {
+final class ClientSession: Sendable {
     /// The role taken at the handshake, with its session.
     enum Role {
         case app(AppSession)
@@ -44,7 +44,14 @@ final class ClientSession: @unchecked Sendable {
     let batches = Mutex<[String: [Mutation]]>([:])
     /// For an extension's connection: its host (set for a spawned one at once, for an attached
     /// one by its handshake). Its donations and progress reset the inactivity timer.
-    weak var extensionHost: ExtensionHost?
+    var extensionHost: ExtensionHost? {
+        get { host.withLock { $0.host } }
+        set { host.withLock { $0.host = newValue } }
+    }
+    private struct WeakHost {
+        weak var host: ExtensionHost?
+    }
+    private let host: Mutex<WeakHost>
     /// True for the socketpair of an extension the supervisor launched: authenticated by it.
     let spawned: Bool
     /// Deferred calls (answered from a task) outstanding on this connection, at most
@@ -53,10 +60,6 @@ final class ClientSession: @unchecked Sendable {
     /// instead of piling up tasks and memory in the daemon.
     private let deferredSlots = DispatchSemaphore(value: ClientSession.maxDeferredCalls)
     static let maxDeferredCalls = 64
-    /// Deferred answers are written here, one at a time, never from the task pool: a client that
-    /// does not read blocks that write (up to the send timeout), and a blocked pool thread would
-    /// stall every task in the daemon (found by the never-reading deferred flood test).
-    private let deferredReplies = DispatchQueue(label: "searchlightd.deferred-replies")
     /// Deferred calls not yet answered (a connection with one is never idle).
     private let deferredOutstanding = SharedCount()
     /// The stores the call being handled uses, given back when it is answered.
@@ -66,7 +69,7 @@ final class ClientSession: @unchecked Sendable {
         self.context = context
         self.connection = connection
         self.peer = peer
-        extensionHost = host
+        self.host = Mutex(WeakHost(host: host))
         spawned = host != nil
         callLeases = IndexLeases(context.registry)
     }
@@ -154,10 +157,12 @@ final class ClientSession: @unchecked Sendable {
     /// connection keeps reading while fewer than `maxDeferredCalls` are outstanding.
     private func answerLater(_ id: RPCID, _ params: JSONValue, _ run: @escaping RoleHandler.Deferred) {
         let connection = self.connection, limits = self.limits
-        let slots = deferredSlots, replies = deferredReplies, outstanding = deferredOutstanding
+        let slots = deferredSlots, outstanding = deferredOutstanding
         slots.wait()
         outstanding.add(1)
-        Task {
+        // On the daemon's control thread (what the handler calls may block: the journal, a
+        // launch), and answered from there: `reply` only queues what the socket does not take.
+        Task(executorPreference: ControlThread.executor) {
             let result: Result<JSONValue, SearchlightError>
             do {
                 result = .success(try await run(params, limits))
@@ -166,11 +171,9 @@ final class ClientSession: @unchecked Sendable {
             } catch {
                 result = .failure(SearchlightError(.extensionFailed, "\(error)"))
             }
-            replies.async {
-                connection.reply(to: id, result)
-                outstanding.add(-1)
-                slots.signal()
-            }
+            connection.reply(to: id, result)
+            outstanding.add(-1)
+            slots.signal()
         }
     }
 
