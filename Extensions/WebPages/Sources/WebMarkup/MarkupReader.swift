@@ -13,7 +13,7 @@ public struct MarkupReader: Sendable {
     static let closesParagraph: Set<String> = ["address", "article", "aside", "blockquote", "div", "dl", "fieldset", "footer",
                                                "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "main", "nav", "ol",
                                                "p", "pre", "section", "table", "ul", "figure", "details", "menu"]
-    static let closesSameName: Set<String> = ["li", "dt", "dd", "option", "tr", "td", "th", "p"]
+    static let closesSameName: Set<String> = ["li", "dt", "dd", "option", "tr", "td", "th"]
     static let inlineElements: Set<String> = ["a", "abbr", "b", "bdi", "bdo", "cite", "code", "data", "dfn", "em", "i", "kbd",
                                               "mark", "q", "s", "samp", "small", "span", "strong", "sub", "sup", "time", "u", "var", "tt", "font"]
     /// Elements whose content is not visible text.
@@ -99,9 +99,8 @@ struct TreeWalk {
         guard elements <= limits.maxElements else { throw MarkupError("the page has more than \(limits.maxElements) elements") }
         let attribute = { (key: String) in attributes.first { $0.0 == key }?.1 }
         // Implied end tags: `<p>` before a block, `<li>` before the next `<li>`.
-        if let top = stack.last?.name, (top == "p" && MarkupReader.closesParagraph.contains(name)) || (top == name && MarkupReader.closesSameName.contains(name)) {
-            popLast()
-        }
+        if MarkupReader.closesParagraph.contains(name) { closeSibling(of: "p") }
+        if MarkupReader.closesSameName.contains(name) { closeSibling(of: name) }
         if !MarkupReader.inlineElements.contains(name) { separateText() }
         if name == "meta" { readMeta(attribute) }
         if name == "title", htmlTitle == nil { inTitle = true }
@@ -132,6 +131,25 @@ struct TreeWalk {
         guard stack.count < limits.maxDepth else { throw MarkupError("the page nests elements deeper than \(limits.maxDepth) levels") }
         if MarkupReader.hiddenElements.contains(name) { hiddenDepth += 1 }
         stack.append(element)
+    }
+
+    /// `<li>` closes an open `<li>` (and what is open inside it, like a `<p>`) up to the list
+    /// it is in; likewise `<dt>`/`<dd>`, `<tr>`, `<td>`/`<th>`, `<option>` and `<p>`.
+    private mutating func closeSibling(of name: String) {
+        let siblings: Set<String> = switch name {
+        case "dt", "dd": ["dt", "dd"]
+        case "td", "th": ["td", "th"]
+        default: [name]
+        }
+        let boundaries: Set<String> = ["ul", "ol", "dl", "table", "tbody", "thead", "tfoot", "select", "html", "body", "template"]
+        for index in stack.indices.reversed() {
+            if siblings.contains(stack[index].name) {
+                while stack.count > index { popLast() }
+                return
+            }
+            if boundaries.contains(stack[index].name) || (name == "tr" && stack[index].name == "tr") { return }
+            if stack.count - index > 16 { return }
+        }
     }
 
     /// An end tag closes the innermost open element of its name and everything opened inside it;
