@@ -12,9 +12,9 @@ import Testing
 struct SampleExtensionTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
     static let units = root + "/launchd-like-units/extensions"
-    static let samples = ["journal": "Journal", "notes": "Notes", "packages": "Packages", "tags": "Tags"]
+    static let samples = ["journal": "Journal", "notes": "Notes", "packages": "Packages", "tags": "Tags", "webpages": "WebPages"]
 
-    /// The daemon with the sample units, after all four initial reindexes are acknowledged. As
+    /// The daemon with the sample units, after all five initial reindexes are acknowledged. As
     /// `make run` does, the Tags app's store is seeded with the demo photos first (here in a temp
     /// `XDG_DATA_HOME`, where the daemon's extensions find it).
     func daemonWithSamples() async throws -> DaemonProcess {
@@ -36,7 +36,7 @@ struct SampleExtensionTests {
         seed.waitUntilExit()
         guard seed.terminationStatus == 0 else { throw HarnessError("Extensions/Tags/Sample/demo.sh failed (\(seed.terminationStatus))") }
         let daemon = try await DaemonProcess(arguments: ["--units-dir", Self.units], dir: dir, environment: ["XDG_DATA_HOME": dataHome])
-        let order = ["journal": 1, "notes": 2, "packages": 3, "tags": 4]
+        let order = ["journal": 1, "notes": 2, "packages": 3, "tags": 4, "webpages": 5]
         for name in Self.samples.keys {
             try await daemon.waitForLog("reindex request acknowledged id=\(order[name]!) label=org.searchlight.sample.\(name)", timeout: 120)
         }
@@ -102,7 +102,7 @@ struct SampleExtensionTests {
 
     @Test("every sample answers --dump (from the SDK, not its own code) with what its reindex-all donates, as import lines",
         arguments: [("journal", "Journal", "Extensions/Journal/Sample/journal.json"), ("notes", "Notes", "Extensions/Notes/Sample/notes"),
-                    ("packages", "Packages", "/var/lib/dpkg/status")])
+                    ("packages", "Packages", "/var/lib/dpkg/status"), ("webpages", "WebPages", "Extensions/WebPages/Sample/pages")])
     func dump(name: String, folder: String, data: String) async throws {
         let program = "\(Self.root)/Extensions/\(folder)/.build/debug/\(name)-extension"
         let path = data.hasPrefix("/") ? data : Self.root + "/" + data
