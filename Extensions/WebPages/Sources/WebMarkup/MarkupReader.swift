@@ -67,6 +67,8 @@ struct TreeWalk {
     private var textCut = false
     /// Text of open `itemprop` elements, appended while any is open.
     private var propertyText = ""
+    /// How many open elements have a `textProperty` (their text is collected while any is open).
+    private var openTextProperties = 0
 
     init(limits: MarkupLimits) {
         self.limits = limits
@@ -84,7 +86,7 @@ struct TreeWalk {
     private mutating func take(text s: String) {
         if inTitle, htmlTitle == nil { htmlTitle = s.capped(limits.maxFieldCharacters).collapsingWhitespace }
         if inJSONLD { jsonLD.read(s); return }
-        if stack.contains(where: { $0.textProperty != nil }), propertyText.utf8.count < limits.maxTextBytes { propertyText += s }
+        if openTextProperties > 0, propertyText.utf8.count < limits.maxTextBytes { propertyText += s }
         guard hiddenDepth == 0, !textCut else { return }
         if text.utf8.count + s.utf8.count > limits.maxTextBytes {
             textCut = true
@@ -130,6 +132,7 @@ struct TreeWalk {
         }
         guard stack.count < limits.maxDepth else { throw MarkupError("the page nests elements deeper than \(limits.maxDepth) levels") }
         if MarkupReader.hiddenElements.contains(name) { hiddenDepth += 1 }
+        if element.textProperty != nil { openTextProperties += 1 }
         stack.append(element)
     }
 
@@ -166,12 +169,13 @@ struct TreeWalk {
         if element.name == "title" { inTitle = false }
         if element.name == "script" { inJSONLD = false }
         if let p = element.textProperty {
+            openTextProperties -= 1
             let utf8 = propertyText.utf8
             let start = utf8.index(utf8.startIndex, offsetBy: min(element.textStart, utf8.count))
             let value = String(propertyText[start...]).capped(limits.maxFieldCharacters).collapsingWhitespace
             for n in p.names { add(value, to: n, in: p.scope) }
         }
-        if !stack.contains(where: { $0.textProperty != nil }) { propertyText = "" }
+        if openTextProperties == 0 { propertyText = "" }
         if let index = element.scope, let parent = scopes[index].parent, let value = scopes[index].properties["name"]?.first {
             for n in parent.names { add(value, to: n, in: parent.scope) }
         }

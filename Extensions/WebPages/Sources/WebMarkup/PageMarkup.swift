@@ -72,7 +72,7 @@ extension String {
         out.reserveCapacity(utf8.count)
         var pendingSpace = false
         for scalar in unicodeScalars {
-            if scalar.properties.isWhitespace {
+            if scalar.value < 0x80 ? isSpace(UInt8(scalar.value)) : scalar.properties.isWhitespace {
                 pendingSpace = !out.isEmpty
             } else {
                 if pendingSpace { out.append(" ") }
