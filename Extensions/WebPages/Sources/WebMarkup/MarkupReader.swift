@@ -69,6 +69,9 @@ struct TreeWalk {
     private var propertyText = ""
     /// How many open elements have a `textProperty` (their text is collected while any is open).
     private var openTextProperties = 0
+    /// Open elements by name: an end tag that matches none is dropped without a scan of the stack
+    /// (a page of a million stray end tags under 500 open elements stays linear).
+    private var openCounts: [String: Int] = [:]
 
     init(limits: MarkupLimits) {
         self.limits = limits
@@ -133,6 +136,7 @@ struct TreeWalk {
         guard stack.count < limits.maxDepth else { throw MarkupError("the page nests elements deeper than \(limits.maxDepth) levels") }
         if MarkupReader.hiddenElements.contains(name) { hiddenDepth += 1 }
         if element.textProperty != nil { openTextProperties += 1 }
+        openCounts[name, default: 0] += 1
         stack.append(element)
     }
 
@@ -158,13 +162,14 @@ struct TreeWalk {
     /// An end tag closes the innermost open element of its name and everything opened inside it;
     /// one that matches nothing open is ignored.
     private mutating func close(_ name: String) {
-        guard let index = stack.lastIndex(where: { $0.name == name }) else { return }
+        guard openCounts[name, default: 0] > 0, let index = stack.lastIndex(where: { $0.name == name }) else { return }
         while stack.count > index { popLast() }
         if !MarkupReader.inlineElements.contains(name) { separateText() }
     }
 
     private mutating func popLast() {
         let element = stack.removeLast()
+        openCounts[element.name, default: 1] -= 1
         if MarkupReader.hiddenElements.contains(element.name) { hiddenDepth -= 1 }
         if element.name == "title" { inTitle = false }
         if element.name == "script" { inJSONLD = false }
