@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import SearchlightKit
 
 /// The folder of pages: which files are pages, and where an identifier points.
 ///
@@ -46,10 +47,10 @@ struct PagesFolder: Sendable {
     /// swapped for a link between the check and the open is caught.
     func open(_ identifier: String) throws -> (fd: Int32, size: Int, modified: Date, url: URL) {
         let components = identifier.split(separator: "/", omittingEmptySubsequences: false)
-        guard !identifier.isEmpty, !identifier.hasPrefix("/"), !identifier.contains("\0"), identifier.utf8.count <= 4096,
+        guard !identifier.isEmpty, !identifier.hasPrefix("/"), !identifier.contains("\0"), identifier.utf8.count <= Limits().maxIdentifierBytes,  // the index's limit
               components.allSatisfy({ !$0.isEmpty && !$0.hasPrefix(".") }),  // also refuses "." and ".."
               Self.isPageName(String(components.last!))
-        else { throw PageError("not a page of this folder (an .html, .htm or .xhtml path inside it, without .. or hidden parts)") }
+        else { throw PageError("not a page of this folder (an .html, .htm or .xhtml path inside it, up to \(Limits().maxIdentifierBytes) bytes, without .. or hidden parts)") }
         guard let realRoot else { throw PageError("the pages folder \(root.path) does not exist") }
         let path = root.path + "/" + identifier
         guard let real = Self.realPath(path) else { throw PageError("it cannot be found: \(String(cString: strerror(errno)))") }
