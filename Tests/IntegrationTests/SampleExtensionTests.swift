@@ -74,6 +74,24 @@ struct SampleExtensionTests {
         await #expect(try count("org.searchlight.sample.tags", daemon) == 4 + 4)  // 4 photos, 4 tags
     }
 
+    @Test("make run's tour: \"keepers trimmed wicks\" (its og:description) finds the WebPages sample's lighthouse guide, which opens as its file")
+    func webPagesTour() async throws {
+        let daemon = try await daemonWithSamples()
+        let r = try await runCLI(["search", "keepers trimmed wicks", "--json"], socket: daemon.socket)
+        #expect(r.status == 0, "\(r.stderr)")
+        let items = (try JSONValue.parse(r.stdout)["items"]?.arrayValue ?? []).filter { $0["bundle"]?.stringValue == "org.searchlight.sample.webpages" }
+        #expect(items.first?["uniqueIdentifier"]?.stringValue == "guides/lighthouse-keeping.html", "\(r.stdout.prefix(2000))")
+        let client = SearchableIndex(bundleIdentifier: "org.searchlight.sample.webpages", socketPath: daemon.socket)
+        defer { Task { await client.close() } }
+        let context = SearchQueryContext(fetchAttributes: ["contentURL"])
+        var urls: [String: URL] = [:]
+        for try await item in SearchQuery(queryString: "uniqueIdentifier == \"*\"", queryContext: context, index: client).results {
+            urls[item.uniqueIdentifier] = item.attributeSet.contentURL
+        }
+        #expect(urls["guides/lighthouse-keeping.html"] == URL(fileURLWithPath: Self.root + "/Extensions/WebPages/Sample/pages/guides/lighthouse-keeping.html"))
+        await #expect(try count("org.searchlight.sample.webpages", daemon) == 3)
+    }
+
     @Test("the Packages sample indexes every installed package of dpkg's status file")
     func packagesMatchDpkg() async throws {
         let status = (try? String(contentsOfFile: "/var/lib/dpkg/status", encoding: .utf8)) ?? ""
