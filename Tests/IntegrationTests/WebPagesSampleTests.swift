@@ -122,13 +122,18 @@ struct WebPagesSampleTests {
         #expect(home?[custom: "appLinkHandler"] == .string("org.example.FieldNotes.desktop"))
         #expect(home?[custom: "pageURL"] == .string(URL(fileURLWithPath: pages + "/index.html").absoluteString))
 
-        // reindex-identifiers: a changed page is re-read, a removed one leaves the index.
+        // reindex-identifiers: a changed page is re-read (named by its path or its file: URL), a
+        // removed one leaves the index.
         try "<meta property=og:title content='Miso ramen, revised'>".write(toFile: pages + "/miso-ramen.html", atomically: true, encoding: .utf8)
+        try "<title>Groups, revised</title>".write(toFile: pages + "/latin.html", atomically: true, encoding: .utf8)
         try FileManager.default.removeItem(atPath: pages + "/bomb.html")
-        let ids = try await runCLI(["reindex", Self.bundle, "--identifiers", "miso-ramen.html", "bomb.html"], socket: daemon.socket)
+        let ids = try await runCLI(["reindex", Self.bundle, "--identifiers", "miso-ramen.html", "bomb.html",
+                                    URL(fileURLWithPath: pages + "/latin.html").absoluteString], socket: daemon.socket)
         #expect(ids.status == 0, "\(ids.stderr)")
         let after = try await items(daemon.socket)
         #expect(after["miso-ramen.html"]?.attributeSet.title == "Miso ramen, revised")
         #expect(after["bomb.html"] == nil)
+        #expect(after["latin.html"]?.attributeSet.title == "Groups, revised")
+        #expect(after.count == indexed.count - 1, "no item under the URL itself: \(after.keys.sorted())")
     }
 }
