@@ -63,6 +63,13 @@ struct WebPagesSampleTests {
         // A folder linked from outside is not entered; a link to a page inside the folder is followed.
         try FileManager.default.createSymbolicLink(atPath: pages + "/linked", withDestinationPath: "../outside")
         try FileManager.default.createSymbolicLink(atPath: pages + "/alias.html", withDestinationPath: "miso-ramen.html")
+        // Images that are not files inside the folder are never thumbnails (nothing is fetched).
+        try FileManager.default.createDirectory(atPath: pages + "/remote", withIntermediateDirectories: true)
+        try Data([0x89, 0x50, 0x4E, 0x47]).write(to: URL(fileURLWithPath: dir.path + "/outside/secret.png"))
+        try "<title>Remote</title><meta property=og:image content=https://example.org/x.png>"
+            .write(toFile: pages + "/remote/web.html", atomically: true, encoding: .utf8)
+        try "<title>Outside</title><meta property=og:image content=../../outside/secret.png>"
+            .write(toFile: pages + "/remote/outside.html", atomically: true, encoding: .utf8)
         try Data(Array("<title>Caf".utf8) + [0xE9, 0xFF] + Array(" latin</title>".utf8)).write(to: URL(fileURLWithPath: pages + "/latin.html"))
         let bomb = String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)
         try "<title>Bombed</title><script type=application/ld+json>\(bomb)</script>".write(toFile: pages + "/bomb.html", atomically: true, encoding: .utf8)
@@ -102,13 +109,15 @@ struct WebPagesSampleTests {
         try await waitForLine(#"page not indexed page=escape.html reason="a symbolic link leads it out of the folder"#)
         try await waitForLine(#"page read with a loss page=latin.html reason="invalid UTF-8 bytes were replaced with U+FFFD""#)
         try await waitForLine(#"page read with a loss page=bomb.html reason="JSON-LD block 1 nests deeper than 32 levels; skipped""#)
-        try await waitForLine("reindex-all done pages=\(real.count + 9) indexed=\(real.count + 6) refused=3")
+        try await waitForLine("reindex-all done pages=\(real.count + 11) indexed=\(real.count + 8) refused=3")
 
         let indexed = try await items(daemon.socket)
-        #expect(Set(indexed.keys) == Set(real + ["index.html", "miso-ramen.html", "alias.html", "guides/lighthouse-keeping.html", "latin.html", "bomb.html"]))
+        #expect(Set(indexed.keys) == Set(real + ["index.html", "miso-ramen.html", "alias.html", "guides/lighthouse-keeping.html", "latin.html", "bomb.html", "remote/web.html", "remote/outside.html"]))
         for page in real { #expect(indexed[page]?.attributeSet.contentURL == URL(fileURLWithPath: pages + "/" + page), "\(page)") }
         #expect(indexed["latin.html"]?.attributeSet.title == "Caf\u{FFFD}\u{FFFD} latin")
         #expect(indexed["alias.html"]?.attributeSet.title == "Miso ramen")
+        #expect(indexed["remote/web.html"]?.attributeSet.title == "Remote" && indexed["remote/web.html"]?.attributeSet.thumbnailURL == nil)
+        #expect(indexed["remote/outside.html"]?.attributeSet.title == "Outside" && indexed["remote/outside.html"]?.attributeSet.thumbnailURL == nil)
         #expect(!daemon.log.contains { $0.contains("secret") && !$0.contains("page=escape.html") }, "nothing read behind the linked folder")
 
         // The guide's og:description words find it; it opens as its file, with og:image as thumbnail.
