@@ -5,7 +5,7 @@ RELEASE := .build/release
 
 # The sample extensions (and Docs/FirstApp.md's template app, Extensions/FirstApp): each its own package, built against the SDK the way a plugin author
 # builds one (`swift build --package-path Extensions/NAME`, its own .build inside the folder).
-EXTENSIONS := Journal Notes Packages Tags FirstApp
+EXTENSIONS := Journal Notes Packages Tags WebPages FirstApp
 UNITS := launchd-like-units/extensions
 
 .PHONY: all build release extensions run test test-deps bench fuzz deps clean sanitize soak install install-files uninstall model test-model
@@ -163,6 +163,8 @@ test: test-deps build extensions test-model
 	@# pool's threads and starve them on a 2-core machine.
 	SEARCHLIGHT_MODEL_DIR="$(MODEL_DIR)" $(SWIFT) test --skip-build --skip IntegrationTests
 	SEARCHLIGHT_MODEL_DIR="$(MODEL_DIR)" $(SWIFT) test --skip-build --filter IntegrationTests
+	@# The WebPages sample's HTML reader, tested in its own package (no daemon needed).
+	$(SWIFT) test --package-path Extensions/WebPages
 
 # A bounded soak of one daemon under mixed load (Docs/Reliability.md, "Soak"): donations, queries,
 # reindex requests, an extension crashing again and again, throttle changes. SOAK_SECONDS long

@@ -12,9 +12,9 @@ import Testing
 struct SampleExtensionTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
     static let units = root + "/launchd-like-units/extensions"
-    static let samples = ["journal": "Journal", "notes": "Notes", "packages": "Packages", "tags": "Tags"]
+    static let samples = ["journal": "Journal", "notes": "Notes", "packages": "Packages", "tags": "Tags", "webpages": "WebPages"]
 
-    /// The daemon with the sample units, after all four initial reindexes are acknowledged. As
+    /// The daemon with the sample units, after all five initial reindexes are acknowledged. As
     /// `make run` does, the Tags app's store is seeded with the demo photos first (here in a temp
     /// `XDG_DATA_HOME`, where the daemon's extensions find it).
     func daemonWithSamples() async throws -> DaemonProcess {
@@ -36,7 +36,7 @@ struct SampleExtensionTests {
         seed.waitUntilExit()
         guard seed.terminationStatus == 0 else { throw HarnessError("Extensions/Tags/Sample/demo.sh failed (\(seed.terminationStatus))") }
         let daemon = try await DaemonProcess(arguments: ["--units-dir", Self.units], dir: dir, environment: ["XDG_DATA_HOME": dataHome])
-        let order = ["journal": 1, "notes": 2, "packages": 3, "tags": 4]
+        let order = ["journal": 1, "notes": 2, "packages": 3, "tags": 4, "webpages": 5]
         for name in Self.samples.keys {
             try await daemon.waitForLog("reindex request acknowledged id=\(order[name]!) label=org.searchlight.sample.\(name)", timeout: 120)
         }
@@ -74,6 +74,24 @@ struct SampleExtensionTests {
         await #expect(try count("org.searchlight.sample.tags", daemon) == 4 + 4)  // 4 photos, 4 tags
     }
 
+    @Test("make run's tour: \"keepers trimmed wicks\" (its og:description) finds the WebPages sample's lighthouse guide, which opens as its file")
+    func webPagesTour() async throws {
+        let daemon = try await daemonWithSamples()
+        let r = try await runCLI(["search", "keepers trimmed wicks", "--json"], socket: daemon.socket)
+        #expect(r.status == 0, "\(r.stderr)")
+        let items = (try JSONValue.parse(r.stdout)["items"]?.arrayValue ?? []).filter { $0["bundle"]?.stringValue == "org.searchlight.sample.webpages" }
+        #expect(items.first?["uniqueIdentifier"]?.stringValue == "guides/lighthouse-keeping.html", "\(r.stdout.prefix(2000))")
+        let client = SearchableIndex(bundleIdentifier: "org.searchlight.sample.webpages", socketPath: daemon.socket)
+        defer { Task { await client.close() } }
+        let context = SearchQueryContext(fetchAttributes: ["contentURL"])
+        var urls: [String: URL] = [:]
+        for try await item in SearchQuery(queryString: "uniqueIdentifier == \"*\"", queryContext: context, index: client).results {
+            urls[item.uniqueIdentifier] = item.attributeSet.contentURL
+        }
+        #expect(urls["guides/lighthouse-keeping.html"] == URL(fileURLWithPath: Self.root + "/Extensions/WebPages/Sample/pages/guides/lighthouse-keeping.html"))
+        await #expect(try count("org.searchlight.sample.webpages", daemon) == 3)
+    }
+
     @Test("the Packages sample indexes every installed package of dpkg's status file")
     func packagesMatchDpkg() async throws {
         let status = (try? String(contentsOfFile: "/var/lib/dpkg/status", encoding: .utf8)) ?? ""
@@ -102,7 +120,7 @@ struct SampleExtensionTests {
 
     @Test("every sample answers --dump (from the SDK, not its own code) with what its reindex-all donates, as import lines",
         arguments: [("journal", "Journal", "Extensions/Journal/Sample/journal.json"), ("notes", "Notes", "Extensions/Notes/Sample/notes"),
-                    ("packages", "Packages", "/var/lib/dpkg/status")])
+                    ("packages", "Packages", "/var/lib/dpkg/status"), ("webpages", "WebPages", "Extensions/WebPages/Sample/pages")])
     func dump(name: String, folder: String, data: String) async throws {
         let program = "\(Self.root)/Extensions/\(folder)/.build/debug/\(name)-extension"
         let path = data.hasPrefix("/") ? data : Self.root + "/" + data
