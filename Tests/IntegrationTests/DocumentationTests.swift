@@ -18,7 +18,7 @@ import SearchlightKit
 ///   document may use (the `Recipe` type of the extension guide, say).
 /// A block with `@main` is compiled as a library file; a manifest (`// swift-tools-version`)
 /// against PackageDescription; anything else as a `main.swift`, where top-level code may run.
-@Suite("Documentation", .serialized)
+@Suite("Documentation", .onOwnThreads, .serialized)
 struct DocumentationTests {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .deletingLastPathComponent().deletingLastPathComponent().path
@@ -254,7 +254,7 @@ struct Toolchain: Sendable {
 
 /// The protocol document's Python extension, run as a real extension of the real daemon: what a
 /// plugin author in another language copies must work as written.
-@Suite("Documentation: the Python extension of Protocol.md")
+@Suite("Documentation: the Python extension of Protocol.md", .onOwnThreads)
 struct PythonExtensionDocumentTests {
     /// The first ```python block of Docs/Protocol.md.
     static func pythonExtension() throws -> String {

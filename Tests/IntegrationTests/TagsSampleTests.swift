@@ -9,7 +9,7 @@ import Testing
 
 /// The Tags sample (the store delegate in a real app) with the real daemon: its CLI, its
 /// extension, crashes of both processes during a stream of changes, two processes on one store.
-@Suite("Tags sample and the store delegate's guarantees", .serialized)
+@Suite("Tags sample and the store delegate's guarantees", .onOwnThreads, .serialized)
 struct TagsSampleTests {
     @Test("tags add, tag, rename-tag, delete and search: a renamed tag updates its photos' keywords")
     func cli() async throws {
@@ -225,7 +225,7 @@ struct TagsSampleTests {
 }
 
 /// Apart from the suite above (it mostly sleeps, so it runs beside the others).
-@Suite("an idle app running the store delegate")
+@Suite("an idle app running the store delegate", .onOwnThreads)
 struct IdleDelegateTests {
     /// libdispatch's manager thread (the one in `epoll_wait`) is left out: in any process that
     /// used Swift concurrency it runs the workqueue monitor once a second (measured in a
