@@ -156,7 +156,7 @@ struct TagsSampleTests {
         let (store, db) = try TagsSample.newStore(dir)
         let writerSeed = rng.next()
         let writing = WriterProgress()
-        let writer = Task.detached {
+        let writer = Task.detached(executorPreference: TestThreads.shared) {  // blocking SQLite writes: off the pool
             var w = try StoreWriter(path: store, seed: writerSeed)
             return try w.write(changes, progress: writing)
         }
@@ -202,7 +202,7 @@ struct TagsSampleTests {
         let two = try TagsWatcher(store: store, socket: daemon.socket, name: "two")
         try await TagsSample.waitCaughtUp(db, socket: daemon.socket)
         let progress = WriterProgress()
-        let written = try await Task.detached {
+        let written = try await Task.detached(executorPreference: TestThreads.shared) {  // off the pool
             var w = try StoreWriter(path: store, seed: 7)
             return try w.write(3_000, progress: progress)
         }.value
