@@ -155,11 +155,14 @@ run: build extensions test-model
 
 # Builds the executables and the sample extensions first: integration tests run the real
 # searchlightd, searchlight and extension processes.
+TEST_WIDTH ?= 8
 test: test-deps build extensions test-model
 	$(SWIFT) build --build-tests
-	@# One run: the integration suites wait for processes on threads of their own (`.onOwnThreads`),
-	@# never on Swift's cooperative pool, which the in-process suites' actors need.
-	SEARCHLIGHT_MODEL_DIR="$(MODEL_DIR)" $(SWIFT) test --skip-build
+	@# One run. The integration suites wait for processes on threads of their own (`.onOwnThreads`,
+	@# Docs/Architecture.md), never on Swift's cooperative pool. At most TEST_WIDTH tests run at
+	@# once: Swift Testing starts every test at once and the pool runs its jobs first come, first
+	@# served, so a test whose steps each need the pool waited behind every other test's body.
+	SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TEST_WIDTH) SEARCHLIGHT_MODEL_DIR="$(MODEL_DIR)" $(SWIFT) test --skip-build
 
 # A bounded soak of one daemon under mixed load (Docs/Reliability.md, "Soak"): donations, queries,
 # reindex requests, an extension crashing again and again, throttle changes. SOAK_SECONDS long
