@@ -156,13 +156,14 @@ run: build extensions test-model
 
 # Builds the executables and the sample extensions first: integration tests run the real
 # searchlightd, searchlight and extension processes.
+TEST_WIDTH ?= 8
 test: test-deps build extensions test-model
 	$(SWIFT) build --build-tests
-	@# Two runs: the in-process suites (actors on Swift's cooperative pool, one thread per core)
-	@# apart from the integration suites, whose synchronous waits on processes would hold that
-	@# pool's threads and starve them on a 2-core machine.
-	SEARCHLIGHT_MODEL_DIR="$(MODEL_DIR)" $(SWIFT) test --skip-build --skip IntegrationTests
-	SEARCHLIGHT_MODEL_DIR="$(MODEL_DIR)" $(SWIFT) test --skip-build --filter IntegrationTests
+	@# One run. The integration suites wait for processes on threads of their own (`.onOwnThreads`,
+	@# Docs/Architecture.md), never on Swift's cooperative pool. At most TEST_WIDTH tests run at
+	@# once: Swift Testing starts every test at once and the pool runs its jobs first come, first
+	@# served, so a test whose steps each need the pool waited behind every other test's body.
+	SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TEST_WIDTH) SEARCHLIGHT_MODEL_DIR="$(MODEL_DIR)" $(SWIFT) test --skip-build
 	@# The WebPages sample's HTML reader, tested in its own package (no daemon needed).
 	$(SWIFT) test --package-path Extensions/WebPages
 

@@ -8,7 +8,14 @@ import Foundation
 /// Linux Swift's tasks share one pool as wide as the machine: they must not wait there. Work is
 /// queued here and the awaiting task resumed with its result (GRDB's `DatabaseQueue` shape).
 /// An idle worker sleeps on a condition: no CPU.
-final class DatabaseWorker: Sendable {
+///
+/// It is also the task executor of the delegate's indexing loop (`Task(executorPreference:)`):
+/// the loop's steps between its awaits (and the SDK calls it makes) run on this thread too, so
+/// indexing never waits for a thread of the app's pool. An app whose tasks keep that pool busy
+/// (two threads on a small machine) would otherwise delay each of a batch's twenty-odd hops
+/// behind all of its queued work: seen as a change not indexed within 60 s while the pool ran
+/// `swift test`'s other suites beside two CPU hogs.
+final class DatabaseWorker: TaskExecutor, Sendable {
     let path: String
     private let core: Core
 
@@ -28,6 +35,13 @@ final class DatabaseWorker: Sendable {
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<T, any Error>) in
             core.enqueue { core in continuation.resume(with: Result { try body(try core.connection()) }) }
         }
+    }
+
+    /// Runs a job of a task that prefers this executor, between the database jobs.
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let executor = asUnownedTaskExecutor()
+        core.enqueue { _ in job.runSynchronously(on: executor) }
     }
 
     /// Closes the connection; the next `perform` opens a new one.

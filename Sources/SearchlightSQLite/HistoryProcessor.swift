@@ -137,7 +137,7 @@ actor HistoryProcessor {
 
     private func readInBackground(after token: Int64) -> Task<ChangeSet?, any Error> {
         let delegate = self.delegate
-        return Task { try await delegate.worker.perform { db in try delegate.reader.range(after: token, limit: Self.rangeLimit, db) } }
+        return Task(executorPreference: delegate.worker) { try await delegate.worker.perform { db in try delegate.reader.range(after: token, limit: Self.rangeLimit, db) } }
     }
 
     /// The database's history bounds, after a schema check when the schema changed (and a

@@ -116,7 +116,8 @@ open class SQLiteSpotlightDelegate: @unchecked Sendable {
         let started: Bool = running.withLock { running in
             guard running == nil else { return false }
             progress.restart()
-            let task = Task { [weak self] in
+            // On the worker's thread, not the app's pool (`DatabaseWorker`).
+            let task = Task(executorPreference: worker) { [weak self] in
                 do {
                     try await processor.run()
                 } catch {

@@ -7,7 +7,7 @@ import SearchlightKit
 
 /// What a plugin author meets in the first hour when something goes wrong (issue 14): each test is
 /// one behaviour of the failure path, against the real daemon and real extension processes.
-@Suite("The plugin author's path")
+@Suite("The plugin author's path", .onOwnThreads)
 struct AuthorPathTests {
     @Test("a first fill shows filling with its progress, and queries say incomplete, until the initial reindex-all is acknowledged")
     func firstFillIsFilling() async throws {

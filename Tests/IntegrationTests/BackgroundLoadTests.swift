@@ -48,7 +48,7 @@ func threadNiceValues(pid: Int32) -> [(name: String, nice: Int)] {
 /// Queries never wait behind background work (issue 30, item 3), checked for behaviour, not
 /// speed (the bench's "query under background load" row measures that): with background work and
 /// CPU hogs on the machine, every query answers, completely, and none is `cancelled`.
-@Suite("Queries under background load")
+@Suite("Queries under background load", .onOwnThreads)
 struct BackgroundLoadTests {
     /// What would make it fail: a query that waits on something background work holds (the
     /// store's writer, the vectors' lock during another scan, the registry while a shadow is

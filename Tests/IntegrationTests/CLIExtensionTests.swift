@@ -5,7 +5,7 @@ import Testing
 /// The CLI half of index extensions (`reindex`, `units`, `requests`, `monitor`, `mdutil -cr`),
 /// in what it decides on its own: argument errors, offline unit checks, an absent daemon.
 /// Build first: `swift build` builds `searchlight`; `swift test` does not.
-@Suite
+@Suite(.onOwnThreads)
 struct CLIExtensionTests {
     /// A socket path where no daemon listens: the commands below must not need one.
     static let nowhere = "/nonexistent/searchlightd.sock"

@@ -4,7 +4,7 @@ import Testing
 
 /// The `searchlight` CLI, run as a built binary against a real daemon on a temp socket.
 /// Build first: `swift build` builds `searchlight` and `searchlightd`; `swift test` does not.
-@Suite(.serialized)
+@Suite(.onOwnThreads, .serialized)
 struct CLITests {
     static let bundle = "com.example.notes"
 

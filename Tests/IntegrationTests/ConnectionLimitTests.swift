@@ -41,7 +41,7 @@ final class ConnectionHolder: @unchecked Sendable {
 /// Issue 13 item 6: one uid cannot take every connection slot, idle connections are closed (and
 /// the SDK reconnects by itself), and a peer that writes without reading is disconnected within
 /// the send timeout. Real uids through `setpriv`, a real daemon.
-@Suite("Connection limits, idle connections and peers that never read", .serialized)
+@Suite("Connection limits, idle connections and peers that never read", .onOwnThreads, .serialized)
 struct ConnectionLimitTests {
     @Test("one user's idle connections lock out neither another user nor root's status",
         .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))

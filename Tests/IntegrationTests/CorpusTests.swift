@@ -31,7 +31,7 @@ enum Corpus {
     }
 }
 
-@Suite("Shared corpus through the daemon", .serialized)
+@Suite("Shared corpus through the daemon", .onOwnThreads, .serialized)
 struct CorpusTests {
     @Test("the whole Debian corpus is donated by 4 clients and queried", .enabled(if: Products.corpus != nil))
     func donateAndQuery() async throws {

@@ -82,7 +82,7 @@ struct JournaledRequest: Sendable {
 ///
 /// The seed (`SEARCHLIGHT_CRASH_SEED`, else the clock) is printed: it fixes every kill point and
 /// every client's operations; `SEARCHLIGHT_CRASH_KILLS` changes the number of kills (default 50).
-@Suite("Crash durability", .serialized)
+@Suite("Crash durability", .onOwnThreads, .serialized)
 struct CrashDurabilityTests {
     static let clients = 4
     static let bundle = "com.example.crash"

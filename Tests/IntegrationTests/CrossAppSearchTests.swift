@@ -4,7 +4,7 @@ import SearchlightWire
 
 /// `searchlight search TEXT` (an admin query without a bundle) ranks every app's items as one
 /// ranking (Docs/Architecture.md, "Queries"), through the real daemon.
-@Suite("Search across apps", .serialized)
+@Suite("Search across apps", .onOwnThreads, .serialized)
 struct CrossAppSearchTests {
     /// 90 items whose words are spread unevenly: a word common in one half is rare in the other,
     /// so each app's own statistics would score it differently from the union's.

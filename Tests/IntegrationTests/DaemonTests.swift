@@ -46,7 +46,7 @@ final class RawClient {
     }
 }
 
-@Suite("Daemon through the SDK", .serialized)
+@Suite("Daemon through the SDK", .onOwnThreads, .serialized)
 struct DaemonSDKTests {
     @Test("donate, search with the query language, user query, and delete")
     func roundTrip() async throws {
@@ -178,7 +178,7 @@ struct DaemonSDKTests {
     }
 }
 
-@Suite("Hostile input on the socket", .serialized)
+@Suite("Hostile input on the socket", .onOwnThreads, .serialized)
 struct HostileInputTests {
     @Test("malformed lines get JSON-RPC errors and the connection stays usable")
     func malformed() throws {

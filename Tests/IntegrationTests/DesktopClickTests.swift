@@ -10,7 +10,7 @@ import SearchlightKit
 /// starts `searchlight-desktop` from its service file, `gdbus call` as the Shell, and a fake
 /// notification server owning `org.freedesktop.Notifications` on that bus, which records what the
 /// user was told.
-@Suite("Desktop search: what the user sees when a click cannot do its job", .serialized,
+@Suite("Desktop search: what the user sees when a click cannot do its job", .onOwnThreads, .serialized,
        .enabled(if: SessionBusHarness.missingTools == nil))
 struct DesktopClickTests {
     static let notes = [

@@ -160,7 +160,8 @@ final class SessionBusHarness: @unchecked Sendable {
         nonisolated(unsafe) var errData = Data()
         let group = DispatchGroup()
         group.enter()
-        DispatchQueue.global().async {
+        // A thread of its own, not Dispatch's pool (Swift's cooperative pool on Linux; see `runCLI`).
+        Thread.detachNewThread {
             errData = err.fileHandleForReading.readDataToEndOfFile()
             group.leave()
         }

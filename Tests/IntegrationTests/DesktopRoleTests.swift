@@ -7,7 +7,7 @@ import SearchlightKit
 
 /// The desktop role on the daemon's socket (DESIGN §12, Docs/Protocol.md "Desktop search"): what
 /// `searchlight-desktop` may and may not do, asked directly with the SDK's connection.
-@Suite("The desktop role", .serialized)
+@Suite("The desktop role", .onOwnThreads, .serialized)
 struct DesktopRoleTests {
     static let item = #"{"uniqueIdentifier":"n1","attributeSet":{"title":"Natural Bridges","contentURL":"https://example.org/n1"}}"#
 
@@ -86,7 +86,7 @@ struct DesktopRoleTests {
     }
 }
 
-@Suite("Desktop search files")
+@Suite("Desktop search files", .onOwnThreads)
 struct DesktopFilesTests {
     static let validator = ["/usr/bin/desktop-file-validate"].first { FileManager.default.isExecutableFile(atPath: $0) }
 
@@ -127,7 +127,7 @@ struct DesktopFilesTests {
 
 /// `searchlight open`: the same opening as the desktop's search, from the CLI; a fake default
 /// handler on PATH records what it is given.
-@Suite("searchlight open", .serialized, .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/gio")))
+@Suite("searchlight open", .onOwnThreads, .serialized, .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/gio")))
 struct OpenCommandTests {
     /// Runs the CLI with a desktop of its own: XDG folders in `dir`, `PATH` as given.
     func open(_ arguments: [String], socket: String, dir: TempDir, path: String = "/usr/bin:/bin") async throws -> CLIResult {

@@ -8,7 +8,7 @@ import SearchlightKit
 /// The desktop's search (DESIGN §12, Docs/Desktop.md), end to end: a real `searchlightd`, a real
 /// session bus (`dbus-daemon --session`) that starts `searchlight-desktop` from its shipped service
 /// file, and `gdbus call` as GNOME Shell's and KRunner's stand-in.
-@Suite("Desktop search over D-Bus", .serialized, .enabled(if: SessionBusHarness.missingTools == nil))
+@Suite("Desktop search over D-Bus", .onOwnThreads, .serialized, .enabled(if: SessionBusHarness.missingTools == nil))
 struct DesktopSearchTests {
     static let notes = [
         #"{"uniqueIdentifier":"notes/trip plan.md","attributeSet":{"title":"Natural Bridges trip plan","contentDescription":"Camping and hiking in Utah","contentType":"public.plain-text","contentURL":"https://example.org/notes/trip"}}"#,

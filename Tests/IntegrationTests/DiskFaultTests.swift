@@ -63,7 +63,7 @@ enum SmallFileSystem {
 
 /// Issue 6, "Disk faults": the state directory on a small tmpfs (a real file system running out
 /// of space, not an injected error), filled up while a client donates.
-@Suite("Disk faults", .serialized,
+@Suite("Disk faults", .onOwnThreads, .serialized,
     .enabled(if: SmallFileSystem.available, "needs root and `mount -t tmpfs` to put the state directory on a small file system"))
 struct DiskFaultTests {
     static let bundle = "com.example.disk"

@@ -18,7 +18,7 @@ import SearchlightKit
 ///   document may use (the `Recipe` type of the extension guide, say).
 /// A block with `@main` is compiled as a library file; a manifest (`// swift-tools-version`)
 /// against PackageDescription; anything else as a `main.swift`, where top-level code may run.
-@Suite("Documentation", .serialized)
+@Suite("Documentation", .onOwnThreads, .serialized)
 struct DocumentationTests {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .deletingLastPathComponent().deletingLastPathComponent().path
@@ -189,12 +189,21 @@ struct DocSnippet: Sendable {
         return "\(document):\(line): this Swift block does not compile:\n\(code)\n--- swiftc:\n\(result.stderr)"
     }
 
-    /// `transform` over `items` on two threads (each call runs a compiler).
-    static func concurrentMap<T: Sendable, R: Sendable>(_ items: [T], _ transform: @Sendable (T) -> R) -> [R] {
+    /// `transform` over `items` on two threads (each call runs a compiler): the calling one and a
+    /// thread of its own, never Dispatch's pool (`concurrentPerform` held a thread of Swift's
+    /// cooperative pool for the whole compile, starving the in-process suites).
+    static func concurrentMap<T: Sendable, R: Sendable>(_ items: [T], _ transform: @escaping @Sendable (T) -> R) -> [R] {
         let results = ResultSlots<R>(count: items.count)
-        DispatchQueue.concurrentPerform(iterations: 2) { worker in
+        let work: @Sendable (Int) -> Void = { worker in
             for i in stride(from: worker, to: items.count, by: 2) { results.set(i, transform(items[i])) }
         }
+        let second = DispatchSemaphore(value: 0)
+        Thread.detachNewThread {
+            work(1)
+            second.signal()
+        }
+        work(0)
+        second.wait()
         return results.values
     }
 }
@@ -254,7 +263,7 @@ struct Toolchain: Sendable {
 
 /// The protocol document's Python extension, run as a real extension of the real daemon: what a
 /// plugin author in another language copies must work as written.
-@Suite("Documentation: the Python extension of Protocol.md")
+@Suite("Documentation: the Python extension of Protocol.md", .onOwnThreads)
 struct PythonExtensionDocumentTests {
     /// The first ```python block of Docs/Protocol.md.
     static func pythonExtension() throws -> String {

@@ -9,7 +9,7 @@ import Testing
 /// healthy, the other extensions served, every index intact, and the request acknowledged later or
 /// reported as failed — never lost, never looping. The fake reads its mode at every request, so a
 /// test lets one request misbehave and then switches the mode back to ok for the retry.
-@Suite("Index extensions that misbehave")
+@Suite("Index extensions that misbehave", .onOwnThreads)
 struct ExtensionFailureTests {
     /// Starts a daemon with `unit`, waits for its initial reindex, then sets `mode`.
     func benchAfterInitialReindex(_ unit: TestUnit, mode: String, arguments: [String] = []) async throws -> ExtensionBench {

@@ -7,7 +7,7 @@ import Testing
 
 /// Regressions found in review of the extension host and scheduler, each with the real daemon and
 /// the fake extension.
-@Suite("Index extension regressions")
+@Suite("Index extension regressions", .onOwnThreads)
 struct ExtensionRegressionTests {
     @Test("a handler that fails inside a batch does not leave it open: the retry's donations commit")
     func abandonedBatchIsDiscarded() async throws {

@@ -8,7 +8,7 @@ import Testing
 /// Index extensions with real processes, when they behave: the initial reindex, requests from the
 /// CLI, item data for apps, idle exit, debug attach and unit reloads. Misbehaving extensions are in
 /// ExtensionFailureTests. Each test has its own daemon and units; `swift build` first.
-@Suite("Index extensions")
+@Suite("Index extensions", .onOwnThreads)
 struct ExtensionTests {
     @Test("a new bundle with an extension gets an initial reindex-all, and its items become searchable")
     func initialReindex() async throws {

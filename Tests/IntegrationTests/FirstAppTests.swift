@@ -10,7 +10,7 @@ import SearchlightStore
 /// runs it: its unit file as shipped (only its relative program path made absolute, as the page
 /// says to do when copying it), the app's `recipes` CLI and its extension as real processes
 /// against the real daemon, and the desktop's search through a real session bus.
-@Suite("Your first app (template)", .serialized)
+@Suite("Your first app (template)", .onOwnThreads, .serialized)
 struct FirstAppTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
     static let template = root + "/Extensions/FirstApp"

@@ -9,7 +9,7 @@ import Testing
 /// Hostile clients against the real daemon (Docs/Reliability.md, "Hostile input and fuzzing"):
 /// after each, the daemon is alive, other clients are served, no index is damaged, and its
 /// memory has not grown without bound.
-@Suite("Hostile clients against the daemon", .serialized)
+@Suite("Hostile clients against the daemon", .onOwnThreads, .serialized)
 struct HostileClientTests {
     /// The daemon's resident memory in KiB, from /proc.
     static func residentKiB(_ daemon: DaemonProcess) throws -> Int {
@@ -273,7 +273,7 @@ struct HostileClientTests {
 
 /// The wire fuzz target's mutants sent to the real daemon, so that every method's parameter
 /// decoding (not only the parsers the fuzz targets reach in-process) meets hostile input.
-@Suite("Fuzzed frames against the daemon", .serialized)
+@Suite("Fuzzed frames against the daemon", .onOwnThreads, .serialized)
 struct DaemonFuzzTests {
     @Test("mutated requests get precise errors, never internalError, and never close the connection")
     func mutatedFrames() throws {

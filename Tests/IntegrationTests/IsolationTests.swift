@@ -7,7 +7,7 @@ import SearchlightKit
 
 /// System mode: one uid cannot read, write or erase another uid's bundle (DESIGN §6). Runs as
 /// root, with two unprivileged uids that need no passwd entry (`setpriv` switches to them).
-@Suite("System-mode isolation between users", .serialized,
+@Suite("System-mode isolation between users", .onOwnThreads, .serialized,
     .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
 struct IsolationTests {
     static let alice: UInt32 = 64_101

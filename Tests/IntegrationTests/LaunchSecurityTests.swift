@@ -7,7 +7,7 @@ import SearchlightKit
 
 /// Attacks on how the daemon starts extensions (issue 13, items 1, 2, 3 and 10), each by a real
 /// unprivileged uid (`setpriv`) against a real system-mode daemon running as root.
-@Suite("Extension launch security", .serialized,
+@Suite("Extension launch security", .onOwnThreads, .serialized,
     .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
 struct LaunchSecurityTests {
     /// An unprivileged uid with no passwd entry (as in IsolationTests).

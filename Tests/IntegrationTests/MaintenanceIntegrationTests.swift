@@ -23,7 +23,7 @@ func tamper(_ path: String, _ sql: String) throws {
 
 /// Idle maintenance against the real daemon: `simulate idle` does each of its jobs for real, and
 /// the idle trigger runs it by itself once the (fake) machine is quiet, at most once per interval.
-@Suite("Idle maintenance")
+@Suite("Idle maintenance", .onOwnThreads)
 struct MaintenanceIntegrationTests {
     static func indexFile(_ daemon: DaemonProcess, _ bundle: String) -> String {
         daemon.stateDir + "/indexes/\(bundle)/_default.sqlite"

@@ -60,7 +60,7 @@ final class QueryLoad: @unchecked Sendable {
 /// IndexVersion change and `simulate migration`; with an extension (reindex-all into a shadow,
 /// swap on acknowledgement) and without one (local copy); queries never fail meanwhile; a
 /// SIGKILL in the middle resumes.
-@Suite("Migration")
+@Suite("Migration", .onOwnThreads)
 struct MigrationTests {
     static func status(_ bench: ExtensionBench, _ bundle: String) async throws -> JSONValue? {
         let s = try await bench.admin(Method.adminStatus, ["bundle": .string(bundle)])

@@ -12,7 +12,7 @@ import SearchlightWire
 /// it should find. Each query's top 5 must hold the items a person would expect, in every state:
 /// the static tier (no `prepare()`), after `UserQuery.prepare(index:)` (a transformer query on
 /// static document vectors), and after refinement (both from the transformer).
-@Suite("Natural-language user queries (issue 37)", .serialized)
+@Suite("Natural-language user queries (issue 37)", .onOwnThreads, .serialized)
 struct NaturalQueryTests {
     static func item(_ id: String, _ title: String, _ description: String, _ text: String) -> String {
         let set: JSONValue = ["title": .string(title), "contentDescription": .string(description), "textContent": .string(text)]

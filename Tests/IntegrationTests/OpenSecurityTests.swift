@@ -8,7 +8,7 @@ import SearchlightKit
 /// Issue 29, D1: opening a result ran code of another user's choosing as the user opening it
 /// (root included). A system-mode daemon, an unprivileged attacker uid (`setpriv`), and root
 /// opening the attacker's item the ways a user would.
-@Suite("Opening results: desktop-file ids and other users' items", .serialized,
+@Suite("Opening results: desktop-file ids and other users' items", .onOwnThreads, .serialized,
     .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
 struct OpenSecurityTests {
     static let mallory: UInt32 = 64_103

@@ -9,7 +9,7 @@ import Testing
 /// System mode, issue 13 items 4 and 14: every write records its bundle's owner, a bundle nobody
 /// owns is for administrators only, and a refused caller learns nothing but "not yours". Runs as
 /// root with real other uids through `setpriv` (Docs/Reliability.md, "Isolation and permissions").
-@Suite("Bundle owners and what a non-owner learns", .serialized,
+@Suite("Bundle owners and what a non-owner learns", .onOwnThreads, .serialized,
     .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
 struct OwnershipTests {
     static let alice: UInt32 = 64_101

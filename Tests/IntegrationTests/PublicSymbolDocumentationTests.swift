@@ -6,7 +6,7 @@ import Testing
 /// docs). The declarations are read from the sources: a `public`/`open` struct, class, enum,
 /// protocol or actor, nested ones by their qualified name (`UserQuery.Item`, which the doc must
 /// spell so, or as its last two components, `Results.Iterator`).
-@Suite("Public symbols in the docs")
+@Suite("Public symbols in the docs", .onOwnThreads)
 struct PublicSymbolDocumentationTests {
     static let repository = DocumentationTests.repository
 

@@ -8,7 +8,7 @@ import Testing
 /// Expensive and malformed queries against the real daemon (issue 13, items 7, 9, 11, 13): each
 /// is answered at once or at its deadline, a query nobody waits for stops, every number is
 /// checked at the wire, and a query too large for SQLite is the query's fault, not the index's.
-@Suite("Expensive queries against the daemon", .serialized)
+@Suite("Expensive queries against the daemon", .onOwnThreads, .serialized)
 struct QueryCostTests {
     /// `count` items whose titles start with "library" and whose text holds the word "lib".
     static func fill(_ daemon: DaemonProcess, bundle: String = "com.example.costly", count: Int) throws -> RawClient {

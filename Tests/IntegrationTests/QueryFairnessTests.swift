@@ -71,7 +71,7 @@ func cpuSeconds(pid: Int32) -> Double? {
 /// Issue 29, D2: one uid flooding `query.user` with long CJK texts after `query.prepare` (the
 /// transformer loaded) neither starves another uid's queries nor leaves the daemon computing for
 /// nobody once its connections close. Real uids (`setpriv`), a real system-mode daemon.
-@Suite("One user's semantic queries do not starve another's", .serialized,
+@Suite("One user's semantic queries do not starve another's", .onOwnThreads, .serialized,
     .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
 struct QueryFairnessTests {
     func cli(as uid: UInt32, _ arguments: [String], socket: String) async throws -> CLIResult {

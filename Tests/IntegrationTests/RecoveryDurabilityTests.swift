@@ -9,7 +9,7 @@ import Testing
 /// Corruption recovery across kills (issue 13, items 8 and 12): a salvage is journaled before the
 /// damaged file moves and resumed at the next start, its quarantined file is kept until its rows
 /// are restored, and quarantined files have short names whatever the bundle.
-@Suite("Recovery durability", .serialized)
+@Suite("Recovery durability", .onOwnThreads, .serialized)
 struct RecoveryDurabilityTests {
     static func donate(_ daemon: DaemonProcess, _ bundle: String, count: Int) throws {
         let c = try RawClient(path: daemon.socket)

@@ -60,7 +60,7 @@ struct IndexFile {
 /// damage found at run time or on open is set aside in the quarantine and refilled by a
 /// reindex-all; a damaged full-text index alone is rebuilt in place; without an extension the
 /// readable rows are salvaged.
-@Suite("Corruption recovery")
+@Suite("Corruption recovery", .onOwnThreads)
 struct RecoveryTests {
     static func expectedIdentifiers(_ n: Int = 100) -> Set<String> { Set((0..<n).map { "item-\($0)" }) }
 

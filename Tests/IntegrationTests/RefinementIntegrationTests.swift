@@ -11,7 +11,7 @@ import SearchlightWire
 /// real model: started by the idle trigger on a fake `--proc-root`, stopped by pressure written
 /// there, resumed when the machine is idle again. Every bound is read from the daemon's own
 /// counters (the throttle's sample count in `status` and in its log lines), never from a clock.
-@Suite("Semantic refinement and the load", .serialized)
+@Suite("Semantic refinement and the load", .onOwnThreads, .serialized)
 struct RefinementIntegrationTests {
     /// Some hundreds, short: the debug daemon refines them on every core for tens of seconds
     /// while other integration suites run beside this one.

@@ -35,7 +35,7 @@ func runTestClient(as uid: UInt32?, _ arguments: [String]) throws -> CLIResult {
 /// Issue 13 item 5: one uid cannot exhaust the daemon by creating bundles. Open index stores are
 /// bounded (`--max-open-indexes`), bundles per uid are capped (`--max-bundles-per-user`), and a
 /// closed index reopens with its data. Real uids through `setpriv`, a real daemon.
-@Suite("Resource bounds against many bundles", .serialized,
+@Suite("Resource bounds against many bundles", .onOwnThreads, .serialized,
     .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
 struct ResourceBoundTests {
     static let alice: UInt32 = 64_101

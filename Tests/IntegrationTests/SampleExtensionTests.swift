@@ -8,7 +8,7 @@ import Testing
 /// The sample extensions of `Extensions/`, each built as its own package (`make extensions`, which
 /// `make test` runs first), launched by the real daemon from the real units of
 /// `launchd-like-units/extensions`, as `make run` does.
-@Suite("sample extensions", .serialized)
+@Suite("sample extensions", .onOwnThreads, .serialized)
 struct SampleExtensionTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
     static let units = root + "/launchd-like-units/extensions"

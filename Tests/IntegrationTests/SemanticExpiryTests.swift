@@ -5,7 +5,7 @@ import SearchlightWire
 
 /// Issue 35: one item re-donated already expired must cost only that item its vector hits, never
 /// the other items of the index (through the real daemon, from the wire).
-@Suite("Semantic search after an expired re-donation", .serialized)
+@Suite("Semantic search after an expired re-donation", .onOwnThreads, .serialized)
 struct SemanticExpiryTests {
     static let bundle = "org.example.vec35"
 

@@ -9,7 +9,7 @@ import SearchlightWire
 /// Semantic search through the real daemon (Docs/SemanticSearch.md): the static table committed
 /// in Models/ is put in a temporary model folder (`--model-dir`), so these tests need no download;
 /// the transformer's test uses the folder `make model` fills and says so when it is missing.
-@Suite("Semantic search through the daemon", .serialized)
+@Suite("Semantic search through the daemon", .onOwnThreads, .serialized)
 struct SemanticSearchTests {
     static let repository: String = {
         var url = URL(fileURLWithPath: #filePath)
@@ -173,7 +173,7 @@ struct SemanticSearchTests {
 }
 
 /// System mode: one uid's semantic search never returns another uid's items.
-@Suite("Semantic search between users", .serialized,
+@Suite("Semantic search between users", .onOwnThreads, .serialized,
     .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")))
 struct SemanticIsolationTests {
     func cli(as uid: UInt32, _ arguments: [String], socket: String) async throws -> CLIResult {

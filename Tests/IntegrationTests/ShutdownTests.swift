@@ -7,7 +7,7 @@ import Testing
 
 /// Stopping the daemon (SIGTERM): gracefully, with what was in flight kept for the next start,
 /// and forced when the graceful stop takes longer than `--stop-timeout`.
-@Suite("Stopping the daemon")
+@Suite("Stopping the daemon", .onOwnThreads)
 struct ShutdownTests {
     @Test("SIGTERM asks a running extension to exit; its request in flight stays journaled with no attempt counted, and the next start resumes it")
     func sigtermInterruptsAndResumes() async throws {

@@ -131,7 +131,7 @@ final class StartedProcess: @unchecked Sendable {
 /// every signal unblocked) is loaded: SIGTERM and SIGINT stop searchlightd gracefully (exit 0,
 /// `STOPPING=1`, the stop logged, its extensions asked to exit), SIGHUP reloads its units; the
 /// same for searchlight-desktop and the CLI's waits.
-@Suite("Signals", .serialized)
+@Suite("Signals", .onOwnThreads, .serialized)
 struct SignalTests {
     /// The installed model (`make test-model`); without it the daemon is still tested, with
     /// OpenBLAS loaded all the same (it is linked; its threads start at load).

@@ -11,7 +11,7 @@ import SearchlightWire
 /// run is long (the transformer refines every item on one background thread), so what the CLI
 /// does while it runs can be seen. Every wait is on an event: a line the CLI printed, the
 /// daemon's `maintenance.finished` event, the process's exit.
-@Suite("simulate idle: waiting, progress, --no-wait and Ctrl-C")
+@Suite("simulate idle: waiting, progress, --no-wait and Ctrl-C", .onOwnThreads)
 struct SimulateIdleWaitTests {
     /// Enough for the refinement to take seconds on any machine this runs on (one thread at
     /// nice 10), so that progress lines are drawn (at most one a second off a terminal).

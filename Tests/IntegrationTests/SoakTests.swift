@@ -57,7 +57,7 @@ enum SoakSettings {
     static let rssBoundMiB = ProcessInfo.processInfo.environment["SEARCHLIGHT_SOAK_RSS_MIB"].flatMap(Int.init) ?? 64
 }
 
-@Suite("Soak", .serialized,
+@Suite("Soak", .onOwnThreads, .serialized,
     .enabled(if: SoakSettings.seconds != nil, "runs only under `make soak` (SEARCHLIGHT_SOAK_SECONDS set)"))
 struct SoakTests {
     /// Descriptors the daemon may hold at the end beyond the warm-up's (index reader pools filling up).

@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 
-@Suite("The socket's directory")
+@Suite("The socket's directory", .onOwnThreads)
 struct SocketDirectoryTests {
     @Test("a socket in an existing shared directory leaves the directory's mode alone; the socket itself is private")
     func existingDirectoryUntouched() throws {

@@ -16,7 +16,7 @@ final class PrivateAware: SQLiteSpotlightDelegate, @unchecked Sendable {
 /// The store delegate in this process against the real `searchlightd` on a temp socket: what an
 /// app that writes the two lines gets, and changes written by another process (the `sqlite3`
 /// shell) while it runs.
-@Suite("store delegate with the daemon", .serialized)
+@Suite("store delegate with the daemon", .onOwnThreads, .serialized)
 struct StoreDelegateTests {
     static let bundle = "com.example.photos"
     /// How long a change may take to reach the index before a test fails. Alone a change takes

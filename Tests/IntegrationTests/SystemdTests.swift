@@ -136,7 +136,7 @@ private func listeningSocket(_ path: String) throws -> Int32 {
     return fd
 }
 
-@Suite("systemd integration")
+@Suite("systemd integration", .onOwnThreads)
 struct SystemdTests {
     @Test("READY=1 comes once the socket accepts connections, with STATUS= and MAINPID=; WATCHDOG=1 every half WATCHDOG_USEC; STOPPING=1 on SIGTERM before exit")
     func notifyLifecycle() throws {

@@ -44,7 +44,7 @@ enum SystemdAnalyze {
     }
 }
 
-@Suite("systemd units")
+@Suite("systemd units", .onOwnThreads)
 struct SystemdUnitTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
 
@@ -153,7 +153,7 @@ enum SandboxEmulation {
     }()
 }
 
-@Suite("The system unit's sandbox, emulated", .serialized,
+@Suite("The system unit's sandbox, emulated", .onOwnThreads, .serialized,
     .enabled(if: SandboxEmulation.possible, "needs root with mount namespaces (CAP_SYS_ADMIN), setpriv and unshare (util-linux)"))
 struct SandboxedDaemonTests {
     static let unitFile = SystemdUnitTests.root + "/launchd-like-units/searchlightd.service"

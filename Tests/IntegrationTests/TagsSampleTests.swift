@@ -9,7 +9,7 @@ import Testing
 
 /// The Tags sample (the store delegate in a real app) with the real daemon: its CLI, its
 /// extension, crashes of both processes during a stream of changes, two processes on one store.
-@Suite("Tags sample and the store delegate's guarantees", .serialized)
+@Suite("Tags sample and the store delegate's guarantees", .onOwnThreads, .serialized)
 struct TagsSampleTests {
     @Test("tags add, tag, rename-tag, delete and search: a renamed tag updates its photos' keywords")
     func cli() async throws {
@@ -156,7 +156,7 @@ struct TagsSampleTests {
         let (store, db) = try TagsSample.newStore(dir)
         let writerSeed = rng.next()
         let writing = WriterProgress()
-        let writer = Task.detached {
+        let writer = Task.detached(executorPreference: TestThreads.shared) {  // blocking SQLite writes: off the pool
             var w = try StoreWriter(path: store, seed: writerSeed)
             return try w.write(changes, progress: writing)
         }
@@ -202,7 +202,7 @@ struct TagsSampleTests {
         let two = try TagsWatcher(store: store, socket: daemon.socket, name: "two")
         try await TagsSample.waitCaughtUp(db, socket: daemon.socket)
         let progress = WriterProgress()
-        let written = try await Task.detached {
+        let written = try await Task.detached(executorPreference: TestThreads.shared) {  // off the pool
             var w = try StoreWriter(path: store, seed: 7)
             return try w.write(3_000, progress: progress)
         }.value
@@ -225,7 +225,7 @@ struct TagsSampleTests {
 }
 
 /// Apart from the suite above (it mostly sleeps, so it runs beside the others).
-@Suite("an idle app running the store delegate")
+@Suite("an idle app running the store delegate", .onOwnThreads)
 struct IdleDelegateTests {
     /// libdispatch's manager thread (the one in `epoll_wait`) is left out: in any process that
     /// used Swift concurrency it runs the workqueue monitor once a second (measured in a

@@ -7,7 +7,7 @@ import Testing
 
 /// Load throttling against the real daemon, with a fake `--proc-root` whose pressure files the
 /// test rewrites: background work waits while the machine is busy, nothing else does.
-@Suite("Load throttling")
+@Suite("Load throttling", .onOwnThreads)
 struct ThrottleIntegrationTests {
     static func writePSI(_ root: String, cpu: Double) throws {
         try FileManager.default.createDirectory(atPath: root + "/pressure", withIntermediateDirectories: true)

@@ -5,7 +5,7 @@ import SearchlightKit
 /// `UserQuery.responses` (CSUserQuery.responses, issue 38): the same answer as `run()`, as an
 /// async sequence: every item of `items` in order with its own explanation and whether it is one
 /// of `rankedItems`, then the suggestions.
-@Suite("UserQuery.responses", .serialized)
+@Suite("UserQuery.responses", .onOwnThreads, .serialized)
 struct UserQueryResponsesTests {
     @Test("responses yields run()'s items in order, each with its explanation and ranked mark, then its suggestions")
     func responsesMatchRun() async throws {

@@ -8,7 +8,7 @@ import Testing
 /// The WebPages sample (Extensions/WebPages, built by `make extensions`) launched by the real
 /// daemon on a temp folder of real pages from this machine (`/usr/share/doc`), its own sample
 /// pages, and hostile ones.
-@Suite("WebPages sample: a folder of HTML pages indexed from their markup", .serialized)
+@Suite("WebPages sample: a folder of HTML pages indexed from their markup", .onOwnThreads, .serialized)
 struct WebPagesSampleTests {
     static let bundle = "org.searchlight.sample.webpages"
     static var program: String { SampleExtensionTests.root + "/Extensions/WebPages/.build/debug/webpages-extension" }

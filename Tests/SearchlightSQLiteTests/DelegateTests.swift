@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import Synchronization
 @testable import SearchlightSQLite
 import Testing
 
@@ -233,6 +234,34 @@ struct DelegateTests {
         await delegate.stopSpotlightIndexing()
     }
 
+    /// The cause of "the history up to token 2 was not indexed in time" beside two CPU hogs: each
+    /// of a batch's twenty-odd hops (database reads, SDK calls, the actor) waited for a thread of
+    /// the task pool behind every test body queued there. The loop now runs on the worker's
+    /// thread: with every pool thread held here, the change is still indexed. On the old code
+    /// nothing moves until the pool is let go, and the test fails after its 20 s.
+    @Test("a change is indexed while every thread of the app's task pool is held")
+    func indexedWhilePoolHeld() async throws {
+        let daemon = try FakeIndexDaemon()
+        defer { daemon.stop() }
+        let store = try TagsFixture()
+        let delegate = try await store.delegate(daemon)
+        try store.addPhoto("before")
+        try await delegate.waitUntilIndexed(timeout: Self.wait)
+        // From here to the release, no await: this test's own thread is one of the pool's.
+        let hold = PoolHold()
+        let held = hold.fill()
+        try store.addPhoto("while held")
+        let target = try store.int("SELECT max(token) FROM searchlight_history")
+        let deadline = Date().addingTimeInterval(20)
+        while (delegate.indexedHistoryToken ?? 0) < target, Date() < deadline { usleep(1_000) }
+        let indexed = delegate.indexedHistoryToken ?? 0
+        hold.release()
+        #expect(held, "the pool could not be filled (its threads are busy elsewhere); the check below proves less")
+        #expect(indexed >= target, "indexed through \(indexed), wanted \(target), with the pool held")
+        #expect(daemon.index().title("photo-2") == "while held")
+        await delegate.stopSpotlightIndexing()
+    }
+
     /// In rollback-journal mode: a WAL database must not be replaced while connections have it
     /// open (SQLite would pair the new file with the old `-wal`), so apps do not do that there.
     @Test("a database file replaced by another (a restored backup) is read anew and the index rebuilt from it")
@@ -375,4 +404,35 @@ struct DelegateTests {
 extension TagsFixture {
     /// A photo without the dropped `path` column.
     func addPhoto2() throws { try sql("INSERT INTO photos(userSpecifiedName) VALUES ('after the migration')") }
+}
+
+/// Holds every thread of Swift's cooperative pool: blocking tasks are added until a task started
+/// on the pool no longer runs within 200 ms. Synchronous on purpose (the caller is on the pool).
+final class PoolHold: Sendable {
+    private let state = Mutex((holding: 0, released: false))
+
+    /// Adds blockers (64 at most); true once a probe task found the pool full.
+    func fill() -> Bool {
+        for _ in 0..<64 {
+            let probe = Probe()
+            Task.detached { probe.ran.withLock { $0 = true } }
+            let until = Date().addingTimeInterval(0.2)
+            while !probe.ran.withLock({ $0 }), Date() < until { usleep(1_000) }
+            if !probe.ran.withLock({ $0 }) { return true }
+            let before = state.withLock { $0.holding }
+            Task.detached { [self] in
+                state.withLock { $0.holding += 1 }
+                while !state.withLock({ $0.released }) { usleep(1_000) }
+            }
+            let started = Date().addingTimeInterval(5)
+            while state.withLock({ $0.holding }) == before, Date() < started { usleep(1_000) }
+        }
+        return false
+    }
+
+    func release() { state.withLock { $0.released = true } }
+
+    private final class Probe: Sendable {
+        let ran = Mutex(false)
+    }
 }
