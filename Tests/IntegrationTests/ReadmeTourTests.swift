@@ -10,11 +10,11 @@ import Testing
 /// the repository's root, against a daemon started as `make run` starts it (the Tags demo photos
 /// seeded first, the sample units, the semantic model), each line's output checked for what its
 /// comment promises.
-@Suite("README tour", .serialized)
+@Suite("README tour", .onOwnThreads, .serialized)
 struct ReadmeTourTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
     static let units = root + "/launchd-like-units/extensions"
-    static let samples = ["journal": "Journal", "notes": "Notes", "packages": "Packages", "tags": "Tags"]
+    static let samples = ["journal": "Journal", "notes": "Notes", "packages": "Packages", "tags": "Tags", "webpages": "WebPages"]
     static let semanticLine = #"searchlight search com.example.demo "read web feeds" --explain"#
 
     struct TourLine: CustomStringConvertible {
@@ -65,6 +65,11 @@ struct ReadmeTourTests {
             // Across every app: the journal's and the notes' entries on JSON parsers.
             let apps = Set(out.lines.compactMap(ReadmeTourTests.bracketedBundle))
             return apps.isSuperset(of: ["org.searchlight.sample.journal", "org.searchlight.sample.notes"]) ? [] : ["results from \(apps.sorted()) only"]
+        },
+        #"searchlight search "keepers trimmed wicks""#: { out, _ in
+            // The WebPages sample's lighthouse guide, found by the words of its og:description.
+            let pages = out.lines.filter { $0.hasSuffix("[org.searchlight.sample.webpages]") }
+            return pages.first?.contains("Lighthouse keeping") == true ? [] : ["the lighthouse guide is not the WebPages result: \(pages)"]
         },
         #"searchlight search "natural bridges""#: { out, _ in
             let tags = out.lines.filter { $0.hasSuffix("[org.searchlight.sample.tags]") }
@@ -177,7 +182,7 @@ struct ReadmeTourTests {
     }
 
     /// The daemon as `make run` starts it: the Tags demo photos seeded (demo.sh) in a temporary
-    /// `XDG_DATA_HOME`, the sample units, the model folder; returned once the four initial
+    /// `XDG_DATA_HOME`, the sample units, the model folder; returned once the five initial
     /// reindexes are acknowledged.
     static func startAsMakeRun(model: String?) async throws -> (DaemonProcess, [String: String]) {
         for (name, folder) in samples {
@@ -196,8 +201,8 @@ struct ReadmeTourTests {
         let daemon = try await DaemonProcess(arguments: ["--units-dir", units, "--model-dir", modelDir], dir: dir,
                                              environment: ["XDG_DATA_HOME": environment["XDG_DATA_HOME"]!])
         guard daemon.socket == environment["SEARCHLIGHT_SOCKET"] else { throw HarnessError("the daemon's socket is \(daemon.socket)") }
-        // Units are queued in label order: journal 1, notes 2, packages 3, tags 4.
-        for (id, name) in ["journal", "notes", "packages", "tags"].enumerated() {
+        // Units are queued in label order: journal 1, notes 2, packages 3, tags 4, webpages 5.
+        for (id, name) in ["journal", "notes", "packages", "tags", "webpages"].enumerated() {
             try await daemon.waitForLog("reindex request acknowledged id=\(id + 1) label=org.searchlight.sample.\(name)", timeout: 120)
         }
         return (daemon, environment)
