@@ -284,7 +284,12 @@ final class IndexRegistry: @unchecked Sendable {
         openStores.removeAll()
         shadows.removeAll()
         lock.unlock()
-        for s in all { s.close() }
+        // Every connection closed, not only the writer drained: a store that background work
+        // (refinement) or a query still held kept its connections open to the process's exit,
+        // its WAL left behind (SignalTests). Reads in progress get one shared grace period;
+        // one still running after it closes its connection when it returns.
+        let deadline = Date().addingTimeInterval(5)
+        for s in all { s.shutDown(timeout: max(0, deadline.timeIntervalSinceNow)) }
     }
 }
 

@@ -155,7 +155,10 @@ public final class Supervisor: Sendable {
             reloadWhenRunning.withLock { $0 = true }
             return nil
         }
-        _ = daemon?.scheduler.reloadUnits()
+        guard let report = daemon?.scheduler.reloadUnits() else { return }
+        // Also when nothing changed ("units loaded" is logged only then): whoever sent the
+        // signal sees it was taken.
+        if let reason { log.info("units reload done", ["by": reason, "changed": report.changed]) }
     }
 
     /// Loads the state, opens the socket, starts serving; `READY=1`.

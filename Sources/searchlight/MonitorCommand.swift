@@ -46,9 +46,12 @@ enum MonitorCommand {
         defer { connection.close() }
         _ = try await connection.call(Initialize.method, Initialize(role: .admin).params)
         _ = try await connection.call(AdminMonitor.method, AdminMonitor().params)
-        // On stderr, so stdout carries only events; it also tells a script the stream has begun.
-        Console.errorLine("following the events of searchlightd at \(context.socket); press Ctrl-C to stop")
+        let socket = context.socket
         let ended = try await Interrupt.race { () -> RPCConnection.CloseReason in
+            // On stderr, so stdout carries only events; it also tells a script the stream has
+            // begun. Inside the race, so that Ctrl-C is handled from the moment it is offered
+            // (printed before, a SIGINT right after it killed the CLI: SignalTests, 1 run in 4).
+            Console.errorLine("following the events of searchlightd at \(socket); press Ctrl-C to stop")
             for await reason in closed { return reason }
             return .closedLocally
         }
