@@ -47,7 +47,10 @@ public struct ShardCandidates: Sendable {
     public var folded: [Bool] = []
     /// The lexical hits that are exact (title, or the words as a phrase: `IndexStore.exactHits`).
     public var exact: Set<Int64> = []
-    public var suggestions: [Suggestion] = []
+    /// Completions of the word being typed.
+    public var completions: [Suggestion] = []
+    /// For each word no index searched holds (`UserQueryTerms.Word.key`), its nearest word here.
+    public var nearest: [String: NearTerm] = [:]
 
     public init() {}
 }
@@ -124,8 +127,8 @@ extension IndexStore {
                     if statistics.hits.count == terms.distinctWords.count {
                         for (w, n) in zip(terms.distinctWords, statistics.hits) where n > 0 { found.insert(w.key) }
                     }
-                    out.suggestions = try suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db,
-                        path: .automatic, budget: budget, found: found)
+                    (out.completions, out.nearest) = try federatedSuggestions(for: request.text, terms: terms,
+                        limit: request.maxSuggestionCount, db: db, budget: budget, found: found)
                 }
                 return out
             }
@@ -173,6 +176,36 @@ public enum FederatedUserQuery {
     public struct Hit: Sendable {
         public var shard: Int
         public var candidate: FusedCandidate
+    }
+
+    /// The suggestions of a query across apps: the indexes' completions (each once, in index
+    /// order), then one correction where a word no index holds has a near word in some index:
+    /// the nearest, then the one with the most documents over all the indexes.
+    public static func suggestions(_ shards: [ShardCandidates], request: UserQueryRequest) -> [Suggestion] {
+        var out: [Suggestion] = []
+        for shard in shards {
+            for c in shard.completions where out.count < request.maxSuggestionCount && !out.contains(where: { $0.text == c.text }) { out.append(c) }
+        }
+        guard out.count < request.maxSuggestionCount, let terms = try? request.terms(maxTerms: .max) else { return out }
+        var documents: [String: [String: Int]] = [:]
+        var distance: [String: [String: Int]] = [:]
+        for shard in shards {
+            for (key, near) in shard.nearest {
+                documents[key, default: [:]][near.term, default: 0] += near.documents
+                distance[key, default: [:]][near.term] = near.distance
+            }
+        }
+        var replacements: [String: String] = [:]
+        for (key, candidates) in distance {
+            replacements[key] = candidates.keys.min { a, b in
+                let (da, db) = (candidates[a]!, candidates[b]!)
+                if da != db { return da < db }
+                let (na, nb) = (documents[key]![a]!, documents[key]![b]!)
+                return na != nb ? na > nb : a < b
+            }
+        }
+        if let c = IndexStore.correction(text: request.text, terms: terms, replacements: replacements) { out.append(c) }
+        return out
     }
 
     /// The fusion's constants for the indexes whose statistics were summed into `statistics`.

@@ -458,21 +458,35 @@ extension IndexStore {
 
     /// Suggestions from the ranked index's dictionary where it can answer, else (and on the
     /// exhaustive path) from FTS5's vocabulary: the same words either way.
-    /// `found`: words (`UserQueryTerms.Word.key`) known to have hits in another index searched
-    /// with this one (a query across apps): never corrected, though this index lacks them.
-    func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath, budget: QueryBudget? = nil,
-                     found: Set<String> = []) throws -> [Suggestion]
+    func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath, budget: QueryBudget? = nil)
+        throws -> [Suggestion]
     {
         if path == .automatic, let vocabulary = try rankedVocabulary(db, terms: terms, budget: budget) {
             defer { db.unionScratch.reclaim() }
-            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, found: found)
+            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget)
         }
         return try Self.suggestions(for: text, terms: terms, limit: limit,
-            vocabulary: FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget), budget: budget, found: found)
+            vocabulary: FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget), budget: budget)
+    }
+
+    /// The suggestions of one index of a query across apps: its completions, and for each word
+    /// that no index searched holds (`found` names those some index holds) its nearest word
+    /// here; `FederatedUserQuery.suggestions` makes the one correction from every index's.
+    func federatedSuggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, budget: QueryBudget?,
+                              found: Set<String>) throws -> (completions: [Suggestion], nearest: [String: NearTerm])
+    {
+        if let vocabulary = try rankedVocabulary(db, terms: terms, budget: budget) {
+            defer { db.unionScratch.reclaim() }
+            return (try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, corrections: false),
+                    try Self.nearestTerms(terms: terms, vocabulary: vocabulary, budget: budget, found: found))
+        }
+        let vocabulary = FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget)
+        return (try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, corrections: false),
+                try Self.nearestTerms(terms: terms, vocabulary: vocabulary, budget: budget, found: found))
     }
 
     static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, vocabulary: some SuggestionVocabulary,
-        budget: QueryBudget? = nil, found: Set<String> = []) throws -> [Suggestion]
+        budget: QueryBudget? = nil, corrections: Bool = true) throws -> [Suggestion]
     {
         guard let last = terms.words.last else { return [] }
         var out: [Suggestion] = []
@@ -489,41 +503,51 @@ extension IndexStore {
             }
         }
         // Corrections: a word with no match offers the nearest indexed word.
-        if out.count < limit {
-            var corrected = ""
-            var highlight: [[Int]] = []
-            var changed = false
-            var cursor = text.startIndex
-            // Each different word is looked up once, however often it is repeated.
-            var lookedUp: [String: String?] = [:]
-            var nearestLookups = 0
-            for w in terms.words {
-                corrected += text[cursor..<w.range.lowerBound]
-                cursor = w.range.upperBound
-                var replacement = w.text
-                if !w.isCJK, w.folded.count >= 3 {
-                    let key = w.key
-                    if lookedUp[key] == nil {
-                        try budget?.check()
-                        if try found.contains(key) || vocabulary.hasTerm(w.folded, prefix: w.isPrefix) || nearestLookups >= maxCorrectedWords {
-                            lookedUp[key] = .some(nil)
-                        } else {
-                            nearestLookups += 1
-                            lookedUp[key] = .some(try vocabulary.nearestTerm(to: w.folded))
-                        }
-                    }
-                    if case let near?? = lookedUp[key] {
-                        replacement = near
-                        changed = true
-                        highlight.append([corrected.utf16.count, near.utf16.count])
-                    }
-                }
-                corrected += replacement
-            }
-            corrected += text[cursor...]
-            if changed { out.append(Suggestion(text: corrected, highlight: highlight, kind: "correction")) }
+        if corrections, out.count < limit {
+            let near = try nearestTerms(terms: terms, vocabulary: vocabulary, budget: budget, found: [])
+            if let c = correction(text: text, terms: terms, replacements: near.mapValues(\.term)) { out.append(c) }
         }
         return out
+    }
+
+    /// The nearest indexed word of each different word of `terms` that the index lacks (and
+    /// `found` does not name), keyed by `UserQueryTerms.Word.key`; at most `maxCorrectedWords`
+    /// are looked up.
+    static func nearestTerms(terms: UserQueryTerms, vocabulary: some SuggestionVocabulary, budget: QueryBudget?,
+                             found: Set<String>) throws -> [String: NearTerm] {
+        var near: [String: NearTerm] = [:]
+        var lookedUp: Set<String> = []
+        var nearestLookups = 0
+        for w in terms.words where !w.isCJK && w.folded.count >= 3 {
+            let key = w.key
+            guard !found.contains(key), lookedUp.insert(key).inserted else { continue }
+            try budget?.check()
+            if try vocabulary.hasTerm(w.folded, prefix: w.isPrefix) || nearestLookups >= maxCorrectedWords { continue }
+            nearestLookups += 1
+            if let n = try vocabulary.nearestTerm(to: w.folded) { near[key] = n }
+        }
+        return near
+    }
+
+    /// The text with each word that has a replacement (by `UserQueryTerms.Word.key`) replaced,
+    /// the replacements highlighted; nil when nothing is replaced.
+    static func correction(text: String, terms: UserQueryTerms, replacements: [String: String]) -> Suggestion? {
+        guard !replacements.isEmpty else { return nil }
+        var corrected = ""
+        var highlight: [[Int]] = []
+        var cursor = text.startIndex
+        for w in terms.words {
+            corrected += text[cursor..<w.range.lowerBound]
+            cursor = w.range.upperBound
+            if !w.isCJK, w.folded.count >= 3, let near = replacements[w.key] {
+                highlight.append([corrected.utf16.count, near.utf16.count])
+                corrected += near
+            } else {
+                corrected += w.text
+            }
+        }
+        corrected += text[cursor...]
+        return highlight.isEmpty ? nil : Suggestion(text: corrected, highlight: highlight, kind: "correction")
     }
 
     static func hasTerm(_ term: String, prefix: Bool, db: Database) throws -> Bool {
@@ -537,7 +561,7 @@ extension IndexStore {
     /// The indexed word (from the text columns) nearest to `word` (Damerau–Levenshtein, at most 1 edit for short words and
     /// 2 for longer ones), preferring the most frequent. Looks only at words with the same first
     /// letter and a similar length, which bounds the scan.
-    static func nearestTerm(to word: String, db: Database, budget: QueryBudget? = nil) throws -> String? {
+    static func nearestTerm(to word: String, db: Database, budget: QueryBudget? = nil) throws -> NearTerm? {
         guard let first = word.unicodeScalars.first else { return nil }
         let maxDistance = word.count <= 4 ? 1 : 2
         let low = String(first)
@@ -558,7 +582,7 @@ extension IndexStore {
                 best = (term, d, doc)
             }
         }
-        return best?.term
+        return best.map { NearTerm(term: $0.term, distance: $0.distance, documents: Int($0.doc)) }
     }
 
     /// Optimal-string-alignment distance, giving up early past `limit`.

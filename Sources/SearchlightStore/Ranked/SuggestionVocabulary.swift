@@ -13,7 +13,15 @@ protocol SuggestionVocabulary {
     /// Whether the index has `term` in any column (any term it begins, with `prefix`).
     func hasTerm(_ term: String, prefix: Bool) throws -> Bool
     /// The word of the text columns nearest to `word` (`IndexStore.nearestTerm`'s definition).
-    func nearestTerm(to word: String) throws -> String?
+    func nearestTerm(to word: String) throws -> NearTerm?
+}
+
+/// A correction's word: its edit distance from the word typed, and its documents (summed over
+/// the text columns): across apps the nearest, then the most frequent over all of them, wins.
+public struct NearTerm: Sendable, Equatable {
+    public var term: String
+    public var distance: Int
+    public var documents: Int
 }
 
 /// FTS5's vocabulary tables (`fts_vocab`, `fts_vocab_col`): walks doclists for every count.
@@ -44,7 +52,7 @@ struct FullTextVocabulary: SuggestionVocabulary {
         try IndexStore.hasTerm(term, prefix: prefix, db: db)
     }
 
-    func nearestTerm(to word: String) throws -> String? {
+    func nearestTerm(to word: String) throws -> NearTerm? {
         try IndexStore.nearestTerm(to: word, db: db, budget: budget)
     }
 }
@@ -387,7 +395,7 @@ final class RankedVocabulary: SuggestionVocabulary {
         return false
     }
 
-    func nearestTerm(to word: String) throws -> String? {
+    func nearestTerm(to word: String) throws -> NearTerm? {
         guard let first = word.unicodeScalars.first else { return nil }
         let maxDistance = word.count <= 4 ? 1 : 2
         let low = String(first)
@@ -414,7 +422,7 @@ final class RankedVocabulary: SuggestionVocabulary {
                 best = (term, d, e.columnDocs)
             }
         }
-        return best?.term
+        return best.map { NearTerm(term: $0.term, distance: $0.distance, documents: $0.doc) }
     }
 }
 

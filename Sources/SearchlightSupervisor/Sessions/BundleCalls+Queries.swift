@@ -189,9 +189,9 @@ extension BundleCalls {
                 (store) throws(SearchlightError) -> ShardCandidates in
                 try store?.userQueryCandidates(request, statistics: statistics, tuning: tuning, budget: budget) ?? ShardCandidates()
             }
-            for s in shard.suggestions where !suggestions.contains(where: { $0.text == s.text }) { suggestions.append(s) }
             shards.append(shard)
         }
+        suggestions = FederatedUserQuery.suggestions(shards, request: request)
         let ranked = FederatedUserQuery.rank(shards, semantic: request.semantic, tuning: tuning, limit: request.maxResultCount)
         // Each index read once more, for its chosen items only; an item deleted meanwhile is left out.
         var position: [Int: Int] = [:]
