@@ -35,11 +35,17 @@ public struct CorpusStatistics: Sendable, Equatable {
     }
 }
 
-/// One index's candidates for a user query across apps: its lexical top-k scored with the summed
-/// statistics, its vector top-k, which of its lexical hits are exact, and its suggestions.
+/// One index's candidates for a user query across apps: its lexical top-k (every word, then
+/// the best-match tail) scored with the summed statistics, its vector top-k, which of its
+/// lexical hits are exact, and its suggestions.
 /// `FederatedUserQuery.rank` fuses them all at once.
 public struct ShardCandidates: Sendable {
+    /// The items with every word, best first (all of them when fewer than the limit).
     public var lexical: [ScoredCandidate] = []
+    /// The best-match tail (`IndexStore.bestMatchTail`): items with some of the words, none of
+    /// `lexical`, best first by bm25 over the words searched; empty for an all-words request or
+    /// when `lexical` alone fills the limit.
+    public var tail: [ScoredCandidate] = []
     public var vector: [VectorMatch] = []
     /// Each vector hit's similarity times its boost, the order of `vector` (merged by it).
     public var vectorScores: [Float] = []
@@ -108,6 +114,12 @@ extension IndexStore {
                     if !terms.words.isEmpty {
                         out.lexical = try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now,
                             path: .automatic, statistics: statistics).candidates
+                        // Best-match, as in one index. When this index alone fills the limit with
+                        // every word, so does the union, and no tail is shown.
+                        if !request.allWords, out.lexical.count < request.maxResultCount {
+                            out.tail = try bestMatchTail(db, terms: terms, after: out.lexical, limit: request.maxResultCount,
+                                filter: request.filter, now: now, statistics: statistics)
+                        }
                     }
                     if let semantic, let tuning {
                         var scores: [Int64: Float] = [:]
@@ -225,18 +237,26 @@ public enum FederatedUserQuery {
             keyOf[shard, default: [:]][rowid] = Int64(keys.count - 1)
             return Int64(keys.count - 1)
         }
-        var lexical: [(score: Double, shard: Int, rowid: Int64)] = []
+        typealias Lexical = (score: Double, shard: Int, rowid: Int64)
+        var strict: [Lexical] = [], tail: [Lexical] = []
         var vector: [(score: Float, similarity: Float, folded: Bool, shard: Int, rank: Int, rowid: Int64)] = []
         for (s, shard) in shards.enumerated() {
-            for c in shard.lexical { lexical.append((c.score, s, c.rowID)) }
+            for c in shard.lexical { strict.append((c.score, s, c.rowID)) }
+            for c in shard.tail { tail.append((c.score, s, c.rowID)) }
             for (i, m) in shard.vector.enumerated() {
                 vector.append((i < shard.vectorScores.count ? shard.vectorScores[i] : m.similarity, m.similarity,
                     i < shard.folded.count && shard.folded[i], s, i, m.rowid))
             }
         }
-        lexical.sort { a, b in a.score != b.score ? a.score < b.score : (a.shard, a.rowid) < (b.shard, b.rowid) }
+        let byScore = { (a: Lexical, b: Lexical) in a.score != b.score ? a.score < b.score : (a.shard, a.rowid) < (b.shard, b.rowid) }
+        strict.sort(by: byScore)
+        tail.sort(by: byScore)
         vector.sort { a, b in a.score != b.score ? a.score > b.score : (a.shard, a.rank) < (b.shard, b.rank) }
-        let lexicalKeys = lexical.prefix(limit).map { key($0.shard, $0.rowid) }
+        // Best-match: the items with every word first, then the tail (its scores are over fewer
+        // words: merged among themselves only), as one index ranks them.
+        let strictCount = min(strict.count, limit)
+        let lexical = strict.prefix(limit) + tail.prefix(limit - strictCount)
+        let lexicalKeys = lexical.map { key($0.shard, $0.rowid) }
         let vectorMatches = vector.prefix(limit).map { VectorMatch(rowid: key($0.shard, $0.rowid), similarity: $0.similarity) }
         let folded = vector.prefix(limit).map(\.folded)
         var exact: Set<Int64> = []
@@ -246,14 +266,15 @@ public enum FederatedUserQuery {
 
         var ranking: [FusedCandidate]
         if let semantic, let tuning {
-            let weight = tuning.weight(semantic.weight, lexicalHits: lexicalKeys.count, limit: limit)
+            // Confidence counts the items with every word, as in one index.
+            let weight = tuning.weight(semantic.weight, lexicalHits: strictCount, limit: limit)
             let fused = HybridFusion.fuse(lexical: lexicalKeys, vector: vectorMatches, weight: weight, limit: .max, k: tuning.rrfK,
                 folded: folded, fold: tuning.fold?.demotion)
             // Lower is better, as in one index's answer: the fused score negated.
             ranking = HybridFusion.demoteNearMisses(fused, exact: exact, exactFirst: semantic.exactFirst).prefix(limit)
                 .map { var c = $0; c.score = -c.score; return c }
         } else {
-            ranking = lexical.prefix(limit).enumerated().map { i, l in
+            ranking = lexical.enumerated().map { i, l in
                 FusedCandidate(rowID: lexicalKeys[i], lexicalRank: i + 1, vectorRank: nil, similarity: nil, score: l.score)
             }
         }

@@ -17,8 +17,7 @@ public struct UserQueryRequest: Sendable {
     public var explain = false
     /// Every word must match (no best-match tail, issue 37): the desktop shells' search, whose
     /// terms narrow (GNOME's subsearch asks the items of the previous terms that have the new one).
-    /// A query across indexes (`FederatedQuery`) keeps every word whatever this says: the tail is
-    /// one index's so far.
+    /// A query across indexes (`FederatedQuery`) follows it too, its tail scored over the union.
     public var allWords = false
     /// The words of `text` as `check(limits:)` parsed them, with the text and term limit they
     /// were parsed under: a store uses them instead of parsing the text a second time (about
@@ -371,16 +370,26 @@ extension IndexStore {
     /// words, and rarer ones, rank higher), none of `after` (the items with every word). Words of
     /// `stopWords` are not searched for; a query of one word (or one besides them) has no tail.
     /// The CSSearchQuery language keeps its exact semantics: this is the ranked user query only.
-    func bestMatchTail(_ db: Database, terms: UserQueryTerms, after strict: [ScoredCandidate], limit: Int, filter: SQLFilter?, now: Double)
-        throws -> [ScoredCandidate]
+    /// `statistics`: the collection statistics of every index a query across apps searches
+    /// (`CorpusStatistics`, one count per different word), so that the tail's scores are those of
+    /// one index holding every app's items; nil: this index's own.
+    func bestMatchTail(_ db: Database, terms: UserQueryTerms, after strict: [ScoredCandidate], limit: Int, filter: SQLFilter?, now: Double,
+                       statistics: CorpusStatistics? = nil) throws -> [ScoredCandidate]
     {
         guard limit > 0, terms.terms.count >= 2 else { return [] }
-        let words = terms.distinctWords.filter { $0.isCJK || !Self.stopWords.contains($0.folded) }
+        let kept = terms.distinctWords.indices.filter { terms.distinctWords[$0].isCJK || !Self.stopWords.contains(terms.distinctWords[$0].folded) }
         // One informative word alone with stop words: its items are the tail ("the soup": every soup).
-        guard !words.isEmpty, words.count < terms.terms.count || words.count >= 2 else { return [] }
-        let match = words.map(UserQueryTerms.ftsTerm).joined(separator: " OR ")
+        guard !kept.isEmpty, kept.count < terms.terms.count || kept.count >= 2 else { return [] }
+        let match = kept.map { UserQueryTerms.ftsTerm(terms.distinctWords[$0]) }.joined(separator: " OR ")
+        // bm25 of the OR query: one phrase per word kept, each with its count over the union.
+        var phraseStatistics: CorpusStatistics?
+        if var s = statistics, s.hits.count == terms.terms.count {
+            s.hits = kept.map { s.hits[$0] }
+            phraseStatistics = s
+        }
         let have = Set(strict.map(\.rowID))
-        return try Self.exhaustiveCandidates(db, terms: terms, limit: limit + strict.count, filter: filter, now: now, match: match)
+        return try Self.exhaustiveCandidates(db, terms: terms, limit: limit + strict.count, filter: filter, now: now,
+            match: (match, kept.count), statistics: phraseStatistics)
             .filter { !have.contains($0.rowID) }.prefix(limit).map { $0 }
     }
 
@@ -418,16 +427,17 @@ extension IndexStore {
     /// arithmetic), times the boosts; ties go to the lower rowid. A filter query restricts the
     /// results and never changes a score (its full-text driver only narrows the walk, in a
     /// subquery of its own, so its phrases are not part of bm25's sum).
-    /// `match`, when given, is the FTS5 query instead of every word of `terms`. With
-    /// `statistics`, bm25's avgdl and idf come from them (`sl_bm25`, the same arithmetic).
-    static func exhaustiveCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, match: String? = nil,
-                                     statistics: CorpusStatistics? = nil) throws -> [ScoredCandidate]
+    /// `match`, when given, is the FTS5 query instead of every word of `terms`, and the number of
+    /// its phrases. With `statistics` (one count per phrase), bm25's avgdl and idf come from them
+    /// (`sl_bm25`, the same arithmetic).
+    static func exhaustiveCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double,
+                                     match: (query: String, phrases: Int)? = nil, statistics: CorpusStatistics? = nil) throws -> [ScoredCandidate]
     {
         let filter = filter ?? .all
         let driver = filter.ftsMatch.map { _ in " AND items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH ?)" } ?? ""
         var rank = "bm25(fts, \(Self.bm25Weights))"
         var rankBindings: [SQLValue] = []
-        if let statistics, statistics.rows > 0, statistics.hits.count == terms.terms.count {
+        if let statistics, statistics.rows > 0, statistics.hits.count == (match?.phrases ?? terms.terms.count) {
             rankBindings = [.double(Double(statistics.tokens) / Double(statistics.rows))]
                 + statistics.hits.map { .double(BM25.idf(rows: statistics.rows, hits: $0)) }
             rank = "sl_bm25(fts, " + Array(repeating: "?", count: rankBindings.count).joined(separator: ", ") + ", \(Self.bm25Weights))"
@@ -444,7 +454,7 @@ extension IndexStore {
             WHERE fts MATCH ? AND \(Self.visible) AND (\(filter.sql))\(driver)
             ORDER BY score, items.rowid LIMIT ?
             """
-        let bindings: [SQLValue] = rankBindings + [.double(now), .text(match ?? terms.ftsQuery), .double(now), .double(now)] + filter.bindings
+        let bindings: [SQLValue] = rankBindings + [.double(now), .text(match?.query ?? terms.ftsQuery), .double(now), .double(now)] + filter.bindings
             + (filter.ftsMatch.map { [.text($0)] } ?? []) + [.integer(Int64(limit))]
         return try db.rows(sql, bindings).map { ScoredCandidate(rowID: $0.int(0) ?? 0, score: $0.double(1) ?? 0) }
     }

@@ -59,12 +59,9 @@ struct FederatedQueryTests {
         }
     }
 
-    /// One index's answer: (identifier, score) best first.
-    /// A query across indexes keeps every word (it has no best-match tail yet: issue 37's tail is
-    /// one index's), so it is compared with the one index's all-words ranking.
+    /// One index's answer: (identifier, score) best first; the whole best-match ranking (items
+    /// with every word, then the tail), or every word alone when the request says `allWords`.
     static func single(_ request: UserQueryRequest, _ store: IndexStore) throws -> [(String, Double)] {
-        var request = request
-        request.allWords = true
         let r = try store.userQuery(request)
         return zip(r.items.compactMap { $0["uniqueIdentifier"]?.stringValue }, r.scores).map { ($0, $1) }
     }
@@ -87,6 +84,35 @@ struct FederatedQueryTests {
             let r = UserQueryRequest(text: q)
             Self.expectSameRanking(try Self.federated(r, [s.a.store, s.b.store]), try Self.single(r, s.union.store), q)
         }
+    }
+
+    @Test("best-match: the items with some of the words follow those with all of them, scored over the union")
+    func bestMatchTail() throws {
+        let s = try Split()
+        for store in [s.a.store, s.b.store, s.union.store] { try store.buildRankedIndex() }
+        // Words that few items hold together: the tail is most of the answer.
+        for q in ["natural chess", "the stone and the mail", "photo music server", "arch board"] {
+            var r = UserQueryRequest(text: q)
+            r.maxResultCount = 30
+            let whole = try Self.single(r, s.union.store)
+            r.allWords = true
+            let strict = try Self.single(r, s.union.store)
+            #expect(whole.count > strict.count, "\(q): no tail (\(whole.count) items, \(strict.count) with every word)")
+            r.allWords = false
+            Self.expectSameRanking(try Self.federated(r, [s.a.store, s.b.store]), whole, q)
+        }
+    }
+
+    @Test("all words (the desktop's search): no tail across indexes either")
+    func allWordsAcrossIndexes() throws {
+        let s = try Split()
+        for store in [s.a.store, s.b.store, s.union.store] { try store.buildRankedIndex() }
+        var r = UserQueryRequest(text: "natural chess")
+        r.allWords = true
+        let strict = try Self.single(r, s.union.store)
+        Self.expectSameRanking(try Self.federated(r, [s.a.store, s.b.store]), strict, r.text)
+        r.allWords = false
+        #expect(try Self.federated(r, [s.a.store, s.b.store]).count > strict.count)
     }
 
     @Test("lexical: the same from the unbuilt delta and from FTS5's exhaustive scoring with the summed statistics")
