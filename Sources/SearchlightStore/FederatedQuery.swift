@@ -134,13 +134,14 @@ extension IndexStore {
                     }
                 }
                 if request.maxSuggestionCount > 0 {
-                    // A word another app has is no misspelling: corrections only for words no index searched holds.
-                    var found: Set<String> = []
+                    // A word another app has is no misspelling unless it is rare over all of them:
+                    // corrections for words no index searched holds, or far rarer than the correction.
+                    var present: [String: Int64] = [:]
                     if statistics.hits.count == terms.distinctWords.count {
-                        for (w, n) in zip(terms.distinctWords, statistics.hits) where n > 0 { found.insert(w.key) }
+                        for (w, n) in zip(terms.distinctWords, statistics.hits) where n > 0 { present[w.key] = n }
                     }
                     (out.completions, out.nearest) = try federatedSuggestions(for: request.text, terms: terms,
-                        limit: request.maxSuggestionCount, db: db, budget: budget, found: found)
+                        limit: request.maxSuggestionCount, db: db, budget: budget, present: present, rare: request.rareCorrections)
                 }
                 return out
             }
@@ -191,8 +192,9 @@ public enum FederatedUserQuery {
     }
 
     /// The suggestions of a query across apps: the indexes' completions (each once, in index
-    /// order), then one correction where a word no index holds has a near word in some index:
-    /// the nearest, then the one with the most documents over all the indexes.
+    /// order), then one correction where a word no index holds, or one far rarer over all of
+    /// them than its correction (`IndexStore.farRarer`, counts summed), has a near word in some
+    /// index: the nearest, then the one with the most documents over all the indexes.
     public static func suggestions(_ shards: [ShardCandidates], request: UserQueryRequest) -> [Suggestion] {
         var out: [Suggestion] = []
         for shard in shards {
@@ -201,20 +203,25 @@ public enum FederatedUserQuery {
         guard out.count < request.maxSuggestionCount, let terms = try? request.terms(maxTerms: .max) else { return out }
         var documents: [String: [String: Int]] = [:]
         var distance: [String: [String: Int]] = [:]
+        var typed: [String: Int] = [:]
         for shard in shards {
             for (key, near) in shard.nearest {
+                typed[key, default: 0] += near.typedDocuments
+                // An empty term: the index holds the word and has no word near it (its count above).
+                guard !near.term.isEmpty else { continue }
                 documents[key, default: [:]][near.term, default: 0] += near.documents
                 distance[key, default: [:]][near.term] = near.distance
             }
         }
         var replacements: [String: String] = [:]
         for (key, candidates) in distance {
-            replacements[key] = candidates.keys.min { a, b in
+            let best = candidates.keys.min { a, b in
                 let (da, db) = (candidates[a]!, candidates[b]!)
                 if da != db { return da < db }
                 let (na, nb) = (documents[key]![a]!, documents[key]![b]!)
                 return na != nb ? na > nb : a < b
             }
+            if let best, IndexStore.farRarer(typed: typed[key] ?? 0, documents: documents[key]![best]!) { replacements[key] = best }
         }
         if let c = IndexStore.correction(text: request.text, terms: terms, replacements: replacements) { out.append(c) }
         return out

@@ -19,6 +19,9 @@ public struct UserQueryRequest: Sendable {
     /// terms narrow (GNOME's subsearch asks the items of the previous terms that have the new one).
     /// A query across indexes (`FederatedQuery`) follows it too, its tail scored over the union.
     public var allWords = false
+    /// Whether a word the index holds is corrected when it is far rarer than its nearest word
+    /// (`IndexStore.farRarer`); off, only words no index holds are (the benchmark's "before").
+    public var rareCorrections = true
     /// The words of `text` as `check(limits:)` parsed them, with the text and term limit they
     /// were parsed under: a store uses them instead of parsing the text a second time (about
     /// 90 000 instructions of an 840 000-instruction call), when the text is unchanged and its
@@ -323,7 +326,7 @@ extension IndexStore {
                 var suggestions: [Suggestion] = []
                 if request.maxSuggestionCount > 0 {
                     suggestions = try self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db,
-                        path: path, budget: budget)
+                        path: path, budget: budget, rare: request.rareCorrections)
                 }
                 return (found, suggestions)
             }
@@ -468,35 +471,36 @@ extension IndexStore {
 
     /// Suggestions from the ranked index's dictionary where it can answer, else (and on the
     /// exhaustive path) from FTS5's vocabulary: the same words either way.
-    func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath, budget: QueryBudget? = nil)
-        throws -> [Suggestion]
+    func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath, budget: QueryBudget? = nil,
+                     rare: Bool = true) throws -> [Suggestion]
     {
         if path == .automatic, let vocabulary = try rankedVocabulary(db, terms: terms, budget: budget) {
             defer { db.unionScratch.reclaim() }
-            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget)
+            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, rareCorrections: rare)
         }
         return try Self.suggestions(for: text, terms: terms, limit: limit,
-            vocabulary: FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget), budget: budget)
+            vocabulary: FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget), budget: budget, rareCorrections: rare)
     }
 
     /// The suggestions of one index of a query across apps: its completions, and for each word
-    /// that no index searched holds (`found` names those some index holds) its nearest word
-    /// here; `FederatedUserQuery.suggestions` makes the one correction from every index's.
+    /// that no index searched holds, or that is rare over all of them (`present`: the words some
+    /// index holds, with their matching rows over every index), its nearest word here;
+    /// `FederatedUserQuery.suggestions` makes the one correction from every index's.
     func federatedSuggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, budget: QueryBudget?,
-                              found: Set<String>) throws -> (completions: [Suggestion], nearest: [String: NearTerm])
+                              present: [String: Int64], rare: Bool) throws -> (completions: [Suggestion], nearest: [String: NearTerm])
     {
         if let vocabulary = try rankedVocabulary(db, terms: terms, budget: budget) {
             defer { db.unionScratch.reclaim() }
             return (try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, corrections: false),
-                    try Self.nearestTerms(terms: terms, vocabulary: vocabulary, budget: budget, found: found))
+                    try Self.nearestTerms(terms: terms, vocabulary: vocabulary, budget: budget, present: present, rare: rare))
         }
         let vocabulary = FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget)
         return (try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, corrections: false),
-                try Self.nearestTerms(terms: terms, vocabulary: vocabulary, budget: budget, found: found))
+                try Self.nearestTerms(terms: terms, vocabulary: vocabulary, budget: budget, present: present, rare: rare))
     }
 
     static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, vocabulary: some SuggestionVocabulary,
-        budget: QueryBudget? = nil, corrections: Bool = true) throws -> [Suggestion]
+        budget: QueryBudget? = nil, corrections: Bool = true, rareCorrections: Bool = true) throws -> [Suggestion]
     {
         guard let last = terms.words.last else { return [] }
         var out: [Suggestion] = []
@@ -514,27 +518,59 @@ extension IndexStore {
         }
         // Corrections: a word with no match offers the nearest indexed word.
         if corrections, out.count < limit {
-            let near = try nearestTerms(terms: terms, vocabulary: vocabulary, budget: budget, found: [])
+            let near = try nearestTerms(terms: terms, vocabulary: vocabulary, budget: budget, rare: rareCorrections)
             if let c = correction(text: text, terms: terms, replacements: near.mapValues(\.term)) { out.append(c) }
         }
         return out
     }
 
-    /// The nearest indexed word of each different word of `terms` that the index lacks (and
-    /// `found` does not name), keyed by `UserQueryTerms.Word.key`; at most `maxCorrectedWords`
-    /// are looked up.
+    /// A word the index holds is still corrected when it is in at most `rareWordDocuments`
+    /// documents and its nearest word in at least `rarerRatio` times as many: a misspelling
+    /// that made it into a few texts ("teh", "recieve"). A rare word near a merely commoner one
+    /// (a plural, another name) stays as typed.
+    static let rareWordDocuments = 3
+    static let rarerRatio = 100
+
+    /// Whether a word in `typed` documents (0: absent) is corrected to one in `documents`.
+    public static func farRarer(typed: Int, documents: Int) -> Bool {
+        typed == 0 || (typed <= rareWordDocuments && documents >= rarerRatio * typed)
+    }
+
+    /// The nearest indexed word of each different word of `terms` that the index lacks, or holds
+    /// in few documents (`farRarer`; not for a word being typed), keyed by
+    /// `UserQueryTerms.Word.key`; at most `maxCorrectedWords` are looked up. Across apps,
+    /// `present` names the words some index holds, with their matching rows over every index:
+    /// only those rare there are looked up (as held words, whatever this index has), and the
+    /// caller decides (`FederatedUserQuery.suggestions`). `rare`: false, held words stay as typed.
     static func nearestTerms(terms: UserQueryTerms, vocabulary: some SuggestionVocabulary, budget: QueryBudget?,
-                             found: Set<String>) throws -> [String: NearTerm] {
+                             present: [String: Int64]? = nil, rare: Bool = true) throws -> [String: NearTerm] {
         var near: [String: NearTerm] = [:]
         var lookedUp: Set<String> = []
         var nearestLookups = 0
         for w in terms.words where !w.isCJK && w.folded.count >= 3 {
             let key = w.key
-            guard !found.contains(key), lookedUp.insert(key).inserted else { continue }
+            guard lookedUp.insert(key).inserted, nearestLookups < maxCorrectedWords else { continue }
             try budget?.check()
-            if try vocabulary.hasTerm(w.folded, prefix: w.isPrefix) || nearestLookups >= maxCorrectedWords { continue }
+            var typed = 0
+            if let hits = present?[key] {
+                guard rare, !w.isPrefix, hits <= Int64(rareWordDocuments) else { continue }
+                typed = try vocabulary.documents(of: w.folded)
+            } else if try vocabulary.hasTerm(w.folded, prefix: w.isPrefix) {
+                guard rare, !w.isPrefix else { continue }
+                typed = try vocabulary.documents(of: w.folded)
+                // Only in the auxiliary column, or common: no correction.
+                guard typed > 0, typed <= rareWordDocuments else { continue }
+            }
             nearestLookups += 1
-            if let n = try vocabulary.nearestTerm(to: w.folded) { near[key] = n }
+            guard var n = try vocabulary.nearestTerm(to: w.folded) else {
+                // Across apps the word's own documents count in the sum even without a near word here.
+                if present != nil, typed > 0 { near[key] = NearTerm(term: "", distance: .max, documents: 0, typedDocuments: typed) }
+                continue
+            }
+            n.typedDocuments = typed
+            // One index decides here; across apps the counts are summed first.
+            if present == nil, !farRarer(typed: typed, documents: n.documents) { continue }
+            near[key] = n
         }
         return near
     }
@@ -586,7 +622,7 @@ extension IndexStore {
             if n & 255 == 255 { try budget?.check() }
             guard let term = row.string(0) else { continue }
             let d = editDistance(target, Array(term.unicodeScalars), limit: maxDistance)
-            guard d <= maxDistance else { continue }
+            guard d <= maxDistance, d > 0 else { continue }
             let doc = row.int(1) ?? 0
             if best == nil || d < best!.distance || (d == best!.distance && doc > best!.doc) {
                 best = (term, d, doc)
