@@ -42,9 +42,9 @@ public struct CorpusStatistics: Sendable, Equatable {
 public struct ShardCandidates: Sendable {
     /// The items with every word, best first (all of them when fewer than the limit).
     public var lexical: [ScoredCandidate] = []
-    /// The best-match tail (`IndexStore.bestMatchTail`): items with some of the words, none of
-    /// `lexical`, best first by bm25 over the words searched; empty for an all-words request or
-    /// when `lexical` alone fills the limit.
+    /// The best-match tail (`IndexStore.userQueryTail`): items with some of the words, none of
+    /// `lexical`, best first by bm25 over the words searched; set only when
+    /// `FederatedUserQuery.needsTail`.
     public var tail: [ScoredCandidate] = []
     public var vector: [VectorMatch] = []
     /// Each vector hit's similarity times its boost, the order of `vector` (merged by it).
@@ -114,12 +114,6 @@ extension IndexStore {
                     if !terms.words.isEmpty {
                         out.lexical = try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now,
                             path: .automatic, statistics: statistics).candidates
-                        // Best-match, as in one index. When this index alone fills the limit with
-                        // every word, so does the union, and no tail is shown.
-                        if !request.allWords, out.lexical.count < request.maxResultCount {
-                            out.tail = try bestMatchTail(db, terms: terms, after: out.lexical, limit: request.maxResultCount,
-                                filter: request.filter, now: now, statistics: statistics)
-                        }
                     }
                     if let semantic, let tuning {
                         var scores: [Int64: Float] = [:]
@@ -144,6 +138,24 @@ extension IndexStore {
                         limit: request.maxSuggestionCount, db: db, budget: budget, present: present, rare: request.rareCorrections)
                 }
                 return out
+            }
+        }
+    }
+
+    /// Between the second phase and the last, when `FederatedUserQuery.needsTail` says so: this
+    /// index's best-match tail (`bestMatchTail`), scored with `statistics`, none of `after` (this
+    /// index's items with every word, all of them: the union's are fewer than the limit).
+    /// Asked only then, because an index with fewer than the limit is common where the union
+    /// has enough, and the tail (FTS5's bm25 over an OR of the words) is the costly part.
+    public func userQueryTail(_ request: UserQueryRequest, statistics: CorpusStatistics, after: [ScoredCandidate],
+                              budget: QueryBudget? = nil) throws(SearchlightError) -> [ScoredCandidate]
+    {
+        let terms = try request.terms(maxTerms: options.limits.maxQueryTerms)
+        let now = options.clock().timeIntervalSince1970
+        return try read(budget: budget) { db in
+            try db.transaction("DEFERRED") {
+                try bestMatchTail(db, terms: terms, after: after, limit: request.maxResultCount, filter: request.filter, now: now,
+                    statistics: statistics)
             }
         }
     }
@@ -225,6 +237,13 @@ public enum FederatedUserQuery {
         }
         if let c = IndexStore.correction(text: request.text, terms: terms, replacements: replacements) { out.append(c) }
         return out
+    }
+
+    /// Whether the answer has a best-match tail (`IndexStore.userQueryTail` of each index): the
+    /// items with every word over all the indexes are fewer than the limit, and the request
+    /// does not keep every word (the desktop role).
+    public static func needsTail(_ shards: [ShardCandidates], request: UserQueryRequest) -> Bool {
+        !request.allWords && request.maxResultCount > 0 && shards.reduce(0) { $0 + $1.lexical.count } < request.maxResultCount
     }
 
     /// The fusion's constants for the indexes whose statistics were summed into `statistics`.

@@ -80,7 +80,10 @@ struct AppsBench {
         var statistics = CorpusStatistics()
         for s in shards { statistics.add(try s.corpusStatistics(r)) }
         let tuning = FederatedUserQuery.tuning(r.semantic, statistics: statistics)
-        let candidates = try shards.map { try $0.userQueryCandidates(r, statistics: statistics, tuning: tuning) }
+        var candidates = try shards.map { try $0.userQueryCandidates(r, statistics: statistics, tuning: tuning) }
+        if FederatedUserQuery.needsTail(candidates, request: r) {
+            for i in shards.indices { candidates[i].tail = try shards[i].userQueryTail(r, statistics: statistics, after: candidates[i].lexical) }
+        }
         let suggestions = FederatedUserQuery.suggestions(candidates, request: r)
         let hits = FederatedUserQuery.rank(candidates, semantic: r.semantic, tuning: tuning, limit: r.maxResultCount)
         var ids: [String] = []

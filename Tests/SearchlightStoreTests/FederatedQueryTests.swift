@@ -49,7 +49,10 @@ struct FederatedQueryTests {
         var statistics = CorpusStatistics()
         for s in stores { statistics.add(try s.corpusStatistics(request)) }
         let tuning = FederatedUserQuery.tuning(request.semantic, statistics: statistics)
-        let shards = try stores.map { try $0.userQueryCandidates(request, statistics: statistics, tuning: tuning) }
+        var shards = try stores.map { try $0.userQueryCandidates(request, statistics: statistics, tuning: tuning) }
+        if FederatedUserQuery.needsTail(shards, request: request) {
+            for i in stores.indices { shards[i].tail = try stores[i].userQueryTail(request, statistics: statistics, after: shards[i].lexical) }
+        }
         let hits = FederatedUserQuery.rank(shards, semantic: request.semantic, tuning: tuning, limit: request.maxResultCount)
         return try hits.map { h in
             let id = try stores[h.shard].read { db in

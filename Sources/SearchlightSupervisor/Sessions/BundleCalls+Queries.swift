@@ -191,6 +191,15 @@ extension BundleCalls {
             }
             shards.append(shard)
         }
+        // Best-match: the items with some of the words, when those with all of them are too few.
+        if FederatedUserQuery.needsTail(shards, request: request) {
+            for (i, t) in targets.enumerated() {
+                shards[i].tail = try context.registry.withStore(bundle: t.bundle, index: t.index, create: false) {
+                    (store) throws(SearchlightError) -> [ScoredCandidate] in
+                    try store?.userQueryTail(request, statistics: statistics, after: shards[i].lexical, budget: budget) ?? []
+                }
+            }
+        }
         suggestions = FederatedUserQuery.suggestions(shards, request: request)
         let ranked = FederatedUserQuery.rank(shards, semantic: request.semantic, tuning: tuning, limit: request.maxResultCount)
         // Each index read once more, for its chosen items only; an item deleted meanwhile is left out.
