@@ -51,8 +51,6 @@ public struct ShardCandidates: Sendable {
     public var vectorScores: [Float] = []
     /// Near-duplicate flags of the vector hits (`VectorIndex.nearDuplicates`), or empty.
     public var folded: [Bool] = []
-    /// The lexical hits that are exact (title, or the words as a phrase: `IndexStore.exactHits`).
-    public var exact: Set<Int64> = []
     /// Completions of the word being typed.
     public var completions: [Suggestion] = []
     /// For each word no index searched holds (`UserQueryTerms.Word.key`), its nearest word here.
@@ -122,10 +120,6 @@ extension IndexStore {
                         out.vectorScores = out.vector.map { scores[$0.rowid] ?? $0.similarity }
                         out.folded = tuning.fold.map { vectors.nearDuplicates(out.vector.map(\.rowid), threshold: $0.similarity, depth: $0.depth) } ?? []
                     }
-                    // Exact hits matter only where a near miss could pass them: with a vector side.
-                    if request.semantic != nil {
-                        out.exact = try exactHits(db, terms: terms, among: out.lexical.map(\.rowID))
-                    }
                 }
                 if request.maxSuggestionCount > 0 {
                     // A word another app has is no misspelling unless it is rare over all of them:
@@ -157,6 +151,16 @@ extension IndexStore {
                 try bestMatchTail(db, terms: terms, after: after, limit: request.maxResultCount, filter: request.filter, now: now,
                     statistics: statistics)
             }
+        }
+    }
+
+    /// Which of `rowids` are exact hits of the request's words (`exactHits`: the title or
+    /// displayName is the words, or they stand together as a phrase), asked by
+    /// `FederatedUserQuery.rank` for the lexical hits that a near miss passed in the fusion only.
+    public func exactHits(_ request: UserQueryRequest, among rowids: [Int64], budget: QueryBudget? = nil) throws(SearchlightError) -> Set<Int64> {
+        let terms = try request.terms(maxTerms: options.limits.maxQueryTerms)
+        return try read(budget: budget) { db in
+            try db.transaction("DEFERRED") { try exactHits(db, terms: terms, among: rowids) }
         }
     }
 
@@ -251,8 +255,11 @@ public enum FederatedUserQuery {
         semantic?.tuning { (statistics.vectors, statistics.refined) }
     }
 
-    /// The best `limit` items of `shards`, best first.
-    public static func rank(_ shards: [ShardCandidates], semantic: SemanticRequest?, tuning: FusionTuning?, limit: Int) -> [Hit] {
+    /// The best `limit` items of `shards`, best first. `exact(shard, rowids)`: which of those
+    /// lexical hits of that shard are exact (`IndexStore.exactHits`); asked, as in one index,
+    /// only for the items with every word that a near miss passed in the fusion.
+    public static func rank(_ shards: [ShardCandidates], semantic: SemanticRequest?, tuning: FusionTuning?, limit: Int,
+                            exact exactHits: (Int, [Int64]) throws(SearchlightError) -> Set<Int64>) throws(SearchlightError) -> [Hit] {
         // Keys over the union: lexical hits first, in merged order, so that ties go to the
         // better lexical hit as they do inside one index.
         var keys: [(shard: Int, rowid: Int64)] = []
@@ -285,17 +292,23 @@ public enum FederatedUserQuery {
         let lexicalKeys = lexical.map { key($0.shard, $0.rowid) }
         let vectorMatches = vector.prefix(limit).map { VectorMatch(rowid: key($0.shard, $0.rowid), similarity: $0.similarity) }
         let folded = vector.prefix(limit).map(\.folded)
-        var exact: Set<Int64> = []
-        for (s, shard) in shards.enumerated() {
-            for rowid in shard.exact { if let k = keyOf[s]?[rowid] { exact.insert(k) } }
-        }
-
         var ranking: [FusedCandidate]
         if let semantic, let tuning {
             // Confidence counts the items with every word, as in one index.
             let weight = tuning.weight(semantic.weight, lexicalHits: strictCount, limit: limit)
             let fused = HybridFusion.fuse(lexical: lexicalKeys, vector: vectorMatches, weight: weight, limit: .max, k: tuning.rrfK,
                 folded: folded, fold: tuning.fold?.demotion)
+            // Only a hit with every word ranked below a near miss can be moved: the others need no check.
+            let firstNearMiss = fused.firstIndex { $0.lexicalRank == nil } ?? fused.endIndex
+            var asked: [Int: [Int64]] = [:]
+            for c in fused[firstNearMiss...] where (c.lexicalRank ?? .max) <= strictCount {
+                let (shard, rowid) = keys[Int(c.rowID)]
+                asked[shard, default: []].append(rowid)
+            }
+            var exact: Set<Int64> = []
+            for (shard, rowids) in asked.sorted(by: { $0.key < $1.key }) {
+                for rowid in try exactHits(shard, rowids) { if let k = keyOf[shard]?[rowid] { exact.insert(k) } }
+            }
             // Lower is better, as in one index's answer: the fused score negated.
             ranking = HybridFusion.demoteNearMisses(fused, exact: exact, exactFirst: semantic.exactFirst).prefix(limit)
                 .map { var c = $0; c.score = -c.score; return c }

@@ -89,7 +89,9 @@ struct AppsBench {
             for i in shards.indices { candidates[i].tail = try shards[i].userQueryTail(r, statistics: statistics, after: candidates[i].lexical) }
         }
         let suggestions = FederatedUserQuery.suggestions(candidates, request: r)
-        let hits = FederatedUserQuery.rank(candidates, semantic: r.semantic, tuning: tuning, limit: r.maxResultCount)
+        let hits = try FederatedUserQuery.rank(candidates, semantic: r.semantic, tuning: tuning, limit: r.maxResultCount) {
+            (shard, rowids) throws(SearchlightError) -> Set<Int64> in try shards[shard].exactHits(r, among: rowids)
+        }
         var ids: [String] = []
         for (s, shard) in shards.enumerated() {
             let mine = hits.filter { $0.shard == s }

@@ -53,7 +53,9 @@ struct FederatedQueryTests {
         if FederatedUserQuery.needsTail(shards, request: request) {
             for i in stores.indices { shards[i].tail = try stores[i].userQueryTail(request, statistics: statistics, after: shards[i].lexical) }
         }
-        let hits = FederatedUserQuery.rank(shards, semantic: request.semantic, tuning: tuning, limit: request.maxResultCount)
+        let hits = try FederatedUserQuery.rank(shards, semantic: request.semantic, tuning: tuning, limit: request.maxResultCount) {
+            (shard, rowids) throws(SearchlightError) -> Set<Int64> in try stores[shard].exactHits(request, among: rowids)
+        }
         return try hits.map { h in
             let id = try stores[h.shard].read { db in
                 try db.rows("SELECT uid FROM items WHERE rowid = ?", [.integer(h.candidate.rowID)]).first?.string(0)

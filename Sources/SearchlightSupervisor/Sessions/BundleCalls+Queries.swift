@@ -201,7 +201,14 @@ extension BundleCalls {
             }
         }
         suggestions = FederatedUserQuery.suggestions(shards, request: request)
-        let ranked = FederatedUserQuery.rank(shards, semantic: request.semantic, tuning: tuning, limit: request.maxResultCount)
+        let ranked = try FederatedUserQuery.rank(shards, semantic: request.semantic, tuning: tuning, limit: request.maxResultCount) {
+            (shard, rowids) throws(SearchlightError) -> Set<Int64> in
+            let t = targets[shard]
+            return try context.registry.withStore(bundle: t.bundle, index: t.index, create: false) {
+                (store) throws(SearchlightError) -> Set<Int64> in
+                try store?.exactHits(request, among: rowids, budget: budget) ?? []
+            }
+        }
         // Each index read once more, for its chosen items only; an item deleted meanwhile is left out.
         var position: [Int: Int] = [:]
         for (shard, _) in targets.enumerated() {
