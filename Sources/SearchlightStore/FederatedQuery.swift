@@ -35,19 +35,26 @@ public struct CorpusStatistics: Sendable, Equatable {
     }
 }
 
-/// One index's candidates for a user query across apps: its lexical top-k scored with the summed
-/// statistics, its vector top-k, which of its lexical hits are exact, and its suggestions.
+/// One index's candidates for a user query across apps: its lexical top-k (every word, then
+/// the best-match tail) scored with the summed statistics, its vector top-k, which of its
+/// lexical hits are exact, and its suggestions.
 /// `FederatedUserQuery.rank` fuses them all at once.
 public struct ShardCandidates: Sendable {
+    /// The items with every word, best first (all of them when fewer than the limit).
     public var lexical: [ScoredCandidate] = []
+    /// The best-match tail (`IndexStore.userQueryTail`): items with some of the words, none of
+    /// `lexical`, best first by bm25 over the words searched; set only when
+    /// `FederatedUserQuery.needsTail`.
+    public var tail: [ScoredCandidate] = []
     public var vector: [VectorMatch] = []
     /// Each vector hit's similarity times its boost, the order of `vector` (merged by it).
     public var vectorScores: [Float] = []
     /// Near-duplicate flags of the vector hits (`VectorIndex.nearDuplicates`), or empty.
     public var folded: [Bool] = []
-    /// The lexical hits that are exact (title, or the words as a phrase: `IndexStore.exactHits`).
-    public var exact: Set<Int64> = []
-    public var suggestions: [Suggestion] = []
+    /// Completions of the word being typed.
+    public var completions: [Suggestion] = []
+    /// For each word no index searched holds (`UserQueryTerms.Word.key`), its nearest word here.
+    public var nearest: [String: NearTerm] = [:]
 
     public init() {}
 }
@@ -113,22 +120,47 @@ extension IndexStore {
                         out.vectorScores = out.vector.map { scores[$0.rowid] ?? $0.similarity }
                         out.folded = tuning.fold.map { vectors.nearDuplicates(out.vector.map(\.rowid), threshold: $0.similarity, depth: $0.depth) } ?? []
                     }
-                    // Exact hits matter only where a near miss could pass them: with a vector side.
-                    if request.semantic != nil {
-                        out.exact = try exactHits(db, terms: terms, among: out.lexical.map(\.rowID))
-                    }
                 }
                 if request.maxSuggestionCount > 0 {
-                    // A word another app has is no misspelling: corrections only for words no index searched holds.
-                    var found: Set<String> = []
+                    // A word another app has is no misspelling unless it is rare over all of them:
+                    // corrections for words no index searched holds, or far rarer than the correction.
+                    var present: [String: Int64] = [:]
                     if statistics.hits.count == terms.distinctWords.count {
-                        for (w, n) in zip(terms.distinctWords, statistics.hits) where n > 0 { found.insert(w.key) }
+                        for (w, n) in zip(terms.distinctWords, statistics.hits) where n > 0 { present[w.key] = n }
                     }
-                    out.suggestions = try suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db,
-                        path: .automatic, budget: budget, found: found)
+                    (out.completions, out.nearest) = try federatedSuggestions(for: request.text, terms: terms,
+                        limit: request.maxSuggestionCount, db: db, budget: budget, present: present, rare: request.rareCorrections)
                 }
                 return out
             }
+        }
+    }
+
+    /// Between the second phase and the last, when `FederatedUserQuery.needsTail` says so: this
+    /// index's best-match tail (`bestMatchTail`), scored with `statistics`, none of `after` (this
+    /// index's items with every word, all of them: the union's are fewer than the limit).
+    /// Asked only then, because an index with fewer than the limit is common where the union
+    /// has enough, and the tail (FTS5's bm25 over an OR of the words) is the costly part.
+    public func userQueryTail(_ request: UserQueryRequest, statistics: CorpusStatistics, after: [ScoredCandidate],
+                              budget: QueryBudget? = nil) throws(SearchlightError) -> [ScoredCandidate]
+    {
+        let terms = try request.terms(maxTerms: options.limits.maxQueryTerms)
+        let now = options.clock().timeIntervalSince1970
+        return try read(budget: budget) { db in
+            try db.transaction("DEFERRED") {
+                try bestMatchTail(db, terms: terms, after: after, limit: request.maxResultCount, filter: request.filter, now: now,
+                    statistics: statistics)
+            }
+        }
+    }
+
+    /// Which of `rowids` are exact hits of the request's words (`exactHits`: the title or
+    /// displayName is the words, or they stand together as a phrase), asked by
+    /// `FederatedUserQuery.rank` for the lexical hits that a near miss passed in the fusion only.
+    public func exactHits(_ request: UserQueryRequest, among rowids: [Int64], budget: QueryBudget? = nil) throws(SearchlightError) -> Set<Int64> {
+        let terms = try request.terms(maxTerms: options.limits.maxQueryTerms)
+        return try read(budget: budget) { db in
+            try db.transaction("DEFERRED") { try exactHits(db, terms: terms, among: rowids) }
         }
     }
 
@@ -175,13 +207,59 @@ public enum FederatedUserQuery {
         public var candidate: FusedCandidate
     }
 
+    /// The suggestions of a query across apps: the indexes' completions (each once, in index
+    /// order), then one correction where a word no index holds, or one far rarer over all of
+    /// them than its correction (`IndexStore.farRarer`, counts summed), has a near word in some
+    /// index: the nearest, then the one with the most documents over all the indexes.
+    public static func suggestions(_ shards: [ShardCandidates], request: UserQueryRequest) -> [Suggestion] {
+        var out: [Suggestion] = []
+        for shard in shards {
+            for c in shard.completions where out.count < request.maxSuggestionCount && !out.contains(where: { $0.text == c.text }) { out.append(c) }
+        }
+        guard out.count < request.maxSuggestionCount, let terms = try? request.terms(maxTerms: .max) else { return out }
+        var documents: [String: [String: Int]] = [:]
+        var distance: [String: [String: Int]] = [:]
+        var typed: [String: Int] = [:]
+        for shard in shards {
+            for (key, near) in shard.nearest {
+                typed[key, default: 0] += near.typedDocuments
+                // An empty term: the index holds the word and has no word near it (its count above).
+                guard !near.term.isEmpty else { continue }
+                documents[key, default: [:]][near.term, default: 0] += near.documents
+                distance[key, default: [:]][near.term] = near.distance
+            }
+        }
+        var replacements: [String: String] = [:]
+        for (key, candidates) in distance {
+            let best = candidates.keys.min { a, b in
+                let (da, db) = (candidates[a]!, candidates[b]!)
+                if da != db { return da < db }
+                let (na, nb) = (documents[key]![a]!, documents[key]![b]!)
+                return na != nb ? na > nb : a < b
+            }
+            if let best, IndexStore.farRarer(typed: typed[key] ?? 0, documents: documents[key]![best]!) { replacements[key] = best }
+        }
+        if let c = IndexStore.correction(text: request.text, terms: terms, replacements: replacements) { out.append(c) }
+        return out
+    }
+
+    /// Whether the answer has a best-match tail (`IndexStore.userQueryTail` of each index): the
+    /// items with every word over all the indexes are fewer than the limit, and the request
+    /// does not keep every word (the desktop role).
+    public static func needsTail(_ shards: [ShardCandidates], request: UserQueryRequest) -> Bool {
+        !request.allWords && request.maxResultCount > 0 && shards.reduce(0) { $0 + $1.lexical.count } < request.maxResultCount
+    }
+
     /// The fusion's constants for the indexes whose statistics were summed into `statistics`.
     public static func tuning(_ semantic: SemanticRequest?, statistics: CorpusStatistics) -> FusionTuning? {
         semantic?.tuning { (statistics.vectors, statistics.refined) }
     }
 
-    /// The best `limit` items of `shards`, best first.
-    public static func rank(_ shards: [ShardCandidates], semantic: SemanticRequest?, tuning: FusionTuning?, limit: Int) -> [Hit] {
+    /// The best `limit` items of `shards`, best first. `exact(shard, rowids)`: which of those
+    /// lexical hits of that shard are exact (`IndexStore.exactHits`); asked, as in one index,
+    /// only for the items with every word that a near miss passed in the fusion.
+    public static func rank(_ shards: [ShardCandidates], semantic: SemanticRequest?, tuning: FusionTuning?, limit: Int,
+                            exact exactHits: (Int, [Int64]) throws(SearchlightError) -> Set<Int64>) throws(SearchlightError) -> [Hit] {
         // Keys over the union: lexical hits first, in merged order, so that ties go to the
         // better lexical hit as they do inside one index.
         var keys: [(shard: Int, rowid: Int64)] = []
@@ -192,35 +270,50 @@ public enum FederatedUserQuery {
             keyOf[shard, default: [:]][rowid] = Int64(keys.count - 1)
             return Int64(keys.count - 1)
         }
-        var lexical: [(score: Double, shard: Int, rowid: Int64)] = []
+        typealias Lexical = (score: Double, shard: Int, rowid: Int64)
+        var strict: [Lexical] = [], tail: [Lexical] = []
         var vector: [(score: Float, similarity: Float, folded: Bool, shard: Int, rank: Int, rowid: Int64)] = []
         for (s, shard) in shards.enumerated() {
-            for c in shard.lexical { lexical.append((c.score, s, c.rowID)) }
+            for c in shard.lexical { strict.append((c.score, s, c.rowID)) }
+            for c in shard.tail { tail.append((c.score, s, c.rowID)) }
             for (i, m) in shard.vector.enumerated() {
                 vector.append((i < shard.vectorScores.count ? shard.vectorScores[i] : m.similarity, m.similarity,
                     i < shard.folded.count && shard.folded[i], s, i, m.rowid))
             }
         }
-        lexical.sort { a, b in a.score != b.score ? a.score < b.score : (a.shard, a.rowid) < (b.shard, b.rowid) }
+        let byScore = { (a: Lexical, b: Lexical) in a.score != b.score ? a.score < b.score : (a.shard, a.rowid) < (b.shard, b.rowid) }
+        strict.sort(by: byScore)
+        tail.sort(by: byScore)
         vector.sort { a, b in a.score != b.score ? a.score > b.score : (a.shard, a.rank) < (b.shard, b.rank) }
-        let lexicalKeys = lexical.prefix(limit).map { key($0.shard, $0.rowid) }
+        // Best-match: the items with every word first, then the tail (its scores are over fewer
+        // words: merged among themselves only), as one index ranks them.
+        let strictCount = min(strict.count, limit)
+        let lexical = strict.prefix(limit) + tail.prefix(limit - strictCount)
+        let lexicalKeys = lexical.map { key($0.shard, $0.rowid) }
         let vectorMatches = vector.prefix(limit).map { VectorMatch(rowid: key($0.shard, $0.rowid), similarity: $0.similarity) }
         let folded = vector.prefix(limit).map(\.folded)
-        var exact: Set<Int64> = []
-        for (s, shard) in shards.enumerated() {
-            for rowid in shard.exact { if let k = keyOf[s]?[rowid] { exact.insert(k) } }
-        }
-
         var ranking: [FusedCandidate]
         if let semantic, let tuning {
-            let weight = tuning.weight(semantic.weight, lexicalHits: lexicalKeys.count, limit: limit)
+            // Confidence counts the items with every word, as in one index.
+            let weight = tuning.weight(semantic.weight, lexicalHits: strictCount, limit: limit)
             let fused = HybridFusion.fuse(lexical: lexicalKeys, vector: vectorMatches, weight: weight, limit: .max, k: tuning.rrfK,
                 folded: folded, fold: tuning.fold?.demotion)
+            // Only a hit with every word ranked below a near miss can be moved: the others need no check.
+            let firstNearMiss = fused.firstIndex { $0.lexicalRank == nil } ?? fused.endIndex
+            var asked: [Int: [Int64]] = [:]
+            for c in fused[firstNearMiss...] where (c.lexicalRank ?? .max) <= strictCount {
+                let (shard, rowid) = keys[Int(c.rowID)]
+                asked[shard, default: []].append(rowid)
+            }
+            var exact: Set<Int64> = []
+            for (shard, rowids) in asked.sorted(by: { $0.key < $1.key }) {
+                for rowid in try exactHits(shard, rowids) { if let k = keyOf[shard]?[rowid] { exact.insert(k) } }
+            }
             // Lower is better, as in one index's answer: the fused score negated.
             ranking = HybridFusion.demoteNearMisses(fused, exact: exact, exactFirst: semantic.exactFirst).prefix(limit)
                 .map { var c = $0; c.score = -c.score; return c }
         } else {
-            ranking = lexical.prefix(limit).enumerated().map { i, l in
+            ranking = lexical.enumerated().map { i, l in
                 FusedCandidate(rowID: lexicalKeys[i], lexicalRank: i + 1, vectorRank: nil, similarity: nil, score: l.score)
             }
         }

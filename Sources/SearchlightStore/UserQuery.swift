@@ -17,9 +17,11 @@ public struct UserQueryRequest: Sendable {
     public var explain = false
     /// Every word must match (no best-match tail, issue 37): the desktop shells' search, whose
     /// terms narrow (GNOME's subsearch asks the items of the previous terms that have the new one).
-    /// A query across indexes (`FederatedQuery`) keeps every word whatever this says: the tail is
-    /// one index's so far.
+    /// A query across indexes (`FederatedQuery`) follows it too, its tail scored over the union.
     public var allWords = false
+    /// Whether a word the index holds is corrected when it is far rarer than its nearest word
+    /// (`IndexStore.farRarer`); off, only words no index holds are (the benchmark's "before").
+    public var rareCorrections = true
     /// The words of `text` as `check(limits:)` parsed them, with the text and term limit they
     /// were parsed under: a store uses them instead of parsing the text a second time (about
     /// 90 000 instructions of an 840 000-instruction call), when the text is unchanged and its
@@ -324,7 +326,7 @@ extension IndexStore {
                 var suggestions: [Suggestion] = []
                 if request.maxSuggestionCount > 0 {
                     suggestions = try self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db,
-                        path: path, budget: budget)
+                        path: path, budget: budget, rare: request.rareCorrections)
                 }
                 return (found, suggestions)
             }
@@ -371,16 +373,26 @@ extension IndexStore {
     /// words, and rarer ones, rank higher), none of `after` (the items with every word). Words of
     /// `stopWords` are not searched for; a query of one word (or one besides them) has no tail.
     /// The CSSearchQuery language keeps its exact semantics: this is the ranked user query only.
-    func bestMatchTail(_ db: Database, terms: UserQueryTerms, after strict: [ScoredCandidate], limit: Int, filter: SQLFilter?, now: Double)
-        throws -> [ScoredCandidate]
+    /// `statistics`: the collection statistics of every index a query across apps searches
+    /// (`CorpusStatistics`, one count per different word), so that the tail's scores are those of
+    /// one index holding every app's items; nil: this index's own.
+    func bestMatchTail(_ db: Database, terms: UserQueryTerms, after strict: [ScoredCandidate], limit: Int, filter: SQLFilter?, now: Double,
+                       statistics: CorpusStatistics? = nil) throws -> [ScoredCandidate]
     {
         guard limit > 0, terms.terms.count >= 2 else { return [] }
-        let words = terms.distinctWords.filter { $0.isCJK || !Self.stopWords.contains($0.folded) }
+        let kept = terms.distinctWords.indices.filter { terms.distinctWords[$0].isCJK || !Self.stopWords.contains(terms.distinctWords[$0].folded) }
         // One informative word alone with stop words: its items are the tail ("the soup": every soup).
-        guard !words.isEmpty, words.count < terms.terms.count || words.count >= 2 else { return [] }
-        let match = words.map(UserQueryTerms.ftsTerm).joined(separator: " OR ")
+        guard !kept.isEmpty, kept.count < terms.terms.count || kept.count >= 2 else { return [] }
+        let match = kept.map { UserQueryTerms.ftsTerm(terms.distinctWords[$0]) }.joined(separator: " OR ")
+        // bm25 of the OR query: one phrase per word kept, each with its count over the union.
+        var phraseStatistics: CorpusStatistics?
+        if var s = statistics, s.hits.count == terms.terms.count {
+            s.hits = kept.map { s.hits[$0] }
+            phraseStatistics = s
+        }
         let have = Set(strict.map(\.rowID))
-        return try Self.exhaustiveCandidates(db, terms: terms, limit: limit + strict.count, filter: filter, now: now, match: match)
+        return try Self.exhaustiveCandidates(db, terms: terms, limit: limit + strict.count, filter: filter, now: now,
+            match: (match, kept.count), statistics: phraseStatistics)
             .filter { !have.contains($0.rowID) }.prefix(limit).map { $0 }
     }
 
@@ -418,16 +430,17 @@ extension IndexStore {
     /// arithmetic), times the boosts; ties go to the lower rowid. A filter query restricts the
     /// results and never changes a score (its full-text driver only narrows the walk, in a
     /// subquery of its own, so its phrases are not part of bm25's sum).
-    /// `match`, when given, is the FTS5 query instead of every word of `terms`. With
-    /// `statistics`, bm25's avgdl and idf come from them (`sl_bm25`, the same arithmetic).
-    static func exhaustiveCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, match: String? = nil,
-                                     statistics: CorpusStatistics? = nil) throws -> [ScoredCandidate]
+    /// `match`, when given, is the FTS5 query instead of every word of `terms`, and the number of
+    /// its phrases. With `statistics` (one count per phrase), bm25's avgdl and idf come from them
+    /// (`sl_bm25`, the same arithmetic).
+    static func exhaustiveCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double,
+                                     match: (query: String, phrases: Int)? = nil, statistics: CorpusStatistics? = nil) throws -> [ScoredCandidate]
     {
         let filter = filter ?? .all
         let driver = filter.ftsMatch.map { _ in " AND items.rowid IN (SELECT rowid FROM fts WHERE fts MATCH ?)" } ?? ""
         var rank = "bm25(fts, \(Self.bm25Weights))"
         var rankBindings: [SQLValue] = []
-        if let statistics, statistics.rows > 0, statistics.hits.count == terms.terms.count {
+        if let statistics, statistics.rows > 0, statistics.hits.count == (match?.phrases ?? terms.terms.count) {
             rankBindings = [.double(Double(statistics.tokens) / Double(statistics.rows))]
                 + statistics.hits.map { .double(BM25.idf(rows: statistics.rows, hits: $0)) }
             rank = "sl_bm25(fts, " + Array(repeating: "?", count: rankBindings.count).joined(separator: ", ") + ", \(Self.bm25Weights))"
@@ -444,7 +457,7 @@ extension IndexStore {
             WHERE fts MATCH ? AND \(Self.visible) AND (\(filter.sql))\(driver)
             ORDER BY score, items.rowid LIMIT ?
             """
-        let bindings: [SQLValue] = rankBindings + [.double(now), .text(match ?? terms.ftsQuery), .double(now), .double(now)] + filter.bindings
+        let bindings: [SQLValue] = rankBindings + [.double(now), .text(match?.query ?? terms.ftsQuery), .double(now), .double(now)] + filter.bindings
             + (filter.ftsMatch.map { [.text($0)] } ?? []) + [.integer(Int64(limit))]
         return try db.rows(sql, bindings).map { ScoredCandidate(rowID: $0.int(0) ?? 0, score: $0.double(1) ?? 0) }
     }
@@ -458,21 +471,36 @@ extension IndexStore {
 
     /// Suggestions from the ranked index's dictionary where it can answer, else (and on the
     /// exhaustive path) from FTS5's vocabulary: the same words either way.
-    /// `found`: words (`UserQueryTerms.Word.key`) known to have hits in another index searched
-    /// with this one (a query across apps): never corrected, though this index lacks them.
     func suggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, path: RankingPath, budget: QueryBudget? = nil,
-                     found: Set<String> = []) throws -> [Suggestion]
+                     rare: Bool = true) throws -> [Suggestion]
     {
         if path == .automatic, let vocabulary = try rankedVocabulary(db, terms: terms, budget: budget) {
             defer { db.unionScratch.reclaim() }
-            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, found: found)
+            return try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, rareCorrections: rare)
         }
         return try Self.suggestions(for: text, terms: terms, limit: limit,
-            vocabulary: FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget), budget: budget, found: found)
+            vocabulary: FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget), budget: budget, rareCorrections: rare)
+    }
+
+    /// The suggestions of one index of a query across apps: its completions, and for each word
+    /// that no index searched holds, or that is rare over all of them (`present`: the words some
+    /// index holds, with their matching rows over every index), its nearest word here;
+    /// `FederatedUserQuery.suggestions` makes the one correction from every index's.
+    func federatedSuggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, budget: QueryBudget?,
+                              present: [String: Int64], rare: Bool) throws -> (completions: [Suggestion], nearest: [String: NearTerm])
+    {
+        if let vocabulary = try rankedVocabulary(db, terms: terms, budget: budget) {
+            defer { db.unionScratch.reclaim() }
+            return (try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, corrections: false),
+                    try Self.nearestTerms(terms: terms, vocabulary: vocabulary, budget: budget, present: present, rare: rare))
+        }
+        let vocabulary = FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget)
+        return (try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, corrections: false),
+                try Self.nearestTerms(terms: terms, vocabulary: vocabulary, budget: budget, present: present, rare: rare))
     }
 
     static func suggestions(for text: String, terms: UserQueryTerms, limit: Int, vocabulary: some SuggestionVocabulary,
-        budget: QueryBudget? = nil, found: Set<String> = []) throws -> [Suggestion]
+        budget: QueryBudget? = nil, corrections: Bool = true, rareCorrections: Bool = true) throws -> [Suggestion]
     {
         guard let last = terms.words.last else { return [] }
         var out: [Suggestion] = []
@@ -489,41 +517,83 @@ extension IndexStore {
             }
         }
         // Corrections: a word with no match offers the nearest indexed word.
-        if out.count < limit {
-            var corrected = ""
-            var highlight: [[Int]] = []
-            var changed = false
-            var cursor = text.startIndex
-            // Each different word is looked up once, however often it is repeated.
-            var lookedUp: [String: String?] = [:]
-            var nearestLookups = 0
-            for w in terms.words {
-                corrected += text[cursor..<w.range.lowerBound]
-                cursor = w.range.upperBound
-                var replacement = w.text
-                if !w.isCJK, w.folded.count >= 3 {
-                    let key = w.key
-                    if lookedUp[key] == nil {
-                        try budget?.check()
-                        if try found.contains(key) || vocabulary.hasTerm(w.folded, prefix: w.isPrefix) || nearestLookups >= maxCorrectedWords {
-                            lookedUp[key] = .some(nil)
-                        } else {
-                            nearestLookups += 1
-                            lookedUp[key] = .some(try vocabulary.nearestTerm(to: w.folded))
-                        }
-                    }
-                    if case let near?? = lookedUp[key] {
-                        replacement = near
-                        changed = true
-                        highlight.append([corrected.utf16.count, near.utf16.count])
-                    }
-                }
-                corrected += replacement
-            }
-            corrected += text[cursor...]
-            if changed { out.append(Suggestion(text: corrected, highlight: highlight, kind: "correction")) }
+        if corrections, out.count < limit {
+            let near = try nearestTerms(terms: terms, vocabulary: vocabulary, budget: budget, rare: rareCorrections)
+            if let c = correction(text: text, terms: terms, replacements: near.mapValues(\.term)) { out.append(c) }
         }
         return out
+    }
+
+    /// A word the index holds is still corrected when it is in at most `rareWordDocuments`
+    /// documents and its nearest word in at least `rarerRatio` times as many: a misspelling
+    /// that made it into a few texts ("teh", "recieve"). A rare word near a merely commoner one
+    /// (a plural, another name) stays as typed.
+    static let rareWordDocuments = 3
+    static let rarerRatio = 100
+
+    /// Whether a word in `typed` documents (0: absent) is corrected to one in `documents`.
+    public static func farRarer(typed: Int, documents: Int) -> Bool {
+        typed == 0 || (typed <= rareWordDocuments && documents >= rarerRatio * typed)
+    }
+
+    /// The nearest indexed word of each different word of `terms` that the index lacks, or holds
+    /// in few documents (`farRarer`; not for a word being typed), keyed by
+    /// `UserQueryTerms.Word.key`; at most `maxCorrectedWords` are looked up. Across apps,
+    /// `present` names the words some index holds, with their matching rows over every index:
+    /// only those rare there are looked up (as held words, whatever this index has), and the
+    /// caller decides (`FederatedUserQuery.suggestions`). `rare`: false, held words stay as typed.
+    static func nearestTerms(terms: UserQueryTerms, vocabulary: some SuggestionVocabulary, budget: QueryBudget?,
+                             present: [String: Int64]? = nil, rare: Bool = true) throws -> [String: NearTerm] {
+        var near: [String: NearTerm] = [:]
+        var lookedUp: Set<String> = []
+        var nearestLookups = 0
+        for w in terms.words where !w.isCJK && w.folded.count >= 3 {
+            let key = w.key
+            guard lookedUp.insert(key).inserted, nearestLookups < maxCorrectedWords else { continue }
+            try budget?.check()
+            var typed = 0
+            if let hits = present?[key] {
+                guard rare, !w.isPrefix, hits <= Int64(rareWordDocuments) else { continue }
+                typed = try vocabulary.documents(of: w.folded)
+            } else if try vocabulary.hasTerm(w.folded, prefix: w.isPrefix) {
+                guard rare, !w.isPrefix else { continue }
+                typed = try vocabulary.documents(of: w.folded)
+                // Only in the auxiliary column, or common: no correction.
+                guard typed > 0, typed <= rareWordDocuments else { continue }
+            }
+            nearestLookups += 1
+            guard var n = try vocabulary.nearestTerm(to: w.folded) else {
+                // Across apps the word's own documents count in the sum even without a near word here.
+                if present != nil, typed > 0 { near[key] = NearTerm(term: "", distance: .max, documents: 0, typedDocuments: typed) }
+                continue
+            }
+            n.typedDocuments = typed
+            // One index decides here; across apps the counts are summed first.
+            if present == nil, !farRarer(typed: typed, documents: n.documents) { continue }
+            near[key] = n
+        }
+        return near
+    }
+
+    /// The text with each word that has a replacement (by `UserQueryTerms.Word.key`) replaced,
+    /// the replacements highlighted; nil when nothing is replaced.
+    static func correction(text: String, terms: UserQueryTerms, replacements: [String: String]) -> Suggestion? {
+        guard !replacements.isEmpty else { return nil }
+        var corrected = ""
+        var highlight: [[Int]] = []
+        var cursor = text.startIndex
+        for w in terms.words {
+            corrected += text[cursor..<w.range.lowerBound]
+            cursor = w.range.upperBound
+            if !w.isCJK, w.folded.count >= 3, let near = replacements[w.key] {
+                highlight.append([corrected.utf16.count, near.utf16.count])
+                corrected += near
+            } else {
+                corrected += w.text
+            }
+        }
+        corrected += text[cursor...]
+        return highlight.isEmpty ? nil : Suggestion(text: corrected, highlight: highlight, kind: "correction")
     }
 
     static func hasTerm(_ term: String, prefix: Bool, db: Database) throws -> Bool {
@@ -537,7 +607,7 @@ extension IndexStore {
     /// The indexed word (from the text columns) nearest to `word` (Damerau–Levenshtein, at most 1 edit for short words and
     /// 2 for longer ones), preferring the most frequent. Looks only at words with the same first
     /// letter and a similar length, which bounds the scan.
-    static func nearestTerm(to word: String, db: Database, budget: QueryBudget? = nil) throws -> String? {
+    static func nearestTerm(to word: String, db: Database, budget: QueryBudget? = nil) throws -> NearTerm? {
         guard let first = word.unicodeScalars.first else { return nil }
         let maxDistance = word.count <= 4 ? 1 : 2
         let low = String(first)
@@ -552,13 +622,13 @@ extension IndexStore {
             if n & 255 == 255 { try budget?.check() }
             guard let term = row.string(0) else { continue }
             let d = editDistance(target, Array(term.unicodeScalars), limit: maxDistance)
-            guard d <= maxDistance else { continue }
+            guard d <= maxDistance, d > 0 else { continue }
             let doc = row.int(1) ?? 0
             if best == nil || d < best!.distance || (d == best!.distance && doc > best!.doc) {
                 best = (term, d, doc)
             }
         }
-        return best?.term
+        return best.map { NearTerm(term: $0.term, distance: $0.distance, documents: Int($0.doc)) }
     }
 
     /// Optimal-string-alignment distance, giving up early past `limit`.

@@ -18,9 +18,10 @@ struct Bench {
             + "reindex sizes \(options.sizes.map(sizeLabel).joined(separator: ", ")); \(ProcessInfo.processInfo.activeProcessorCount) cores")
         // The in-process scenarios alone start no daemon, so they run under valgrind (whose
         // reserved descriptors break Foundation's `Process`).
-        if options.scenarios.isSubset(of: [.store, .fill, .ranked]) {
+        if options.scenarios.isSubset(of: [.store, .fill, .ranked, .apps]) {
             var rows: [Row] = []
             if options.scenarios.contains(.ranked) { rows += try RankedBench.run(options: options, corpus: corpus) }
+            if options.scenarios.contains(.apps) { rows += try AppsBench(options: options, corpus: corpus, dir: "/tmp/slbench-apps-\(getpid())").run() }
             if options.scenarios.contains(.store) { rows += try BenchRun.storeOnly(options: options, corpus: corpus) }
             if options.scenarios.contains(.fill) { rows += try StoreFill.run(options: options, corpus: corpus) }
             print("\n" + Report.table(rows))
@@ -52,6 +53,7 @@ struct Bench {
             run.rows += try await RefineBench(options: options, corpus: corpus, dir: options.keepState ?? run.dir + "/refine-bench",
                 count: min(options.refineItems ?? .max, corpus.entries.count), full: true, keep: options.keepState != nil).run()
         }
+        if options.scenarios.contains(.apps) { run.rows += try AppsBench(options: options, corpus: corpus, dir: run.dir + "/apps-bench").run() }
         if options.scenarios.contains(.delegate) {
             run.rows += try await DelegateBench(daemon: run.daemon, dir: run.dir, runs: options.runs).run()
         }

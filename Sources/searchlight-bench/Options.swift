@@ -27,6 +27,9 @@ struct Options {
         /// Refinement of the whole corpus through the daemon and the relevance set before and
         /// after it (`RefineBench`, full): half an hour or more of CPU. Not in the default set.
         case refined
+        /// Search across apps in-process (`AppsBench`): the corpus over six apps' indexes and in
+        /// one; relevance, query latency and codespell corrections, each both ways.
+        case apps
     }
 
     /// A corpus file (`--corpus`, or `SEARCHLIGHT_CORPUS`); nil: a synthetic corpus.
@@ -41,7 +44,7 @@ struct Options {
     var queries = 300
     var clients = [1, 4, 16]
     var batch = 500
-    var scenarios: Set<Scenario> = [.donation, .query, .reindex, .daemon, .throttle, .maintenance, .delegate, .semantic, .background]
+    var scenarios: Set<Scenario> = [.donation, .query, .reindex, .daemon, .throttle, .maintenance, .delegate, .semantic, .background, .apps]
     /// `--compare-priority`: the background scenario's loaded phase once more with the daemon's
     /// background threads at the normal priority (`SEARCHLIGHT_BACKGROUND_NICE=0`), in the same run.
     var comparePriority = false
@@ -78,12 +81,16 @@ struct Options {
     /// full debtags set, its tuning and held-out halves reported apart as well.
     var judgements = Options.defaultJudgements
     static let defaultJudgements = "Scripts/semantic/relevance/debtags-all.jsonl"
+    /// `--scenarios apps`: codespell's list of common misspellings (Debian's `codespell` package).
+    var misspellings = "/usr/lib/python3/dist-packages/codespell_lib/data/dictionary.txt"
+    /// `--scenarios apps`: at most this many misspellings measured (an even sample of the list).
+    var misspellingSample = 1000
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
-                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic,relevance,refined,background]
+                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic,relevance,refined,background,apps]
                                  [--idle-seconds S] [--quick] [--keep] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--no-check] [--ranked-items N] [--ranked-parts term,prefix,top,suggest]
-                                 [--keep-state DIR] [--refine-items N] [--judgements FILE.jsonl] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
+                                 [--keep-state DIR] [--refine-items N] [--judgements FILE.jsonl] [--misspellings FILE] [--misspelling-sample N] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
                                  [--compare-priority]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)
@@ -105,6 +112,9 @@ struct Options {
                            threads at the normal priority (SEARCHLIGHT_BACKGROUND_NICE=0), for the before/after
           --judgements     with --scenarios semantic,relevance,refined: the relevance set (default
                            Scripts/semantic/relevance/debtags-all.jsonl: tuning and held-out halves, each reported)
+          --misspellings   with --scenarios apps: codespell's dictionary.txt (misspelling->correction lines;
+                           default: where Debian's codespell package puts it)
+          --misspelling-sample  with --scenarios apps: at most N misspellings measured (default 1000)
         """
 
     static func parse(_ arguments: [String]) -> Options {
@@ -147,6 +157,8 @@ struct Options {
             case "--keep-state": o.keepState = value(a)
             case "--refine-items": o.refineItems = count(a)
             case "--judgements": o.judgements = value(a)
+            case "--misspellings": o.misspellings = value(a)
+            case "--misspelling-sample": o.misspellingSample = count(a)
             case "--ranked-parts":
                 let text = value(a)
                 let parts = Set(text.split(separator: ",").map(String.init))

@@ -49,8 +49,13 @@ struct FederatedQueryTests {
         var statistics = CorpusStatistics()
         for s in stores { statistics.add(try s.corpusStatistics(request)) }
         let tuning = FederatedUserQuery.tuning(request.semantic, statistics: statistics)
-        let shards = try stores.map { try $0.userQueryCandidates(request, statistics: statistics, tuning: tuning) }
-        let hits = FederatedUserQuery.rank(shards, semantic: request.semantic, tuning: tuning, limit: request.maxResultCount)
+        var shards = try stores.map { try $0.userQueryCandidates(request, statistics: statistics, tuning: tuning) }
+        if FederatedUserQuery.needsTail(shards, request: request) {
+            for i in stores.indices { shards[i].tail = try stores[i].userQueryTail(request, statistics: statistics, after: shards[i].lexical) }
+        }
+        let hits = try FederatedUserQuery.rank(shards, semantic: request.semantic, tuning: tuning, limit: request.maxResultCount) {
+            (shard, rowids) throws(SearchlightError) -> Set<Int64> in try stores[shard].exactHits(request, among: rowids)
+        }
         return try hits.map { h in
             let id = try stores[h.shard].read { db in
                 try db.rows("SELECT uid FROM items WHERE rowid = ?", [.integer(h.candidate.rowID)]).first?.string(0)
@@ -59,12 +64,9 @@ struct FederatedQueryTests {
         }
     }
 
-    /// One index's answer: (identifier, score) best first.
-    /// A query across indexes keeps every word (it has no best-match tail yet: issue 37's tail is
-    /// one index's), so it is compared with the one index's all-words ranking.
+    /// One index's answer: (identifier, score) best first; the whole best-match ranking (items
+    /// with every word, then the tail), or every word alone when the request says `allWords`.
     static func single(_ request: UserQueryRequest, _ store: IndexStore) throws -> [(String, Double)] {
-        var request = request
-        request.allWords = true
         let r = try store.userQuery(request)
         return zip(r.items.compactMap { $0["uniqueIdentifier"]?.stringValue }, r.scores).map { ($0, $1) }
     }
@@ -87,6 +89,64 @@ struct FederatedQueryTests {
             let r = UserQueryRequest(text: q)
             Self.expectSameRanking(try Self.federated(r, [s.a.store, s.b.store]), try Self.single(r, s.union.store), q)
         }
+    }
+
+    @Test("best-match: the items with some of the words follow those with all of them, scored over the union")
+    func bestMatchTail() throws {
+        let s = try Split()
+        for store in [s.a.store, s.b.store, s.union.store] { try store.buildRankedIndex() }
+        // Words that few items hold together: the tail is most of the answer.
+        for q in ["natural chess", "the stone and the mail", "photo music server", "arch board"] {
+            var r = UserQueryRequest(text: q)
+            r.maxResultCount = 30
+            let whole = try Self.single(r, s.union.store)
+            r.allWords = true
+            let strict = try Self.single(r, s.union.store)
+            #expect(whole.count > strict.count, "\(q): no tail (\(whole.count) items, \(strict.count) with every word)")
+            r.allWords = false
+            Self.expectSameRanking(try Self.federated(r, [s.a.store, s.b.store]), whole, q)
+        }
+    }
+
+    @Test("all words (the desktop's search): no tail across indexes either")
+    func allWordsAcrossIndexes() throws {
+        let s = try Split()
+        for store in [s.a.store, s.b.store, s.union.store] { try store.buildRankedIndex() }
+        var r = UserQueryRequest(text: "natural chess")
+        r.allWords = true
+        let strict = try Self.single(r, s.union.store)
+        Self.expectSameRanking(try Self.federated(r, [s.a.store, s.b.store]), strict, r.text)
+        r.allWords = false
+        #expect(try Self.federated(r, [s.a.store, s.b.store]).count > strict.count)
+    }
+
+    /// The suggestions of a query across `stores`, as the daemon makes them.
+    static func suggestions(_ text: String, _ stores: [IndexStore]) throws -> [Suggestion] {
+        var r = UserQueryRequest(text: text)
+        r.maxSuggestionCount = 3
+        var statistics = CorpusStatistics()
+        for s in stores { statistics.add(try s.corpusStatistics(r)) }
+        return FederatedUserQuery.suggestions(try stores.map { try $0.userQueryCandidates(r, statistics: statistics, tuning: nil) }, request: r)
+    }
+
+    @Test("a word rare over every index is corrected when far rarer than its correction there, the counts summed over the indexes")
+    func farRarerAcrossIndexes() throws {
+        let a = try StoreFixture(), b = try StoreFixture()
+        _ = try a.store.applySync([.items(try (0..<100).map { try a.item("r\($0)", ["title": .string("receive mail \($0)")]) })])
+        // In B only, 1 text: the correction's 100 texts are all in A.
+        try b.donate(try b.item("typo", ["title": "recieve mail"]))
+        let one = try Self.suggestions("recieve ", [a.store, b.store])
+        #expect(one.contains { $0.kind == "correction" && $0.text == "receive " }, "\(one)")
+        // Two texts in each index: 4 over both, no longer rare (each index alone would have corrected it).
+        try b.donate(try b.item("typo2", ["title": "recieve"]))
+        try a.donate(try a.item("typo3", ["title": "recieve"]), try a.item("typo4", ["title": "recieve"]))
+        let four = try Self.suggestions("recieve ", [a.store, b.store])
+        #expect(!four.contains { $0.kind == "correction" }, "\(four)")
+        // A word held in one index with no near word there still counts ("natural" vs "nature").
+        let c = try StoreFixture(), d = try StoreFixture()
+        try c.donate(try c.item("park", ["title": "natural bridges"]))
+        try d.donate(try d.item("n", ["title": "nature"]))
+        #expect(try Self.suggestions("natural ", [d.store, c.store]).isEmpty)
     }
 
     @Test("lexical: the same from the unbuilt delta and from FTS5's exhaustive scoring with the summed statistics")

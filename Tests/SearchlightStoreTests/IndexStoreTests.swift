@@ -406,6 +406,28 @@ struct UserQueryTests {
         #expect(r.suggestions.contains(Suggestion(text: "natural bridges ", highlight: [[0, 7]], kind: "correction")))
     }
 
+    @Test("a word in a few texts is corrected when its nearest word is a hundred times commoner; a rare word near a merely commoner one is not")
+    func farRarerCorrection() throws {
+        for ranked in [false, true] {
+            let f = try StoreFixture()
+            var items = [try f.item("typo", ["title": "recieve mail", "textContent": "natural bridges"])]
+            for i in 0..<100 { items.append(try f.item("r\(i)", ["title": .string("receive mail \(i)")])) }
+            for i in 0..<20 { items.append(try f.item("b\(i)", ["title": .string("bridge \(i)")])) }
+            _ = try f.store.applySync([.items(items)])
+            if ranked { try f.store.buildRankedIndex() }
+            // In 1 text against 100: a misspelling that made it into the index.
+            let typo = try f.user("recieve ", suggestions: 3)
+            #expect(typo.suggestions.contains(Suggestion(text: "receive ", highlight: [[0, 7]], kind: "correction")), "ranked \(ranked): \(typo.suggestions)")
+            // In 1 text against 20: a word of its own.
+            #expect(try f.user("bridges ", suggestions: 3).suggestions.isEmpty, "ranked \(ranked)")
+            // Off (the benchmark's "before"): only words the index lacks are corrected.
+            var r = UserQueryRequest(text: "recieve ")
+            r.maxSuggestionCount = 3
+            r.rareCorrections = false
+            #expect(try f.store.userQuery(r).suggestions.isEmpty, "ranked \(ranked)")
+        }
+    }
+
     @Test("rankingHint, recency and engagement raise an item among equal matches")
     func ranking() throws {
         let f = try StoreFixture()

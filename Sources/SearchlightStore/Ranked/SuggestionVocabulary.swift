@@ -12,8 +12,22 @@ protocol SuggestionVocabulary {
     func stillFinds(_ term: String) throws -> Bool
     /// Whether the index has `term` in any column (any term it begins, with `prefix`).
     func hasTerm(_ term: String, prefix: Bool) throws -> Bool
-    /// The word of the text columns nearest to `word` (`IndexStore.nearestTerm`'s definition).
-    func nearestTerm(to word: String) throws -> String?
+    /// The word of the text columns nearest to `word`, other than `word` itself
+    /// (`IndexStore.nearestTerm`'s definition).
+    func nearestTerm(to word: String) throws -> NearTerm?
+    /// The documents of `term`, summed over the text columns (the count `NearTerm` compares).
+    func documents(of term: String) throws -> Int
+}
+
+/// A correction's word: its edit distance from the word typed, and its documents (summed over
+/// the text columns): across apps the nearest, then the most frequent over all of them, wins.
+public struct NearTerm: Sendable, Equatable {
+    public var term: String
+    public var distance: Int
+    public var documents: Int
+    /// The documents of the word typed (0: absent). A word the index holds is corrected only
+    /// when it is rare and far rarer than its correction (`IndexStore.farRarer`).
+    public var typedDocuments = 0
 }
 
 /// FTS5's vocabulary tables (`fts_vocab`, `fts_vocab_col`): walks doclists for every count.
@@ -44,8 +58,14 @@ struct FullTextVocabulary: SuggestionVocabulary {
         try IndexStore.hasTerm(term, prefix: prefix, db: db)
     }
 
-    func nearestTerm(to word: String) throws -> String? {
+    func nearestTerm(to word: String) throws -> NearTerm? {
         try IndexStore.nearestTerm(to: word, db: db, budget: budget)
+    }
+
+    func documents(of term: String) throws -> Int {
+        let n = try db.scalar("SELECT sum(doc) FROM fts_vocab_col WHERE term = ? AND col != 'aux'", [.text(term)])
+        if case .integer(let n)? = n { return Int(n) }
+        return 0
     }
 }
 
@@ -387,7 +407,7 @@ final class RankedVocabulary: SuggestionVocabulary {
         return false
     }
 
-    func nearestTerm(to word: String) throws -> String? {
+    func nearestTerm(to word: String) throws -> NearTerm? {
         guard let first = word.unicodeScalars.first else { return nil }
         let maxDistance = word.count <= 4 ? 1 : 2
         let low = String(first)
@@ -409,12 +429,22 @@ final class RankedVocabulary: SuggestionVocabulary {
             if seen > 50_000 { break }
             if seen & 255 == 0 { try budget?.check() }
             let d = IndexStore.editDistance(target, Array(term.unicodeScalars), limit: maxDistance)
-            guard d <= maxDistance else { continue }
+            guard d <= maxDistance, d > 0 else { continue }
             if best == nil || d < best!.distance || (d == best!.distance && e.columnDocs > best!.doc) {
                 best = (term, d, e.columnDocs)
             }
         }
-        return best?.term
+        return best.map { NearTerm(term: $0.term, distance: $0.distance, documents: $0.doc) }
+    }
+
+    func documents(of term: String) throws -> Int {
+        let low = Array(term.utf8)
+        var n = 0
+        for var e in try range(low, low + [0]) where e.term == low {
+            if !e.stale.isEmpty { e = try exact(e) }
+            n += e.columnDocs
+        }
+        return n
     }
 }
 

@@ -189,10 +189,26 @@ extension BundleCalls {
                 (store) throws(SearchlightError) -> ShardCandidates in
                 try store?.userQueryCandidates(request, statistics: statistics, tuning: tuning, budget: budget) ?? ShardCandidates()
             }
-            for s in shard.suggestions where !suggestions.contains(where: { $0.text == s.text }) { suggestions.append(s) }
             shards.append(shard)
         }
-        let ranked = FederatedUserQuery.rank(shards, semantic: request.semantic, tuning: tuning, limit: request.maxResultCount)
+        // Best-match: the items with some of the words, when those with all of them are too few.
+        if FederatedUserQuery.needsTail(shards, request: request) {
+            for (i, t) in targets.enumerated() {
+                shards[i].tail = try context.registry.withStore(bundle: t.bundle, index: t.index, create: false) {
+                    (store) throws(SearchlightError) -> [ScoredCandidate] in
+                    try store?.userQueryTail(request, statistics: statistics, after: shards[i].lexical, budget: budget) ?? []
+                }
+            }
+        }
+        suggestions = FederatedUserQuery.suggestions(shards, request: request)
+        let ranked = try FederatedUserQuery.rank(shards, semantic: request.semantic, tuning: tuning, limit: request.maxResultCount) {
+            (shard, rowids) throws(SearchlightError) -> Set<Int64> in
+            let t = targets[shard]
+            return try context.registry.withStore(bundle: t.bundle, index: t.index, create: false) {
+                (store) throws(SearchlightError) -> Set<Int64> in
+                try store?.exactHits(request, among: rowids, budget: budget) ?? []
+            }
+        }
         // Each index read once more, for its chosen items only; an item deleted meanwhile is left out.
         var position: [Int: Int] = [:]
         for (shard, _) in targets.enumerated() {

@@ -1,0 +1,249 @@
+import Foundation
+import SearchlightKit
+import SearchlightSemantic
+import SearchlightStore
+
+/// Search across apps in-process (`--scenarios apps`): the corpus (its debtags keywords removed,
+/// as in the relevance set) split over six apps' indexes and, beside them, in one index; then
+///
+/// - the debtags relevance set (nDCG@10) on the one index and across the six (one ranking:
+///   `FederatedUserQuery`), lexical and hybrid (static table, weight 0.5);
+/// - the latency of a user query across the six against the same query on the one index;
+/// - corrections on a public list of common misspellings (codespell's `dictionary.txt`,
+///   `--misspellings`), restricted to pairs whose correction is a word of the corpus: precision
+///   and recall across the six apps as the daemon suggested before (each app correcting the
+///   words missing from its own index, the lists merged) and now (only words no app holds),
+///   and on the one index.
+struct AppsBench {
+    let options: Options
+    let corpus: Corpus
+    let dir: String
+    static let apps = 6
+
+    func run() throws -> [Row] {
+        guard FileManager.default.fileExists(atPath: SemanticBench.staticTable) else {
+            progress("apps: skipped, no \(SemanticBench.staticTable) (run from the repository root)")
+            return []
+        }
+        let encoder = try StaticEncoder(file: SemanticBench.staticTable)
+        var storeOptions = StoreOptions()
+        storeOptions.fullSync = false
+        storeOptions.vectorEncoder = encoder
+        // Built once below, by this thread alone: the store's own background build after the
+        // writes ran beside the explicit one on the 64k-item index, and one run in two measured
+        // that index in a state where it answered no correction and other rankings.
+        storeOptions.rankedIndexBuilds = false
+        try? FileManager.default.removeItem(atPath: dir)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let union = try IndexStore(path: dir + "/union/_default.sqlite", options: storeOptions)
+        let shards = try (0..<Self.apps).map { try IndexStore(path: dir + "/app\($0)/_default.sqlite", options: storeOptions) }
+        defer { for s in shards + [union] { s.close() } }
+        let items = corpus.entries.map { e -> SearchableItem in
+            var item = e.searchableItem
+            item.attributeSet.keywords = item.attributeSet.keywords?.filter { !$0.contains("::") }
+            return item
+        }
+        for start in stride(from: 0, to: items.count, by: options.batch) {
+            let batch = Array(items[start..<min(start + options.batch, items.count)])
+            _ = try union.applySync([.items(batch)])
+            for a in 0..<Self.apps {
+                let mine = batch.indices.filter { (start + $0) % Self.apps == a }.map { batch[$0] }
+                _ = try shards[a].applySync([.items(mine)])
+            }
+        }
+        for s in shards + [union] {
+            _ = try s.buildRankedIndex()
+            try s.loadVectors()
+        }
+        progress("apps: \(items.count) items in one index and over \(Self.apps) apps")
+        var rows = try relevance(union: union, shards: shards, encoder: encoder)
+        rows += try latency(union: union, shards: shards, encoder: encoder)
+        rows += try corrections(union: union, shards: shards)
+        return rows
+    }
+
+    // MARK: - The two ways of asking
+
+    static func request(_ text: String, semantic encoder: StaticEncoder?, limit: Int, suggestions: Int = 0, rare: Bool = true) -> UserQueryRequest {
+        var r = UserQueryRequest(text: text)
+        r.rareCorrections = rare
+        r.maxResultCount = limit
+        r.maxSuggestionCount = suggestions
+        if let encoder { r.semantic = SemanticRequest(vector: encoder.embed(text), weight: 0.5) }
+        return r
+    }
+
+    /// One index's answer: identifiers best first, and the suggestions.
+    static func single(_ r: UserQueryRequest, _ store: IndexStore) throws -> (ids: [String], suggestions: [Suggestion]) {
+        let answer = try store.userQuery(r)
+        return (answer.items.compactMap { $0["uniqueIdentifier"]?.stringValue }, answer.suggestions)
+    }
+
+    /// The daemon's query across apps (`BundleCalls.federatedUserQuery`), in-process.
+    static func across(_ r: UserQueryRequest, _ shards: [IndexStore]) throws -> (ids: [String], suggestions: [Suggestion]) {
+        var statistics = CorpusStatistics()
+        for s in shards { statistics.add(try s.corpusStatistics(r)) }
+        let tuning = FederatedUserQuery.tuning(r.semantic, statistics: statistics)
+        var candidates = try shards.map { try $0.userQueryCandidates(r, statistics: statistics, tuning: tuning) }
+        if FederatedUserQuery.needsTail(candidates, request: r) {
+            for i in shards.indices { candidates[i].tail = try shards[i].userQueryTail(r, statistics: statistics, after: candidates[i].lexical) }
+        }
+        let suggestions = FederatedUserQuery.suggestions(candidates, request: r)
+        let hits = try FederatedUserQuery.rank(candidates, semantic: r.semantic, tuning: tuning, limit: r.maxResultCount) {
+            (shard, rowids) throws(SearchlightError) -> Set<Int64> in try shards[shard].exactHits(r, among: rowids)
+        }
+        var ids: [String] = []
+        for (s, shard) in shards.enumerated() {
+            let mine = hits.filter { $0.shard == s }
+            guard !mine.isEmpty else { continue }
+            var items = EncodedItems()
+            _ = try shard.writeUserQueryItems(mine.map(\.candidate.rowID), fetch: ["title"], into: &items)
+            _ = items
+        }
+        // Identifiers in rank order (read apart: the timing above includes writing the items, as the daemon does).
+        for h in hits {
+            let id = try shards[h.shard].read { db in
+                try db.rows("SELECT uid FROM items WHERE rowid = ?", [.integer(h.candidate.rowID)]).first?.string(0)
+            }
+            if let id { ids.append(id) }
+        }
+        return (ids, suggestions)
+    }
+
+    /// The suggestions across apps as the daemon gave them before one ranking: each app's own,
+    /// merged in app order.
+    static func perAppSuggestions(_ r: UserQueryRequest, _ shards: [IndexStore]) throws -> [Suggestion] {
+        var suggestions: [Suggestion] = []
+        for s in shards {
+            for x in try s.userQuery(r).suggestions where !suggestions.contains(where: { $0.text == x.text }) { suggestions.append(x) }
+        }
+        return suggestions
+    }
+
+    // MARK: - Relevance
+
+    func relevance(union: IndexStore, shards: [IndexStore], encoder: StaticEncoder) throws -> [Row] {
+        let judged = try SemanticBench.loadJudgements(options)
+        guard !judged.isEmpty else {
+            progress("apps: relevance skipped, no \(options.judgements)")
+            return []
+        }
+        var rows: [Row] = []
+        for (name, semantic) in [("lexical", nil), ("hybrid, static table, weight 0.5", encoder)] as [(String, StaticEncoder?)] {
+            var one: [Double] = [], apps: [Double] = []
+            for j in judged {
+                let r = Self.request(j.query, semantic: semantic, limit: 100)
+                one.append(SemanticBench.ndcg(try Self.single(r, union).ids, j.relevant))
+                apps.append(SemanticBench.ndcg(try Self.across(r, shards).ids, j.relevant))
+            }
+            let mean = { (l: [Double]) in l.reduce(0, +) / Double(max(1, l.count)) }
+            progress(String(format: "apps: debtags nDCG@10, %@: one index %.4f, across %d apps %.4f (%+.4f)", name, mean(one), Self.apps,
+                mean(apps), mean(apps) - mean(one)))
+            rows.append(Row(scenario: "debtags nDCG@10, \(name), one index", figure: Figure([mean(one)]), unit: "", higherIsBetter: true))
+            rows.append(Row(scenario: "debtags nDCG@10, \(name), across \(Self.apps) apps", figure: Figure([mean(apps)]), unit: "",
+                higherIsBetter: true))
+        }
+        return rows
+    }
+
+    // MARK: - Latency
+
+    func latency(union: IndexStore, shards: [IndexStore], encoder: StaticEncoder) throws -> [Row] {
+        let texts = RankedBench.queries(corpus) + ["natural bridges", "read web feeds", "photo editing"]
+        var rows: [Row] = []
+        for (name, semantic) in [("lexical", nil), ("hybrid", encoder)] as [(String, StaticEncoder?)] {
+            var one: [Double] = [], apps: [Double] = []
+            for k in 0..<(options.queries + 10) {
+                let r = Self.request(texts[k % texts.count], semantic: semantic, limit: 20, suggestions: 3)
+                let a = try milliseconds { _ = try Self.single(r, union) }
+                let b = try milliseconds { _ = try Self.across(r, shards) }
+                if k >= 10 {
+                    one.append(a)
+                    apps.append(b)
+                }
+            }
+            let f1 = Figure(one), f2 = Figure(apps)
+            progress(String(format: "apps: user query (%@, 20 items, 3 suggestions), in-process: one index p50 %.2f ms p99 %.2f ms; across %d apps p50 %.2f ms p99 %.2f ms",
+                name, f1.percentile(0.5), f1.percentile(0.99), Self.apps, f2.percentile(0.5), f2.percentile(0.99)))
+            for (label, f) in [("one index", f1), ("across \(Self.apps) apps", f2)] {
+                rows.append(Row(scenario: "user query \(name) in-process, \(label), p50", figure: Figure([f.percentile(0.5)]), unit: "ms", higherIsBetter: false))
+                rows.append(Row(scenario: "user query \(name) in-process, \(label), p99", figure: Figure([f.percentile(0.99)]), unit: "ms", higherIsBetter: false))
+            }
+        }
+        return rows
+    }
+
+    // MARK: - Corrections
+
+    /// codespell's `misspelling->correction[, correction…]` lines whose misspelling is one plain
+    /// lower-case word and one of whose corrections is a word of the corpus.
+    func misspellings(vocabulary: Set<String>) -> [(typo: String, fixes: [String])] {
+        guard let text = try? String(contentsOfFile: options.misspellings, encoding: .utf8) else {
+            progress("apps: corrections skipped, no \(options.misspellings) (apt-get install codespell, or --misspellings FILE)")
+            return []
+        }
+        let plain = { (w: Substring) in w.count >= 3 && w.allSatisfy { $0 >= "a" && $0 <= "z" } }
+        var pairs: [(String, [String])] = []
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: ">", maxSplits: 1)
+            guard parts.count == 2, parts[0].hasSuffix("-") else { continue }
+            let typo = parts[0].dropLast()
+            let fixes = parts[1].split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            guard plain(typo), fixes.contains(where: { plain(Substring($0)) && vocabulary.contains($0) }) else { continue }
+            pairs.append((String(typo), fixes.filter { plain(Substring($0)) }))
+        }
+        return pairs
+    }
+
+    func corrections(union: IndexStore, shards: [IndexStore]) throws -> [Row] {
+        // The corpus's words: the text columns' vocabulary of the one index.
+        let vocabulary = Set(try union.read { db in
+            try db.rows("SELECT term FROM fts_vocab_col WHERE col != 'aux' GROUP BY term").compactMap { $0.string(0) }
+        })
+        let all = misspellings(vocabulary: vocabulary)
+        guard !all.isEmpty else { return [] }
+        // An even sample (every n-th pair) bounds the run.
+        let step = max(1, all.count / options.misspellingSample)
+        let pairs = stride(from: 0, to: all.count, by: step).map { all[$0] }
+        let absent = pairs.filter { !vocabulary.contains($0.typo) }.count
+        progress("apps: \(all.count) codespell pairs with a correction in the corpus, \(pairs.count) measured "
+            + "(\(absent) misspellings absent from the corpus, \(pairs.count - absent) present in it)")
+        var rows: [Row] = []
+        // `rare`: whether a word the index holds in a few texts is corrected when far rarer than its
+        // nearest word (`IndexStore.farRarer`); off, only words no index holds are.
+        let ways: [(String, Bool, (UserQueryRequest) throws -> [Suggestion])] = [
+            ("one index, absent words only", false, { try Self.single($0, union).suggestions }),
+            ("one index, and far rarer words", true, { try Self.single($0, union).suggestions }),
+            ("across \(Self.apps) apps, each app's own", false, { try Self.perAppSuggestions($0, shards) }),
+            ("across \(Self.apps) apps, one vocabulary, absent words only", false, { try Self.across($0, shards).suggestions }),
+            ("across \(Self.apps) apps, one vocabulary, and far rarer words", true, { try Self.across($0, shards).suggestions }),
+        ]
+        for (name, rare, suggest) in ways {
+            var right = 0, wrong = 0, falseOnCorrect = 0, correctWords = 0, rightPresent = 0
+            for p in pairs {
+                // A whole word, typed and followed by a space: only a correction can be suggested.
+                let offered = try suggest(Self.request(p.typo + " ", semantic: nil, limit: 0, suggestions: 3, rare: rare)).filter { $0.kind == "correction" }
+                if let first = offered.first {
+                    if p.fixes.contains(first.text.trimmingCharacters(in: .whitespaces)) {
+                        right += 1
+                        if vocabulary.contains(p.typo) { rightPresent += 1 }
+                    } else { wrong += 1 }
+                }
+                // The correct spelling: it has hits, so nothing should be corrected.
+                if let fix = p.fixes.first(where: vocabulary.contains) {
+                    correctWords += 1
+                    let r = try suggest(Self.request(fix + " ", semantic: nil, limit: 0, suggestions: 3, rare: rare))
+                    if r.contains(where: { $0.kind == "correction" }) { falseOnCorrect += 1 }
+                }
+            }
+            let offered = right + wrong + falseOnCorrect
+            let precision = offered == 0 ? 0 : Double(right) / Double(offered)
+            let recall = Double(right) / Double(max(1, pairs.count))
+            progress(String(format: "apps: corrections, %@: precision %.3f, recall %.3f (%d right, %d of them in the corpus, %d wrong of %d misspellings; %d corrections of %d correctly spelled words)",
+                name, precision, recall, right, rightPresent, wrong, pairs.count, falseOnCorrect, correctWords))
+            rows.append(Row(scenario: "codespell corrections precision, \(name)", figure: Figure([precision]), unit: "", higherIsBetter: true))
+            rows.append(Row(scenario: "codespell corrections recall, \(name)", figure: Figure([recall]), unit: "", higherIsBetter: true))
+        }
+        return rows
+    }
+}
