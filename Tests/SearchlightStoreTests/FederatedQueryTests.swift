@@ -121,9 +121,10 @@ struct FederatedQueryTests {
     }
 
     /// The suggestions of a query across `stores`, as the daemon makes them.
-    static func suggestions(_ text: String, _ stores: [IndexStore]) throws -> [Suggestion] {
+    static func suggestions(_ text: String, _ stores: [IndexStore], rare: Bool = false) throws -> [Suggestion] {
         var r = UserQueryRequest(text: text)
         r.maxSuggestionCount = 3
+        r.rareCorrections = rare
         var statistics = CorpusStatistics()
         for s in stores { statistics.add(try s.corpusStatistics(r)) }
         return FederatedUserQuery.suggestions(try stores.map { try $0.userQueryCandidates(r, statistics: statistics, tuning: nil) }, request: r)
@@ -135,18 +136,18 @@ struct FederatedQueryTests {
         _ = try a.store.applySync([.items(try (0..<100).map { try a.item("r\($0)", ["title": .string("receive mail \($0)")]) })])
         // In B only, 1 text: the correction's 100 texts are all in A.
         try b.donate(try b.item("typo", ["title": "recieve mail"]))
-        let one = try Self.suggestions("recieve ", [a.store, b.store])
+        let one = try Self.suggestions("recieve ", [a.store, b.store], rare: true)
         #expect(one.contains { $0.kind == "correction" && $0.text == "receive " }, "\(one)")
         // Two texts in each index: 4 over both, no longer rare (each index alone would have corrected it).
         try b.donate(try b.item("typo2", ["title": "recieve"]))
         try a.donate(try a.item("typo3", ["title": "recieve"]), try a.item("typo4", ["title": "recieve"]))
-        let four = try Self.suggestions("recieve ", [a.store, b.store])
+        let four = try Self.suggestions("recieve ", [a.store, b.store], rare: true)
         #expect(!four.contains { $0.kind == "correction" }, "\(four)")
         // A word held in one index with no near word there still counts ("natural" vs "nature").
         let c = try StoreFixture(), d = try StoreFixture()
         try c.donate(try c.item("park", ["title": "natural bridges"]))
         try d.donate(try d.item("n", ["title": "nature"]))
-        #expect(try Self.suggestions("natural ", [d.store, c.store]).isEmpty)
+        #expect(try Self.suggestions("natural ", [d.store, c.store], rare: true).isEmpty)
     }
 
     @Test("lexical: the same from the unbuilt delta and from FTS5's exhaustive scoring with the summed statistics")

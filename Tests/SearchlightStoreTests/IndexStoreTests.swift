@@ -416,15 +416,16 @@ struct UserQueryTests {
             _ = try f.store.applySync([.items(items)])
             if ranked { try f.store.buildRankedIndex() }
             // In 1 text against 100: a misspelling that made it into the index.
-            let typo = try f.user("recieve ", suggestions: 3)
+            var on = UserQueryRequest(text: "recieve ")
+            on.maxSuggestionCount = 3
+            on.rareCorrections = true
+            let typo = try f.store.userQuery(on)
             #expect(typo.suggestions.contains(Suggestion(text: "receive ", highlight: [[0, 7]], kind: "correction")), "ranked \(ranked): \(typo.suggestions)")
             // In 1 text against 20: a word of its own.
-            #expect(try f.user("bridges ", suggestions: 3).suggestions.isEmpty, "ranked \(ranked)")
-            // Off (the benchmark's "before"): only words the index lacks are corrected.
-            var r = UserQueryRequest(text: "recieve ")
-            r.maxSuggestionCount = 3
-            r.rareCorrections = false
-            #expect(try f.store.userQuery(r).suggestions.isEmpty, "ranked \(ranked)")
+            on.text = "bridges "
+            #expect(try f.store.userQuery(on).suggestions.isEmpty, "ranked \(ranked)")
+            // Off (the default): only words the index lacks are corrected.
+            #expect(try f.user("recieve ", suggestions: 3).suggestions.isEmpty, "ranked \(ranked)")
         }
     }
 
