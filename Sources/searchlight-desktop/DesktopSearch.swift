@@ -24,6 +24,10 @@ actor DesktopSearch {
     static let keptLimit = 512
     /// Apps' desktop entries by desktop-file id, read at most once a minute.
     private var apps: [String: (entry: DesktopEntry?, read: ContinuousClock.Instant)] = [:]
+    /// Results whose `file:` contentURL is gone are left out (issue 34), checked here, as the user.
+    private var fileCheck = VanishedFileCheck()
+    /// Stale items told to the daemon lately (it also remembers them): not sent again each query.
+    private var reportedStale: Set<String> = []
 
     /// The attributes a result needs, and no more (`textContent` can be large).
     static let fetchAttributes = ["title", "displayName", "contentDescription", "contentType", "contentTypeTree",
@@ -57,18 +61,52 @@ actor DesktopSearch {
         var results: [SearchResult] = []
         var perApp: [String: Int] = [:]
         var launchable: Set<String> = []
+        var checks = fileCheck.begin()
+        var stale: [StaleKey: [String]] = [:]
         for wire in answer.items where results.count < limits.total {
             guard let bundle = wire["bundle"]?.stringValue, perApp[bundle, default: 0] < limits.perApp,
                   let result = SearchResult(wire: wire, bundle: bundle, openWith: openWith[bundle], app: ownApp(bundle),
                                             opener: app(openWith[bundle])),
                   canOpen(result, launchable: &launchable)
             else { continue }
+            if fileCheck.isGone(result.contentURL, in: &checks) {
+                stale[StaleKey(bundle: bundle, index: wire["index"]?.stringValue ?? ""), default: []].append(result.item.uniqueIdentifier)
+                continue
+            }
             perApp[bundle, default: 0] += 1
             results.append(result)
         }
+        if !stale.isEmpty { reportStale(stale) }
         let grouped = Self.groupedByApp(results)
         for r in grouped { keep(r) }
         return grouped
+    }
+
+    private struct StaleKey: Hashable {
+        var bundle: String
+        var index: String
+    }
+
+    /// Tells the daemon about results left out because their file is gone, in the background
+    /// (the search does not wait): it asks their extension to reindex them, or deletes them.
+    private func reportStale(_ stale: [StaleKey: [String]]) {
+        if reportedStale.count > 4096 { reportedStale.removeAll() }
+        for (key, ids) in stale {
+            let fresh = ids.filter { reportedStale.insert(key.bundle + "\u{0}" + key.index + "\u{0}" + $0).inserted }
+            guard !fresh.isEmpty else { continue }
+            Log.info("results left out: their file is gone", ["bundle": key.bundle, "count": fresh.count])
+            let daemon = self.daemon
+            Task.detached(priority: .background) {
+                for start in stride(from: 0, to: fresh.count, by: DesktopStaleItems.maxIdentifiers) {
+                    let part = Array(fresh[start..<min(fresh.count, start + DesktopStaleItems.maxIdentifiers)])
+                    do {
+                        _ = try await daemon.send(DesktopStaleItems(bundle: key.bundle, identifiers: part, index: key.index))
+                    } catch {
+                        Log.notice("stale results not reported", ["bundle": key.bundle, "reason": "\(error)"])
+                    }
+                }
+            }
+        }
     }
 
     /// Stable grouping: each app's results together, apps in the order of their best result.

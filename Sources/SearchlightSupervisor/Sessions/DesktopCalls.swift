@@ -121,6 +121,51 @@ struct DesktopCalls {
                                        ownerUID: ownerUID(target.bundle))
     }
 
+    /// `desktop.staleItems`: items of a bundle the desktop may show whose `file:` contentURL the
+    /// desktop found gone, at query time and with its user's rights. The daemon never looks at the
+    /// files itself (as root it would learn of files the user cannot see); it takes the desktop's
+    /// word only as far as the user could act anyway:
+    /// - only identifiers that exist in the index with a `file:` contentURL count, each at most
+    ///   once per `StaleItems.repeatAfter`;
+    /// - a bundle with an enabled extension serving the index: a background reindex-identifiers
+    ///   request (journalled, coalesced and throttled like every background request), so that the
+    ///   extension, which can see the file, decides;
+    /// - without one: deleted when the reporting user owns the bundle (it could delete them
+    ///   itself), else left and counted as kept.
+    func staleItems(_ r: DesktopStaleItems) throws(SearchlightError) -> JSONValue {
+        try requireVisible(r.bundle)
+        guard let store = try calls.store(bundle: r.bundle, index: r.index, write: false).store else { throw BundleAccess.denied(r.bundle) }
+        let stale = try store.items(withIdentifiers: r.identifiers).compactMap { item -> String? in
+            guard let id = item["uniqueIdentifier"]?.stringValue,
+                  let url = item["attributeSet"]?["contentURL"]?.stringValue, url.hasPrefix("file:") else { return nil }
+            return id
+        }
+        let fresh = context.staleItems.fresh(bundle: r.bundle, index: r.index, identifiers: stale)
+        var answer: [String: JSONValue] = ["bundle": .string(r.bundle), "accepted": .number(Double(fresh.count))]
+        guard !fresh.isEmpty else { return .object(answer) }
+        if let unit = context.catalog.unit(forBundle: r.bundle), !unit.disabled, unit.indexExtension.indexNames.contains(r.index),
+           context.state.bundle(r.bundle)?.indexingEnabled != false, let scheduler = context.scheduler {
+            do {
+                let queued = try scheduler.enqueue(bundle: r.bundle, index: r.index, kind: .identifiers, identifiers: fresh,
+                                                   reason: "stale", background: true)
+                answer["requestId"] = .number(Double(queued.id))
+            } catch {
+                throw SearchlightError(.indexUnavailable, "cannot record the reindex request for \(r.bundle): \(error); retry")
+            }
+            context.staleItems.record { $0.reindexRequested += fresh.count }
+            context.log.info("stale items reported", ["bundle": r.bundle, "count": fresh.count, "action": "reindex", "by_uid": client.peer.uid])
+        } else if context.catalog.unit(forBundle: r.bundle) == nil, ownerUID(r.bundle) == client.peer.uid {
+            let result = try calls.apply([.deleteIdentifiers(fresh)], index: r.index, bundle: r.bundle)
+            context.staleItems.record { $0.deleted += result.deleted }
+            answer["deleted"] = .number(Double(result.deleted))
+            context.log.info("stale items reported", ["bundle": r.bundle, "count": fresh.count, "action": "delete", "by_uid": client.peer.uid])
+        } else {
+            context.staleItems.record { $0.kept += fresh.count }
+            context.log.info("stale items reported", ["bundle": r.bundle, "count": fresh.count, "action": "kept", "by_uid": client.peer.uid])
+        }
+        return .object(answer)
+    }
+
     /// `desktop.settings`: an app sees its own bundle's; an administrator every bundle with a
     /// setting or an enabled unit's `OpenWith`, or the one named.
     func settings(_ r: DesktopSettings) throws(SearchlightError) -> DesktopSettings.Response {

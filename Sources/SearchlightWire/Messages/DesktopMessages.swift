@@ -256,3 +256,47 @@ public struct DesktopSettings: WireRequest, Equatable {
         public var result: JSONValue { ["bundles": .array(bundles.map(\.json))] }
     }
 }
+
+/// `desktop.staleItems {bundle, index?, identifiers}` (role desktop): items of a bundle the desktop
+/// shows whose `file:` contentURL no longer exists, as the desktop found them at query time with
+/// its user's rights (the daemon never looks at the file: as root it would see files the user
+/// cannot). The daemon asks the bundle's extension to reindex them (background, throttled), or,
+/// for a bundle without an extension that the caller owns, deletes them; it counts them in
+/// `admin.status` (`staleItems`). At most `maxIdentifiers` per call.
+public struct DesktopStaleItems: WireRequest, Equatable {
+    public typealias Response = JSONResponse
+    public static let method = Method.desktopStaleItems
+    public static let fields = ["bundle", "identifiers", "index?"]
+    public static let example = DesktopStaleItems(bundle: "com.example.notes", identifiers: ["trip-1"], index: "trips")
+    /// The most identifiers one call reports: the desktop checks a bounded number per query.
+    public static let maxIdentifiers = 64
+    public var bundle: String
+    public var identifiers: [String]
+    public var index: String
+
+    public init(bundle: String, identifiers: [String], index: String = "") {
+        self.bundle = bundle
+        self.identifiers = identifiers
+        self.index = index
+    }
+
+    public init(params p: WireParams) throws(SearchlightError) {
+        guard let bundle = try p.optionalBundle() else {
+            throw .invalidParams("\"bundle\" is required: the bundle of the stale items")
+        }
+        self.bundle = bundle
+        identifiers = try p.identifiers("identifiers")
+        guard !identifiers.isEmpty, identifiers.count <= Self.maxIdentifiers else {
+            throw .invalidParams("\"identifiers\" must list 1 to \(Self.maxIdentifiers) identifiers; report more in several calls")
+        }
+        index = try p.index()
+    }
+
+    public var params: JSONValue {
+        var b = ParamsBuilder()
+        b.set("bundle", bundle)
+        b.set("identifiers", identifiers)
+        b.setIndex(index)
+        return b.json
+    }
+}
