@@ -28,6 +28,11 @@ actor DesktopSearch {
     private var fileCheck = VanishedFileCheck()
     /// Stale items told to the daemon lately (it also remembers them): not sent again each query.
     private var reportedStale: Set<String> = []
+    /// For recent searches (by their text): the app of the best result and how it opens, so that
+    /// LaunchSearch, which names only the terms, continues the search in the app whose results
+    /// the user was looking at.
+    private var topApps: [String: (bundle: String, opening: DesktopOpening?)] = [:]
+    private var topAppsOrder: [String] = []
 
     /// The attributes a result needs, and no more (`textContent` can be large).
     static let fetchAttributes = ["title", "displayName", "contentDescription", "contentType", "contentTypeTree",
@@ -79,6 +84,11 @@ actor DesktopSearch {
         if !stale.isEmpty { reportStale(stale) }
         let grouped = Self.groupedByApp(results)
         for r in grouped { keep(r) }
+        if let top = grouped.first {
+            let bundle = top.item.bundleIdentifier
+            if topApps.updateValue((bundle, (answer.bundles ?? [:])[bundle] ?? nil), forKey: text) == nil { topAppsOrder.append(text) }
+            if topAppsOrder.count > 64 { topApps[topAppsOrder.removeFirst()] = nil }
+        }
         return grouped
     }
 
@@ -216,6 +226,21 @@ actor DesktopSearch {
         }
         keep(result)
         return result
+    }
+
+    /// The app that continues a search for `terms` (GNOME Shell's LaunchSearch), with the
+    /// continuation to hand it: the app of the best result of the search for the same text (run
+    /// now when it is not one of the recent ones), when its unit declares `ContinuesSearch` with
+    /// `OpenWith`. Only a unit's declaration counts (an administrator's file in system mode, the
+    /// user's own in user mode), never a registration; the bundle is one the daemon lets this
+    /// user's desktop show.
+    func continuation(for terms: [String]) async -> (bundle: String, desktopID: String, query: SearchQueryContinuation)? {
+        let text = terms.joined(separator: " ").trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let query = SearchQueryContinuation(text: String(text.prefix(1024))) else { return nil }
+        if topApps[text] == nil { _ = await search(terms) }
+        guard let top = topApps[text], let opening = top.opening, opening.continuesSearch, opening.source == .unit,
+              Names.validDesktopFileID(opening.openWith) else { return nil }
+        return (top.bundle, opening.openWith, query)
     }
 
     /// Forgets the kept results (KRunner's Teardown: the match session is over).

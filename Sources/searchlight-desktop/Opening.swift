@@ -25,9 +25,30 @@ extension DesktopSearch {
         return opened
     }
 
-    /// LaunchSearch: the Searchlight app (`searchlight.desktop`, a terminal search) with the terms.
+    /// LaunchSearch: the app whose results the user was looking at, when it continues searches
+    /// (`continuation(for:)`), with a `searchlight-query:` URI; else, or when it cannot be
+    /// launched, the Searchlight app (`searchlight.desktop`, a terminal search) with the terms.
     func launchSearch(_ terms: [String]) async throws {
         let opener = self.opener
+        if let target = await continuation(for: terms) {
+            do {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                    DispatchQueue.global().async {
+                        do {
+                            _ = try opener.launch(desktopID: target.desktopID, uri: target.query.uri)
+                            continuation.resume()
+                        } catch {
+                            continuation.resume(throwing: error)
+                        }
+                    }
+                }
+                Log.info("search continued in the app", ["bundle": target.bundle, "desktop_id": target.desktopID])
+                return
+            } catch {
+                Log.notice("search not continued in the app; Searchlight's search instead",
+                           ["bundle": target.bundle, "desktop_id": target.desktopID, "reason": "\(error)"])
+            }
+        }
         let uri = SearchTermsURI.uri(for: terms)
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             DispatchQueue.global().async {

@@ -19,7 +19,9 @@ struct DesktopCalls {
 
     /// How a bundle's items open: its unit's `OpenWith`, else the registered desktop file.
     func opening(_ bundle: String) -> DesktopOpening? {
-        if let unit = context.catalog.unit(forBundle: bundle), let id = unit.openWith { return DesktopOpening(openWith: id, source: .unit) }
+        if let unit = context.catalog.unit(forBundle: bundle), let id = unit.openWith {
+            return DesktopOpening(openWith: id, source: .unit, continuesSearch: unit.continuesSearch)
+        }
         if let id = context.desktop.entry(bundle).openWith { return DesktopOpening(openWith: id, source: .registration) }
         return nil
     }

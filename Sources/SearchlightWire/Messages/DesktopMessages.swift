@@ -9,16 +9,21 @@ public struct DesktopOpening: Sendable, Equatable {
     public enum Source: String, Sendable { case unit, registration }
     public var openWith: String
     public var source: Source
+    /// The app also continues a search (unit key `ContinuesSearch`): launched with a
+    /// `searchlight-query:TEXT` URI when the user asks to search in it. Written only when true.
+    public var continuesSearch: Bool
 
-    public init(openWith: String, source: Source) {
+    public init(openWith: String, source: Source, continuesSearch: Bool = false) {
         self.openWith = openWith
         self.source = source
+        self.continuesSearch = continuesSearch
     }
 
-    /// Written into an object as `openWith`, `openWithSource`.
+    /// Written into an object as `openWith`, `openWithSource`, `continuesSearch` (when true).
     func write(into b: inout ParamsBuilder) {
         b.set("openWith", openWith)
         b.set("openWithSource", source.rawValue)
+        if continuesSearch { b.set("continuesSearch", true) }
     }
 
     /// Read from an object's `openWith` (a valid desktop-file id; anything else reads as none).
@@ -26,6 +31,7 @@ public struct DesktopOpening: Sendable, Equatable {
         guard let id = json["openWith"]?.stringValue, Names.validDesktopFileID(id) else { return nil }
         openWith = id
         source = Source(rawValue: json["openWithSource"]?.stringValue ?? "") ?? .registration
+        continuesSearch = json["continuesSearch"]?.boolValue ?? false
     }
 }
 
