@@ -230,15 +230,15 @@ actor DesktopSearch {
 
     /// The app that continues a search for `terms` (GNOME Shell's LaunchSearch), with the
     /// continuation to hand it: the app of the best result of the search for the same text (run
-    /// now when it is not one of the recent ones), when its unit declares `ContinuesSearch` with
-    /// `OpenWith`. Only a unit's declaration counts (an administrator's file in system mode, the
-    /// user's own in user mode), never a registration; the bundle is one the daemon lets this
-    /// user's desktop show.
+    /// now when it is not one of the recent ones), when it declares so (unit key `ContinuesSearch`
+    /// with `OpenWith`, or `searchlight register --continues-search`). The bundle is one the
+    /// daemon lets this desktop show: its own user's (root's desktop: root's only), so the
+    /// declaration is this user's own or an administrator's unit, never another user's (issue 29).
     func continuation(for terms: [String]) async -> (bundle: String, desktopID: String, query: SearchQueryContinuation)? {
         let text = terms.joined(separator: " ").trimmingCharacters(in: .whitespacesAndNewlines)
         guard let query = SearchQueryContinuation(text: String(text.prefix(1024))) else { return nil }
         if topApps[text] == nil { _ = await search(terms) }
-        guard let top = topApps[text], let opening = top.opening, opening.continuesSearch, opening.source == .unit,
+        guard let top = topApps[text], let opening = top.opening, opening.continuesSearch,
               Names.validDesktopFileID(opening.openWith) else { return nil }
         return (top.bundle, opening.openWith, query)
     }

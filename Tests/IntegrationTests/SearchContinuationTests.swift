@@ -74,4 +74,28 @@ struct SearchContinuationTests {
         #expect(bus.busLog.contains("search not continued in the app"), "\(bus.busLog)")
         _ = (bench, tools)
     }
+
+    @Test("an app without an extension declares it with searchlight register --continues-search; registered without it, the fallback runs")
+    func registered() async throws {
+        let daemon = try await DaemonProcess()
+        try await importItems("com.example.notes", Self.notes, socket: daemon.socket, dir: daemon.dir)
+        let bad = try await runCLI(["register", "com.example.notes", "--continues-search"], socket: daemon.socket)
+        #expect(bad.status != 0 && bad.stderr.contains("--continues-search needs --open-with"), "\(bad.stderr)")
+        let r = try await runCLI(["register", "com.example.notes", "--open-with", "org.example.Notes.desktop", "--continues-search"],
+                                 socket: daemon.socket)
+        #expect(r.status == 0 && r.stdout.contains("which also continues searches"), "\(r.stdout)\(r.stderr)")
+        let tools = TempDir("sltools")
+        symlink("/usr/bin/gio", tools.path + "/gio")
+        let bus = try SessionBusHarness(daemonSocket: daemon.socket, environment: ["PATH": tools.path])
+        let notices = try bus.serveNotifications()
+        let record = try bus.installRecorder("org.example.Notes.desktop", name: "Notes")
+        // Not searched before: LaunchSearch searches, then continues in the app of the best result.
+        #expect(try bus.provider("LaunchSearch", ["['natural', 'bridges']", "0"]).ok)
+        #expect(try bus.recorded(record) == ["searchlight-query:natural%20bridges"])
+        // Registered again without it: the fallback.
+        #expect(try await runCLI(["register", "com.example.notes", "--open-with", "org.example.Notes.desktop"], socket: daemon.socket).status == 0)
+        #expect(try bus.provider("LaunchSearch", ["['bridges']", "0"]).ok)
+        #expect(try notices.wait()[0].summary == "Results for “bridges”")
+        #expect(try bus.recorded(record).count == 1)
+    }
 }

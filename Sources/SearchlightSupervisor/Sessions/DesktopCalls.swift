@@ -22,7 +22,8 @@ struct DesktopCalls {
         if let unit = context.catalog.unit(forBundle: bundle), let id = unit.openWith {
             return DesktopOpening(openWith: id, source: .unit, continuesSearch: unit.continuesSearch)
         }
-        if let id = context.desktop.entry(bundle).openWith { return DesktopOpening(openWith: id, source: .registration) }
+        let entry = context.desktop.entry(bundle)
+        if let id = entry.openWith { return DesktopOpening(openWith: id, source: .registration, continuesSearch: entry.continuesSearch) }
         return nil
     }
 
@@ -99,12 +100,13 @@ struct DesktopCalls {
     func register(_ r: DesktopRegister) throws(SearchlightError) -> DesktopRegister.Response {
         let bundle = try settingsTarget(r.bundle)
         do {
-            try context.desktop.setOpenWith(bundle, r.openWith)
+            try context.desktop.setOpenWith(bundle, r.openWith, continuesSearch: r.continuesSearch)
         } catch {
             throw SearchlightError(.indexUnavailable, "cannot record the desktop setting of \(bundle): \(error); retry")
         }
         context.log.notice("desktop registration changed", ["bundle": bundle, "open_with": r.openWith ?? "-", "by_uid": client.peer.uid])
         var answer = DesktopRegister.Response(bundle: bundle, openWith: r.openWith)
+        answer.continuesSearch = r.openWith != nil && r.continuesSearch
         if let unit = context.catalog.unit(forBundle: bundle), let declared = unit.openWith {
             // The unit's declaration wins; say so, rather than let the registration look in force.
             answer.unitOpenWith = declared

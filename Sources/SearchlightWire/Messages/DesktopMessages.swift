@@ -82,17 +82,21 @@ public struct DesktopSetHidden: WireRequest, Equatable {
 
 /// `desktop.register {openWith?, bundle?}` (`searchlight register BUNDLE --open-with ID`): the
 /// desktop file a bundle's items open with, for an app without a unit; `openWith` absent or null
-/// removes the registration. Who may: as `desktop.setHidden`.
+/// removes the registration. `continuesSearch` (`--continues-search`): the app also continues
+/// the desktop's searches (`searchlight-query:TEXT`); needs `openWith`. Who may: as
+/// `desktop.setHidden`.
 public struct DesktopRegister: WireRequest, Equatable {
     public static let method = Method.desktopRegister
-    public static let fields = ["openWith?", "bundle?"]
-    public static let example = DesktopRegister(openWith: "org.example.Notes.desktop", bundle: "com.example.notes")
+    public static let fields = ["openWith?", "bundle?", "continuesSearch?"]
+    public static let example = DesktopRegister(openWith: "org.example.Notes.desktop", bundle: "com.example.notes", continuesSearch: true)
     public var openWith: String?
     public var bundle: String?
+    public var continuesSearch: Bool
 
-    public init(openWith: String?, bundle: String? = nil) {
+    public init(openWith: String?, bundle: String? = nil, continuesSearch: Bool = false) {
         self.openWith = openWith
         self.bundle = bundle
+        self.continuesSearch = continuesSearch
     }
 
     public init(params p: WireParams) throws(SearchlightError) {
@@ -106,12 +110,17 @@ public struct DesktopRegister: WireRequest, Equatable {
         if let id, !Names.validDesktopFileID(id) { throw .invalidParams(bad + "; got \"\(id.prefix(64))\"") }
         openWith = id
         bundle = try p.optionalBundle()
+        continuesSearch = try p.optionalBool("continuesSearch") ?? false
+        if continuesSearch, id == nil {
+            throw .invalidParams("\"continuesSearch\" needs \"openWith\": the search continues in the registered app")
+        }
     }
 
     public var params: JSONValue {
         var b = ParamsBuilder()
         b.set("openWith", openWith.map(JSONValue.string) ?? .null)
         b.set("bundle", bundle)
+        if continuesSearch { b.set("continuesSearch", true) }
         return b.json
     }
 
@@ -121,6 +130,8 @@ public struct DesktopRegister: WireRequest, Equatable {
         public var openWith: String?
         public var unitOpenWith: String?
         public var servedBy: String?
+        /// The registered app also continues searches.
+        public var continuesSearch = false
         public init(bundle: String, openWith: String?, unitOpenWith: String? = nil, servedBy: String? = nil) {
             self.bundle = bundle
             self.openWith = openWith
@@ -132,6 +143,7 @@ public struct DesktopRegister: WireRequest, Equatable {
             openWith = result["openWith"]?.stringValue
             unitOpenWith = result["unitOpenWith"]?.stringValue
             servedBy = result["servedBy"]?.stringValue
+            continuesSearch = result["continuesSearch"]?.boolValue ?? false
         }
         public var result: JSONValue {
             var b = ParamsBuilder()
@@ -139,6 +151,7 @@ public struct DesktopRegister: WireRequest, Equatable {
             b.set("openWith", openWith.map(JSONValue.string) ?? .null)
             b.set("unitOpenWith", unitOpenWith)
             b.set("servedBy", servedBy)
+            if continuesSearch { b.set("continuesSearch", true) }
             return b.json
         }
     }
