@@ -70,10 +70,11 @@ actor DesktopSearch {
         var stale: [StaleKey: [String]] = [:]
         for wire in answer.items where results.count < limits.total {
             guard let bundle = wire["bundle"]?.stringValue, perApp[bundle, default: 0] < limits.perApp,
-                  let result = SearchResult(wire: wire, bundle: bundle, openWith: openWith[bundle], app: ownApp(bundle),
+                  var result = SearchResult(wire: wire, bundle: bundle, openWith: openWith[bundle], app: ownApp(bundle),
                                             opener: app(openWith[bundle])),
                   canOpen(result, launchable: &launchable)
             else { continue }
+            result.continuesSearch = (answer.bundles ?? [:])[bundle]??.continuesSearch ?? false
             if fileCheck.isGone(result.contentURL, in: &checks) {
                 stale[StaleKey(bundle: bundle, index: wire["index"]?.stringValue ?? ""), default: []].append(result.item.uniqueIdentifier)
                 continue
@@ -218,12 +219,13 @@ actor DesktopSearch {
         }
         let openWith = answer.opening?.openWith
         guard let wire = answer.item,
-              let result = SearchResult(wire: wire, bundle: item.bundleIdentifier, openWith: openWith, app: ownApp(item.bundleIdentifier),
+              var result = SearchResult(wire: wire, bundle: item.bundleIdentifier, openWith: openWith, app: ownApp(item.bundleIdentifier),
                                         opener: app(openWith))
         else {
             kept[id] = nil
             return nil
         }
+        result.continuesSearch = answer.opening?.continuesSearch ?? false
         keep(result)
         return result
     }

@@ -98,4 +98,30 @@ struct SearchContinuationTests {
         #expect(try notices.wait()[0].summary == "Results for “bridges”")
         #expect(try bus.recorded(record).count == 1)
     }
+
+    @Test("KRunner: a match of an app that continues searches has the search-in-app action, and Run with it opens the app with the query")
+    func krunnerAction() async throws {
+        let (bench, bus, _, tools) = try await setUp(continuesSearch: true)
+        let record = try bus.installRecorder("org.example.Notes.desktop", name: "Notes")
+        let actions = try bus.krunner("Actions")
+        #expect(actions.stdout.contains("('search-in-app', 'Search in the app', 'system-search')"), "\(actions.stdout)")
+        let match = try bus.krunner("Match", ["'natural bridges'"])
+        #expect(match.ok && match.stdout.contains("'actions': <['open-content', 'search-in-app']>"), "\(match.stdout)")
+        let run = try bus.krunner("Run", ["'com.example.notes/trip'", "'search-in-app'"])
+        #expect(run.ok, "\(run.stderr)")
+        #expect(try bus.recorded(record) == ["searchlight-query:natural%20bridges"])
+        _ = (bench, tools)
+    }
+
+    @Test("KRunner: without a declaration, no search-in-app action on the match, and Run with it is an error that says why")
+    func krunnerActionRefused() async throws {
+        let (bench, bus, _, tools) = try await setUp(continuesSearch: false)
+        let record = try bus.installRecorder("org.example.Notes.desktop", name: "Notes")
+        let match = try bus.krunner("Match", ["'natural bridges'"])
+        #expect(match.ok && !match.stdout.contains("search-in-app"), "\(match.stdout)")
+        let run = try bus.krunner("Run", ["'com.example.notes/trip'", "'search-in-app'"])
+        #expect(!run.ok && run.stderr.contains("does not continue searches"), "\(run.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: record))
+        _ = (bench, tools)
+    }
 }
