@@ -16,6 +16,8 @@ final class DesktopSettingsStore: Sendable {
         var hidden = false
         /// A desktop-file id registered with `desktop.register`.
         var openWith: String?
+        /// The registered app also continues searches (`desktop.register {continuesSearch}`).
+        var continuesSearch = false
     }
 
     /// The connection and the rows it holds, changed together.
@@ -39,9 +41,13 @@ final class DesktopSettingsStore: Sendable {
                 changed REAL NOT NULL
             );
             """)
-        for row in try db.rows("SELECT bundle, hidden, open_with FROM desktop_bundles") {
+        // Added for issue 34: a file written before it gains the column (false for every row).
+        if !(try db.rows("PRAGMA table_info(desktop_bundles)")).contains(where: { $0.string(1) == "continues_search" }) {
+            try db.execute("ALTER TABLE desktop_bundles ADD COLUMN continues_search INTEGER NOT NULL DEFAULT 0")
+        }
+        for row in try db.rows("SELECT bundle, hidden, open_with, continues_search FROM desktop_bundles") {
             guard let name = row.string(0) else { continue }
-            entries[name] = Entry(hidden: row.int(1) != 0, openWith: row.string(2))
+            entries[name] = Entry(hidden: row.int(1) != 0, openWith: row.string(2), continuesSearch: row.int(3) != 0)
         }
         guarded = Mutex(Guarded(db: db, entries: entries))
     }
@@ -60,8 +66,11 @@ final class DesktopSettingsStore: Sendable {
     }
 
     /// `nil` removes the registration.
-    func setOpenWith(_ bundle: String, _ desktopID: String?) throws {
-        try update(bundle) { $0.openWith = desktopID }
+    func setOpenWith(_ bundle: String, _ desktopID: String?, continuesSearch: Bool = false) throws {
+        try update(bundle) {
+            $0.openWith = desktopID
+            $0.continuesSearch = desktopID != nil && continuesSearch
+        }
     }
 
     /// Under the lock: the row first, then the memory; a bundle back to the defaults loses its row.
@@ -75,10 +84,11 @@ final class DesktopSettingsStore: Sendable {
                 return
             }
             _ = try g.db.run("""
-                INSERT INTO desktop_bundles(bundle, hidden, open_with, changed) VALUES (?, ?, ?, ?)
-                ON CONFLICT(bundle) DO UPDATE SET hidden = excluded.hidden, open_with = excluded.open_with, changed = excluded.changed
+                INSERT INTO desktop_bundles(bundle, hidden, open_with, continues_search, changed) VALUES (?, ?, ?, ?, ?)
+                ON CONFLICT(bundle) DO UPDATE SET hidden = excluded.hidden, open_with = excluded.open_with,
+                    continues_search = excluded.continues_search, changed = excluded.changed
                 """, [.text(bundle), .integer(entry.hidden ? 1 : 0), entry.openWith.map(SQLValue.text) ?? .null,
-                      .double(Date().timeIntervalSince1970)])
+                      .integer(entry.continuesSearch ? 1 : 0), .double(Date().timeIntervalSince1970)])
             g.entries[bundle] = entry
         }
     }

@@ -23,6 +23,8 @@ final class ServiceContext: Sendable {
     let log: Logger
     /// Semantic search's model: the static table for items and queries, the transformer on demand.
     let semantic: SemanticEngine
+    /// Items the desktop found with a vanished `file:` contentURL (`desktop.staleItems`).
+    let staleItems = StaleItems()
     let startedAt = Date()
     let daemonUID = getuid()
     let adminGID: gid_t?

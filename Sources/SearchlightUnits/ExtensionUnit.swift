@@ -92,6 +92,10 @@ public struct ExtensionUnit: Sendable, Equatable {
     /// `OpenWith`: the desktop-file id of the app the bundle's items open in from the desktop's
     /// search (DESIGN §12); it is launched with a `searchlight-item:BUNDLE/IDENTIFIER` URI.
     public var openWith: String?
+    /// `ContinuesSearch`: the `OpenWith` app also continues a search the user started in the
+    /// desktop's search (GNOME Shell's LaunchSearch): it is launched with a
+    /// `searchlight-query:TEXT` URI (`SearchQueryContinuation`). Needs `OpenWith`.
+    public var continuesSearch = false
 
     /// A unit with the launchd defaults of DESIGN §5; `arguments` defaults to `[executable]`.
     /// Meant for tests and tools: units read from disk come from `UnitParser`.

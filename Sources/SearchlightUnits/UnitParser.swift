@@ -34,7 +34,7 @@ public enum UnitParser {
                                "EnvironmentVariables", "Umask", "UserName", "GroupName", "StandardOutPath",
                                "StandardErrorPath", "ProcessType", "Nice", "LowPriorityIO", "SoftResourceLimits",
                                "HardResourceLimits", "ThrottleInterval", "ExitTimeOut", "TimeOut", "Disabled",
-                               "IndexExtension", "OpenWith"]
+                               "IndexExtension", "OpenWith", "ContinuesSearch"]
     static let indexExtensionKeys = ["IndexVersion", "AcknowledgementTimeout", "MaximumRequestDuration",
                                      "MaximumIdentifiersPerRequest", "IndexNames", "RefreshExpiringItems"]
     /// Set by the supervisor for every launch; a unit may not override them.
@@ -84,6 +84,11 @@ public enum UnitParser {
         unit.exitTimeOut = try top.seconds("ExitTimeOut", in: 0...86400, example: 20) ?? 20
         unit.timeOut = try top.seconds("TimeOut", in: 0...86400, example: 60) ?? 60
         unit.openWith = try openWith(top)
+        unit.continuesSearch = try top.bool("ContinuesSearch") ?? false
+        if unit.continuesSearch, unit.openWith == nil {
+            throw top.problem("ContinuesSearch", "is true, but the unit declares no OpenWith: the search continues in the OpenWith app",
+                              "add <key>OpenWith</key><string>org.example.Notes.desktop</string>, or remove ContinuesSearch")
+        }
         if let nested = try top.dictionary("IndexExtension") {
             unit.indexExtension = try indexExtension(UnitFields(nested, file: path, prefix: "IndexExtension."))
         }

@@ -43,6 +43,9 @@ public enum Method {
     public static let desktopResolve = "desktop.resolve"
     /// `desktop.settings {bundle?}` -> `{bundles: [{bundle, hidden, openWith?, openWithSource?}]}`.
     public static let desktopSettings = "desktop.settings"
+    /// `desktop.staleItems {bundle, index?, identifiers}`: items the desktop left out because their
+    /// `file:` contentURL no longer exists (role desktop).
+    public static let desktopStaleItems = "desktop.staleItems"
 
     /// Supervisor -> extension requests; the answer is the acknowledgement.
     public static let extensionReindexAll = "extension.reindexAll"

@@ -24,6 +24,15 @@ actor DesktopSearch {
     static let keptLimit = 512
     /// Apps' desktop entries by desktop-file id, read at most once a minute.
     private var apps: [String: (entry: DesktopEntry?, read: ContinuousClock.Instant)] = [:]
+    /// Results whose `file:` contentURL is gone are left out (issue 34), checked here, as the user.
+    private var fileCheck = VanishedFileCheck()
+    /// Stale items told to the daemon lately (it also remembers them): not sent again each query.
+    private var reportedStale: Set<String> = []
+    /// For recent searches (by their text): the app of the best result and how it opens, so that
+    /// LaunchSearch, which names only the terms, continues the search in the app whose results
+    /// the user was looking at.
+    private var topApps: [String: (bundle: String, opening: DesktopOpening?)] = [:]
+    private var topAppsOrder: [String] = []
 
     /// The attributes a result needs, and no more (`textContent` can be large).
     static let fetchAttributes = ["title", "displayName", "contentDescription", "contentType", "contentTypeTree",
@@ -57,18 +66,58 @@ actor DesktopSearch {
         var results: [SearchResult] = []
         var perApp: [String: Int] = [:]
         var launchable: Set<String> = []
+        var checks = fileCheck.begin()
+        var stale: [StaleKey: [String]] = [:]
         for wire in answer.items where results.count < limits.total {
             guard let bundle = wire["bundle"]?.stringValue, perApp[bundle, default: 0] < limits.perApp,
-                  let result = SearchResult(wire: wire, bundle: bundle, openWith: openWith[bundle], app: ownApp(bundle),
+                  var result = SearchResult(wire: wire, bundle: bundle, openWith: openWith[bundle], app: ownApp(bundle),
                                             opener: app(openWith[bundle])),
                   canOpen(result, launchable: &launchable)
             else { continue }
+            result.continuesSearch = (answer.bundles ?? [:])[bundle]??.continuesSearch ?? false
+            if fileCheck.isGone(result.contentURL, in: &checks) {
+                stale[StaleKey(bundle: bundle, index: wire["index"]?.stringValue ?? ""), default: []].append(result.item.uniqueIdentifier)
+                continue
+            }
             perApp[bundle, default: 0] += 1
             results.append(result)
         }
+        if !stale.isEmpty { reportStale(stale) }
         let grouped = Self.groupedByApp(results)
         for r in grouped { keep(r) }
+        if let top = grouped.first {
+            let bundle = top.item.bundleIdentifier
+            if topApps.updateValue((bundle, (answer.bundles ?? [:])[bundle] ?? nil), forKey: text) == nil { topAppsOrder.append(text) }
+            if topAppsOrder.count > 64 { topApps[topAppsOrder.removeFirst()] = nil }
+        }
         return grouped
+    }
+
+    private struct StaleKey: Hashable {
+        var bundle: String
+        var index: String
+    }
+
+    /// Tells the daemon about results left out because their file is gone, in the background
+    /// (the search does not wait): it asks their extension to reindex them, or deletes them.
+    private func reportStale(_ stale: [StaleKey: [String]]) {
+        if reportedStale.count > 4096 { reportedStale.removeAll() }
+        for (key, ids) in stale {
+            let fresh = ids.filter { reportedStale.insert(key.bundle + "\u{0}" + key.index + "\u{0}" + $0).inserted }
+            guard !fresh.isEmpty else { continue }
+            Log.info("results left out: their file is gone", ["bundle": key.bundle, "count": fresh.count])
+            let daemon = self.daemon
+            Task.detached(priority: .background) {
+                for start in stride(from: 0, to: fresh.count, by: DesktopStaleItems.maxIdentifiers) {
+                    let part = Array(fresh[start..<min(fresh.count, start + DesktopStaleItems.maxIdentifiers)])
+                    do {
+                        _ = try await daemon.send(DesktopStaleItems(bundle: key.bundle, identifiers: part, index: key.index))
+                    } catch {
+                        Log.notice("stale results not reported", ["bundle": key.bundle, "reason": "\(error)"])
+                    }
+                }
+            }
+        }
     }
 
     /// Stable grouping: each app's results together, apps in the order of their best result.
@@ -170,14 +219,30 @@ actor DesktopSearch {
         }
         let openWith = answer.opening?.openWith
         guard let wire = answer.item,
-              let result = SearchResult(wire: wire, bundle: item.bundleIdentifier, openWith: openWith, app: ownApp(item.bundleIdentifier),
+              var result = SearchResult(wire: wire, bundle: item.bundleIdentifier, openWith: openWith, app: ownApp(item.bundleIdentifier),
                                         opener: app(openWith))
         else {
             kept[id] = nil
             return nil
         }
+        result.continuesSearch = answer.opening?.continuesSearch ?? false
         keep(result)
         return result
+    }
+
+    /// The app that continues a search for `terms` (GNOME Shell's LaunchSearch), with the
+    /// continuation to hand it: the app of the best result of the search for the same text (run
+    /// now when it is not one of the recent ones), when it declares so (unit key `ContinuesSearch`
+    /// with `OpenWith`, or `searchlight register --continues-search`). The bundle is one the
+    /// daemon lets this desktop show: its own user's (root's desktop: root's only), so the
+    /// declaration is this user's own or an administrator's unit, never another user's (issue 29).
+    func continuation(for terms: [String]) async -> (bundle: String, desktopID: String, query: SearchQueryContinuation)? {
+        let text = terms.joined(separator: " ").trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let query = SearchQueryContinuation(text: String(text.prefix(1024))) else { return nil }
+        if topApps[text] == nil { _ = await search(terms) }
+        guard let top = topApps[text], let opening = top.opening, opening.continuesSearch,
+              Names.validDesktopFileID(opening.openWith) else { return nil }
+        return (top.bundle, opening.openWith, query)
     }
 
     /// Forgets the kept results (KRunner's Teardown: the match session is over).

@@ -14,6 +14,10 @@ final class KRunnerInterface: BusHandler, @unchecked Sendable {
     /// The one action: open the item's content URL (the file or link itself) with the default
     /// handler, even when its app declares a desktop file.
     static let openContentAction = (id: "open-content", text: "Open the file or link", icon: "document-open")
+    /// On the matches of an app that continues searches: the app, with the query.
+    static let searchInAppAction = (id: "search-in-app", text: "Search in the app", icon: "system-search")
+    /// The text of the last Match: Run names only a match and an action.
+    private let lastQuery = Mutex("")
 
     let bus: SessionBus
     let search: DesktopSearch
@@ -28,6 +32,7 @@ final class KRunnerInterface: BusHandler, @unchecked Sendable {
             switch call.member {
             case "Match":
                 let query = try call.readString()
+                lastQuery.withLock { $0 = query }
                 let kept = bus.keep(call)
                 let (bus, search) = (self.bus, self.search)
                 Task {
@@ -39,14 +44,15 @@ final class KRunnerInterface: BusHandler, @unchecked Sendable {
                 }
             case "Actions":
                 bus.noteActivity()
-                let action = Self.openContentAction
                 let kept = bus.keep(call)
                 bus.reply(kept) { w in
                     w.container("a", "(sss)") { w in
-                        w.container("r", "sss") { w in
-                            w.string(action.id)
-                            w.string(action.text)
-                            w.string(action.icon)
+                        for action in [Self.openContentAction, Self.searchInAppAction] {
+                            w.container("r", "sss") { w in
+                                w.string(action.id)
+                                w.string(action.text)
+                                w.string(action.icon)
+                            }
                         }
                     }
                 }
@@ -55,6 +61,11 @@ final class KRunnerInterface: BusHandler, @unchecked Sendable {
                 let action = try call.readString()
                 let kept = bus.keep(call)
                 let (bus, search) = (self.bus, self.search)
+                if action == Self.searchInAppAction.id {
+                    let text = lastQuery.withLock { $0 }
+                    Task { await Self.continueSearch(id, text: text, kept, bus: bus, search: search) }
+                    return 1
+                }
                 Task {
                     await GnomeSearchProvider.activate(id, terms: [], kept, bus: bus, search: search,
                                                        contentURLOnly: action == Self.openContentAction.id)
@@ -72,6 +83,26 @@ final class KRunnerInterface: BusHandler, @unchecked Sendable {
             return 1
         } catch {
             return error.code
+        }
+    }
+
+    /// Run with `search-in-app`: the match's app with the last Match's text; a failure is told
+    /// to the user (a notification) and answered as an error.
+    static func continueSearch(_ id: String, text: String, _ kept: BusCall, bus: SessionBus, search: DesktopSearch) async {
+        guard let result = await search.resultForOpening(id) else {
+            bus.post {
+                $0.notify(.gone)
+                $0.reply(kept) { _ in }
+            }
+            return
+        }
+        do {
+            try await search.continueSearch(in: result, text: text)
+            bus.post { $0.reply(kept) { _ in } }
+        } catch {
+            Log.notice("search not continued in the app", ["id": id.prefix(200), "reason": "\(error)"])
+            let reason = "\(error)"
+            bus.post { $0.replyError(kept, name: "org.freedesktop.DBus.Error.Failed", reason) }
         }
     }
 
@@ -122,7 +153,8 @@ final class KRunnerInterface: BusHandler, @unchecked Sendable {
                         if !r.description.isEmpty { w.entry("subtext", "s") { $0.string(r.description) } }
                         w.entry("category", "s") { $0.string(r.appName) }
                         if let url = r.contentURL { w.entry("urls", "as") { $0.strings([url]) } }
-                        let actions = r.contentURL != nil && r.openWith != nil ? [openContentAction.id] : []
+                        let actions = (r.contentURL != nil && r.openWith != nil ? [openContentAction.id] : [])
+                            + (r.continuesSearch ? [searchInAppAction.id] : [])
                         w.entry("actions", "as") { $0.strings(actions) }
                         if rank < icons.count, let image = icons[rank] {
                             w.entry("icon-data", "(iiibiiay)") { w in

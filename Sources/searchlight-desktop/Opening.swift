@@ -25,9 +25,53 @@ extension DesktopSearch {
         return opened
     }
 
-    /// LaunchSearch: the Searchlight app (`searchlight.desktop`, a terminal search) with the terms.
+    /// KRunner's "search in the app" action on a match: the match's app, resolved with the
+    /// daemon now, launched with `searchlight-query:TEXT` when it continues searches.
+    func continueSearch(in result: SearchResult, text: String) async throws {
+        guard result.continuesSearch, let desktopID = result.openWith else {
+            throw ContinuationRefused(description: "\(result.item.bundleIdentifier) does not continue searches (unit key ContinuesSearch, or `searchlight register --continues-search`)")
+        }
+        guard let query = SearchQueryContinuation(text: String(text.trimmingCharacters(in: .whitespacesAndNewlines).prefix(1024))) else {
+            throw ContinuationRefused(description: "there is no search to continue")
+        }
+        let opener = self.opener
+        try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+            DispatchQueue.global().async {
+                do {
+                    _ = try opener.launch(desktopID: desktopID, uri: query.uri)
+                    continuation.resume()
+                } catch {
+                    continuation.resume(throwing: error)
+                }
+            }
+        }
+        Log.info("search continued in the app", ["bundle": result.item.bundleIdentifier, "desktop_id": desktopID])
+    }
+
+    /// LaunchSearch: the app whose results the user was looking at, when it continues searches
+    /// (`continuation(for:)`), with a `searchlight-query:` URI; else, or when it cannot be
+    /// launched, the Searchlight app (`searchlight.desktop`, a terminal search) with the terms.
     func launchSearch(_ terms: [String]) async throws {
         let opener = self.opener
+        if let target = await continuation(for: terms) {
+            do {
+                try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
+                    DispatchQueue.global().async {
+                        do {
+                            _ = try opener.launch(desktopID: target.desktopID, uri: target.query.uri)
+                            continuation.resume()
+                        } catch {
+                            continuation.resume(throwing: error)
+                        }
+                    }
+                }
+                Log.info("search continued in the app", ["bundle": target.bundle, "desktop_id": target.desktopID])
+                return
+            } catch {
+                Log.notice("search not continued in the app; Searchlight's search instead",
+                           ["bundle": target.bundle, "desktop_id": target.desktopID, "reason": "\(error)"])
+            }
+        }
         let uri = SearchTermsURI.uri(for: terms)
         try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
             DispatchQueue.global().async {
@@ -41,6 +85,11 @@ extension DesktopSearch {
         }
         Log.info("search launched", ["words": terms.count])  // the terms are the user's: never logged
     }
+}
+
+/// Why a search cannot be continued in a match's app (KRunner's `search-in-app`).
+struct ContinuationRefused: Error, CustomStringConvertible {
+    var description: String
 }
 
 /// `searchlight-search:TEXT` (percent-encoded): how LaunchSearch hands the terms to the

@@ -20,6 +20,8 @@ struct SearchResult: Sendable {
     var contentURL: String?
     /// The desktop file the bundle's items open with, when one is declared.
     var openWith: String?
+    /// The app it opens with also continues searches (`ContinuesSearch`, `--continues-search`).
+    var continuesSearch = false
 
     /// An icon as GNOME Shell deserializes it (`g_icon_deserialize`): a theme icon with
     /// fallbacks, a file, or the image bytes of a thumbnail.

@@ -54,30 +54,36 @@ enum DesktopCommands {
     static let register = Command(
         spec: CommandSpec(
             name: "register", abstract: "declare the desktop file an app's items open with (apps without an extension)",
-            usage: "BUNDLE (--open-with DESKTOP_ID | --no-open-with) [--json]",
+            usage: "BUNDLE (--open-with DESKTOP_ID [--continues-search] | --no-open-with) [--json]",
             positionals: [.required("BUNDLE", "the app")],
             options: [
                 .value("open-with", "DESKTOP_ID", "the app's desktop-file id, e.g. org.example.Notes.desktop"),
                 .flag("no-open-with", "remove the registration (items open their contentURL)"),
+                .flag("continues-search", "the app also continues the desktop's searches (launched with searchlight-query:TEXT)"),
             ],
             discussion: """
                 Opening one of the app's items from the desktop's search launches that desktop file with the item's
                 searchlight-item:BUNDLE/IDENTIFIER URI (Docs/Desktop.md). An extension declares it in its unit instead
-                (key OpenWith), which takes precedence.
+                (key OpenWith), which takes precedence. With --continues-search, GNOME Shell's "search in the app"
+                launches it with searchlight-query:TEXT when its result comes first (unit key ContinuesSearch).
                 """
         ),
         run: { args, context in
             let bundle = args.positionals[0]
             let id = args.value("open-with")
+            if args.flag("continues-search"), id == nil {
+                throw UsageError("--continues-search needs --open-with DESKTOP_ID: the search continues in that app")
+            }
             guard (id != nil) != args.flag("no-open-with") else {
                 throw UsageError("give --open-with DESKTOP_ID, or --no-open-with to remove the registration")
             }
             if let id, !Names.validDesktopFileID(id) {
                 throw UsageError("'\(id)' is not a desktop-file id: the name of the app's .desktop file, e.g. org.example.Notes.desktop (no path)")
             }
-            let answer = try await appCall(bundle, DesktopRegister(openWith: id), context)
+            let answer = try await appCall(bundle, DesktopRegister(openWith: id, continuesSearch: args.flag("continues-search")), context)
             if context.json { Console.out(answer.result); return }
-            Console.out(id.map { "\(bundle)'s items open with \($0)" } ?? "\(bundle)'s items open their contentURL")
+            Console.out(id.map { "\(bundle)'s items open with \($0)" + (answer.continuesSearch ? ", which also continues searches" : "") }
+                        ?? "\(bundle)'s items open their contentURL")
             if let declared = answer.unitOpenWith {
                 Console.out("while \(answer.servedBy ?? "its unit") serves it, the unit's OpenWith (\(declared)) is the one used")
             }

@@ -41,6 +41,14 @@ enum StatusCommands {
         return line
     }
 
+    /// `stale items: 3 reported by the desktop (file gone): 2 reindex requested, 1 deleted, 0 kept`;
+    /// nil until the desktop reported one (or for daemons that do not count them).
+    static func staleItemsLine(_ s: JSONValue?) -> String? {
+        guard let s, let reported = s["reported"]?.intValue, reported > 0 else { return nil }
+        let n = { (k: String) in s[k]?.intValue ?? 0 }
+        return "stale items: \(reported) reported by the desktop (file gone): \(n("reindexRequested")) reindex requested, \(n("deleted")) deleted, \(n("kept")) kept"
+    }
+
     static func printStatus(_ answer: JSONValue) {
         let uptime = answer["uptimeSeconds"]?.doubleValue.map(Format.duration) ?? "-"
         Console.out("searchlightd \(answer["version"]?.stringValue ?? "?")  mode \(answer["mode"]?.stringValue ?? "?")  pid \(answer["pid"]?.intValue ?? 0)  up \(uptime)")
@@ -49,6 +57,7 @@ enum StatusCommands {
         if let line = throttleLine(answer["throttle"]) { Console.out(line) }
         for line in MaintenanceOutput.statusLines(answer["maintenance"]) { Console.out(line) }
         if let line = semanticLine(answer["semantic"]) { Console.out(line) }
+        if let line = staleItemsLine(answer["staleItems"]) { Console.out(line) }
         let bundles = answer["bundles"]?.arrayValue ?? []
         guard !bundles.isEmpty else {
             Console.out("no indexes yet")

@@ -31,6 +31,8 @@ struct TestUnit: Sendable {
     var standardErrorPath: String?
     /// `OpenWith`: the desktop file the bundle's items open with (desktop search).
     var openWith: String?
+    /// `ContinuesSearch`: the `OpenWith` app continues the desktop's searches.
+    var continuesSearch = false
 
     init(_ label: String, bundle: String, mode: String = "ok") {
         self.label = label
@@ -51,6 +53,7 @@ struct TestUnit: Sendable {
         if let standardOutPath { indexExtension += "    <key>StandardOutPath</key><string>\(xml(standardOutPath))</string>\n" }
         if let standardErrorPath { indexExtension += "    <key>StandardErrorPath</key><string>\(xml(standardErrorPath))</string>\n" }
         if let openWith { indexExtension += "    <key>OpenWith</key><string>\(xml(openWith))</string>\n" }
+        if continuesSearch { indexExtension += "    <key>ContinuesSearch</key><true/>\n" }
         if let processLimit {
             for key in ["SoftResourceLimits", "HardResourceLimits"] {
                 indexExtension += "    <key>\(key)</key><dict><key>NumberOfProcesses</key><integer>\(processLimit)</integer></dict>\n"

@@ -103,7 +103,7 @@ struct UnitParserTests {
             <key>SoftResourceLimits</key><dict><key>NumberOfFiles</key><integer>512</integer><key>Core</key><integer>0</integer></dict>
             <key>HardResourceLimits</key><dict><key>NumberOfFiles</key><integer>1024</integer><key>CPU</key><integer>18446744073709551615</integer></dict>
             <key>ThrottleInterval</key><real>2.5</real><key>ExitTimeOut</key><integer>5</integer><key>TimeOut</key><integer>300</integer>
-            <key>Disabled</key><false/><key>KeepAlive</key><true/><key>OpenWith</key><string>org.example.Notes.desktop</string>
+            <key>Disabled</key><false/><key>KeepAlive</key><true/><key>OpenWith</key><string>org.example.Notes.desktop</string><key>ContinuesSearch</key><true/>
             <key>IndexExtension</key><dict><key>IndexVersion</key><integer>3</integer><key>AcknowledgementTimeout</key><integer>30</integer>
               <key>MaximumRequestDuration</key><integer>600</integer><key>MaximumIdentifiersPerRequest</key><integer>50</integer>
               <key>IndexNames</key><array><string></string><string>archive</string></array><key>RefreshExpiringItems</key><false/></dict>
@@ -116,6 +116,7 @@ struct UnitParserTests {
         #expect(unit.softLimits == ["NumberOfFiles": 512, "Core": 0])
         #expect(unit.hardLimits == ["NumberOfFiles": 1024, "CPU": UInt64.max])
         #expect(unit.throttleInterval == 2.5 && unit.exitTimeOut == 5 && unit.timeOut == 300 && !unit.disabled)
+        #expect(unit.openWith == "org.example.Notes.desktop" && unit.continuesSearch)
         var expected = IndexExtensionSettings()
         (expected.indexVersion, expected.acknowledgementTimeout, expected.maximumRequestDuration) = (3, 30, 600)
         (expected.maximumIdentifiersPerRequest, expected.indexNames, expected.refreshExpiringItems) = (50, ["", "archive"], false)
@@ -330,6 +331,8 @@ extension UnitParserTests {
             .with("<key>OpenWith</key><string>screensavers-..-..-..-..-tmp-evil.desktop</string>", "OpenWith", "must be a desktop-file id"),
             .with("<key>OpenWith</key><string>a--b.desktop</string>", "OpenWith", "must be a desktop-file id"),
             .with("<key>OpenWith</key><integer>1</integer>", "OpenWith", "not 1"),
+            .with("<key>ContinuesSearch</key><true/>", "ContinuesSearch", "declares no OpenWith"),
+            .with("<key>ContinuesSearch</key><string>yes</string>", "ContinuesSearch", "must be a boolean"),
             .with("<key>LowPriorityIO</key><string>yes</string>", "LowPriorityIO", "must be a boolean"),
             .with("<key>disabled</key><true/>", "disabled", "case-sensitive"),
             .with("<key>WorkingDirectory</key><string></string>", "WorkingDirectory", "non-empty string"),

@@ -125,6 +125,7 @@ final class AdminSession: BundleSession {
             "reindexRequests": requestCounts(),
             "quarantine": context.recovery.quarantineStatus(),
             "semantic": context.semantic.status,
+            "staleItems": context.staleItems.statusJSON,
         ]
     }
 

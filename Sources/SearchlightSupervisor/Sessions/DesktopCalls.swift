@@ -19,8 +19,11 @@ struct DesktopCalls {
 
     /// How a bundle's items open: its unit's `OpenWith`, else the registered desktop file.
     func opening(_ bundle: String) -> DesktopOpening? {
-        if let unit = context.catalog.unit(forBundle: bundle), let id = unit.openWith { return DesktopOpening(openWith: id, source: .unit) }
-        if let id = context.desktop.entry(bundle).openWith { return DesktopOpening(openWith: id, source: .registration) }
+        if let unit = context.catalog.unit(forBundle: bundle), let id = unit.openWith {
+            return DesktopOpening(openWith: id, source: .unit, continuesSearch: unit.continuesSearch)
+        }
+        let entry = context.desktop.entry(bundle)
+        if let id = entry.openWith { return DesktopOpening(openWith: id, source: .registration, continuesSearch: entry.continuesSearch) }
         return nil
     }
 
@@ -97,12 +100,13 @@ struct DesktopCalls {
     func register(_ r: DesktopRegister) throws(SearchlightError) -> DesktopRegister.Response {
         let bundle = try settingsTarget(r.bundle)
         do {
-            try context.desktop.setOpenWith(bundle, r.openWith)
+            try context.desktop.setOpenWith(bundle, r.openWith, continuesSearch: r.continuesSearch)
         } catch {
             throw SearchlightError(.indexUnavailable, "cannot record the desktop setting of \(bundle): \(error); retry")
         }
         context.log.notice("desktop registration changed", ["bundle": bundle, "open_with": r.openWith ?? "-", "by_uid": client.peer.uid])
         var answer = DesktopRegister.Response(bundle: bundle, openWith: r.openWith)
+        answer.continuesSearch = r.openWith != nil && r.continuesSearch
         if let unit = context.catalog.unit(forBundle: bundle), let declared = unit.openWith {
             // The unit's declaration wins; say so, rather than let the registration look in force.
             answer.unitOpenWith = declared
@@ -119,6 +123,51 @@ struct DesktopCalls {
         let item = try target.store?.items(withIdentifiers: [r.identifier]).first
         return DesktopResolve.Response(bundle: target.bundle, identifier: r.identifier, item: item, opening: opening(target.bundle),
                                        ownerUID: ownerUID(target.bundle))
+    }
+
+    /// `desktop.staleItems`: items of a bundle the desktop may show whose `file:` contentURL the
+    /// desktop found gone, at query time and with its user's rights. The daemon never looks at the
+    /// files itself (as root it would learn of files the user cannot see); it takes the desktop's
+    /// word only as far as the user could act anyway:
+    /// - only identifiers that exist in the index with a `file:` contentURL count, each at most
+    ///   once per `StaleItems.repeatAfter`;
+    /// - a bundle with an enabled extension serving the index: a background reindex-identifiers
+    ///   request (journalled, coalesced and throttled like every background request), so that the
+    ///   extension, which can see the file, decides;
+    /// - without one: deleted when the reporting user owns the bundle (it could delete them
+    ///   itself), else left and counted as kept.
+    func staleItems(_ r: DesktopStaleItems) throws(SearchlightError) -> JSONValue {
+        try requireVisible(r.bundle)
+        guard let store = try calls.store(bundle: r.bundle, index: r.index, write: false).store else { throw BundleAccess.denied(r.bundle) }
+        let stale = try store.items(withIdentifiers: r.identifiers).compactMap { item -> String? in
+            guard let id = item["uniqueIdentifier"]?.stringValue,
+                  let url = item["attributeSet"]?["contentURL"]?.stringValue, url.hasPrefix("file:") else { return nil }
+            return id
+        }
+        let fresh = context.staleItems.fresh(bundle: r.bundle, index: r.index, identifiers: stale)
+        var answer: [String: JSONValue] = ["bundle": .string(r.bundle), "accepted": .number(Double(fresh.count))]
+        guard !fresh.isEmpty else { return .object(answer) }
+        if let unit = context.catalog.unit(forBundle: r.bundle), !unit.disabled, unit.indexExtension.indexNames.contains(r.index),
+           context.state.bundle(r.bundle)?.indexingEnabled != false, let scheduler = context.scheduler {
+            do {
+                let queued = try scheduler.enqueue(bundle: r.bundle, index: r.index, kind: .identifiers, identifiers: fresh,
+                                                   reason: "stale", background: true)
+                answer["requestId"] = .number(Double(queued.id))
+            } catch {
+                throw SearchlightError(.indexUnavailable, "cannot record the reindex request for \(r.bundle): \(error); retry")
+            }
+            context.staleItems.record { $0.reindexRequested += fresh.count }
+            context.log.info("stale items reported", ["bundle": r.bundle, "count": fresh.count, "action": "reindex", "by_uid": client.peer.uid])
+        } else if context.catalog.unit(forBundle: r.bundle) == nil, ownerUID(r.bundle) == client.peer.uid {
+            let result = try calls.apply([.deleteIdentifiers(fresh)], index: r.index, bundle: r.bundle)
+            context.staleItems.record { $0.deleted += result.deleted }
+            answer["deleted"] = .number(Double(result.deleted))
+            context.log.info("stale items reported", ["bundle": r.bundle, "count": fresh.count, "action": "delete", "by_uid": client.peer.uid])
+        } else {
+            context.staleItems.record { $0.kept += fresh.count }
+            context.log.info("stale items reported", ["bundle": r.bundle, "count": fresh.count, "action": "kept", "by_uid": client.peer.uid])
+        }
+        return .object(answer)
     }
 
     /// `desktop.settings`: an app sees its own bundle's; an administrator every bundle with a

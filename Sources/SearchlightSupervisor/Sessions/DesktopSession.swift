@@ -13,6 +13,8 @@ import SearchlightWire
 ///   Every item carries `bundle`, and the answer's `bundles` says how each bundle's items open.
 /// - `query.engaged {bundle, identifier | suggestion, …}` on an index that exists.
 /// - `desktop.resolve {bundle, identifier}`: the item and how it opens.
+/// - `desktop.staleItems {bundle, identifiers}`: items whose `file:` contentURL is gone
+///   (`DesktopCalls.staleItems`).
 /// Every other method is refused with permissionDenied (`ClientSession.Role.handler(for:)`).
 final class DesktopSession: BundleSession {
     let client: ClientSession
@@ -29,10 +31,11 @@ final class DesktopSession: BundleSession {
         table.onEncoded(QueryUser.self) { s, r throws(SearchlightError) in try s.userQuery(r) }
         table.on(QueryEngaged.self) { s, r throws(SearchlightError) in try s.engaged(r) }
         table.on(DesktopResolve.self) { s, r throws(SearchlightError) in try s.desktop.resolve(r) }
+        table.on(DesktopStaleItems.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.desktop.staleItems(r)) }
         return table
     }()
 
-    static let refusal = "the desktop role may only search (query.user), record engagement (query.engaged) and resolve items (desktop.resolve)"
+    static let refusal = "the desktop role may only search (query.user), record engagement (query.engaged), resolve items (desktop.resolve) and report items whose file is gone (desktop.staleItems)"
 
     private func userQuery(_ r: QueryUser) throws(SearchlightError) -> WireAnswer {
         if let bundle = r.bundle { try desktop.requireVisible(bundle) }

@@ -9,16 +9,21 @@ public struct DesktopOpening: Sendable, Equatable {
     public enum Source: String, Sendable { case unit, registration }
     public var openWith: String
     public var source: Source
+    /// The app also continues a search (unit key `ContinuesSearch`): launched with a
+    /// `searchlight-query:TEXT` URI when the user asks to search in it. Written only when true.
+    public var continuesSearch: Bool
 
-    public init(openWith: String, source: Source) {
+    public init(openWith: String, source: Source, continuesSearch: Bool = false) {
         self.openWith = openWith
         self.source = source
+        self.continuesSearch = continuesSearch
     }
 
-    /// Written into an object as `openWith`, `openWithSource`.
+    /// Written into an object as `openWith`, `openWithSource`, `continuesSearch` (when true).
     func write(into b: inout ParamsBuilder) {
         b.set("openWith", openWith)
         b.set("openWithSource", source.rawValue)
+        if continuesSearch { b.set("continuesSearch", true) }
     }
 
     /// Read from an object's `openWith` (a valid desktop-file id; anything else reads as none).
@@ -26,6 +31,7 @@ public struct DesktopOpening: Sendable, Equatable {
         guard let id = json["openWith"]?.stringValue, Names.validDesktopFileID(id) else { return nil }
         openWith = id
         source = Source(rawValue: json["openWithSource"]?.stringValue ?? "") ?? .registration
+        continuesSearch = json["continuesSearch"]?.boolValue ?? false
     }
 }
 
@@ -76,17 +82,21 @@ public struct DesktopSetHidden: WireRequest, Equatable {
 
 /// `desktop.register {openWith?, bundle?}` (`searchlight register BUNDLE --open-with ID`): the
 /// desktop file a bundle's items open with, for an app without a unit; `openWith` absent or null
-/// removes the registration. Who may: as `desktop.setHidden`.
+/// removes the registration. `continuesSearch` (`--continues-search`): the app also continues
+/// the desktop's searches (`searchlight-query:TEXT`); needs `openWith`. Who may: as
+/// `desktop.setHidden`.
 public struct DesktopRegister: WireRequest, Equatable {
     public static let method = Method.desktopRegister
-    public static let fields = ["openWith?", "bundle?"]
-    public static let example = DesktopRegister(openWith: "org.example.Notes.desktop", bundle: "com.example.notes")
+    public static let fields = ["openWith?", "bundle?", "continuesSearch?"]
+    public static let example = DesktopRegister(openWith: "org.example.Notes.desktop", bundle: "com.example.notes", continuesSearch: true)
     public var openWith: String?
     public var bundle: String?
+    public var continuesSearch: Bool
 
-    public init(openWith: String?, bundle: String? = nil) {
+    public init(openWith: String?, bundle: String? = nil, continuesSearch: Bool = false) {
         self.openWith = openWith
         self.bundle = bundle
+        self.continuesSearch = continuesSearch
     }
 
     public init(params p: WireParams) throws(SearchlightError) {
@@ -100,12 +110,17 @@ public struct DesktopRegister: WireRequest, Equatable {
         if let id, !Names.validDesktopFileID(id) { throw .invalidParams(bad + "; got \"\(id.prefix(64))\"") }
         openWith = id
         bundle = try p.optionalBundle()
+        continuesSearch = try p.optionalBool("continuesSearch") ?? false
+        if continuesSearch, id == nil {
+            throw .invalidParams("\"continuesSearch\" needs \"openWith\": the search continues in the registered app")
+        }
     }
 
     public var params: JSONValue {
         var b = ParamsBuilder()
         b.set("openWith", openWith.map(JSONValue.string) ?? .null)
         b.set("bundle", bundle)
+        if continuesSearch { b.set("continuesSearch", true) }
         return b.json
     }
 
@@ -115,6 +130,8 @@ public struct DesktopRegister: WireRequest, Equatable {
         public var openWith: String?
         public var unitOpenWith: String?
         public var servedBy: String?
+        /// The registered app also continues searches.
+        public var continuesSearch = false
         public init(bundle: String, openWith: String?, unitOpenWith: String? = nil, servedBy: String? = nil) {
             self.bundle = bundle
             self.openWith = openWith
@@ -126,6 +143,7 @@ public struct DesktopRegister: WireRequest, Equatable {
             openWith = result["openWith"]?.stringValue
             unitOpenWith = result["unitOpenWith"]?.stringValue
             servedBy = result["servedBy"]?.stringValue
+            continuesSearch = result["continuesSearch"]?.boolValue ?? false
         }
         public var result: JSONValue {
             var b = ParamsBuilder()
@@ -133,6 +151,7 @@ public struct DesktopRegister: WireRequest, Equatable {
             b.set("openWith", openWith.map(JSONValue.string) ?? .null)
             b.set("unitOpenWith", unitOpenWith)
             b.set("servedBy", servedBy)
+            if continuesSearch { b.set("continuesSearch", true) }
             return b.json
         }
     }
@@ -254,5 +273,49 @@ public struct DesktopSettings: WireRequest, Equatable {
             }
         }
         public var result: JSONValue { ["bundles": .array(bundles.map(\.json))] }
+    }
+}
+
+/// `desktop.staleItems {bundle, index?, identifiers}` (role desktop): items of a bundle the desktop
+/// shows whose `file:` contentURL no longer exists, as the desktop found them at query time with
+/// its user's rights (the daemon never looks at the file: as root it would see files the user
+/// cannot). The daemon asks the bundle's extension to reindex them (background, throttled), or,
+/// for a bundle without an extension that the caller owns, deletes them; it counts them in
+/// `admin.status` (`staleItems`). At most `maxIdentifiers` per call.
+public struct DesktopStaleItems: WireRequest, Equatable {
+    public typealias Response = JSONResponse
+    public static let method = Method.desktopStaleItems
+    public static let fields = ["bundle", "identifiers", "index?"]
+    public static let example = DesktopStaleItems(bundle: "com.example.notes", identifiers: ["trip-1"], index: "trips")
+    /// The most identifiers one call reports: the desktop checks a bounded number per query.
+    public static let maxIdentifiers = 64
+    public var bundle: String
+    public var identifiers: [String]
+    public var index: String
+
+    public init(bundle: String, identifiers: [String], index: String = "") {
+        self.bundle = bundle
+        self.identifiers = identifiers
+        self.index = index
+    }
+
+    public init(params p: WireParams) throws(SearchlightError) {
+        guard let bundle = try p.optionalBundle() else {
+            throw .invalidParams("\"bundle\" is required: the bundle of the stale items")
+        }
+        self.bundle = bundle
+        identifiers = try p.identifiers("identifiers")
+        guard !identifiers.isEmpty, identifiers.count <= Self.maxIdentifiers else {
+            throw .invalidParams("\"identifiers\" must list 1 to \(Self.maxIdentifiers) identifiers; report more in several calls")
+        }
+        index = try p.index()
+    }
+
+    public var params: JSONValue {
+        var b = ParamsBuilder()
+        b.set("bundle", bundle)
+        b.set("identifiers", identifiers)
+        b.setIndex(index)
+        return b.json
     }
 }

@@ -210,7 +210,7 @@ public enum WireMessages {
         QuerySearch.self, QueryUser.self, QueryEngaged.self, QueryPrepare.self,
         AdminStatus.self, AdminReindex.self, AdminErase.self, AdminCheck.self, AdminSimulate.self, AdminUnits.self,
         AdminRequests.self, AdminMonitor.self, AdminSetIndexing.self, AdminSetOwner.self, AdminRestartExtension.self,
-        DesktopSetHidden.self, DesktopRegister.self, DesktopResolve.self, DesktopSettings.self,
+        DesktopSetHidden.self, DesktopRegister.self, DesktopResolve.self, DesktopSettings.self, DesktopStaleItems.self,
         ExtensionReindexAll.self, ExtensionReindexIdentifiers.self, ExtensionDataForItem.self, ExtensionFileURLForItem.self,
     ]
 
