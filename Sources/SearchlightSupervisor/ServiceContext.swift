@@ -34,6 +34,7 @@ final class ServiceContext: @unchecked Sendable {
     private weak var _scheduler: RequestScheduler?
     private var _maintenance: Maintenance?
     private var _migrator: Migrator?
+    private var _refinementShare: RefinementShare?
 
     init(config: Configuration, log: Logger) throws {
         self.config = config
@@ -97,6 +98,12 @@ final class ServiceContext: @unchecked Sendable {
     var maintenance: Maintenance? {
         get { lock.withLock { _maintenance } }
         set { lock.withLock { _maintenance = newValue } }
+    }
+
+    /// The low-priority refinement of small indexes (nil before the start).
+    var refinementShare: RefinementShare? {
+        get { lock.withLock { _refinementShare } }
+        set { lock.withLock { _refinementShare = newValue } }
     }
 
     var connections: Int { lock.withLock { _connections } }
