@@ -70,6 +70,7 @@ final class RefinementShare: @unchecked Sendable {
     typealias Key = RefinementShareQueue.Key
     /// Items per batch: one batch is what a user's query can find in the way of the CPU at most.
     static let batch = 8
+    static let waitingForSample = "waiting for a load sample"
 
     unowned let context: ServiceContext
     let maxItems: Int
@@ -189,13 +190,14 @@ final class RefinementShare: @unchecked Sendable {
         }
     }
 
-    /// Records why the share gives way (nil: it goes on); logs and emits `refinement.share` on a change.
-    private func setPaused(_ reason: String?, _ key: Key) {
-        let changed: Bool = condition.withLock {
+    /// Records why the share gives way (nil: it goes on); logs and emits `refinement.share` on a
+    /// change, unless `quiet` (waiting for a load sample is not a pause worth a line).
+    private func setPaused(_ reason: String?, _ key: Key, quiet: Bool = false) {
+        let previous: String?? = condition.withLock {
             defer { paused = reason }
-            return paused != reason
+            return paused != reason ? .some(paused) : nil
         }
-        guard changed else { return }
+        guard let previous, !quiet, reason != nil || previous != Self.waitingForSample else { return }
         log.info(reason == nil ? "refinement share resumed" : "refinement share paused", ["bundle": key.bundle, "index": key.index,
             "reason": reason ?? "-"])
         context.events.emit("refinement.share", ["state": .string(reason == nil ? "refining" : "paused"),
@@ -228,6 +230,14 @@ final class RefinementShare: @unchecked Sendable {
             if reason == "stopping" { return nil }
             setPaused(reason, key)
             return Date().addingTimeInterval(context.config.loadInterval)
+        }
+        // The memory pressure is known only from a recent sample: the scheduler samples while the
+        // share is active (paused included), so wait for one.
+        let interval = context.config.loadInterval
+        if let throttle = context.scheduler?.throttle, Date().timeIntervalSince(throttle.lastSampleTime ?? .distantPast) > 2 * interval + 1 {
+            setPaused(Self.waitingForSample, key, quiet: true)
+            context.scheduler?.wake()
+            return Date().addingTimeInterval(min(interval, 1))
         }
         if context.registry.condition(bundle: key.bundle, index: key.index) != nil {
             // Rebuilt by another trigger (migration, recovery): its donations bring it back.
