@@ -211,6 +211,10 @@ final class Maintenance: Sendable {
     /// below it proves that the batch in flight when pressure was sampled was the last.
     private func refine(_ store: IndexStore, bundle: String, index: String, yieldNow: @Sendable () -> Bool) throws(SearchlightError) -> Int {
         guard store.hasVectors else { return 0 }
+        // Nothing left to refine: the transformer is not loaded for it (nor kept loaded: with a
+        // short --maintenance-interval every run touched it, and --model-idle never unloaded it).
+        let counts = try store.vectorCounts()
+        if counts.refined >= counts.vectors { return 0 }
         // The low-priority share is refining it: left to it (and the other way round).
         let indexName = index == "_default" ? "" : index
         if let share = context.refinementShare {
