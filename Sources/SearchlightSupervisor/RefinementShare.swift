@@ -83,6 +83,8 @@ final class RefinementShare: @unchecked Sendable {
     private var current: Key?
     /// Why the share gave way, until a pass goes on again (the load is sampled meanwhile).
     private var paused: String?
+    /// Batches that waited for user queries on the transformer's threads, since the start.
+    private var queryWaitsTotal = 0
     /// Indexes being refined, by the share or by idle maintenance (one at a time each).
     private let claims = Mutex<Set<Key>>([])
 
@@ -140,7 +142,8 @@ final class RefinementShare: @unchecked Sendable {
     var statusJSON: JSONValue {
         condition.withLock {
             var o: [String: JSONValue] = ["enabled": .bool(isEnabled && thread != nil), "maxItems": .number(Double(maxItems)),
-                "settleSeconds": .number(queue.settle), "queued": .number(Double(queue.due.count))]
+                "settleSeconds": .number(queue.settle), "queued": .number(Double(queue.due.count)),
+                "queryWaits": .number(Double(queryWaitsTotal))]
             o["state"] = paused != nil ? "paused" : current != nil ? "refining" : "waiting"
             if let paused { o["reason"] = .string(paused) }
             if let current {
@@ -217,7 +220,11 @@ final class RefinementShare: @unchecked Sendable {
         while !isStopping {
             let c = context.semantic.compute.counts
             guard c.queued + c.running > 0 else { break }
-            waited = true
+            if !waited {
+                // Counted when the wait begins: a stream of queries may hold it for long.
+                condition.withLock { queryWaitsTotal += 1 }
+                waited = true
+            }
             condition.withLock { _ = condition.wait(until: Date().addingTimeInterval(0.02)) }
         }
         return waited
