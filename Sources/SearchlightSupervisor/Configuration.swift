@@ -58,6 +58,11 @@ public struct Configuration: Sendable {
     public var loadInterval: TimeInterval = 2
     /// Seconds every pressure must stay below the throttle marks before the machine counts as idle (`--idle-after`).
     public var idleAfter: TimeInterval = 60
+    /// Indexes of at most this many vectors are refined by the low-priority share soon after
+    /// their donations, busy machine or not (`--refine-share-items`; 0: only idle maintenance refines).
+    public var refineShareItems = 10_000
+    /// Seconds after an index's last donation before the share refines it (`--refine-share-after`).
+    public var refineShareSettle: TimeInterval = 30
     /// Minimum seconds between two idle maintenance runs (`--maintenance-interval`).
     public var maintenanceInterval: TimeInterval = 21600
     /// Damaged index files kept in `<state>/quarantine/`, newest first (`--quarantine-limit`);

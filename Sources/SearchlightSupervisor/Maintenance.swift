@@ -255,7 +255,21 @@ final class Maintenance: Sendable {
     /// below it proves that the batch in flight when pressure was sampled was the last.
     private func refine(_ store: IndexStore, bundle: String, index: String, yieldNow: @Sendable () -> Bool,
                         committed: (Int) -> Void) throws(SearchlightError) -> Int {
-        guard store.hasVectors, let encoder = context.semantic.transformerForRefinement() else { return 0 }
+        guard store.hasVectors else { return 0 }
+        // Nothing left to refine: the transformer is not loaded for it (nor kept loaded: with a
+        // short --maintenance-interval every run touched it, and --model-idle never unloaded it).
+        let counts = try store.vectorCounts()
+        if counts.refined >= counts.vectors { return 0 }
+        // The low-priority share is refining it: left to it (and the other way round).
+        let indexName = index == "_default" ? "" : index
+        if let share = context.refinementShare {
+            guard share.claim(bundle: bundle, index: indexName) else {
+                log.info("vectors left to the refinement share", ["bundle": bundle, "index": index])
+                return 0
+            }
+        }
+        defer { context.refinementShare?.release(bundle: bundle, index: indexName) }
+        guard let encoder = context.semantic.transformerForRefinement() else { return 0 }
         let throttle = context.scheduler?.throttle
         let started = Date()
         var lastBatchSample = -1, yielded = false

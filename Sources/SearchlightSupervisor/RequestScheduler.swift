@@ -244,7 +244,9 @@ actor RequestScheduler {
         var backgroundRunning = slots.values.filter { if case .dispatching(_, true) = $0 { true } else { false } }.count
         let backgroundDue = candidates.contains { $0.1.contains { $0.background && $0.notBefore <= now } }
         let maintenanceWaits = maintenance?.wantsSampling(at: now) ?? false
-        let sampled = throttle.refresh(now: now, needed: backgroundDue || maintenanceWaits || backgroundRunning > 0)
+        // The refinement share gives way to memory pressure: sampled while it runs or is paused.
+        let shareRuns = context.refinementShare?.isActive ?? false
+        let sampled = throttle.refresh(now: now, needed: backgroundDue || maintenanceWaits || backgroundRunning > 0 || shareRuns)
         if let t = sampled.transition { announce(t, sample: sampled.sample) }
         if let at = sampled.nextSample { next = min(next, at) }
         pollMaintenance(now, next: &next)

@@ -39,6 +39,7 @@ final class ServiceContext: Sendable {
         var maintenance: Maintenance?
         var migrator: Migrator?
         var cgroups: ExtensionCgroups?
+        var refinementShare: RefinementShare?
     }
 
     private let lock = Mutex(Counted())
@@ -103,6 +104,12 @@ final class ServiceContext: Sendable {
     var maintenance: Maintenance? {
         get { lock.withLock { $0.maintenance } }
         set { lock.withLock { $0.maintenance = newValue } }
+    }
+
+    /// The low-priority refinement of small indexes (nil before the start).
+    var refinementShare: RefinementShare? {
+        get { lock.withLock { $0.refinementShare } }
+        set { lock.withLock { $0.refinementShare = newValue } }
     }
 
     var connections: Int { lock.withLock { $0.connections } }

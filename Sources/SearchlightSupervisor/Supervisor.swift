@@ -123,6 +123,7 @@ public final class Supervisor: Sendable {
             daemon.context.cgroups?.removeAll()
             daemon.server.stop()
             daemon.migrator.drain()
+            daemon.context.refinementShare?.stop()
             daemon.context.semantic.stop()
             daemon.context.registry.closeAll()
         }
@@ -176,6 +177,9 @@ public final class Supervisor: Sendable {
         scheduler.observeOutcomes { [recovery = context.recovery] request, outcome in recovery.requestFinished(request, outcome) }
         scheduler.observeOutcomes { [fill = context.initialFill] request, outcome in fill.requestFinished(request, outcome) }
         context.initialFill.resume()
+        let share = RefinementShare(context: context, maxItems: config.refineShareItems, settle: config.refineShareSettle)
+        context.refinementShare = share
+        share.start()
         let migrator = try Migrator(context: context)
         context.migrator = migrator
         migrator.resume(scheduler: scheduler)

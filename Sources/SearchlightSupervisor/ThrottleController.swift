@@ -34,6 +34,8 @@ final class ThrottleController: Sendable {
     /// step, so a log can show that no step began after the sample that saw pressure
     /// (Docs/SemanticSearch.md, "Refinement").
     var sampleCount: Int { machine.withLock { $0.samples } }
+    /// When the load was last sampled (nil: never).
+    var lastSampleTime: Date? { machine.withLock { $0.lastSample } }
 
     /// Samples when work is waiting (`needed`) or the state has yet to step back down to normal,
     /// and the last sample is `interval` old. Otherwise nothing is read: a quiet daemon sleeps.

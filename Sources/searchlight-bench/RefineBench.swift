@@ -61,7 +61,9 @@ struct RefineBench {
         if !kept { try? FileManager.default.removeItem(atPath: dir) }
         try writePressure(cpu: 70)
         var daemon = try Daemon(dir: dir + "/daemon", arguments: ["--model-dir", model.path, "--proc-root", procRoot,
-            "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1", "--model-idle", "10"])
+            "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1", "--model-idle", "10",
+            // Idle maintenance refines here (it is what the pauses measure), not the share of small indexes.
+            "--refine-share-items", "0"])
         defer {
             daemon.stop(remove: !keep)
             if keep { progress("semantic refinement: the daemon's directory kept in \(dir)") } else { try? FileManager.default.removeItem(atPath: dir) }
@@ -72,7 +74,7 @@ struct RefineBench {
             let entry = status["bundles"]?.arrayValue?.first { $0["bundle"]?.stringValue == bundle }?["indexes"]?.arrayValue?.first
             return (entry?["vectors"]?.intValue ?? 0, entry?["refined"]?.intValue ?? 0)
         }
-        let judged = full ? try SemanticBench.loadJudgements(options) : []
+        let judged = full ? Self.restrict(try SemanticBench.loadJudgements(options), to: items) : []
         var rows: [Row] = []
         if kept {
             let (vectors, refined) = try await counts()
@@ -95,7 +97,9 @@ struct RefineBench {
             try? FileManager.default.removeItem(atPath: dir)
             try writePressure(cpu: 70)
             daemon = try Daemon(dir: dir + "/daemon", arguments: ["--model-dir", model.path, "--proc-root", procRoot,
-                "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1", "--model-idle", "10"])
+                "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1", "--model-idle", "10",
+            // Idle maintenance refines here (it is what the pauses measure), not the share of small indexes.
+            "--refine-share-items", "0"])
             admin = SearchlightConnection(role: .admin, socketPath: daemon.socket)
         }
         let events = EventLog()
@@ -214,6 +218,23 @@ struct RefineBench {
         }
         await index.close()
         return rows
+    }
+
+    /// The judgements on a subset of the corpus (`--refine-items N`): each query's relevant items
+    /// cut to those donated, and the queries left with none dropped, so that every state is
+    /// scored against what the index can hold.
+    static func restrict(_ judged: [SemanticBench.Judgement], to items: [SearchableItem]) -> [SemanticBench.Judgement] {
+        let ids = Set(items.map(\.uniqueIdentifier))
+        let kept = judged.compactMap { j -> SemanticBench.Judgement? in
+            var j = j
+            j.relevant.formIntersection(ids)
+            return j.relevant.isEmpty ? nil : j
+        }
+        if kept.count != judged.count || kept.map(\.relevant.count).reduce(0, +) != judged.map(\.relevant.count).reduce(0, +) {
+            progress("semantic refinement: judgements cut to the \(items.count) items donated: \(kept.count) of \(judged.count) queries keep a relevant item, "
+                + "\(kept.map(\.relevant.count).reduce(0, +)) of \(judged.map(\.relevant.count).reduce(0, +)) relevant pairs")
+        }
+        return kept
     }
 
     /// The fourth state (issue 37): the refined index with the static table's query, once the

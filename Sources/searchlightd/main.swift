@@ -39,6 +39,9 @@ let usage = """
     semantic search: --model-dir DIR (user: $XDG_DATA_HOME/searchlight/models/all-MiniLM-L6-v2,
                 system: /usr/share/searchlight/models/all-MiniLM-L6-v2): the model files (make model)
             --model-idle SECONDS (300): unload the transformer after this long without a query
+            --refine-share-items N (10000): refine an index of at most N vectors at background
+                priority soon after its donations, even on a busy machine (0: only when idle)
+            --refine-share-after SECONDS (30): wait this long after an index's last donation
     extensions: --units-dir DIR (repeatable; replaces the default unit directories, first match wins)
             --backoff SECONDS (10): first retry/relaunch delay after a failure, doubling to 5 min
             --max-request-attempts N (8): then a reindex request is reported as failed
@@ -123,6 +126,11 @@ func parseArguments(_ args: [String]) -> Configuration {
         case "--slow-query": config.slowQuery = seconds(flag, max: 86400)
         case "--model-dir": config.modelDirectory = value(flag)
         case "--model-idle": config.modelIdleSeconds = seconds(flag, max: 86400)
+        case "--refine-share-items":
+            let v = value(flag)
+            guard let n = Int(v), n >= 0 else { fail("\(flag) must be a count of 0 or more (0: off), got \"\(v)\"") }
+            config.refineShareItems = n
+        case "--refine-share-after": config.refineShareSettle = seconds(flag, max: 86400)
         case "--max-query-terms": config.limits.maxQueryTerms = positive(flag)
         case "--max-query-predicates": config.limits.maxQueryPredicates = positive(flag)
         case "--max-filter-queries": config.limits.maxFilterQueries = positive(flag)

@@ -85,7 +85,11 @@ final class DaemonProcess: @unchecked Sendable {
         // No semantic model unless a test names one: the tests must not depend on whether `make
         // model` filled this machine's default folder (SemanticSearchTests pass --model-dir).
         let model = extraArguments.contains("--model-dir") ? [] : ["--model-dir", dir.path + "/no-model"]
-        p.arguments = ["--socket", socket, "--state-dir", stateDir, "--log-level", "debug"] + units + proc + model + extraArguments
+        // Refinement only when a test asks for it (idle maintenance, `simulate idle`), unless it
+        // tests the low-priority share itself: the tests of the static tier and of the idle rule
+        // count refined vectors.
+        let share = extraArguments.contains("--refine-share-items") ? [] : ["--refine-share-items", "0"]
+        p.arguments = ["--socket", socket, "--state-dir", stateDir, "--log-level", "debug"] + units + proc + model + share + extraArguments
         if let command = launcher.first {
             p.arguments = launcher.dropFirst() + [Products.path("searchlightd")] + (p.arguments ?? [])
             p.executableURL = URL(fileURLWithPath: command)

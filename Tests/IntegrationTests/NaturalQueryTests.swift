@@ -184,4 +184,62 @@ struct NaturalQueryTests {
         }
         try await Self.checkAll(state: "refined", daemon)
     }
+    /// A fake `/proc/pressure` (the load tests' seam) with each resource's `some avg10`.
+    static func writePressure(_ root: String, cpu: Double, memory: Double) throws {
+        try FileManager.default.createDirectory(atPath: root + "/pressure", withIntermediateDirectories: true)
+        for (name, v) in [("cpu", cpu), ("io", 0.0), ("memory", memory)] {
+            try "some avg10=\(v) avg60=0.00 avg300=0.00 total=1\n".write(toFile: root + "/pressure/" + name, atomically: true, encoding: .utf8)
+        }
+    }
+
+    /// Each bundle's (vectors, refined), from `status`.
+    static func counts(_ daemon: DaemonProcess) async throws -> [String: (vectors: Int, refined: Int)] {
+        let json = try JSONValue.parse(Array(try await runCLI(["status", "--json"], socket: daemon.socket).stdout.utf8))
+        var out: [String: (vectors: Int, refined: Int)] = [:]
+        for b in json["bundles"]?.arrayValue ?? [] {
+            guard let name = b["bundle"]?.stringValue, let i = b["indexes"]?.arrayValue?.first else { continue }
+            out[name] = (i["vectors"]?.intValue ?? -1, i["refined"]?.intValue ?? -1)
+        }
+        return out
+    }
+
+    @Test("a busy machine: the small indexes are refined by the low-priority share (never idle, CPU pressure over the pause mark); memory pressure pauses it; the refined expectations hold")
+    func refinedOnBusyMachine() async throws {
+        guard let model = SemanticSearchTests.transformerModel else { return }
+        let dir = TempDir()
+        let proc = dir.path + "/proc"
+        // CPU pressure over the pause mark for the whole test (idle maintenance never starts),
+        // and memory pressure over its pause mark while the items come in.
+        try Self.writePressure(proc, cpu: 70, memory: 40)
+        let daemon = try await DaemonProcess(arguments: ["--model-dir", model, "--proc-root", proc, "--load-interval", "0.5",
+            "--refine-share-items", "10000", "--refine-share-after", "1"], dir: dir)
+        let mark = daemon.log.count
+        try await Self.donate(daemon, dir)
+        // The share looks at the recipes once they settled, sees the memory pressure and gives way.
+        let pausedLine = try await daemon.waitForLog("memory pressure", after: mark, timeout: 120)
+        #expect(pausedLine.contains("refinement share paused"), "\(pausedLine)")
+        // Two samples of the load later, still nothing refined.
+        let samples = try JSONValue.parse(Array(try await runCLI(["status", "--json"], socket: daemon.socket).stdout.utf8))["throttle"]?["samples"]?.intValue ?? 0
+        try await RefinementIntegrationTests.until("two more load samples", timeout: 60) {
+            try await RefinementIntegrationTests.status(daemon)["throttle"]?["samples"]?.intValue ?? 0 >= samples + 2
+        }
+        let held = try await Self.counts(daemon)
+        #expect(held["com.example.recipes"]?.refined == 0 && held["com.example.activities"]?.refined == 0, "refined under memory pressure: \(held)")
+        let share = try await RefinementIntegrationTests.status(daemon)["refinementShare"]
+        #expect(share?["state"]?.stringValue == "paused", "\(String(describing: share))")
+
+        // Memory pressure gone, the CPU still busy: the share refines both indexes to the end.
+        try Self.writePressure(proc, cpu: 70, memory: 0)
+        try await RefinementIntegrationTests.until("every vector refined by the share", timeout: 600) {
+            let c = try await Self.counts(daemon)
+            return c.count == 2 && c.values.allSatisfy { $0.vectors > 0 && $0.refined == $0.vectors }
+        }
+        let status = try await RefinementIntegrationTests.status(daemon)
+        #expect(status["throttle"]?["state"]?.stringValue == "paused", "the machine counted as busy throughout: \(String(describing: status["throttle"]))")
+        #expect(status["maintenance"]?["running"]?.boolValue == false && status["maintenance"]?["lastSummary"] == nil,
+            "no idle maintenance ran: \(String(describing: status["maintenance"]))")
+        #expect(daemon.log.dropFirst(mark).contains { $0.contains("vectors refined by the share") && $0.contains("com.example.recipes") })
+        try await Self.checkAll(state: "refined", daemon)
+    }
 }
+

@@ -113,6 +113,52 @@ struct RefinementIntegrationTests {
         #expect(search.status == 0, "\(search.stderr)")
     }
 
+    @Test("the low-priority share waits for user queries on the transformer's threads, and goes on once they stop")
+    func shareWaitsForQueries() async throws {
+        guard let model = SemanticSearchTests.transformerModel else { return }
+        let dir = TempDir()
+        let proc = dir.path + "/proc"
+        try ThrottleIntegrationTests.writePSI(proc, cpu: 70)  // busy: idle maintenance never runs
+        let daemon = try await DaemonProcess(arguments: ["--model-dir", model, "--proc-root", proc, "--load-interval", "0.5",
+            "--refine-share-items", "10000", "--refine-share-after", "1"], dir: dir)
+        // Enough that the share is still refining when the queries begin, on a fast machine.
+        let count = 3000
+        try await SemanticSearchTests.importItems(Self.items(count: count), bundle: "com.example.refine", daemon: daemon, dir: dir) {
+            try await runCLI($0, socket: daemon.socket)
+        }
+        // Four clients one after another each ask a long query from the start (once the share has
+        // loaded the transformer, it embeds them on the query threads): the share's batches wait.
+        let text = Array(repeating: "a music player that organizes audio files and playlists", count: 20).joined(separator: " ")
+        let flood = Flood()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<4 {
+                group.addTask {
+                    let index = daemon.index("com.example.refine")
+                    defer { Task { await index.close() } }
+                    while !flood.stop.load(ordering: .relaxed) {
+                        _ = try await UserQuery(userQueryString: text, userQueryContext: UserQueryContext(), index: index).run()
+                        flood.answered.add(1, ordering: .relaxed)
+                    }
+                }
+            }
+            group.addTask {
+                defer { flood.stop.store(true, ordering: .relaxed) }
+                try await Self.until("a batch of the share waited for a query", timeout: 300) {
+                    let status = try await Self.status(daemon)
+                    if status["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first?["refined"]?.intValue == count {
+                        throw HarnessError("every item refined before a batch waited for a query: use more items")
+                    }
+                    return status["refinementShare"]?["queryWaits"]?.intValue ?? 0 >= 1
+                }
+            }
+            try await group.waitForAll()
+        }
+        #expect(flood.answered.load(ordering: .relaxed) > 0)
+        // The queries gone, it goes on.
+        let after = try await Self.refined(daemon).refined
+        try await Self.until("refinement going on once the queries stopped", timeout: 300) { try await Self.refined(daemon).refined > after }
+    }
+
     @Test("without PSI: refinement is not stopped by its own threads in the load average, and pauses at the next sample when an outside load shows in it")
     func loadAverageWithoutPSI() async throws {
         guard let model = SemanticSearchTests.transformerModel else { return }
@@ -187,6 +233,12 @@ struct RefinementIntegrationTests {
         let atPause = try await Self.refined(daemon).refined
         #expect(atPause > going && atPause < count, "\(atPause) refined when it yielded")
     }
+}
+
+/// The query flood of `shareWaitsForQueries`: when to stop, and the queries answered.
+final class Flood: Sendable {
+    let stop = Atomic<Bool>(false)
+    let answered = Atomic<Int>(0)
 }
 
 /// A fake kernel's `loadavg` for a fake `/proc` without PSI: every 100 ms, the daemon's CPU time

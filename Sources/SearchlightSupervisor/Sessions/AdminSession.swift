@@ -122,6 +122,7 @@ final class AdminSession: BundleSession {
             "extensions": .array((context.scheduler?.allHosts ?? []).map(\.statusJSON)),
             "throttle": context.scheduler?.throttle.statusJSON ?? .null,
             "maintenance": context.maintenance?.statusJSON ?? .null,
+            "refinementShare": context.refinementShare?.statusJSON ?? .null,
             "reindexRequests": requestCounts(),
             "quarantine": context.recovery.quarantineStatus(),
             "semantic": context.semantic.status,

@@ -137,13 +137,16 @@ struct BundleCalls: Sendable {
         let target = try store(bundle: requested, index: index, write: true)
         guard let store = target.store else { throw SearchlightError(.indexUnavailable, "index could not be opened") }
         guard let shadow = context.registry.shadow(bundle: target.bundle, index: target.index) else {
-            return try store.applySync(mutations, expecting: expectation, newClientState: newClientState)
+            let result = try store.applySync(mutations, expecting: expectation, newClientState: newClientState)
+            if result.indexed > 0 { context.refinementShare?.donated(bundle: target.bundle, index: target.index) }
+            return result
         }
         var forOld = mutations
         if case .extensionUnit = caller {
             forOld.removeAll { if case .deleteAll = $0 { true } else { false } }
         }
         let result = try store.applySync(forOld, expecting: expectation, newClientState: newClientState)
+        if result.indexed > 0 { context.refinementShare?.donated(bundle: target.bundle, index: target.index) }
         do {
             _ = try shadow.applySync(mutations, newClientState: newClientState)
         } catch {
