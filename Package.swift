@@ -118,27 +118,30 @@ let package = Package(
             name: "searchlight-test-client", dependencies: ["SearchlightKit"], path: "Tests/TestClient",
             swiftSettings: strict
         ),
-        .testTarget(name: "SearchlightWireTests", dependencies: ["SearchlightWire"], swiftSettings: strict),
-        .testTarget(name: "SearchlightStoreTests", dependencies: ["SearchlightStore", "SearchlightSemantic", "CSQLite"], swiftSettings: strict),
+        // `.onOwnThreads` (Docs/Architecture.md): test suites whose bodies block run on threads the
+        // test process owns, never on Swift's cooperative pool.
+        .target(name: "TestThreads", path: "Tests/TestThreads", swiftSettings: strict),
+        .testTarget(name: "SearchlightWireTests", dependencies: ["SearchlightWire", "TestThreads"], swiftSettings: strict),
+        .testTarget(name: "SearchlightStoreTests", dependencies: ["SearchlightStore", "SearchlightSemantic", "CSQLite", "TestThreads"], swiftSettings: strict),
         .testTarget(
             name: "SearchlightSemanticTests",
-            dependencies: ["SearchlightSemantic", "SearchlightStore", "SearchlightWire"],
+            dependencies: ["SearchlightSemantic", "SearchlightStore", "SearchlightWire", "TestThreads"],
             exclude: ["Fixtures"],
             swiftSettings: strict
         ),
-        .testTarget(name: "SearchlightKitTests", dependencies: ["SearchlightKit"], swiftSettings: strict),
-        .testTarget(name: "SearchlightDesktopTests", dependencies: ["SearchlightDesktop"], swiftSettings: strict),
-        .testTarget(name: "SearchlightUnitsTests", dependencies: ["SearchlightUnits"], swiftSettings: strict),
-        .testTarget(name: "SearchlightSQLiteTests", dependencies: ["SearchlightSQLite", "CSQLite"], swiftSettings: strict),
+        .testTarget(name: "SearchlightKitTests", dependencies: ["SearchlightKit", "TestThreads"], swiftSettings: strict),
+        .testTarget(name: "SearchlightDesktopTests", dependencies: ["SearchlightDesktop", "TestThreads"], swiftSettings: strict),
+        .testTarget(name: "SearchlightUnitsTests", dependencies: ["SearchlightUnits", "TestThreads"], swiftSettings: strict),
+        .testTarget(name: "SearchlightSQLiteTests", dependencies: ["SearchlightSQLite", "CSQLite", "TestThreads"], swiftSettings: strict),
         .testTarget(
             name: "SearchlightSupervisorTests",
-            dependencies: ["SearchlightSupervisor"],
+            dependencies: ["SearchlightSupervisor", "TestThreads"],
             swiftSettings: strict
         ),
-        .testTarget(name: "SearchlightFuzzTests", dependencies: ["SearchlightFuzz"], swiftSettings: strict),
+        .testTarget(name: "SearchlightFuzzTests", dependencies: ["SearchlightFuzz", "TestThreads"], swiftSettings: strict),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightFuzz", "SearchlightStore", "SearchlightSQLite", "CSQLite",
+            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightFuzz", "SearchlightStore", "SearchlightSQLite", "CSQLite", "TestThreads",
                            // sd-bus for the fake notification server the desktop tests own on their session bus.
                            "CSystemd"],
             swiftSettings: strict

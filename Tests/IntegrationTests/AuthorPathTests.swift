@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 import SearchlightKit
 
 /// What a plugin author meets in the first hour when something goes wrong (issue 14): each test is

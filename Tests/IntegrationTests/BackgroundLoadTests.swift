@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// Busy-loop processes (`/bin/sh`), one per hog, killed by `stop`: the other programs a user's
 /// machine runs beside the daemon.

@@ -1,6 +1,7 @@
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// The CLI half of index extensions (`reindex`, `units`, `requests`, `monitor`, `mdutil -cr`),
 /// in what it decides on its own: argument errors, offline unit checks, an absent daemon.

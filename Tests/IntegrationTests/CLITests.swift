@@ -1,6 +1,7 @@
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// The `searchlight` CLI, run as a built binary against a real daemon on a temp socket.
 /// Build first: `swift build` builds `searchlight` and `searchlightd`; `swift test` does not.

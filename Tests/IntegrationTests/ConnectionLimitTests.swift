@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// A test-client process holding idle connections as another user until `finish()`.
 final class ConnectionHolder: @unchecked Sendable {

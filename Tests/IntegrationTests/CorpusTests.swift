@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 import SearchlightKit
 
 /// The shared Debian corpus (DESIGN §9) as SearchableItems.

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 import SearchlightWire
 
 /// `searchlight search TEXT` (an admin query without a bundle) ranks every app's items as one

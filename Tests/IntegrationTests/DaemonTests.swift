@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 import SearchlightKit
 
 func item(_ id: String, domain: String? = nil, title: String, text: String? = nil, keywords: [String]? = nil) -> SearchableItem {

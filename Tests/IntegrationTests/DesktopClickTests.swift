@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 import SearchlightKit
 
 /// What the user sees when a click in GNOME Shell's or KRunner's search cannot do its job (issue

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 import SearchlightKit
 
 /// The desktop role on the daemon's socket (DESIGN §12, Docs/Protocol.md "Desktop search"): what

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 import SearchlightKit
 
 /// The desktop's search (DESIGN §12, Docs/Desktop.md), end to end: a real `searchlightd`, a real

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 import SearchlightKit
 
 /// The Swift in the documentation compiles against the SDK as built (issue 14: the guide's main

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// Index extensions that misbehave on command (DESIGN §6): each failure must leave the daemon
 /// healthy, the other extensions served, every index intact, and the request acknowledged later or

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// Regressions found in review of the extension host and scheduler, each with the real daemon and
 /// the fake extension.

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// Index extensions with real processes, when they behave: the initial reindex, requests from the
 /// CLI, item data for apps, idle exit, debug attach and unit reloads. Misbehaving extensions are in

@@ -5,6 +5,7 @@ import Foundation
 import SearchlightFuzz
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// Hostile clients against the real daemon (Docs/Reliability.md, "Hostile input and fuzzing"):
 /// after each, the daemon is alive, other clients are served, no index is damaged, and its

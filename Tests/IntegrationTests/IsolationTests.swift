@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 import SearchlightKit
 
 /// System mode: one uid cannot read, write or erase another uid's bundle (DESIGN §6). Runs as

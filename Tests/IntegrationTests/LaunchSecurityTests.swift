@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 import SearchlightKit
 
 /// Attacks on how the daemon starts extensions (issue 13, items 1, 2, 3 and 10), each by a real

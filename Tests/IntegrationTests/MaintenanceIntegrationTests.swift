@@ -5,6 +5,7 @@ import CSQLite
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// Runs SQL on an index file behind the daemon's back (the daemon is stopped), as a torn write,
 /// a bad disk or a bug would change it.

@@ -5,6 +5,7 @@ import Foundation
 import SearchlightKit
 import SearchlightStore
 import Testing
+import TestThreads
 
 /// Queries from their own task while an index migrates: every answer must come without error and
 /// complete (the old index answers until the swap, the new one after it).

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 import SearchlightKit
 
 /// Issue 29, D1: opening a result ran code of another user's choosing as the user opening it

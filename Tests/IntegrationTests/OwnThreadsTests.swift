@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import TestThreads
 
 /// What `.onOwnThreads` promises the integration suites: their tests, synchronous or not, run on
 /// the test process's own threads, so tests blocked there leave Swift's cooperative pool to the

@@ -5,6 +5,7 @@ import Foundation
 import SearchlightKit
 import SearchlightStore
 import Testing
+import TestThreads
 
 /// System mode, issue 13 items 4 and 14: every write records its bundle's owner, a bundle nobody
 /// owns is for administrators only, and a refused caller learns nothing but "not yours". Runs as

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 
 /// Every public type of the SDK is named in its reference (issue 38: `waitUntilIndexed(timeout:)`'s
 /// argument, `UserQuery`'s result types and others were used by apps and found nowhere in the

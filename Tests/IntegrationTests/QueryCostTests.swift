@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// Expensive and malformed queries against the real daemon (issue 13, items 7, 9, 11, 13): each
 /// is answered at once or at its deadline, a query nobody waits for stops, every number is

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// A test-client process (`searchlight-test-client MODE`) run as another uid through `setpriv`,
 /// whose first line of output is its report.

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// README.md's "A 60-second tour", run as a new user runs it: its lines taken from README.md
 /// itself (so that the README cannot drift from what the programs print), each through `sh` from

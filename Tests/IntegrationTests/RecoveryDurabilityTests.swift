@@ -5,6 +5,7 @@ import Foundation
 import SearchlightKit
 import SearchlightStore
 import Testing
+import TestThreads
 
 /// Corruption recovery across kills (issue 13, items 8 and 12): a salvage is journaled before the
 /// damaged file moves and resumed at the next start, its quarantined file is kept until its rows

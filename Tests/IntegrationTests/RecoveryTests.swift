@@ -5,6 +5,7 @@ import Foundation
 import SearchlightKit
 import SearchlightStore
 import Testing
+import TestThreads
 
 /// An index file of a real daemon, damaged on purpose the ways disks and bugs damage files.
 struct IndexFile {

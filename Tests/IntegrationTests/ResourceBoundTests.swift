@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// What the daemon holds, read from /proc.
 struct DaemonFigures: CustomStringConvertible {

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// The sample extensions of `Extensions/`, each built as its own package (`make extensions`, which
 /// `make test` runs first), launched by the real daemon from the real units of

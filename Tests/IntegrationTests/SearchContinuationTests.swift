@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 import SearchlightKit
 
 /// Continuing a search in the app (issue 34 item 2, Docs/Desktop.md "Continuing a search in the

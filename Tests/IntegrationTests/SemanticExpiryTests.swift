@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 import SearchlightKit
 import SearchlightWire
 

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// Stopping the daemon (SIGTERM): gracefully, with what was in flight kept for the next start,
 /// and forced when the graceful stop takes longer than `--stop-timeout`.

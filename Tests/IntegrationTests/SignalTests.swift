@@ -5,6 +5,7 @@ import Foundation
 import SearchlightKit
 import SearchlightWire
 import Testing
+import TestThreads
 
 /// How the process under test is started: the ways systemd, a shell and a test harness start
 /// it. Each starts it with no signal blocked and every action at its default, as a login shell,

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import Synchronization
 import Testing
+import TestThreads
 import SearchlightKit
 import SearchlightWire
 

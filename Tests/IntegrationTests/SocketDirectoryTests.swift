@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 
 @Suite("The socket's directory", .onOwnThreads)
 struct SocketDirectoryTests {

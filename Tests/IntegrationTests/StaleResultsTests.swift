@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 import SearchlightKit
 
 /// No stale results (issue 34 item 3, Docs/Desktop.md): an item whose `file:` contentURL no longer

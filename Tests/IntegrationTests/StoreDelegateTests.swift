@@ -5,6 +5,7 @@ import Foundation
 import SearchlightSQLite
 import SearchlightStore
 import Testing
+import TestThreads
 
 /// A delegate that does not index rows named "private" (`attributeSet(for:)` answering nil).
 final class PrivateAware: SQLiteSpotlightDelegate, @unchecked Sendable {

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 
 /// systemd integration without systemd (the model: go-systemd's tests): the test binds the
 /// `NOTIFY_SOCKET` datagram socket and the socket-activation listener itself, and runs the real

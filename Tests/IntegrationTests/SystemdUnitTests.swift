@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 
 /// The shipped systemd units (launchd-like-units/searchlightd.{service,socket} and user/), as
 /// `make install` installs them, checked by `systemd-analyze verify`. No systemd needs to run:

@@ -6,6 +6,7 @@ import SearchlightFuzz
 import SearchlightKit
 import SearchlightStore
 import Testing
+import TestThreads
 
 /// The Tags sample (the store delegate in a real app) with the real daemon: its CLI, its
 /// extension, crashes of both processes during a stream of changes, two processes on one store.

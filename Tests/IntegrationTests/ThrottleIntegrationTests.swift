@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// Load throttling against the real daemon, with a fake `--proc-root` whose pressure files the
 /// test rewrites: background work waits while the machine is busy, nothing else does.

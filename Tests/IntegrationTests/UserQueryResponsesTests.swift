@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 import SearchlightKit
 
 /// `UserQuery.responses` (CSUserQuery.responses, issue 38): the same answer as `run()`, as an

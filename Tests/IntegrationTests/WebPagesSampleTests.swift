@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// The WebPages sample (Extensions/WebPages, built by `make extensions`) launched by the real
 /// daemon on a temp folder of real pages from this machine (`/usr/share/doc`), its own sample

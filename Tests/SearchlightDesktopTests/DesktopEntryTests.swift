@@ -3,10 +3,11 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightDesktop
 import SearchlightKit
 
-@Suite("Desktop entries")
+@Suite("Desktop entries", .onOwnThreads)
 struct DesktopEntryTests {
     @Test("the [Desktop Entry] group is read: Name, Icon, Exec, DBusActivatable; other groups and locales are skipped")
     func parse() throws {
@@ -41,7 +42,7 @@ struct DesktopEntryTests {
 /// Issue 29 (D1): a desktop-file id named by another user (`desktop.register`, a unit's
 /// `OpenWith`) must never resolve to a file outside the applications folders, nor to one another
 /// user could have written.
-@Suite("Desktop-file ids resolve to trusted files only")
+@Suite("Desktop-file ids resolve to trusted files only", .onOwnThreads)
 struct DesktopEntryLocatorTests {
     /// An applications folder under `dir/share` with a `screensavers/` subfolder (the one
     /// precondition of the attack), and a planted `dir/evil/evil.desktop`.

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightDesktop
 
 /// PNG files built by the tests: chunks with their CRCs, image data in stored (uncompressed)
@@ -66,7 +67,7 @@ extension ThumbnailImage {
     static let pngSignature: [UInt8] = [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]
 }
 
-@Suite("Thumbnails as pixels (KRunner's icon-data)")
+@Suite("Thumbnails as pixels (KRunner's icon-data)", .onOwnThreads)
 struct ThumbnailImageTests {
     static let root = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent().path
 

@@ -3,11 +3,12 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightDesktop
 
 /// The desktop's check for results whose file is gone (issue 34 item 3): what counts as gone,
 /// which paths are never looked at, and the per-query bound.
-@Suite("VanishedFileCheck")
+@Suite("VanishedFileCheck", .onOwnThreads)
 struct VanishedFileCheckTests {
     static let mountinfo = """
         22 1 8:1 / / rw,relatime shared:1 - ext4 /dev/sda1 rw

@@ -1,10 +1,11 @@
 import Foundation
 import SearchlightFuzz
 import Testing
+import TestThreads
 
 /// Each fuzz target for a bounded number of deterministic mutants (seeded, so a failure is the
 /// same input on every run). `make fuzz` runs the same targets for minutes.
-@Suite("fuzz targets, bounded") struct FuzzTargetTests {
+@Suite("fuzz targets, bounded", .onOwnThreads) struct FuzzTargetTests {
     static func expectClean(_ report: FuzzRunner.Report) {
         print(report)
         #expect(report.violations.isEmpty, "\(report.violations.map(\.description).joined(separator: "\n"))")

@@ -1,9 +1,10 @@
 import Foundation
 import SearchlightKit
 import Testing
+import TestThreads
 
 /// What an app's calls put on the wire and how it reads the answers, against `FakeDaemon`.
-@Suite("SDK clients", .timeLimit(.minutes(1)))
+@Suite("SDK clients", .timeLimit(.minutes(1)), .onOwnThreads)
 struct ClientTests {
     static func item(_ id: String, _ title: String) -> JSONValue {
         ["uniqueIdentifier": .string(id), "attributeSet": ["title": .string(title)]]

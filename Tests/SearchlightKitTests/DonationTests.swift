@@ -2,10 +2,11 @@ import Foundation
 import Synchronization
 @testable import SearchlightKit
 import Testing
+import TestThreads
 
 /// What `indexSearchableItems` does with a stream of items, against `FakeDaemon`: calls of bounded
 /// size, in order, a few in flight; and the SDK's own options and `--dump`.
-@Suite("SDK donations and the extension's context", .timeLimit(.minutes(1)))
+@Suite("SDK donations and the extension's context", .timeLimit(.minutes(1)), .onOwnThreads)
 struct DonationTests {
     static func item(_ n: Int, text: String = "") -> SearchableItem {
         var a = AttributeSet(contentType: "public.plain-text")

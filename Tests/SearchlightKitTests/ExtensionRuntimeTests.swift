@@ -5,6 +5,7 @@ import Foundation
 import Synchronization
 @testable import SearchlightKit
 import Testing
+import TestThreads
 
 /// An extension as a plugin author writes one: donates what it is asked for; "poison" fails.
 struct SampleIndexer: IndexExtension {
@@ -65,7 +66,7 @@ final class FakeSupervisor: @unchecked Sendable {
     func calls(_ method: String) -> [JSONValue] { lock.withLock { received.filter { $0.method == method }.map(\.params) } }
 }
 
-@Suite("Extension runtime", .timeLimit(.minutes(1)))
+@Suite("Extension runtime", .timeLimit(.minutes(1)), .onOwnThreads)
 struct ExtensionRuntimeTests {
     /// The runtime on one end of a socketpair, as the supervisor launches it (fd in the environment).
     static func start() throws -> (FakeSupervisor, Task<Int32, Never>) {

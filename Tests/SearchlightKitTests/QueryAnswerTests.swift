@@ -1,10 +1,11 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightKit
 
 /// Query answers read straight from the frame's bytes (`SearchPageAnswer`, `UserQueryAnswer`,
 /// `RPCConnection.call(_:_:decode:)`) give what the `JSONValue` path gave.
-@Suite("Query answers read from the bytes")
+@Suite("Query answers read from the bytes", .onOwnThreads)
 struct QueryAnswerTests {
     static let item: JSONValue = ["uniqueIdentifier": "a-1", "domainIdentifier": "d.e",
         "attributeSet": ["title": "T \"quoted\" \\ é", "keywords": ["x", "y"], "rankingHint": 2.5],

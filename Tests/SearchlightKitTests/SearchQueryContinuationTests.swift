@@ -1,7 +1,8 @@
 import Testing
+import TestThreads
 import SearchlightKit
 
-@Suite("SearchQueryContinuation")
+@Suite("SearchQueryContinuation", .onOwnThreads)
 struct SearchQueryContinuationTests {
     @Test("a text round-trips through its searchlight-query: URI and the launch arguments")
     func roundTrip() {

@@ -5,12 +5,13 @@ import Foundation
 import Synchronization
 @testable import SearchlightSQLite
 import Testing
+import TestThreads
 
 /// The delegate against a fake daemon that keeps the real batch and client-state rules: what
 /// reaches the index, and that each history range is applied exactly once whatever fails when.
 /// The time limit is a hang guard, not a speed check: under a loaded machine (parallel suites,
 /// other builds) a test here waited for the cooperative pool past 60 s (seen in helpers' runs).
-@Suite("store delegate", .timeLimit(.minutes(3)))
+@Suite("store delegate", .timeLimit(.minutes(3)), .onOwnThreads)
 struct DelegateTests {
     static let wait: Duration = .seconds(60)
 

@@ -1,10 +1,11 @@
 import Foundation
 @testable import SearchlightSQLite
 import Testing
+import TestThreads
 
 /// The objects the delegate puts in the app's database: what they are, what they record, and
 /// that installing them is idempotent, versioned, and never touches the app's tables.
-@Suite("history triggers", .timeLimit(.minutes(1)))
+@Suite("history triggers", .timeLimit(.minutes(1)), .onOwnThreads)
 struct HistorySchemaTests {
     func appSchema(_ store: TagsFixture) throws -> [[DatabaseValue]] {
         try store.app.rows("SELECT type, name, sql FROM sqlite_master WHERE name NOT GLOB '*searchlight*' ORDER BY name")

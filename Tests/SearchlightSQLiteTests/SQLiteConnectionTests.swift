@@ -1,11 +1,12 @@
 import Foundation
 import SearchlightSQLite
 import Testing
+import TestThreads
 
 /// `SQLiteConnection`, the app's own database access (issue 38: an app copying a `CSQLite`
 /// system-library target collided with the package's): it creates the file, writes, reads,
 /// rolls back a failed transaction, and its writes are recorded by the delegate's triggers.
-@Suite("SQLiteConnection", .timeLimit(.minutes(1)))
+@Suite("SQLiteConnection", .timeLimit(.minutes(1)), .onOwnThreads)
 struct SQLiteConnectionTests {
     static func temporaryPath() throws -> String {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("slconn-\(UUID().uuidString)")

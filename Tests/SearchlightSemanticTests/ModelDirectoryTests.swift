@@ -1,7 +1,8 @@
 import Testing
+import TestThreads
 @testable import SearchlightSemantic
 
-@Suite("Model directory")
+@Suite("Model directory", .onOwnThreads)
 struct ModelDirectoryTests {
     @Test("the model folder follows DESIGN §11: flag, then XDG_DATA_HOME or HOME in user mode, /usr/share in system mode")
     func resolve() {

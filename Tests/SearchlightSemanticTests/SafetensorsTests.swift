@@ -1,8 +1,9 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightSemantic
 
-@Suite("Safetensors reader")
+@Suite("Safetensors reader", .onOwnThreads)
 struct SafetensorsTests {
     /// A file of one header and its data, built by hand.
     static func file(header: String, data: [UInt8]) -> Data {

@@ -1,12 +1,13 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightSemantic
 
 /// The committed table: no download needed.
 private let tablePath = TestModel.repositoryFile("Models/all-MiniLM-L6-v2-static.bin")
 private let table: StaticEncoder? = try? StaticEncoder(file: tablePath)
 
-@Suite("Static encoder (the committed token table)")
+@Suite("Static encoder (the committed token table)", .onOwnThreads)
 struct StaticEncoderTests {
     static func reference() throws -> [(String, [Float], [Float])] {
         try TestModel.jsonLines("Tests/SearchlightSemanticTests/Fixtures/static-reference.jsonl").map {

@@ -1,13 +1,14 @@
 import CSemanticKernels
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightSemantic
 
 private let tablePath = TestModel.repositoryFile("Models/all-MiniLM-L6-v2-static.bin")
 
 /// The static encoder's C kernels (`CStaticKernels`) at every level this CPU runs, its batch path
 /// and its word cache, against plain loops and the one-at-a-time path.
-@Suite("Static encoder kernels, batches and word cache")
+@Suite("Static encoder kernels, batches and word cache", .onOwnThreads)
 struct StaticKernelTests {
     /// The levels this CPU can run (0 always).
     static let levels: [Int32] = Array(0...sl_static_level())

@@ -1,8 +1,9 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightSemantic
 
-@Suite("Tokenizer buffers kept between texts")
+@Suite("Tokenizer buffers kept between texts", .onOwnThreads)
 struct TokenizerBuffersTests {
     @Test("pieces with buffers (and a word cache) reused from text to text equal the pieces of each text alone")
     func reuseGivesTheSamePieces() throws {

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightSemantic
 
 /// The encoder is loaded once for the suite (90 MB of weights). OpenBLAS on one thread: the suite
@@ -35,7 +36,7 @@ func cosine(_ a: [Float], _ b: [Float]) -> Float {
     return dot / max((na * nb).squareRoot(), 1e-12)
 }
 
-@Suite("Transformer encoder (all-MiniLM-L6-v2)", .enabled(if: TestModel.available, TestModel.skipReason))
+@Suite("Transformer encoder (all-MiniLM-L6-v2)", .enabled(if: TestModel.available, TestModel.skipReason), .onOwnThreads)
 struct TransformerEncoderTests {
     static func reference() throws -> [(String, [Float])] {
         try TestModel.jsonLines("Tests/SearchlightSemanticTests/Fixtures/embedding-reference.jsonl").map {

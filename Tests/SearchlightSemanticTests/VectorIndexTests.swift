@@ -1,6 +1,7 @@
 import Foundation
 import SearchlightStore
 import Testing
+import TestThreads
 @testable import SearchlightSemantic
 
 /// Deterministic pseudo-random unit vectors (SplitMix64), clustered like real embeddings: each is
@@ -44,7 +45,7 @@ struct VectorSource {
     }
 }
 
-@Suite("Vector index")
+@Suite("Vector index", .onOwnThreads)
 struct VectorIndexTests {
     @Test("int8 quantisation keeps cosine within 0.001 and round-trips through its BLOB")
     func quantisation() throws {
@@ -122,7 +123,7 @@ struct VectorIndexTests {
     }
 }
 
-@Suite("Vector table (SQLite BLOB per item rowid)")
+@Suite("Vector table (SQLite BLOB per item rowid)", .onOwnThreads)
 struct VectorTableTests {
     func database() throws -> (Database, String) {
         let path = FileManager.default.temporaryDirectory.appendingPathComponent("sl-vectors-\(UUID().uuidString).sqlite").path

@@ -1,8 +1,9 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightSemantic
 
-@Suite("WordPiece tokenizer")
+@Suite("WordPiece tokenizer", .onOwnThreads)
 struct WordPieceTokenizerTests {
     /// A small vocabulary for the rules that need no model.
     static let small = try! WordPieceTokenizer(vocabulary: Vocabulary(tokens: [

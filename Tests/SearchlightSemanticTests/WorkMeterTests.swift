@@ -3,9 +3,10 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 import SearchlightSemantic
 
-@Suite("work meter")
+@Suite("work meter", .onOwnThreads)
 struct WorkMeterTests {
     /// This thread's CPU seconds.
     static func threadSeconds() -> Double {

@@ -1,12 +1,13 @@
 import Foundation
 import SearchlightSemantic
 import Testing
+import TestThreads
 @testable import SearchlightStore
 import SearchlightWire
 
 /// A query across apps (`FederatedUserQuery`) ranks the items of several indexes as one index
 /// holding all of them would (Docs/Architecture.md, "Queries").
-@Suite("One ranking across indexes")
+@Suite("One ranking across indexes", .onOwnThreads)
 struct FederatedQueryTests {
     /// Items of varied length and word frequencies; a word's frequency differs between the two
     /// halves, so each half's own statistics would score it differently from the union's.

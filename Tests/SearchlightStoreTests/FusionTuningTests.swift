@@ -1,11 +1,12 @@
 import Foundation
 import SearchlightSemantic
 import Testing
+import TestThreads
 @testable import SearchlightStore
 
 /// Which fusion constants a hybrid query uses (`SemanticRequest.tuning`): the refined ones only
 /// for a query the transformer embedded, on an index whose vectors the transformer mostly made.
-@Suite("Fusion constants by query encoder and refined share")
+@Suite("Fusion constants by query encoder and refined share", .onOwnThreads)
 struct FusionTuningTests {
     /// A request whose two tunings differ in every field, so that the one chosen is unmistakable.
     func request(_ encoder: QueryEncoder) -> SemanticRequest {

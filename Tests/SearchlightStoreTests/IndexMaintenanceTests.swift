@@ -1,10 +1,11 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 import SearchlightWire
 
 /// The store's half of idle maintenance: the bounded scrub, the refresh query, optimize, checkpoint.
-@Suite("Index maintenance")
+@Suite("Index maintenance", .onOwnThreads)
 struct IndexMaintenanceTests {
     @Test("the scrub goes through the items in slices from its cursor and starts over at the end")
     func scrubSlices() throws {

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 import SearchlightWire
 
@@ -86,7 +87,7 @@ final class StoreFixture: @unchecked Sendable {
     }
 }
 
-@Suite("Index store writes")
+@Suite("Index store writes", .onOwnThreads)
 struct IndexStoreWriteTests {
     @Test("donating an item with the same identifier replaces it")
     func replace() throws {
@@ -350,7 +351,7 @@ struct IndexStoreWriteTests {
     }
 }
 
-@Suite("User queries")
+@Suite("User queries", .onOwnThreads)
 struct UserQueryTests {
     @Test("case and diacritics never matter")
     func folding() throws {

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 import SearchlightWire
 
@@ -10,7 +11,7 @@ func rewriteFormat(_ path: String, to format: Int) throws {
     db.close()
 }
 
-@Suite("Store formats and migration")
+@Suite("Store formats and migration", .onOwnThreads)
 struct MigrationStoreTests {
     @Test("a new file has the current format: format 6, whose full-text table has no prefix indexes, with the ranked index's tables and the vector table")
     func newFormat() throws {

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 import SearchlightWire
 
@@ -7,7 +8,7 @@ import SearchlightWire
 /// them when another connection commits (`PRAGMA data_version`). Segment ids are never reused
 /// (`rank_next_segment`), so no write of the store itself can make an entry stale; a change by
 /// another connection to a segment's postings can, and is what this test makes.
-@Suite("Posting list cache")
+@Suite("Posting list cache", .onOwnThreads)
 struct PostingListCacheTests {
     @Test("a list changed by another connection's commit is read again, not served from the cache")
     func commitDropsCache() throws {

@@ -1,12 +1,13 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 import SearchlightWire
 
 /// What bounds the work of one query (issue 13): its budget (deadline, abandonment) interrupts
 /// SQLite, its size is checked before it runs, and SQLite's own size refusals are the query's
 /// fault, never the index's.
-@Suite("Query budgets and limits")
+@Suite("Query budgets and limits", .onOwnThreads)
 struct QueryBudgetTests {
     static func filled(_ n: Int = 300) throws -> StoreFixture {
         let f = try StoreFixture()

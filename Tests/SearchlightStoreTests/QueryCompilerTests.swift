@@ -2,6 +2,7 @@ import CSQLite
 import Foundation
 import SearchlightWire
 import Testing
+import TestThreads
 
 @testable import SearchlightStore
 
@@ -82,7 +83,7 @@ private final class QueryTestDatabase {
     }
 }
 
-@Suite("QueryCompiler")
+@Suite("QueryCompiler", .onOwnThreads)
 struct QueryCompilerTests {
     private let database: QueryTestDatabase
     private let parser = QueryParser(now: queryTestNow, calendar: utcCalendar())

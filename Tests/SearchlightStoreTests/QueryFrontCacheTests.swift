@@ -1,12 +1,13 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 import SearchlightWire
 
 /// `QueryFront.filter` keeps the filters of texts without `$` (which cannot read the clock) by
 /// their text and limits, per cache scope (the caller's uid in the daemon); a text with `$time.…`
 /// is compiled at every call, each time with its `now`.
-@Suite("Query filters kept by text")
+@Suite("Query filters kept by text", .onOwnThreads)
 struct QueryFrontCacheTests {
     static func describe(_ f: SQLFilter) -> String {
         "\(f.sql) | \(f.bindings.map { "\($0)" }) | \(f.ftsMatch ?? "-") | \(f.driverTerm.map { "\($0)" } ?? "-")"

@@ -1,6 +1,7 @@
 import Foundation
 import SearchlightWire
 import Testing
+import TestThreads
 
 @testable import SearchlightStore
 
@@ -16,7 +17,7 @@ func utcCalendar() -> Calendar {
 
 func iso(_ text: String) -> Date { ISO8601.parse(text)! }
 
-@Suite("QueryParser")
+@Suite("QueryParser", .onOwnThreads)
 struct QueryParserTests {
     let parser = QueryParser(now: queryTestNow, calendar: utcCalendar())
 

@@ -1,10 +1,11 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 
 /// The bounds that let the ranked top k skip blocks: a bound below a document's true score would
 /// drop it from the answer, so each is checked against every document it covers.
-@Suite("Ranked index bounds")
+@Suite("Ranked index bounds", .onOwnThreads)
 struct RankedBoundTests {
     static func postings(_ docs: Int, among span: Int, _ r: inout SeededRandom) -> [Posting] {
         var chosen = Set<UInt32>()

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 import SearchlightWire
 
@@ -7,7 +8,7 @@ import SearchlightWire
 /// postings (`RankedPageWalk`); they must be FTS5's pages exactly: same items, same order, same
 /// cursors, through builds, writes above and below the coverage, deletes and expirations.
 /// `SEARCHLIGHT_RANKED_ITEMS=63666 SEARCHLIGHT_RANKED_QUERIES=5000` for the full corpus.
-@Suite("Ranked pages equal the FTS5 pages", .serialized)
+@Suite("Ranked pages equal the FTS5 pages", .serialized, .onOwnThreads)
 struct RankedPageTests {
     static let items = Int(ProcessInfo.processInfo.environment["SEARCHLIGHT_RANKED_ITEMS"] ?? "") ?? 3000
     static let queriesPerPhase = Int(ProcessInfo.processInfo.environment["SEARCHLIGHT_RANKED_QUERIES"] ?? "") ?? 600

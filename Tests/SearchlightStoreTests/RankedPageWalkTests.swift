@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 import SearchlightWire
 
@@ -7,7 +8,7 @@ import SearchlightWire
 /// that lacks the driver in its column, so a walk ignoring the postings' column mask would still
 /// give FTS5's pages; here the candidates it hands to the check are counted. And a damaged
 /// postings blob met in the middle of a page hands the rest of the page to FTS5.
-@Suite("The ranked page walk's candidates and hand-over", .serialized)
+@Suite("The ranked page walk's candidates and hand-over", .serialized, .onOwnThreads)
 struct RankedPageWalkTests {
     /// A store whose whole words walk too (`rankedPagesForWholeWords`), with small segments.
     static func fixture(segmentDocs: Int = 65_536) throws -> StoreFixture {

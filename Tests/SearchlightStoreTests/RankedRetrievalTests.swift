@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 import SearchlightWire
 
@@ -40,7 +41,7 @@ enum StoreCorpus {
     }
 }
 
-@Suite("Ranked retrieval")
+@Suite("Ranked retrieval", .onOwnThreads)
 struct RankedRetrievalTests {
     static func fixture() throws -> StoreFixture {
         try StoreFixture(rankedBuilds: false)
@@ -72,7 +73,7 @@ struct RankedRetrievalTests {
 }
 
 /// The writer asks for a build itself: a large import is indexed without waiting for a query.
-@Suite("Ranked index builds")
+@Suite("Ranked index builds", .onOwnThreads)
 struct RankedBuildTests {
     @Test("enough donated items start a ranked build once the writes stop, with no query asking for it")
     func writerAsksForBuild() async throws {
@@ -96,7 +97,7 @@ struct RankedBuildTests {
 
 /// Result pages select only the attributes a query fetches (`ItemRecord.selectColumns(fetch:)`):
 /// what they return must be exactly the full record's attributes, cut to those asked for.
-@Suite("Fetched attributes")
+@Suite("Fetched attributes", .onOwnThreads)
 struct FetchedAttributeTests {
     @Test("a page fetching some attributes returns the full record's values of exactly those, by search and by user query")
     func partialFetch() throws {
@@ -141,7 +142,7 @@ struct SeededRandom: RandomNumberGenerator {
 /// shared corpus, through the index's whole life: built, then written (new items above the
 /// coverage, deletes, updates, engagement, expirations), then rebuilt. Sizes for `make test`;
 /// `SEARCHLIGHT_RANKED_ITEMS=63666 SEARCHLIGHT_RANKED_QUERIES=5000` for the full corpus.
-@Suite("Ranked retrieval equals the exhaustive ranking", .serialized)
+@Suite("Ranked retrieval equals the exhaustive ranking", .serialized, .onOwnThreads)
 struct RankedEquivalenceTests {
     static let items = Int(ProcessInfo.processInfo.environment["SEARCHLIGHT_RANKED_ITEMS"] ?? "") ?? 4000
     static let queriesPerPhase = Int(ProcessInfo.processInfo.environment["SEARCHLIGHT_RANKED_QUERIES"] ?? "") ?? 700

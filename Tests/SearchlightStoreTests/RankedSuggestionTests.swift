@@ -1,12 +1,13 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 import SearchlightWire
 
 /// The ranked index's dictionary against FTS5's vocabulary (the definition of suggestions) on an
 /// index of many segments whose kept completion lists (`PrefixLists.topCompletions`) are full,
 /// with ties at their ends: the case where completions are settled from the lists and bounds.
-@Suite("Ranked suggestions")
+@Suite("Ranked suggestions", .onOwnThreads)
 struct RankedSuggestionTests {
     /// 700 words beginning "lib" and 300 beginning "pa", drawn with Zipf-like frequencies, so
     /// that every 400-document segment has more than `PrefixLists.minTerms` "lib" words (a kept

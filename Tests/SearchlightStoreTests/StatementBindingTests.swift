@@ -1,10 +1,11 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 
 /// `Statement.bind` gives SQLite a text without a NUL as NUL-terminated (so `sl_match` reads its
 /// pattern without a copy) and a text holding a NUL with its length: the value is the same.
-@Suite("Statement text bindings")
+@Suite("Statement text bindings", .onOwnThreads)
 struct StatementBindingTests {
     @Test("texts with and without NULs keep every byte, as parameters and as arguments of the query functions")
     func textsKeepTheirBytes() throws {

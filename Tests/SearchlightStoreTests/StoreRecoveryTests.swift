@@ -5,10 +5,11 @@ import Foundation
 @testable import SearchlightStore
 import SearchlightWire
 import Testing
+import TestThreads
 
 /// The store's part of corruption recovery: telling a damaged file from a whole one, closing a
 /// store for good before its file moves, and salvaging the readable rows of a damaged file.
-@Suite("Store recovery")
+@Suite("Store recovery", .onOwnThreads)
 struct StoreRecoveryTests {
     static func filled(_ n: Int) throws -> StoreFixture {
         let f = try StoreFixture()

@@ -1,6 +1,7 @@
 import Foundation
 import SearchlightSemantic
 import Testing
+import TestThreads
 @testable import SearchlightStore
 import SearchlightWire
 
@@ -41,7 +42,7 @@ extension StoreFixture {
     func ids(_ r: UserQueryResult) -> [String] { r.items.compactMap { $0["uniqueIdentifier"]?.stringValue } }
 }
 
-@Suite("Semantic vectors in the store")
+@Suite("Semantic vectors in the store", .onOwnThreads)
 struct StoreVectorTests {
     @Test("every donated item gets its vector in the same commit; a replacement rewrites it, deletions remove it")
     func vectorsFollowItems() throws {
@@ -221,7 +222,7 @@ extension StoreVectorTests {
     }
 }
 
-@Suite("Hybrid fusion")
+@Suite("Hybrid fusion", .onOwnThreads)
 struct HybridFusionTests {
     func m(_ rowid: Int64, _ s: Float = 0.5) -> VectorMatch { VectorMatch(rowid: rowid, similarity: s) }
 
@@ -260,7 +261,7 @@ struct HybridFusionTests {
 
 /// Issue 18's hybrid rules in the store: exact hits before near misses, the boosts on both
 /// sides, filters and expiration on both sides.
-@Suite("Hybrid ranking rules")
+@Suite("Hybrid ranking rules", .onOwnThreads)
 struct HybridRuleTests {
     /// An item whose title is exactly the query, whose text is about something else (so the
     /// vector side ranks it low or not at all), and items about editing text that share no word

@@ -1,12 +1,13 @@
 import Foundation
 import Testing
+import TestThreads
 
 @testable import SearchlightStore
 
 /// The ASCII word search (`w` without `t`: the anchor's occurrences found with `memchr`, words
 /// checked only around them) against the definition it replaces on ASCII values, the tokenizing
 /// path (`matchesElements`), over random texts and the shared corpus.
-@Suite("TextPattern word search")
+@Suite("TextPattern word search", .onOwnThreads)
 struct TextPatternSearchTests {
     private static func reference(_ p: TextPattern, _ value: String) -> Bool {
         var v = value
@@ -71,7 +72,7 @@ struct TextPatternSearchTests {
         agreement.expectBalanced()
     }
 
-    @Test("on the shared corpus's texts the word search answers as the tokenizing path")
+    @Test("on the shared corpus's texts the word search answers as the tokenizing path", .enabled(if: StoreCorpus.path != nil))
     func corpusTexts() throws {
         let texts = try Self.corpusTexts(limit: 1500)
         try #require(texts.count > 1000, "the shared corpus is missing")

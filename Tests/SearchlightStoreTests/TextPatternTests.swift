@@ -1,8 +1,9 @@
 import Testing
+import TestThreads
 
 @testable import SearchlightStore
 
-@Suite("TextPattern")
+@Suite("TextPattern", .onOwnThreads)
 struct TextPatternTests {
     private func match(_ pattern: String, _ modifiers: String, _ value: String) -> Bool {
         TextPattern(pattern, modifiers: modifiers).matches(value)
@@ -154,7 +155,7 @@ struct TextPatternTests {
     }
 }
 
-@Suite("TextAnalysis")
+@Suite("TextAnalysis", .onOwnThreads)
 struct TextAnalysisTests {
     @Test("the auxiliary document lists overlapping CJK bigrams and the last character")
     func bigrams() {

@@ -1,13 +1,14 @@
 import Foundation
 import SearchlightSemantic
 import Testing
+import TestThreads
 @testable import SearchlightStore
 import SearchlightWire
 
 /// Folding near-duplicate vector hits before fusion (`VectorIndex.nearDuplicates`,
 /// `HybridFusion.demoteFolded`, `VectorFold`): a library's -dev and -doc siblings, whose vectors
 /// are nearly one, must not fill the vector side's top together.
-@Suite("Folding near-duplicate vector hits")
+@Suite("Folding near-duplicate vector hits", .onOwnThreads)
 struct VectorFoldTests {
     /// A unit vector in 4 dimensions at `degrees` in the plane of the first two axes.
     func at(_ degrees: Double) -> QuantizedVector {

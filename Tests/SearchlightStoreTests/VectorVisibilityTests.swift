@@ -2,13 +2,14 @@ import Foundation
 import SearchlightSemantic
 import SearchlightWire
 import Testing
+import TestThreads
 @testable import SearchlightStore
 
 /// Issue 35 as a property: random donations, re-donations with past and future expiration
 /// dates, updates, deletes (identifiers, domains, all), batches that roll back, refinement and
 /// time passing, with the vector side of a user query checked after every step against a
 /// brute-force scan of the vectors stored in the file.
-@Suite("The vector side follows the visible items", .serialized)
+@Suite("The vector side follows the visible items", .serialized, .onOwnThreads)
 struct VectorVisibilityTests {
     /// What the test expects of one item: its text, expiration and domain, and its stored vector
     /// (none, the static table's of `vectorText`, or the refined one).

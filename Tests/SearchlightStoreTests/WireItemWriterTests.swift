@@ -1,11 +1,12 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 import SearchlightWire
 
 /// The daemon writes query answers' items straight from the rows (`WireItemWriter`); they must be
 /// the items of the `JSONValue` path (`ItemRecord.wireItem`), member for member, value for value.
-@Suite("Items written from rows")
+@Suite("Items written from rows", .onOwnThreads)
 struct WireItemWriterTests {
     /// Strings an item may carry that an encoder can get wrong.
     static let hostile: [String] = [
@@ -121,7 +122,7 @@ struct WireItemWriterTests {
         }
     }
 
-    @Test("the shared corpus's items are written the same both ways")
+    @Test("the shared corpus's items are written the same both ways", .enabled(if: StoreCorpus.path != nil))
     func corpusSearch() throws {
         let items = try StoreCorpus.load(limit: 3000)
         try #require(!items.isEmpty, "the shared corpus is missing")

@@ -1,11 +1,12 @@
 import Foundation
 import Testing
+import TestThreads
 import SearchlightStore
 @testable import SearchlightSupervisor
 
 /// The desktop settings in `supervisor.sqlite`: `continuesSearch` (issue 34) is kept, and a file
 /// written before it existed gains the column with its rows intact.
-@Suite("Desktop settings store")
+@Suite("Desktop settings store", .onOwnThreads)
 struct DesktopSettingsStoreTests {
     @Test("a registration that continues searches survives a restart; a file from before the column is upgraded")
     func continuesSearchKept() throws {

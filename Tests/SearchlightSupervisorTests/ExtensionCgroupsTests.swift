@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightSupervisor
 
 /// Whether this process may make cgroups below its own (cgroup v2, writable): as root here.
@@ -19,7 +20,7 @@ private func alive(_ pid: pid_t) -> Bool {
     return state != "Z" && state != "X"
 }
 
-@Suite("Extension cgroups", .serialized, .enabled(if: cgroupsUsable))
+@Suite("Extension cgroups", .serialized, .enabled(if: cgroupsUsable), .onOwnThreads)
 struct ExtensionCgroupsTests {
     /// Starts `sh` in a new cgroup; it starts a grandchild in a session of its own, then both
     /// sleep. Returns the cgroup and both pids once the grandchild has reported itself.

@@ -3,9 +3,10 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightSupervisor
 
-@Suite("How an extension's exit is explained")
+@Suite("How an extension's exit is explained", .onOwnThreads)
 struct ExtensionExitTests {
     /// What the Swift runtime prints on stderr when a program calls fatalError (abridged).
     static let swiftTrap = """

@@ -4,6 +4,7 @@ import Glibc
 import Foundation
 import Synchronization
 import Testing
+import TestThreads
 import SearchlightUnits
 import SearchlightWire
 @testable import SearchlightSupervisor
@@ -132,7 +133,7 @@ extension Array where Element == ExtensionHost.Effect {
     }
 }
 
-@Suite("Extension host state machine")
+@Suite("Extension host state machine", .onOwnThreads)
 struct ExtensionHostMachineTests {
     @Test("a crash backs the next launch off 10 s, doubling to 5 min, each within ±10 %; a request before then is told when")
     func crashBackoffDoubles() throws {

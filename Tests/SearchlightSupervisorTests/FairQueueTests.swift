@@ -3,12 +3,13 @@ import SearchlightStore
 import SearchlightWire
 import Synchronization
 import Testing
+import TestThreads
 @testable import SearchlightSupervisor
 
 /// Issue 29, D2: the queue of query embeddings serves uids in turn, runs at most `perOwner` of
 /// one uid at a time, expires waiting jobs at their deadline and lets a waiting job be withdrawn.
 /// A pure state machine, driven with an injected clock (nanoseconds).
-@Suite("Fair queue of query work between uids")
+@Suite("Fair queue of query work between uids", .onOwnThreads)
 struct FairQueueTests {
     static let second: UInt64 = 1_000_000_000
 
@@ -127,7 +128,7 @@ final class OnThread<T>: @unchecked Sendable {
 /// The compute threads around the queue (`QueryCompute`), with real threads and a real budget:
 /// a caller whose query's deadline passes or whose client leaves gets `cancelled` while its job
 /// waits or runs, and the job stops.
-@Suite("Query compute threads: cancellation and fairness", .serialized)
+@Suite("Query compute threads: cancellation and fairness", .serialized, .onOwnThreads)
 struct QueryComputeTests {
     /// A job that runs until told to stop (or released), saying what it saw.
     final class Gate: @unchecked Sendable {

@@ -1,12 +1,13 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 @testable import SearchlightSupervisor
 import SearchlightWire
 
 /// The open-index bound of `IndexRegistry` (issue 13 item 5): real index files in a temporary
 /// directory, a bound of 2, and what must never be closed under a caller.
-@Suite("Open-index bound")
+@Suite("Open-index bound", .onOwnThreads)
 struct IndexRegistryBoundTests {
     final class Fixture: @unchecked Sendable {
         let dir = NSTemporaryDirectory() + "sl-bound-\(getpid())-\(UUID().uuidString.prefix(8))"

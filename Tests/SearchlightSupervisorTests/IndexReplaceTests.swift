@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 @testable import SearchlightSupervisor
 import SearchlightWire
@@ -8,7 +9,7 @@ import SearchlightWire
 /// (issue 30 item 3's loose ends): real index files in a temporary directory, a read held open by a
 /// thread of the test. A SQLite connection closed last checkpoints its WAL and then deletes
 /// `<file>-wal` and `-shm` by name; once another file sits at that name, those are its own.
-@Suite("Index replacement with reads in progress")
+@Suite("Index replacement with reads in progress", .onOwnThreads)
 struct IndexReplaceTests {
     final class Fixture: @unchecked Sendable {
         let dir = NSTemporaryDirectory() + "sl-replace-\(getpid())-\(UUID().uuidString.prefix(8))"

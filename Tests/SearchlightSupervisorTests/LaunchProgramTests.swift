@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 import SearchlightUnits
 @testable import SearchlightSupervisor
 
@@ -39,7 +40,7 @@ private final class Tree: @unchecked Sendable {
 /// An unprivileged uid with no passwd entry, as in the integration tests' isolation suite.
 private let mallory: uid_t = 64_103
 
-@Suite("The program of one launch (system mode)", .enabled(if: getuid() == 0))
+@Suite("The program of one launch (system mode)", .enabled(if: getuid() == 0), .onOwnThreads)
 struct LaunchProgramTests {
     @Test("at launch, a binary is opened once and checked with fstat; a script is run by its checked physical path")
     func launchProgram() throws {

@@ -1,11 +1,12 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightStore
 @testable import SearchlightSupervisor
 import SearchlightWire
 
 /// When idle maintenance may run, driven by an injected clock and throttle samples.
-@Suite("Maintenance schedule")
+@Suite("Maintenance schedule", .onOwnThreads)
 struct MaintenanceScheduleTests {
     let t0 = Date(timeIntervalSince1970: 1_800_000_000)
     func quiet() -> Pressure { Pressure(cpu: 1, io: 0, memory: 0, source: .psi) }
@@ -113,7 +114,7 @@ struct MaintenanceScheduleTests {
 }
 
 /// A maintenance run over a real (in-process) service context: what it records, and how it gives way.
-@Suite("Maintenance run")
+@Suite("Maintenance run", .onOwnThreads)
 struct MaintenanceRunTests {
     final class Fixture: @unchecked Sendable {
         let dir = NSTemporaryDirectory() + "slmaintrun-" + UUID().uuidString

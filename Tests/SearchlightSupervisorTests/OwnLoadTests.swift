@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import TestThreads
 @testable import SearchlightSupervisor
 
 /// A stand-in for the kernel's load average: every 5 s, the 1-minute figure moves toward the
@@ -32,7 +33,7 @@ private final class FakeMeter: Sendable {
     func add(_ s: Double) { value.withLock { $0 += s } }
 }
 
-@Suite("load average less the daemon's own work")
+@Suite("load average less the daemon's own work", .onOwnThreads)
 struct OwnLoadTests {
     let t0 = Date(timeIntervalSince1970: 2_000_000)
 

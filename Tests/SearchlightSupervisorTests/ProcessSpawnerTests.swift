@@ -5,6 +5,7 @@ import Foundation
 import SearchlightWire
 import Synchronization
 import Testing
+import TestThreads
 @testable import SearchlightSupervisor
 import CSpawn
 
@@ -122,7 +123,7 @@ func statFields(_ line: String) -> [Substring] {
     line[line.index(after: line.lastIndex(of: ")")!)...].split(separator: " ")
 }
 
-@Suite("ProcessSpawner")
+@Suite("ProcessSpawner", .onOwnThreads)
 struct ProcessSpawnerTests {
     @Test("the extension socket is the child's fd 3, in both directions")
     func extensionSocketIsFD3() async throws {

@@ -1,10 +1,11 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightSupervisor
 
 /// When the low-priority refinement share looks at an index, and when it gives way (issue 37),
 /// driven by an injected clock.
-@Suite("Refinement share queue")
+@Suite("Refinement share queue", .onOwnThreads)
 struct RefinementShareQueueTests {
     let t0 = Date(timeIntervalSince1970: 1_800_000_000)
     typealias Key = RefinementShareQueue.Key

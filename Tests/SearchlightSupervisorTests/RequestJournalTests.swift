@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightSupervisor
 
 /// A journal in its own temporary file.
@@ -9,7 +10,7 @@ private func makeJournal() throws -> (RequestJournal, String) {
     return (try RequestJournal(path: dir + "/supervisor.sqlite"), dir)
 }
 
-@Suite("request journal")
+@Suite("request journal", .onOwnThreads)
 struct RequestJournalTests {
     @Test("a reindex-all absorbs the pending identifier requests of its index")
     func allAbsorbsIdentifiers() throws {

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 import SearchlightWire
 @testable import SearchlightSupervisor
 
@@ -11,7 +12,7 @@ import SearchlightWire
 /// processes over seconds, here over minutes of clock in milliseconds.
 /// The time limit is a hang guard, not a speed check: under a loaded machine (parallel suites,
 /// other builds) a test here waited for the cooperative pool past 60 s (seen in helpers' runs).
-@Suite("Request scheduler and extension hosts", .timeLimit(.minutes(3)))
+@Suite("Request scheduler and extension hosts", .timeLimit(.minutes(3)), .onOwnThreads)
 struct RequestSchedulerTests {
     static let label = "org.test.fake"
     static let bundle = "org.test.bundle"

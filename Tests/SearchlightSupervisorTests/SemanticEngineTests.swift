@@ -2,11 +2,12 @@ import Foundation
 import SearchlightSemantic
 import SearchlightStore
 import Testing
+import TestThreads
 @testable import SearchlightSupervisor
 
 /// The daemon's query vector says which encoder made it, so that each index can pick the fusion
 /// constants for it (`SemanticRequest.tuning`).
-@Suite("Semantic engine: the query's encoder")
+@Suite("Semantic engine: the query's encoder", .onOwnThreads)
 struct SemanticEngineTests {
     static let repository: String = {
         var url = URL(fileURLWithPath: #filePath)

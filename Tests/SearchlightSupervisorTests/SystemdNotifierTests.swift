@@ -5,9 +5,10 @@ import Foundation
 import SearchlightWire
 import Synchronization
 import Testing
+import TestThreads
 @testable import SearchlightSupervisor
 
-@Suite("systemd notifier, watchdog health, socket activation checks")
+@Suite("systemd notifier, watchdog health, socket activation checks", .onOwnThreads)
 struct SystemdNotifierTests {
     @Test("The watchdog is ours at half WATCHDOG_USEC when WATCHDOG_PID is unset or our pid, off for another pid or without NOTIFY_SOCKET")
     func watchdogEnvironment() {

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightSupervisor
 
 /// A fake `/proc` in a temp dir: tests write the pressure files the daemon's monitor reads.
@@ -28,7 +29,7 @@ final class FakeProc: @unchecked Sendable {
     }
 }
 
-@Suite("load monitor")
+@Suite("load monitor", .onOwnThreads)
 struct LoadMonitorTests {
     @Test("PSI some avg10 is read per resource")
     func psi() throws {
@@ -70,7 +71,7 @@ struct LoadMonitorTests {
     }
 }
 
-@Suite("throttle state machine")
+@Suite("throttle state machine", .onOwnThreads)
 struct ThrottleTests {
     let t0 = Date(timeIntervalSince1970: 1_000_000)
     func p(_ cpu: Double, io: Double = 0, memory: Double = 0) -> Pressure { Pressure(cpu: cpu, io: io, memory: memory, source: .psi) }

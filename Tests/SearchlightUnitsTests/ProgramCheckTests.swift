@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightUnits
 
 /// A root-owned temporary folder (0755) for program-path checks, removed afterwards.
@@ -60,7 +61,7 @@ private func problem(_ program: String, system: Bool = true, userName: String? =
     return nil
 }
 
-@Suite("Unit program path checks (system mode)", .enabled(if: getuid() == 0))
+@Suite("Unit program path checks (system mode)", .enabled(if: getuid() == 0), .onOwnThreads)
 struct ProgramCheckTests {
     @Test("root-owned 0755 folders and a sticky root-owned folder like /tmp are accepted")
     func safePathsAccepted() throws {

@@ -3,6 +3,7 @@ import Glibc
 #endif
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightUnits
 
 /// A temporary folder with a working extension program (`bin/ext`, a /bin/sh script, 0755) and a
@@ -70,7 +71,7 @@ private func problem(data: Data, name: String) -> UnitProblem? {
     return nil
 }
 
-@Suite("Unit files")
+@Suite("Unit files", .onOwnThreads)
 struct UnitParserTests {
     @Test("a minimal unit gets the defaults of DESIGN §5")
     func defaults() throws {
@@ -366,7 +367,7 @@ extension UnitParserTests {
     }
 }
 
-@Suite("Unit catalog")
+@Suite("Unit catalog", .onOwnThreads)
 struct UnitCatalogTests {
     @Test("the first directory wins for a file name, and the overridden file is skipped without a problem")
     func firstDirectoryWins() throws {

@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import TestThreads
 @testable import SearchlightWire
 
 /// Calls that read their own answers (`RPCConnection(callerReads:)`, the SDK's side): the read
@@ -14,7 +15,7 @@ import Testing
 /// (non-blocking reads) for the whole of its minute, so that each path alone must deliver.
 /// Serialized: a caller given a minute holds a thread of the cooperative pool while it reads, and
 /// two such tests at once could hold the whole pool, each waiting for a task of the other.
-@Suite("RPC connection: callers reading their own answers", .serialized)
+@Suite("RPC connection: callers reading their own answers", .serialized, .onOwnThreads)
 struct CallerReadsTests {
     static let readerName = "rpc-reader-test"
 

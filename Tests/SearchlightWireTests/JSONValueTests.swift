@@ -3,9 +3,10 @@ import Foundation
 import Glibc
 #endif
 import Testing
+import TestThreads
 @testable import SearchlightWire
 
-@Suite("JSON parser and serializer")
+@Suite("JSON parser and serializer", .onOwnThreads)
 struct JSONValueTests {
     @Test("round-trips every kind of value")
     func roundTrip() throws {
@@ -94,7 +95,7 @@ struct JSONValueTests {
     }
 }
 
-@Suite("NDJSON framing")
+@Suite("NDJSON framing", .onOwnThreads)
 struct FrameDecoderTests {
     @Test("every split of the input yields the same frames")
     func everySplit() throws {
@@ -121,7 +122,7 @@ struct FrameDecoderTests {
     }
 }
 
-@Suite("JSON-RPC messages")
+@Suite("JSON-RPC messages", .onOwnThreads)
 struct RPCMessageTests {
     @Test("requests, notifications and responses decode")
     func decode() throws {
@@ -189,7 +190,7 @@ struct RPCMessageTests {
     }
 }
 
-@Suite("Item validation")
+@Suite("Item validation", .onOwnThreads)
 struct ItemValidatorTests {
     let validator = ItemValidator()
 
@@ -247,7 +248,7 @@ struct ItemValidatorTests {
     }
 }
 
-@Suite("ISO 8601")
+@Suite("ISO 8601", .onOwnThreads)
 struct ISO8601Tests {
     @Test("parses zones and fractions, formats UTC milliseconds")
     func parseFormat() {
@@ -260,7 +261,7 @@ struct ISO8601Tests {
     }
 }
 
-@Suite("ISO 8601 formatting")
+@Suite("ISO 8601 formatting", .onOwnThreads)
 struct ISO8601FormatTests {
     @Test("the arithmetic formatter writes what gmtime writes, from 1970 to 9999, milliseconds rounded")
     func formatMatchesGmtime() {

@@ -1,7 +1,8 @@
 import Testing
+import TestThreads
 @testable import SearchlightWire
 
-@Suite("numeric parameters at the wire boundary")
+@Suite("numeric parameters at the wire boundary", .onOwnThreads)
 struct NumericParameterTests {
     @Test("an integer in range is taken; absent and null mean not given")
     func integers() throws {

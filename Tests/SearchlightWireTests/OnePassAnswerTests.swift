@@ -1,11 +1,12 @@
 import Foundation
 import Testing
+import TestThreads
 @testable import SearchlightWire
 
 /// A success answer read in one pass (`ResponseEnvelope.resultLast` and a strict
 /// `WireResultDecodable`) gives what the two passes give (`ResponseEnvelope.scan`, then the
 /// decoder on the result it found), or nothing, and then the connection reads it in two passes.
-@Suite("Answers read in one pass")
+@Suite("Answers read in one pass", .onOwnThreads)
 struct OnePassAnswerTests {
     static let maxDepth = 12
 

@@ -1,12 +1,13 @@
 import Foundation
 import Synchronization
 import Testing
+import TestThreads
 @testable import SearchlightWire
 
 /// The daemon's own executor (`OwnedExecutor`) and the probe that keeps blocking calls off Swift's
 /// cooperative pool (`BlockingCheck`): the probe tells a pool thread from an owned one, and work
 /// given to the executor (an actor pinned to it, a task that prefers it) runs on its thread.
-@Suite("Owned executor and the blocking-call probe")
+@Suite("Owned executor and the blocking-call probe", .onOwnThreads)
 struct OwnedExecutorTests {
     static let executor = OwnedExecutor(name: "test-owned")
 

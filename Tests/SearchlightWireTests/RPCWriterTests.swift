@@ -1,11 +1,12 @@
 import Foundation
 import Synchronization
 import Testing
+import TestThreads
 import SearchlightWire
 
 /// The connection's writer: a peer that reads slowly, or not at all, costs only its own
 /// connection, never a thread of Swift's cooperative pool (where the daemon's scheduler runs).
-@Suite("RPC connection writer")
+@Suite("RPC connection writer", .onOwnThreads)
 struct RPCWriterTests {
     /// A raw peer end read on its own thread (never on the cooperative pool).
     final class Peer: @unchecked Sendable {

@@ -1,10 +1,11 @@
 import Foundation
 import Testing
+import TestThreads
 import SearchlightWire
 
 /// The typed wire messages: each decodes its own example, reads exactly the fields it declares,
 /// refuses a missing required field, and matches Docs/Protocol.md.
-@Suite("Typed wire messages")
+@Suite("Typed wire messages", .onOwnThreads)
 struct WireMessageTests {
     static let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent()
         .deletingLastPathComponent().deletingLastPathComponent().path

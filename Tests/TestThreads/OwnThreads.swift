@@ -13,11 +13,13 @@ import Testing
 /// another thread whenever every one of its threads is busy or blocked: a blocking wait costs a
 /// thread, never the pool's progress. Apply it to every integration suite:
 /// `@Suite("…", .onOwnThreads)`.
-struct OnOwnThreads: TestTrait, SuiteTrait, TestScoping {
+public struct OnOwnThreads: TestTrait, SuiteTrait, TestScoping {
     /// Nested suites and every test function inside get it too.
-    var isRecursive: Bool { true }
+    public var isRecursive: Bool { true }
 
-    func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
+    public init() {}
+
+    public func provideScope(for test: Test, testCase: Test.Case?, performing function: @Sendable () async throws -> Void) async throws {
         try await withTaskExecutorPreference(TestThreads.shared) {
             try await function()
         }
@@ -26,17 +28,17 @@ struct OnOwnThreads: TestTrait, SuiteTrait, TestScoping {
 
 extension SuiteTrait where Self == OnOwnThreads {
     /// Runs the tests on threads the test process owns, off Swift's cooperative pool (see `OnOwnThreads`).
-    static var onOwnThreads: Self { OnOwnThreads() }
+    public static var onOwnThreads: Self { OnOwnThreads() }
 }
 
 /// A task executor whose jobs run on threads of its own: a job goes to an idle thread, or to a new
 /// one when none is idle, so a job that blocks never delays another. Idle threads end after
 /// `idleSeconds`. The number of threads is the number of jobs running or blocked at once (a test
 /// waiting with `await` holds none).
-final class TestThreads: TaskExecutor, @unchecked Sendable {
-    static let shared = TestThreads()
+public final class TestThreads: TaskExecutor, @unchecked Sendable {
+    public static let shared = TestThreads()
     /// The name of its threads (seen in a debugger or `top -H`).
-    static let threadName = "own-test-thread"
+    public static let threadName = "own-test-thread"
     /// Set in each of its threads' dictionaries (`isCurrent`).
     private static let marker = "TestThreads"
     static let idleSeconds: TimeInterval = 10
@@ -50,12 +52,12 @@ final class TestThreads: TaskExecutor, @unchecked Sendable {
     private var mostThreads = 0
 
     /// Whether the calling thread is one of a `TestThreads`' threads.
-    static var isCurrent: Bool { Thread.current.threadDictionary[marker] != nil }
+    public static var isCurrent: Bool { Thread.current.threadDictionary[marker] != nil }
 
     /// The most threads it has had at once.
-    var peakThreads: Int { condition.withLock { mostThreads } }
+    public var peakThreads: Int { condition.withLock { mostThreads } }
 
-    func enqueue(_ job: consuming ExecutorJob) {
+    public func enqueue(_ job: consuming ExecutorJob) {
         let job = UnownedJob(job)
         let start: Bool = condition.withLock {
             jobs.append(job)
