@@ -222,9 +222,16 @@ func runCLI(_ arguments: [String], socket: String?, stdin: String? = nil, execut
         p.standardInput = FileHandle.nullDevice
         try p.run()
     }
-    // Read both pipes fully before waiting, so a chatty child never blocks on a full pipe. The
-    // second reader is a thread of its own, not Dispatch's pool: a pool thread waiting here for
-    // another pool thread stalled when every pool thread was waiting alike.
+    let (stdout, stderr) = readToEnd(p, out: out, err: err)
+    return CLIResult(status: p.terminationStatus, stdout: stdout, stderr: stderr)
+}
+
+/// A started process's two pipes read to their ends, then its exit waited for.
+///
+/// Both pipes are read fully before waiting, so a chatty child never blocks on a full pipe. The
+/// second reader is a thread of its own, not Dispatch's pool: a pool thread waiting here for
+/// another pool thread stalled when every pool thread was waiting alike.
+func readToEnd(_ p: Process, out: Pipe, err: Pipe) -> (stdout: String, stderr: String) {
     let done = DispatchSemaphore(value: 0)
     nonisolated(unsafe) var errData = Data()
     Thread.detachNewThread {
@@ -234,6 +241,5 @@ func runCLI(_ arguments: [String], socket: String?, stdin: String? = nil, execut
     let outData = out.fileHandleForReading.readDataToEndOfFile()
     done.wait()
     p.waitUntilExit()
-    return CLIResult(status: p.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-        stderr: String(decoding: errData, as: UTF8.self))
+    return (String(decoding: outData, as: UTF8.self), String(decoding: errData, as: UTF8.self))
 }

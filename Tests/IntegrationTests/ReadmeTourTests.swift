@@ -224,17 +224,8 @@ struct ReadmeTourTests {
             p.standardError = err
             p.standardInput = FileHandle.nullDevice
             try p.run()
-            let done = DispatchSemaphore(value: 0)
-            nonisolated(unsafe) var errData = Data()
-            Thread.detachNewThread {
-                errData = err.fileHandleForReading.readDataToEndOfFile()
-                done.signal()
-            }
-            let outData = out.fileHandleForReading.readDataToEndOfFile()
-            done.wait()
-            p.waitUntilExit()
-            return Output(status: p.terminationStatus, stdout: String(decoding: outData, as: UTF8.self),
-                          stderr: String(decoding: errData, as: UTF8.self))
+            let (stdout, stderr) = readToEnd(p, out: out, err: err)
+            return Output(status: p.terminationStatus, stdout: stdout, stderr: stderr)
         }
     }
 
