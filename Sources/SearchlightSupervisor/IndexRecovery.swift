@@ -49,6 +49,10 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
     let salvageQueue = BackgroundQueue(label: "index-salvage")  // a copy no query waits for: background priority
     let lock = NSCondition()
     var active: [IndexRegistry.Key: Record] = [:]
+    /// A recovery's reindex-all that ended before its record was set (the supervisor thread can
+    /// send it and take the extension's answer while `refill` is still between the enqueue and
+    /// the record): its outcome, taken up by `refill` (one per index at most).
+    private var endedEarly: [IndexRegistry.Key: (id: Int64, outcome: RequestScheduler.Outcome)] = [:]
     /// Keys whose damage is being diagnosed (the damaged file still served).
     private var diagnosing: Set<IndexRegistry.Key> = []
     /// Diagnoses finished per key: a waiter that sees it change knows the outcome is in.
@@ -204,7 +208,11 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
                 // The journal carries the refill from here (resumed at start like any request).
                 records.remove(quarantined: quarantined)
                 let record = Record(method: .reindexAll, reason: reason, started: started, quarantined: quarantined, requestID: id, label: unit.label)
-                lock.withLock { active[key] = record }
+                let early = lock.withLock { () -> RequestScheduler.Outcome? in
+                    active[key] = record
+                    guard let ended = endedEarly.removeValue(forKey: key), ended.id >= id else { return nil }
+                    return ended.outcome
+                }
                 context.registry.setCondition(IndexCondition(.recovering,
                     reason: "corruption (\(reason)); damaged file kept as quarantine/\(quarantined); refilled by \(unit.label)", since: started, requestID: id),
                     bundle: key.bundle, index: key.index)
@@ -212,6 +220,7 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
                     "request": id, "label": unit.label, "quarantined": quarantined])
                 emit("index.recovering", key, ["reason": .string(reason), "method": .string(Method.reindexAll.rawValue),
                     "quarantined": .string(quarantined), "requestId": .number(Double(id)), "label": .string(unit.label)])
+                if let early { finished(key, record, id: id, early) }
                 return record
             } catch {
                 log.error("cannot journal the recovery's reindex-all; salvaging instead", ["bundle": key.bundle, "error": "\(error)"])
@@ -294,7 +303,19 @@ final class IndexRecovery: IndexDamageHandler, @unchecked Sendable {
     func requestFinished(_ request: ReindexRequest, _ outcome: RequestScheduler.Outcome) {
         guard request.kind == .all else { return }
         let key = IndexRegistry.Key(bundle: request.bundle, index: request.index)
-        guard let record = lock.withLock({ active[key] }), let id = record.requestID, request.id >= id else { return }
+        let record = lock.withLock { () -> Record? in
+            guard let record = active[key] else {
+                if request.reason == "corruption" { endedEarly[key] = (request.id, outcome) }
+                return nil
+            }
+            return record
+        }
+        guard let record, let id = record.requestID, request.id >= id else { return }
+        finished(key, record, id: id, outcome)
+    }
+
+    /// The recovery's reindex-all (or a later one) ended.
+    private func finished(_ key: IndexRegistry.Key, _ record: Record, id: Int64, _ outcome: RequestScheduler.Outcome) {
         switch outcome {
         case .acknowledged:
             let items = (try? context?.registry.withStore(bundle: key.bundle, index: key.index, create: false) { $0?.count })?.flatMap { $0 } ?? 0
