@@ -1,0 +1,113 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import SearchlightKit
+import SearchlightWire
+import Testing
+import TestThreads
+
+/// Power-aware background work against the real daemon, with a fake `--power-supply-root` the
+/// test rewrites (as the load tests rewrite a fake /proc): on battery at a low charge the
+/// daemon's own background work waits; work asked for by hand does not; on AC it resumes.
+@Suite("Power-aware background work", .onOwnThreads)
+struct PowerIntegrationTests {
+    /// A laptop's tree: `AC` (Mains) and `BAT0`, each attribute replaced by a rename.
+    static func writePower(_ root: String, online: Bool, capacity: Int) throws {
+        for (name, attributes) in [("AC", ["type": "Mains", "online": online ? "1" : "0"]),
+                                   ("BAT0", ["type": "Battery", "status": online ? "Charging" : "Discharging", "capacity": String(capacity)])] {
+            try FileManager.default.createDirectory(atPath: root + "/" + name, withIntermediateDirectories: true)
+            for (key, value) in attributes {
+                try (value + "\n").write(toFile: root + "/\(name)/\(key)", atomically: true, encoding: .utf8)
+            }
+        }
+    }
+
+    @Test("on battery below the threshold the initial reindex and idle maintenance wait, status says why, manual work runs; on AC both resume")
+    func defersOnBatteryResumesOnAC() async throws {
+        let proc = TempDir("slproc")
+        try ThrottleIntegrationTests.writePSI(proc.path, cpu: 0)
+        let power = TempDir("slpower")
+        try Self.writePower(power.path, online: false, capacity: 20)
+        let unit = TestUnit("org.example.test.power", bundle: "org.example.power")
+        let bench = try await ExtensionBench.start([unit], arguments: ["--proc-root", proc.path, "--power-supply-root", power.path,
+            "--battery-threshold", "50", "--load-interval", "0.1", "--resume-after", "0.3", "--idle-after", "0.3",
+            "--maintenance-interval", "1"])
+        let control = bench.control(unit.label)
+        let deferred = try await bench.waitForLog("power gate changed", "to=deferred")[0]
+        #expect(deferred.contains("on battery at 20 % (below 50 %)"), "\(deferred)")
+        // An app's donation goes in; maintenance falls due one interval after the start.
+        let index = bench.daemon.index("org.example.power.app")
+        try await index.indexSearchableItems([item("a", title: "donated on battery")])
+        let due = try #require(try await bench.admin("admin.status")["maintenance"]?["nextDue"]?.stringValue.flatMap(ISO8601.parse))
+        try await bench.until("maintenance due") { Date() > due }
+        try await threeMoreReads(bench)
+        #expect(bench.lines("maintenance started").isEmpty, "no idle maintenance on battery at 20 %")
+        #expect(bench.lines("reindex request sent").isEmpty, "the initial reindex waits")
+        #expect(control.received.isEmpty)
+        #expect(bench.lines("load throttle changed").isEmpty, "the load is not sampled for work that cannot start")
+
+        let status = try await bench.admin("admin.status")
+        #expect(status["power"]?["state"]?.stringValue == "deferred")
+        #expect(status["power"]?["onBattery"]?.boolValue == true)
+        #expect(status["power"]?["percent"]?.doubleValue == 20)
+        #expect(status["power"]?["threshold"]?.doubleValue == 50)
+        let shown = try await bench.cli(["status"])
+        #expect(shown.stdout.contains("power on battery at 20 % (below 50 %): background work deferred"), "\(shown.stdout)")
+
+        // By hand: a manual reindex (it joins the initial request and runs it now) and `simulate idle`.
+        let manual = try await bench.cli(["reindex", unit.bundle, "--identifiers", "manual-1"])
+        #expect(manual.status == 0, "\(manual.stderr)")
+        #expect(manual.stdout.contains("on battery at 20 % (below 50 %)"), "the note says why it was held: \(manual.stdout)")
+        try await bench.waitForAcknowledgement(unit.label)
+        #expect(!control.received.isEmpty)
+        let simulated = try await bench.cli(["simulate", "idle", "org.example.power.app"])
+        #expect(simulated.status == 0, "\(simulated.stderr)")
+        #expect(bench.lines("maintenance finished", "trigger=simulate").count == 1)
+
+        // A background request queued now waits too.
+        let queued = try await bench.cli(["reindex", unit.bundle, "--identifiers", "bg-1", "--background", "--no-wait"])
+        #expect(queued.status == 0, "\(queued.stderr)")
+        try await threeMoreReads(bench)
+        #expect(!control.received.contains { $0.identifiers.contains("bg-1") })
+        #expect(bench.lines("maintenance started", "trigger=idle").isEmpty)
+
+        let plugged = bench.mark
+        try Self.writePower(power.path, online: true, capacity: 20)
+        try await bench.waitForLog("power gate changed", "from=deferred", "to=allowed", "on AC power", after: plugged)
+        try await bench.waitForLog("maintenance finished", "trigger=idle", after: plugged)
+        try await bench.until("the background request reached the extension") { control.received.contains { $0.identifiers == ["bg-1"] } }
+        let after = try await bench.admin("admin.status")
+        #expect(after["power"]?["state"]?.stringValue == "allowed")
+        #expect(after["power"]?["reason"]?.stringValue == "on AC power")
+        let line = try await bench.cli(["status"])
+        #expect(line.stdout.contains("power on AC power\n"), "\(line.stdout)")
+    }
+
+    /// The power is re-read every 5 load intervals while background work waits: three more
+    /// reads prove the scheduler's loop went round at least twice with that work waiting.
+    func threeMoreReads(_ bench: ExtensionBench) async throws {
+        let reads = try #require(try await bench.admin("admin.status")["power"]?["reads"]?.intValue)
+        try await bench.until("three more power reads") {
+            (try await bench.admin("admin.status")["power"]?["reads"]?.intValue ?? 0) >= reads + 3
+        }
+    }
+
+    @Test("on battery above the threshold, or with the rule off, the initial reindex is sent at once")
+    func runsAboveThresholdOrWhenOff() async throws {
+        let power = TempDir("slpower")
+        try Self.writePower(power.path, online: false, capacity: 80)
+        let unit = TestUnit("org.example.test.power80", bundle: "org.example.power80")
+        let bench = try await ExtensionBench.start([unit], arguments: ["--power-supply-root", power.path, "--load-interval", "0.1"])
+        try await bench.waitForAcknowledgement(unit.label)
+        let status = try await bench.admin("admin.status")
+        #expect(status["power"]?["reason"]?.stringValue == "on battery at 80 % (above 50 %)")
+
+        let low = TempDir("slpower")
+        try Self.writePower(low.path, online: false, capacity: 5)
+        let off = TestUnit("org.example.test.poweroff", bundle: "org.example.poweroff")
+        let second = try await ExtensionBench.start([off], arguments: ["--power-supply-root", low.path, "--battery-threshold", "off"])
+        try await second.waitForAcknowledgement(off.label)
+        #expect(try await second.admin("admin.status")["power"]?["reason"]?.stringValue == "battery rule off")
+    }
+}
