@@ -28,7 +28,7 @@ public struct PowerPolicy: Sendable {
     public init(threshold: Double?, now: Date) {
         self.threshold = threshold
         since = now
-        reason = threshold == nil ? "battery rule off" : "power not read yet"
+        reason = threshold == nil ? "battery rule off" : "not read yet (read only while background work waits)"
     }
 
     /// The state this reading calls for, and why, e.g. "on battery at 23 % (below 50 %)".
