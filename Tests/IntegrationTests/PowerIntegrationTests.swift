@@ -85,6 +85,35 @@ struct PowerIntegrationTests {
         #expect(line.stdout.contains("power on AC power\n"), "\(line.stdout)")
     }
 
+    @Test("the refinement share pauses on battery before its first batch, says why in status, and refines everything once on AC")
+    func refinementShareWaitsForAC() async throws {
+        guard let model = SemanticSearchTests.transformerModel else { return }
+        let dir = TempDir()
+        let power = dir.path + "/power"
+        try Self.writePower(power, online: false, capacity: 30)
+        let daemon = try await DaemonProcess(arguments: ["--model-dir", model, "--power-supply-root", power, "--load-interval", "0.1",
+            "--refine-share-items", "10000", "--refine-share-after", "0.5"], dir: dir)
+        let count = 40
+        try await SemanticSearchTests.importItems(RefinementIntegrationTests.items(count: count), bundle: "com.example.power.refine",
+                                                  daemon: daemon, dir: dir) { try await runCLI($0, socket: daemon.socket) }
+        try await RefinementIntegrationTests.until("the share paused for the battery", timeout: 60) {
+            let share = try await RefinementIntegrationTests.status(daemon)["refinementShare"]
+            return share?["state"]?.stringValue == "paused" && share?["reason"]?.stringValue == "on battery at 30 % (below 50 %)"
+        }
+        let reads = try await RefinementIntegrationTests.status(daemon)["power"]?["reads"]?.intValue ?? 0
+        try await RefinementIntegrationTests.until("three more power reads", timeout: 60) {
+            (try await RefinementIntegrationTests.status(daemon)["power"]?["reads"]?.intValue ?? 0) >= reads + 3
+        }
+        #expect(try await RefinementIntegrationTests.refined(daemon) == (count, 0))
+        #expect(!daemon.log.contains { $0.contains("vectors refined by the share") })
+
+        try Self.writePower(power, online: true, capacity: 30)
+        try await RefinementIntegrationTests.until("every vector refined on AC", timeout: 300) {
+            try await RefinementIntegrationTests.refined(daemon).refined == count
+        }
+        #expect(try await RefinementIntegrationTests.status(daemon)["refinementShare"]?["state"]?.stringValue != "paused")
+    }
+
     /// The power is re-read every 5 load intervals while background work waits: three more
     /// reads prove the scheduler's loop went round at least twice with that work waiting.
     func threeMoreReads(_ bench: ExtensionBench) async throws {
