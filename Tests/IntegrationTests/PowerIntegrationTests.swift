@@ -114,6 +114,17 @@ struct PowerIntegrationTests {
         #expect(try await RefinementIntegrationTests.status(daemon)["refinementShare"]?["state"]?.stringValue != "paused")
     }
 
+    @Test("a bad --battery-threshold is refused at start with the fix; --help lists both power flags")
+    func badThreshold() async throws {
+        for bad in ["101", "-1", "abc", "nan", "50%", ""] {
+            let r = try await runCLI(["--battery-threshold", bad], socket: nil, executable: "searchlightd")
+            #expect(r.status == 2, "\(bad.debugDescription): \(r.stderr)")
+            #expect(r.stderr.contains("--battery-threshold must be a percentage from 0 to 100, or off, got \"\(bad)\""), "\(r.stderr)")
+        }
+        let help = try await runCLI(["--help"], socket: nil, executable: "searchlightd")
+        #expect(help.stdout.contains("--battery-threshold PERCENT|off (50)") && help.stdout.contains("--power-supply-root DIR"))
+    }
+
     /// The power is re-read every 5 load intervals while background work waits: three more
     /// reads prove the scheduler's loop went round at least twice with that work waiting.
     func threeMoreReads(_ bench: ExtensionBench) async throws {
