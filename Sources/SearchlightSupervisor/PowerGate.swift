@@ -72,9 +72,11 @@ final class PowerGate: Sendable {
 
     /// `admin.status`'s `power` object.
     var statusJSON: JSONValue {
-        let (p, reads) = machine.withLock { ($0.policy, $0.reads) }
+        let (p, reads, lastRead) = machine.withLock { ($0.policy, $0.reads, $0.lastRead) }
         var o: [String: JSONValue] = ["state": .string(p.state.rawValue), "since": .string(ISO8601.format(p.since)),
             "reason": .string(p.reason), "reads": .number(Double(reads)), "source": .string("sysfs"), "root": .string(reader.root)]
+        // The state is as of this read: the power is read only while background work waits.
+        if let lastRead { o["lastRead"] = .string(ISO8601.format(lastRead)) }
         o["threshold"] = p.threshold.map { .number($0) } ?? .null
         if let r = p.reading {
             o["onBattery"] = .bool(r.onBattery)

@@ -52,6 +52,7 @@ struct PowerIntegrationTests {
         #expect(status["power"]?["onBattery"]?.boolValue == true)
         #expect(status["power"]?["percent"]?.doubleValue == 20)
         #expect(status["power"]?["threshold"]?.doubleValue == 50)
+        #expect(status["power"]?["lastRead"]?.stringValue != nil)
         let shown = try await bench.cli(["status"])
         #expect(shown.stdout.contains("power on battery at 20 % (below 50 %): background work deferred"), "\(shown.stdout)")
 
@@ -149,6 +150,8 @@ struct PowerIntegrationTests {
         let off = TestUnit("org.example.test.poweroff", bundle: "org.example.poweroff")
         let second = try await ExtensionBench.start([off], arguments: ["--power-supply-root", low.path, "--battery-threshold", "off"])
         try await second.waitForAcknowledgement(off.label)
-        #expect(try await second.admin("admin.status")["power"]?["reason"]?.stringValue == "battery rule off")
+        let gate = try await second.admin("admin.status")["power"]
+        #expect(gate?["reason"]?.stringValue == "battery rule off")
+        #expect(gate?["reads"]?.intValue == 0, "the rule off reads nothing")
     }
 }
