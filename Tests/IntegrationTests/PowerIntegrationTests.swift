@@ -115,6 +115,41 @@ struct PowerIntegrationTests {
         #expect(try await RefinementIntegrationTests.status(daemon)["refinementShare"]?["state"]?.stringValue != "paused")
     }
 
+    @Test("idle maintenance refining vectors on AC gives way at its next batch when the machine goes on battery, and finishes on AC")
+    func maintenanceYieldsWhenUnplugged() async throws {
+        guard let model = SemanticSearchTests.transformerModel else { return }
+        let dir = TempDir()
+        let power = dir.path + "/power"
+        try Self.writePower(power, online: true, capacity: 20)
+        let proc = dir.path + "/proc"
+        try ThrottleIntegrationTests.writePSI(proc, cpu: 0)
+        let daemon = try await DaemonProcess(arguments: ["--model-dir", model, "--power-supply-root", power, "--proc-root", proc,
+            "--load-interval", "0.1", "--idle-after", "0.3", "--maintenance-interval", "1"], dir: dir)
+        let count = 400
+        try await SemanticSearchTests.importItems(RefinementIntegrationTests.items(count: count), bundle: "com.example.power.maint",
+                                                  daemon: daemon, dir: dir) { try await runCLI($0, socket: daemon.socket) }
+        try await RefinementIntegrationTests.until("idle maintenance refining", timeout: 300) {
+            try await RefinementIntegrationTests.refined(daemon).refined > 0
+        }
+        try Self.writePower(power, online: false, capacity: 20)
+        try await RefinementIntegrationTests.until("maintenance gave way", timeout: 60) {
+            daemon.log.contains { $0.contains("maintenance yielded to load") }
+        }
+        let atYield = try await RefinementIntegrationTests.refined(daemon).refined
+        #expect(atYield < count, "unplugged before the end")
+        let reads = try await RefinementIntegrationTests.status(daemon)["power"]?["reads"]?.intValue ?? 0
+        try await RefinementIntegrationTests.until("three more power reads", timeout: 60) {
+            (try await RefinementIntegrationTests.status(daemon)["power"]?["reads"]?.intValue ?? 0) >= reads + 3
+        }
+        #expect(try await RefinementIntegrationTests.refined(daemon).refined == atYield, "nothing refined on battery")
+        #expect(daemon.log.filter { $0.contains("maintenance started") && $0.contains("trigger=idle") }.count == 1)
+
+        try Self.writePower(power, online: true, capacity: 20)
+        try await RefinementIntegrationTests.until("every vector refined on AC", timeout: 300) {
+            try await RefinementIntegrationTests.refined(daemon).refined == count
+        }
+    }
+
     @Test("a bad --battery-threshold is refused at start with the fix; --help lists both power flags")
     func badThreshold() async throws {
         for bad in ["101", "-1", "abc", "nan", "50%", ""] {
