@@ -324,12 +324,13 @@ actor RequestScheduler {
     }
 
     /// Idle maintenance: sleeps until it is due, then (the load being sampled meanwhile) starts
-    /// once the machine has been idle long enough. It gives way when the throttle leaves normal.
+    /// once the machine has been idle long enough. It gives way when the throttle leaves normal,
+    /// or when the power defers background work (on battery at a low charge).
     private func pollMaintenance(_ now: Date, next: inout Date) {
         guard let maintenance, case .running = state else { return }
         switch maintenance.poll(at: now, throttle: throttle.snapshot, deferral: power.deferReason) {
         case .sleep(let until): next = min(next, until)
-        case .watching, .running: break  // the throttle's next sample wakes the loop
+        case .watching, .running: break  // the throttle's next sample (or the power's next read) wakes the loop
         case .start:
             let run = Promise<Void>()
             transition(.maintenanceStarted(run))
