@@ -136,13 +136,16 @@ struct PowerIntegrationTests {
             daemon.log.contains { $0.contains("maintenance yielded to load") }
         }
         let atYield = try await RefinementIntegrationTests.refined(daemon).refined
+        // Runs before the items came in may have started already (one interval after the start).
+        let startsAtYield = daemon.log.filter { $0.contains("maintenance started") && $0.contains("trigger=idle") }.count
         #expect(atYield < count, "unplugged before the end")
         let reads = try await RefinementIntegrationTests.status(daemon)["power"]?["reads"]?.intValue ?? 0
         try await RefinementIntegrationTests.until("three more power reads", timeout: 60) {
             (try await RefinementIntegrationTests.status(daemon)["power"]?["reads"]?.intValue ?? 0) >= reads + 3
         }
         #expect(try await RefinementIntegrationTests.refined(daemon).refined == atYield, "nothing refined on battery")
-        #expect(daemon.log.filter { $0.contains("maintenance started") && $0.contains("trigger=idle") }.count == 1)
+        #expect(daemon.log.filter { $0.contains("maintenance started") && $0.contains("trigger=idle") }.count == startsAtYield,
+                "no idle run starts on battery")
 
         try Self.writePower(power, online: true, capacity: 20)
         try await RefinementIntegrationTests.until("every vector refined on AC", timeout: 300) {
