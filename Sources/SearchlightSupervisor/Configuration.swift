@@ -52,6 +52,11 @@ public struct Configuration: Sendable {
     public var fullSync = true
     /// Where the load monitor reads `pressure/{cpu,io,memory}` and `loadavg` (`--proc-root`).
     public var procRoot = "/proc"
+    /// Where the power gate reads the power supplies (`--power-supply-root`).
+    public var powerSupplyRoot = PowerSupplyReader.defaultRoot
+    /// On battery, background work runs only while the charge is above this percentage
+    /// (`--battery-threshold`); nil (`off`): the battery does not hold it.
+    public var batteryThreshold: Double? = 50
     /// Throttle and pause marks and the hysteresis of the background throttle (`--throttle-cpu`, …).
     public var throttleMarks = ThrottleMarks()
     /// Seconds between two load samples while background work waits or runs (`--load-interval`).

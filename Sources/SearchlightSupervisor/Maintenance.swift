@@ -80,11 +80,17 @@ final class Maintenance: Sendable {
         state.withLock { $0.running || $0.schedule.isDue(at: now) }
     }
 
-    /// The scheduler's question at each pass, with the throttle as it now is.
-    func poll(at now: Date, throttle: Throttle) -> Poll {
+    /// The scheduler's question at each pass, with the throttle as it now is, and why the power
+    /// defers background work (`PowerGate`; nil: it does not). While it defers, idleness is
+    /// watched afresh: the load is not sampled meanwhile, so the quiet time before proves nothing.
+    func poll(at now: Date, throttle: Throttle, deferral: String? = nil) -> Poll {
         state.withLock { s in
             if s.running { return .running }
             if s.byHand > 0 { return .watching }
+            if deferral != nil, s.schedule.isDue(at: now) {
+                s.schedule.yielded()
+                return .watching
+            }
             guard s.schedule.shouldStart(at: now, throttle: throttle) else {
                 return s.schedule.isDue(at: now) ? .watching : .sleep(until: s.schedule.nextDue)
             }

@@ -207,10 +207,20 @@ final class RefinementShare: @unchecked Sendable {
             "bundle": .string(key.bundle), "index": .string(key.index), "reason": reason.map(JSONValue.string) ?? .null])
     }
 
-    /// The memory pressure's pause rule, as the throttle last sampled it.
+    /// The memory pressure's pause rule, as the throttle last sampled it; then the power gate's
+    /// (on battery at a low charge, `PowerGate`).
     private func pauseReason() -> String? {
         RefinementShareQueue.pauseReason(memory: context.scheduler?.throttle.snapshot.pressure?.memory,
             pauseMemory: context.config.throttleMarks.pauseMemory, stopping: isStopping)
+            ?? context.scheduler?.backgroundDeferral
+    }
+
+    /// When to look again after a pause: the power is re-read only every `PowerGate.interval`,
+    /// so a pause for it is not looked at more often.
+    private func retryAfterPause(_ reason: String) -> Date {
+        let powerPause = reason == context.scheduler?.backgroundDeferral
+        let loadInterval = context.config.loadInterval
+        return Date().addingTimeInterval(powerPause ? PowerGate.interval(loadInterval: loadInterval) : loadInterval)
     }
 
     /// Waits (on this thread, never the pool's) while the transformer's query threads have work,
@@ -236,7 +246,7 @@ final class RefinementShare: @unchecked Sendable {
         if let reason = pauseReason() {
             if reason == "stopping" { return nil }
             setPaused(reason, key)
-            return Date().addingTimeInterval(context.config.loadInterval)
+            return retryAfterPause(reason)
         }
         // The memory pressure is known only from a recent sample: the scheduler samples while the
         // share is active (paused included), so wait for one.
@@ -307,7 +317,7 @@ final class RefinementShare: @unchecked Sendable {
         if yielded == "stopping" { return nil }
         if let yielded {
             setPaused(yielded, key)
-            return Date().addingTimeInterval(context.config.loadInterval)
+            return retryAfterPause(yielded)
         }
         // Closed under it (the open-index bound, a replace): go on with the store reopened.
         if closed { return Date() }

@@ -59,6 +59,8 @@ actor RequestScheduler {
     nonisolated let journal: RequestJournal
     nonisolated let catalog: UnitCatalog
     nonisolated let throttle: ThrottleController
+    /// On battery, background work waits for AC or a charge above `--battery-threshold`.
+    nonisolated let power: PowerGate
     /// Idle maintenance (nil in tests of the scheduler alone).
     nonisolated let maintenance: Maintenance?
     nonisolated let clock: any DaemonClock
@@ -86,7 +88,12 @@ actor RequestScheduler {
         throttle = ThrottleController(monitor: LoadMonitor(procRoot: context.config.procRoot, log: context.log,
                 ownWork: { refinement.seconds }, now: clock.now),
             marks: context.config.throttleMarks, interval: context.config.loadInterval, now: clock.now)
+        power = PowerGate(reader: PowerSupplyReader(root: context.config.powerSupplyRoot), threshold: context.config.batteryThreshold,
+            interval: PowerGate.interval(loadInterval: context.config.loadInterval), log: context.log, now: clock.now)
     }
+
+    /// Why background work may not start now, whatever the load (nil: the power allows it).
+    nonisolated var backgroundDeferral: String? { power.deferReason }
 
     /// The scheduler's loop runs on the daemon's control thread, not on the cooperative pool: its
     /// pump reads the journal and /proc, which may wait on the disk.
@@ -246,17 +253,26 @@ actor RequestScheduler {
         let maintenanceWaits = maintenance?.wantsSampling(at: now) ?? false
         // The refinement share gives way to memory pressure: sampled while it runs or is paused.
         let shareRuns = context.refinementShare?.isActive ?? false
-        let sampled = throttle.refresh(now: now, needed: backgroundDue || maintenanceWaits || backgroundRunning > 0 || shareRuns)
+        // The power first: while it defers, nothing waiting can start, so the load is not sampled
+        // for it (only for background work already running); the power is re-read at its own,
+        // slower period, so a daemon deferring for hours on battery stays nearly asleep.
+        let waiting = backgroundDue || maintenanceWaits || shareRuns
+        let powered = power.refresh(now: now, needed: waiting || backgroundRunning > 0)
+        if let t = powered.transition { announce(t) }
+        if let at = powered.nextRead { next = min(next, at) }
+        let powerDefers = powered.state == .deferred
+        let sampled = throttle.refresh(now: now, needed: (waiting && !powerDefers) || backgroundRunning > 0)
         if let t = sampled.transition { announce(t, sample: sampled.sample) }
         if let at = sampled.nextSample { next = min(next, at) }
         pollMaintenance(now, next: &next)
         for (host, pending) in candidates {
             let bundle = host.unit.bundleIdentifier
-            let backgroundAllowed = switch sampled.state {
+            let loadAllows = switch sampled.state {
             case .normal: true
             case .throttled: backgroundRunning == 0
             case .paused: false
             }
+            let backgroundAllowed = loadAllows && !powerDefers
             let eligible = pending.filter { backgroundAllowed || !$0.background }
             guard let first = eligible.min(by: { ($0.notBefore, $0.background ? 1 : 0, $0.id) < ($1.notBefore, $1.background ? 1 : 0, $1.id) }) else {
                 transition(.nothingDue(bundle: bundle))
@@ -308,18 +324,19 @@ actor RequestScheduler {
     }
 
     /// Idle maintenance: sleeps until it is due, then (the load being sampled meanwhile) starts
-    /// once the machine has been idle long enough. It gives way when the throttle leaves normal.
+    /// once the machine has been idle long enough. It gives way when the throttle leaves normal,
+    /// or when the power defers background work (on battery at a low charge).
     private func pollMaintenance(_ now: Date, next: inout Date) {
         guard let maintenance, case .running = state else { return }
-        switch maintenance.poll(at: now, throttle: throttle.snapshot) {
+        switch maintenance.poll(at: now, throttle: throttle.snapshot, deferral: power.deferReason) {
         case .sleep(let until): next = min(next, until)
-        case .watching, .running: break  // the throttle's next sample wakes the loop
+        case .watching, .running: break  // the throttle's next sample (or the power's next read) wakes the loop
         case .start:
             let run = Promise<Void>()
             transition(.maintenanceStarted(run))
             maintenance.startIdleRun(yieldNow: { [weak self, throttle] in
                 guard let self else { return true }
-                return self.isStopping || throttle.state != .normal
+                return self.isStopping || throttle.state != .normal || self.power.defers
             }, done: { [weak self] in
                 run.fulfil(())
                 self?.wake()
@@ -349,6 +366,12 @@ actor RequestScheduler {
         else if t.to == .normal { method = Method.extensionDidFinishThrottle }
         else { return }  // throttled <-> paused: the extensions were told already
         for host in hosts.all { host.notifyIfRunning(method) }
+    }
+
+    /// A power state change: one log line, a `power.changed` event.
+    private func announce(_ t: PowerPolicy.Transition) {
+        log.notice("power gate changed", ["from": t.from.rawValue, "to": t.to.rawValue, "reason": t.reason])
+        events.emit("power.changed", ["state": .string(t.to.rawValue), "from": .string(t.from.rawValue), "reason": .string(t.reason)])
     }
 
     // MARK: - Requests
@@ -390,8 +413,12 @@ actor RequestScheduler {
                     + (joined.lastError.map { " (last: \($0.prefix(200)))" } ?? ""))
             }
             if joined.background {
-                was.append(throttle.state == .normal ? "queued as background work"
-                    : "held back as background work while the machine is busy (throttle \(throttle.state.rawValue))")
+                if let deferral = power.deferReason {
+                    was.append("held back as background work (\(deferral))")
+                } else {
+                    was.append(throttle.state == .normal ? "queued as background work"
+                        : "held back as background work while the machine is busy (throttle \(throttle.state.rawValue))")
+                }
             }
             let what = "joined request \(joined.id) (\(joined.reason))"
             notes.append(was.isEmpty ? what + ", already queued" : what + ", which was " + was.joined(separator: " and ")

@@ -147,6 +147,10 @@ enum StatusLine {
             guard let throttle = context.scheduler?.throttle.snapshot else { return nil }
             return throttle.state == .normal ? "load normal" : "background \(throttle.state.rawValue): \(throttle.reason)"
         },
+        { context in
+            // Only while the power defers background work: "background deferred: on battery at 23 % (below 50 %)".
+            context.scheduler?.backgroundDeferral.map { "background deferred: \($0)" }
+        },
     ]
 
     static func make(_ context: ServiceContext) -> String {

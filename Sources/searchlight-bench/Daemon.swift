@@ -31,9 +31,11 @@ final class Daemon: @unchecked Sendable {
         try FileManager.default.createDirectory(atPath: unitsDir, withIntermediateDirectories: true)
         process.executableURL = URL(fileURLWithPath: Self.executableDirectory + "/searchlightd")
         // No load throttling: the bench measures indexing, not the machine's other work
-        // (a --proc-root without pressure files reads as unknown load, never throttled).
+        // (a --proc-root without pressure files reads as unknown load, never throttled), nor the
+        // battery (a --power-supply-root without supplies reads as a desktop).
         process.arguments = ["--socket", socket, "--state-dir", stateDir, "--units-dir", unitsDir, "--log-level", "notice"]
-            + (extra.contains("--proc-root") ? [] : ["--proc-root", dir + "/no-proc"]) + extra
+            + (extra.contains("--proc-root") ? [] : ["--proc-root", dir + "/no-proc"])
+            + (extra.contains("--power-supply-root") ? [] : ["--power-supply-root", dir + "/no-power"]) + extra
         var environment = ProcessInfo.processInfo.environment
         environment["JOURNAL_STREAM"] = nil
         environment.merge(added) { $1 }

@@ -41,6 +41,13 @@ enum StatusCommands {
         return line
     }
 
+    /// `power on battery at 23 % (below 50 %): background work deferred`, `power on AC power`;
+    /// nil for daemons that do not report it.
+    static func powerLine(_ p: JSONValue?) -> String? {
+        guard let p, let state = p["state"]?.stringValue, let reason = p["reason"]?.stringValue else { return nil }
+        return "power " + reason + (state == "deferred" ? ": background work deferred" : "")
+    }
+
     /// `stale items: 3 reported by the desktop (file gone): 2 reindex requested, 1 deleted, 0 kept`;
     /// nil until the desktop reported one (or for daemons that do not count them).
     static func staleItemsLine(_ s: JSONValue?) -> String? {
@@ -55,6 +62,7 @@ enum StatusCommands {
         Console.out("socket \(answer["socket"]?.stringValue ?? "-")")
         Console.out("state  \(answer["stateDirectory"]?.stringValue ?? "-")")
         if let line = throttleLine(answer["throttle"]) { Console.out(line) }
+        if let line = powerLine(answer["power"]) { Console.out(line) }
         for line in MaintenanceOutput.statusLines(answer["maintenance"]) { Console.out(line) }
         if let line = semanticLine(answer["semantic"]) { Console.out(line) }
         if let line = staleItemsLine(answer["staleItems"]) { Console.out(line) }

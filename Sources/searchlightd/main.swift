@@ -54,6 +54,10 @@ let usage = """
             --resume-after SECONDS (20): below the mark this long before stepping down a state
             --load-interval SECONDS (2): sampling period while background work waits or runs
             --idle-after SECONDS (60)  --maintenance-interval SECONDS (21600): idle maintenance
+    power:  --battery-threshold PERCENT|off (50): on battery, defer background work (reindexing the
+                daemon starts itself, refinement, maintenance) unless the charge is above PERCENT;
+                off: run it on battery too. Work asked for by hand always runs
+            --power-supply-root DIR (/sys/class/power_supply): where the power supplies are read
     other:  --no-full-sync  commit with synchronous=NORMAL (durable on crash, not on power loss)
             --stop-timeout SECONDS (45): a graceful stop (SIGTERM) taking longer is forced
             --version, --help
@@ -151,6 +155,17 @@ func parseArguments(_ args: [String]) -> Configuration {
             guard let mode = ExtensionCgroupMode(rawValue: v) else { fail("--extension-cgroups must be auto or off, got \"\(v)\"") }
             config.extensionCgroups = mode
         case "--proc-root": config.procRoot = value(flag)
+        case "--power-supply-root": config.powerSupplyRoot = value(flag)
+        case "--battery-threshold":
+            let v = value(flag)
+            if v == "off" {
+                config.batteryThreshold = nil
+            } else {
+                guard let p = Double(v), p.isFinite, p >= 0, p <= 100 else {
+                    fail("--battery-threshold must be a percentage from 0 to 100, or off, got \"\(v)\"")
+                }
+                config.batteryThreshold = p
+            }
         case "--throttle-cpu": config.throttleMarks.throttleCPU = percent(flag)
         case "--throttle-io": config.throttleMarks.throttleIO = percent(flag)
         case "--throttle-memory": config.throttleMarks.throttleMemory = percent(flag)

@@ -82,6 +82,8 @@ final class DaemonProcess: @unchecked Sendable {
         // A quiet machine unless the test fakes its own load: the runner's real pressure (other
         // builds) must not pause a test's background requests.
         let proc = extraArguments.contains("--proc-root") ? [] : ["--proc-root", dir.path + "/no-proc"]
+        // Nor the runner's power: a laptop on battery would defer every background request.
+        let power = extraArguments.contains("--power-supply-root") ? [] : ["--power-supply-root", dir.path + "/no-power"]
         // No semantic model unless a test names one: the tests must not depend on whether `make
         // model` filled this machine's default folder (SemanticSearchTests pass --model-dir).
         let model = extraArguments.contains("--model-dir") ? [] : ["--model-dir", dir.path + "/no-model"]
@@ -89,7 +91,7 @@ final class DaemonProcess: @unchecked Sendable {
         // tests the low-priority share itself: the tests of the static tier and of the idle rule
         // count refined vectors.
         let share = extraArguments.contains("--refine-share-items") ? [] : ["--refine-share-items", "0"]
-        p.arguments = ["--socket", socket, "--state-dir", stateDir, "--log-level", "debug"] + units + proc + model + share + extraArguments
+        p.arguments = ["--socket", socket, "--state-dir", stateDir, "--log-level", "debug"] + units + proc + power + model + share + extraArguments
         if let command = launcher.first {
             p.arguments = launcher.dropFirst() + [Products.path("searchlightd")] + (p.arguments ?? [])
             p.executableURL = URL(fileURLWithPath: command)

@@ -203,7 +203,7 @@ struct SignalTests {
             let model = modelDirectory.map { ["--model-dir", $0] } ?? []
             let process = try StartedProcess(Products.path("searchlightd"),
                 ["--socket", dir.path + "/d.sock", "--state-dir", dir.path + "/state", "--units-dir", dir.path + "/units",
-                 "--proc-root", dir.path + "/no-proc", "--log-level", "debug", "--backoff", "0.2",
+                 "--proc-root", dir.path + "/no-proc", "--power-supply-root", dir.path + "/no-power", "--log-level", "debug", "--backoff", "0.2",
                  "--stop-timeout", "\(Int(SignalTests.stopTimeout))"] + model + arguments,
                 environment: env, startedBy: startedBy, dir: dir.path)
             _ = try notify.receive(until: "READY=1")

@@ -186,7 +186,7 @@ struct SystemdTests {
         let daemon = try SpawnedDaemon(
             executable: Products.path("searchlightd"),
             arguments: ["--socket", dir.path + "/d.sock", "--state-dir", dir.path + "/state", "--units-dir", dir.path + "/units",
-                        "--proc-root", dir.path + "/no-proc", "--model-dir", dir.path + "/no-model", "--backoff", "0.2", "--log-level", "debug"],
+                        "--proc-root", dir.path + "/no-proc", "--power-supply-root", dir.path + "/no-power", "--model-dir", dir.path + "/no-model", "--backoff", "0.2", "--log-level", "debug"],
             environment: daemonEnvironment(["NOTIFY_SOCKET": notify.address]), logPath: dir.path + "/log")
         _ = try notify.receive(until: "READY=1")
         // The initial reindex-all is acknowledged: one index in one bundle.

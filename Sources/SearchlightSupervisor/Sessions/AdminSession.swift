@@ -121,6 +121,7 @@ final class AdminSession: BundleSession {
             "bundles": .array(bundles),
             "extensions": .array((context.scheduler?.allHosts ?? []).map(\.statusJSON)),
             "throttle": context.scheduler?.throttle.statusJSON ?? .null,
+            "power": context.scheduler?.power.statusJSON ?? .null,
             "maintenance": context.maintenance?.statusJSON ?? .null,
             "refinementShare": context.refinementShare?.statusJSON ?? .null,
             "reindexRequests": requestCounts(),
