@@ -35,7 +35,18 @@ final class SessionBusHarness: @unchecked Sendable {
 
     /// `providerArguments`: appended to the provider's command in its service file;
     /// `environment` overrides: what the bus, the provider and the clients run with (`PATH`).
+    ///
+    /// The provider's query deadline is `contentDeadline` unless `providerArguments` sets one: its
+    /// 1 s default is the shell's UI budget (answer empty rather than late), and a test of what the
+    /// results hold is not a test of that budget. On the two cores a parallel debug suite shares,
+    /// one query crosses gdbus, dbus-daemon, the provider and the daemon (four debug processes
+    /// among dozens runnable): past 1 s there the provider answered empty and a check of the
+    /// results saw none (StaleResultsTests, 3 of 4 runs beside ten other suites). Tests of the
+    /// deadline itself pass `--query-timeout 1` (DesktopSearchTests `daemonDown`).
+    static let contentDeadline = ["--query-timeout", "30"]
+
     init(daemonSocket: String, uid: UInt32? = nil, providerArguments: [String] = [], environment overrides: [String: String] = [:]) throws {
+        let providerArguments = providerArguments.contains("--query-timeout") ? providerArguments : Self.contentDeadline + providerArguments
         if let missing = Self.missingTools { throw HarnessError(missing) }
         dir = TempDir("slbus")
         self.uid = uid
