@@ -172,7 +172,7 @@ extension IndexStore {
         let fetch = fetch.map(Set.init)
         let sql = "SELECT \(ItemRecord.selectColumns(fetch: fetch)) FROM items WHERE items.rowid = ?"
         let writer = WireItemWriter(fetch: fetch)
-        return try read(budget: budget) { db in
+        let found = try read(budget: budget) { db in
             try db.transaction("DEFERRED") { () throws -> [Bool] in
                 let s = try db.statement(sql)
                 var found: [Bool] = []
@@ -191,6 +191,9 @@ extension IndexStore {
                 return found
             }
         }
+        // What the user is shown is refined first (`RefinementOrder`).
+        noteQueryHits(zip(rowids, found).filter(\.1).map(\.0))
+        return found
     }
 }
 

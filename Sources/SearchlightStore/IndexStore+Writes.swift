@@ -308,7 +308,11 @@ extension IndexStore {
                 // The engagement is part of the score: a segment that read the item needs it again.
                 for row in try store.writer.rows("UPDATE items SET engagement = engagement + ? WHERE uid = ? RETURNING rowid",
                     [.double(weight), .text(identifier)]) {
-                    if let rowid = row.int(0) { try store.rankWriter.touched(rowid, store.writer) }
+                    if let rowid = row.int(0) {
+                        try store.rankWriter.touched(rowid, store.writer)
+                        // Opened from results: refined before what the user has not met (`RefinementOrder`).
+                        store.refinementHints.note([rowid], tier: .engaged, at: now)
+                    }
                 }
             }
             if let suggestion {

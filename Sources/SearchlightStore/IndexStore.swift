@@ -52,6 +52,8 @@ public final class IndexStore: @unchecked Sendable {
     let pageWalks = PageWalkTally()
     /// Semantic search's vectors in memory, following the commits (Vectors/StoreVectors).
     let vectors = StoreVectors()
+    /// The items refinement takes first (`RefinementOrder.whereUsersLook`).
+    let refinementHints = RefinementHintsBox()
 
     func writerStatements() throws -> WriterStatements {
         if let s = preparedWriterStatements { return s }

@@ -283,7 +283,7 @@ extension IndexStore {
         let now = options.clock().timeIntervalSince1970
         let semantic = hasVectors ? request.semantic : nil
         if semantic != nil { try loadVectors() }
-        return try read(budget: budget) { db in
+        let answer = try read(budget: budget) { db in
             try db.transaction("DEFERRED") {
                 var found: [FusedCandidate] = []
                 var ranking: [FusedCandidate] = []
@@ -334,6 +334,9 @@ extension IndexStore {
                 return (found, suggestions)
             }
         }
+        // What the user is shown is refined first (`RefinementOrder`).
+        noteQueryHits(answer.0.map(\.rowID))
+        return answer
     }
 
     /// The items of `candidates` that are exact hits of the query: the title or the displayName is the query's words

@@ -41,6 +41,15 @@ struct RefinementShareQueue: Sendable {
         return (first.key, nil)
     }
 
+    /// Whether a batch of the share should keep waiting for the transformer's user queries: while
+    /// some run or are queued (`busy`), up to `maxWait` seconds per batch. Then the batch runs
+    /// beside them at its lower priority: a stream of queries that never leaves the threads free
+    /// (a client polling, a desktop search provider on every keystroke of a long session) would
+    /// otherwise hold refinement, and so leave every query on unrefined vectors, indefinitely.
+    static func keepsWaiting(busy: Bool, waited: TimeInterval, maxWait: TimeInterval) -> Bool {
+        busy && waited < maxWait
+    }
+
     /// Whether refinement of a pass should give way now, and why: memory pressure at or over the
     /// pause mark (the transformer's activations and the model's pages would push other
     /// processes to swap), or the daemon stopping. CPU pressure alone never pauses it: its thread
@@ -59,7 +68,9 @@ struct RefinementShareQueue: Sendable {
 /// 10, `BackgroundPriority`), in batches of `batch` items, and gives way:
 ///
 /// - between batches, while the transformer's query threads (`QueryCompute`) have a user query
-///   running or queued: the query gets the cores; the share waits for them to be free;
+///   running or queued: the query gets the cores; the share waits for them to be free, up to
+///   `maxQueryWait` a batch (`RefinementShareQueue.keepsWaiting`), so a steady stream of queries
+///   slows it without stopping it;
 /// - at the next batch when the memory pressure reaches the pause mark (`--pause-memory`), and
 ///   looks again one `--load-interval` later;
 /// - at the daemon's stop, and when the store is closed under it (it goes on later).
@@ -70,6 +81,10 @@ final class RefinementShare: @unchecked Sendable {
     typealias Key = RefinementShareQueue.Key
     /// Items per batch: one batch is what a user's query can find in the way of the CPU at most.
     static let batch = 8
+    /// The longest a batch waits for the transformer's user queries (`RefinementShareQueue.keepsWaiting`):
+    /// a burst of typing is over well within it; a batch of 8 beside a query stream then costs
+    /// that stream one batch's time on one core at nice 10.
+    static let maxQueryWait: TimeInterval = 2
     static let waitingForSample = "waiting for a load sample"
 
     unowned let context: ServiceContext
@@ -224,12 +239,14 @@ final class RefinementShare: @unchecked Sendable {
     }
 
     /// Waits (on this thread, never the pool's) while the transformer's query threads have work,
-    /// up to one second at a time; true when it waited.
+    /// at most `maxQueryWait`; true when it waited.
     private func waitForQueries() -> Bool {
         var waited = false
+        let start = Date()
         while !isStopping {
             let c = context.semantic.compute.counts
-            guard c.queued + c.running > 0 else { break }
+            guard RefinementShareQueue.keepsWaiting(busy: c.queued + c.running > 0, waited: Date().timeIntervalSince(start),
+                maxWait: Self.maxQueryWait) else { break }
             if !waited {
                 // Counted when the wait begins: a stream of queries may hold it for long.
                 condition.withLock { queryWaitsTotal += 1 }

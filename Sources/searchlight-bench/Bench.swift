@@ -18,12 +18,15 @@ struct Bench {
             + "reindex sizes \(options.sizes.map(sizeLabel).joined(separator: ", ")); \(ProcessInfo.processInfo.activeProcessorCount) cores")
         // The in-process scenarios alone start no daemon, so they run under valgrind (whose
         // reserved descriptors break Foundation's `Process`).
-        if options.scenarios.isSubset(of: [.store, .fill, .ranked, .apps]) {
+        if options.scenarios.isSubset(of: [.store, .fill, .ranked, .apps, .refineOrder]) {
             var rows: [Row] = []
             if options.scenarios.contains(.ranked) { rows += try RankedBench.run(options: options, corpus: corpus) }
             if options.scenarios.contains(.apps) { rows += try AppsBench(options: options, corpus: corpus, dir: "/tmp/slbench-apps-\(getpid())").run() }
             if options.scenarios.contains(.store) { rows += try BenchRun.storeOnly(options: options, corpus: corpus) }
             if options.scenarios.contains(.fill) { rows += try StoreFill.run(options: options, corpus: corpus) }
+            if options.scenarios.contains(.refineOrder) {
+                rows += try RefineOrderBench(options: options, corpus: corpus, dir: "/tmp/slbench-refine-order-\(getpid())").run()
+            }
             print("\n" + Report.table(rows))
             try Report.write(rows, corpus: corpus, options: options)
             print("\nwrote \(options.output) and \(options.chart)")
@@ -54,6 +57,9 @@ struct Bench {
                 count: min(options.refineItems ?? .max, corpus.entries.count), full: true, keep: options.keepState != nil).run()
         }
         if options.scenarios.contains(.apps) { run.rows += try AppsBench(options: options, corpus: corpus, dir: run.dir + "/apps-bench").run() }
+        if options.scenarios.contains(.refineOrder) {
+            run.rows += try RefineOrderBench(options: options, corpus: corpus, dir: run.dir + "/refine-order-bench").run()
+        }
         if options.scenarios.contains(.delegate) {
             run.rows += try await DelegateBench(daemon: run.daemon, dir: run.dir, runs: options.runs).run()
         }

@@ -30,6 +30,10 @@ struct Options {
         /// Search across apps in-process (`AppsBench`): the corpus over six apps' indexes and in
         /// one; relevance, query latency and codespell corrections, each both ways.
         case apps
+        /// Refinement where users look first against rowid order, in-process, on the corpus
+        /// after a user session (`RefineOrderBench`): items/s and the share of hits refined after
+        /// `--refine-minutes` (1 by default; the issue's figure is 10).
+        case refineOrder = "refine-order"
     }
 
     /// A corpus file (`--corpus`, or `SEARCHLIGHT_CORPUS`); nil: a synthetic corpus.
@@ -44,7 +48,7 @@ struct Options {
     var queries = 300
     var clients = [1, 4, 16]
     var batch = 500
-    var scenarios: Set<Scenario> = [.donation, .query, .reindex, .daemon, .throttle, .maintenance, .delegate, .semantic, .background, .apps]
+    var scenarios: Set<Scenario> = [.donation, .query, .reindex, .daemon, .throttle, .maintenance, .delegate, .semantic, .background, .apps, .refineOrder]
     /// `--compare-priority`: the background scenario's loaded phase once more with the daemon's
     /// background threads at the normal priority (`SEARCHLIGHT_BACKGROUND_NICE=0`), in the same run.
     var comparePriority = false
@@ -77,6 +81,8 @@ struct Options {
     var keepState: String?
     /// `--scenarios refined`: the first N corpus items only (a check of the scenario end to end).
     var refineItems: Int?
+    /// `--scenarios refine-order`: minutes of refinement per order (`--refine-minutes`).
+    var refineMinutes = 1.0
     /// The relevance set of the semantic and refined scenarios (`--judgements`): by default the
     /// full debtags set, its tuning and held-out halves reported apart as well.
     var judgements = Options.defaultJudgements
@@ -88,9 +94,9 @@ struct Options {
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
-                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic,relevance,refined,background,apps]
+                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic,relevance,refined,background,apps,refine-order]
                                  [--idle-seconds S] [--quick] [--keep] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--no-check] [--ranked-items N] [--ranked-parts term,prefix,top,suggest]
-                                 [--keep-state DIR] [--refine-items N] [--judgements FILE.jsonl] [--misspellings FILE] [--misspelling-sample N] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
+                                 [--keep-state DIR] [--refine-items N] [--refine-minutes M] [--judgements FILE.jsonl] [--misspellings FILE] [--misspelling-sample N] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
                                  [--compare-priority]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)
@@ -108,6 +114,8 @@ struct Options {
           --keep-state     with --scenarios refined: keep the daemon's directory in DIR; when DIR holds a fully
                            refined index from an earlier run, reuse it (no donation, no refinement, no speed rows)
           --refine-items   with --scenarios refined: only the first N corpus items (to check the scenario quickly)
+          --refine-minutes with --scenarios refine-order: minutes of refinement per order (default 1; the
+                           issue's figure: 10)
           --compare-priority  with --scenarios background: the loaded phase again with the daemon's background
                            threads at the normal priority (SEARCHLIGHT_BACKGROUND_NICE=0), for the before/after
           --judgements     with --scenarios semantic,relevance,refined: the relevance set (default
@@ -156,6 +164,9 @@ struct Options {
             case "--ranked-items": o.rankedItems = count(a)
             case "--keep-state": o.keepState = value(a)
             case "--refine-items": o.refineItems = count(a)
+            case "--refine-minutes":
+                guard let m = Double(value(a)), m > 0, m <= 600 else { fatal("--refine-minutes takes minutes, more than 0 and at most 600") }
+                o.refineMinutes = m
             case "--judgements": o.judgements = value(a)
             case "--misspellings": o.misspellings = value(a)
             case "--misspelling-sample": o.misspellingSample = count(a)

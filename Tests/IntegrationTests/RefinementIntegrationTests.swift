@@ -160,6 +160,49 @@ struct RefinementIntegrationTests {
         try await Self.until("refinement going on once the queries stopped", timeout: 300) { try await Self.refined(daemon).refined > after }
     }
 
+    @Test("a steady stream of user queries on the transformer slows the share but does not hold it")
+    func queryStreamDoesNotHoldShare() async throws {
+        guard let model = SemanticSearchTests.transformerModel else { return }
+        let dir = TempDir()
+        let proc = dir.path + "/proc"
+        try ThrottleIntegrationTests.writePSI(proc, cpu: 70)  // busy: idle maintenance never runs
+        let daemon = try await DaemonProcess(arguments: ["--model-dir", model, "--proc-root", proc, "--load-interval", "0.5",
+            "--refine-share-items", "10000", "--refine-share-after", "1"], dir: dir)
+        let count = 3000
+        try await SemanticSearchTests.importItems(Self.items(count: count), bundle: "com.example.refine", daemon: daemon, dir: dir) {
+            try await runCLI($0, socket: daemon.socket)
+        }
+        let text = Array(repeating: "a music player that organizes audio files and playlists", count: 20).joined(separator: " ")
+        let flood = Flood()
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<4 {
+                group.addTask {
+                    let index = daemon.index("com.example.refine")
+                    defer { Task { await index.close() } }
+                    while !flood.stop.load(ordering: .relaxed) {
+                        _ = try await UserQuery(userQueryString: text, userQueryContext: UserQueryContext(), index: index).run()
+                        flood.answered.add(1, ordering: .relaxed)
+                    }
+                }
+            }
+            group.addTask {
+                defer { flood.stop.store(true, ordering: .relaxed) }
+                // The stream holds a batch first (the share waited), then the share goes on under it.
+                try await Self.until("a batch of the share waited for a query", timeout: 300) {
+                    try await Self.status(daemon)["refinementShare"]?["queryWaits"]?.intValue ?? 0 >= 1
+                }
+                let (before, answeredBefore) = (try await Self.refined(daemon).refined, flood.answered.load(ordering: .relaxed))
+                try await Self.until("two batches refined while the queries kept coming", timeout: 300) {
+                    let now = try await Self.refined(daemon).refined
+                    if now == count { throw HarnessError("every item refined: use more items") }
+                    return now >= before + 16
+                }
+                #expect(flood.answered.load(ordering: .relaxed) > answeredBefore + 4, "the queries kept coming meanwhile")
+            }
+            try await group.waitForAll()
+        }
+    }
+
     @Test("without PSI: refinement is not stopped by its own threads in the load average, and pauses at the next sample when an outside load shows in it")
     func loadAverageWithoutPSI() async throws {
         guard let model = SemanticSearchTests.transformerModel else { return }

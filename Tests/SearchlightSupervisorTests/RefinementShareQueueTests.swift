@@ -47,4 +47,13 @@ struct RefinementShareQueueTests {
         #expect(RefinementShareQueue.pauseReason(memory: 30, pauseMemory: 30, stopping: false)?.contains("memory pressure") == true)
         #expect(RefinementShareQueue.pauseReason(memory: 0, pauseMemory: 30, stopping: true) == "stopping")
     }
+
+    @Test("a batch waits for user queries on the transformer at most maxWait, so a query stream slows the share without holding it")
+    func queryWaitIsBounded() {
+        #expect(RefinementShareQueue.keepsWaiting(busy: true, waited: 0, maxWait: 2))
+        #expect(RefinementShareQueue.keepsWaiting(busy: true, waited: 1.9, maxWait: 2))
+        #expect(!RefinementShareQueue.keepsWaiting(busy: true, waited: 2, maxWait: 2), "the stream never ends: the batch runs")
+        #expect(!RefinementShareQueue.keepsWaiting(busy: false, waited: 0, maxWait: 2))
+        #expect(RefinementShare.maxQueryWait > 0 && RefinementShare.maxQueryWait <= 5)
+    }
 }

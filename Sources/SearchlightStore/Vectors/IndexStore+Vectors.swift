@@ -134,30 +134,47 @@ extension IndexStore {
     // MARK: Refinement
 
     /// Replaces static vectors by the transformer's (`embed`: texts to unit vectors), in batches
-    /// of `batch` items in rowid order, until none is left or `yieldNow` says to stop (checked
-    /// between batches). A vector is replaced only while it is still the one read (a donation
-    /// meanwhile wrote a newer static vector, which a later run refines). Returns the vectors
-    /// refined. Idle maintenance runs it (`Maintenance`), so it gives way to load like the rest.
+    /// of `batch` items, until none is left or `yieldNow` says to stop (checked between batches).
+    /// A vector is replaced only while it is still the one read (a donation meanwhile wrote a
+    /// newer static vector, which a later run refines). Returns the vectors refined. Idle
+    /// maintenance runs it (`Maintenance`), so it gives way to load like the rest.
+    ///
+    /// `order`: where users look first (`RefinementOrder`): each batch takes the best items of
+    /// `refinementHints` (engaged, used, returned by user queries) and fills up from a cursor
+    /// walking the rowids down from the newest; a pass that ends goes once more over the rowids
+    /// donated since it began. Each batch costs lookups by rowid and one range of the primary
+    /// key, whatever the index's size: nothing is sorted per batch.
     ///
     /// Each batch commits on its own, so what was refined stays when the store is closed under
     /// the run (the open-index bound, a replace, the daemon's stop): the count so far is
     /// returned then, not an error, and `isClosing` tells the caller to go on with the store
     /// reopened; the batch in flight is the only work lost.
-    public func refineVectors(batch: Int = 16, embed: ([String]) -> [[Float]], yieldNow: () -> Bool,
-        committed: (Int) -> Void = { _ in }) throws(SearchlightError) -> Int {
+    public func refineVectors(batch: Int = 16, order: RefinementOrder = .whereUsersLook, embed: ([String]) -> [[Float]],
+        yieldNow: () -> Bool, committed: (Int) -> Void = { _ in }) throws(SearchlightError) -> Int {
         guard hasVectors else { return 0 }
-        var after: Int64 = 0, refined = 0
+        var cursor = RefinementCursor(descending: order == .whereUsersLook)
+        var refined = 0
+        if order == .whereUsersLook, refinementHints.claimSeed() { try seedRefinementHints() }
         while !isClosing && !yieldNow() {
           do {
+            let wanted = order == .whereUsersLook ? refinementHints.take(batch) : []
             let rows = try read { db in
-                try db.rows("""
-                    SELECT v.rowid, v.vector, \(StoredRow.semanticColumns.split(separator: ", ").map { "i." + $0 }.joined(separator: ", ")) FROM item_vectors v
-                    JOIN items i ON i.rowid = v.rowid
-                    WHERE v.rowid > ? AND hex(substr(v.vector, 2, 1)) = '00' ORDER BY v.rowid LIMIT ?
-                    """, [.integer(after), .integer(Int64(batch))])
+                var rows = wanted.isEmpty ? [] : try db.rows("""
+                    \(Self.refinementSelect) WHERE v.rowid IN (SELECT value FROM json_each(?)) AND \(Self.staticVector)
+                    """, [.text("[" + wanted.map(String.init).joined(separator: ",") + "]")])
+                while rows.count < batch, !cursor.isDone {
+                    let taken = Set(rows.compactMap { $0.int(0) })
+                    let more = try db.rows("""
+                        \(Self.refinementSelect) WHERE v.rowid > ? AND v.rowid < ? AND \(Self.staticVector)
+                        ORDER BY v.rowid \(cursor.descending ? "DESC" : "ASC") LIMIT ?
+                        """, [.integer(cursor.lower), .integer(cursor.upper), .integer(Int64(batch - rows.count))])
+                    cursor.advance(over: more.compactMap { $0.int(0) })
+                    rows += more.filter { !taken.contains($0.int(0) ?? 0) }
+                }
+                return rows
             }
-            guard let last = rows.last?.int(0) else { break }
-            after = last
+            // Empty only once the cursor is done: the hints noted since wait for the next run.
+            if rows.isEmpty { break }
             var texts: [String] = [], keys: [(Int64, [UInt8])] = []
             for row in rows {
                 guard let rowid = row.int(0), case .blob(let old) = row.values[1] else { continue }
@@ -188,6 +205,50 @@ extension IndexStore {
           }
         }
         return refined
+    }
+
+    /// A static vector's row (flags byte 0: `QuantizedVector.blob`).
+    static let staticVector = "hex(substr(v.vector, 2, 1)) = '00'"
+    /// A vector's rowid, BLOB and its item's semantic text columns.
+    static let refinementSelect = """
+        SELECT v.rowid, v.vector, \(StoredRow.semanticColumns.split(separator: ", ").map { "i." + $0 }.joined(separator: ", ")) FROM item_vectors v
+        JOIN items i ON i.rowid = v.rowid
+        """
+
+    /// Seeds `refinementHints` from the file, once per opened store: the items the user engaged
+    /// with and those donated with a `lastUsedDate`, the most recent first. One scan of `items`
+    /// on the refinement's thread, the first time it runs.
+    func seedRefinementHints() throws(SearchlightError) {
+        let rows = try read { db in
+            try db.rows("SELECT rowid, engagement, last_used FROM items WHERE engagement > 0 OR last_used IS NOT NULL")
+        }
+        for row in rows {
+            guard let rowid = row.int(0) else { continue }
+            let engaged = (row.double(1) ?? 0) > 0
+            refinementHints.note([rowid], tier: engaged ? .engaged : .used, at: row.double(2) ?? 0)
+        }
+    }
+
+    /// Rowids a user query answered: refinement takes them early (`RefinementOrder`). The first
+    /// `RefinementHints.hitsPerQuery`; nothing once every vector is refined.
+    func noteQueryHits(_ rowids: some Collection<Int64>) {
+        guard hasVectors, !rowids.isEmpty else { return }
+        if let counts = vectors.counts, counts.refined >= counts.vectors { return }
+        refinementHints.note(rowids.prefix(RefinementHints.hitsPerQuery), tier: .returned, at: options.clock().timeIntervalSince1970)
+    }
+
+    /// Of the items `identifiers` names, how many have a vector and how many of those are refined
+    /// (the bench's share of hits refined).
+    public func refinedCount(identifiers: [String]) throws(SearchlightError) -> (vectors: Int, refined: Int) {
+        guard hasVectors, !identifiers.isEmpty else { return (0, 0) }
+        let ids = JSONValue.array(identifiers.map { .string($0) }).jsonString
+        return try read { db in
+            let row = try db.rows("""
+                SELECT count(*), count(CASE WHEN hex(substr(v.vector, 2, 1)) = '01' THEN 1 END) FROM items i
+                JOIN item_vectors v ON v.rowid = i.rowid WHERE i.uid IN (SELECT value FROM json_each(?))
+                """, [.text(ids)]).first
+            return (Int(row?.int(0) ?? 0), Int(row?.int(1) ?? 0))
+        }
     }
 
     /// Whether `close` or `shutDown` began: work on this store stops, and goes on with the store
