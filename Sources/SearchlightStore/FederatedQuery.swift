@@ -97,9 +97,12 @@ extension IndexStore {
     }
 
     /// The second phase: this index's candidates, lexical ones scored with `statistics` (the sum
-    /// over every index searched), vector ones floored by `tuning`.
+    /// over every index searched), vector ones floored by `tuning`. `completions`: whether the
+    /// answer still needs completions from this index (`FederatedUserQuery.wantsCompletions` of
+    /// the indexes asked before it): the answer takes them in index order, so once the earlier
+    /// indexes gave enough, this one's would be left out anyway.
     public func userQueryCandidates(_ request: UserQueryRequest, statistics: CorpusStatistics, tuning: FusionTuning?,
-                                    budget: QueryBudget? = nil) throws(SearchlightError) -> ShardCandidates
+                                    budget: QueryBudget? = nil, completions: Bool = true) throws(SearchlightError) -> ShardCandidates
     {
         let terms = try request.terms(maxTerms: options.limits.maxQueryTerms)
         let now = options.clock().timeIntervalSince1970
@@ -116,7 +119,7 @@ extension IndexStore {
                     if let semantic, let tuning {
                         var scores: [Int64: Float] = [:]
                         out.vector = try vectorCandidates(db, query: semantic.vector, limit: request.maxResultCount, filter: request.filter,
-                            now: now, minimumSimilarity: tuning.minimumSimilarity, budget: budget) { scores[$0] = $1 }
+                            now: now, minimumSimilarity: tuning.minimumSimilarity, budget: budget, unionVectors: statistics.vectors) { scores[$0] = $1 }
                         out.vectorScores = out.vector.map { scores[$0.rowid] ?? $0.similarity }
                         out.folded = tuning.fold.map { vectors.nearDuplicates(out.vector.map(\.rowid), threshold: $0.similarity, depth: $0.depth) } ?? []
                     }
@@ -129,7 +132,8 @@ extension IndexStore {
                         for (w, n) in zip(terms.distinctWords, statistics.hits) where n > 0 { present[w.key] = n }
                     }
                     (out.completions, out.nearest) = try federatedSuggestions(for: request.text, terms: terms,
-                        limit: request.maxSuggestionCount, db: db, budget: budget, present: present, rare: request.rareCorrections)
+                        limit: request.maxSuggestionCount, db: db, budget: budget, present: present, rare: request.rareCorrections,
+                        completions: completions)
                 }
                 return out
             }
@@ -241,6 +245,16 @@ public enum FederatedUserQuery {
         }
         if let c = IndexStore.correction(text: request.text, terms: terms, replacements: replacements) { out.append(c) }
         return out
+    }
+
+    /// Whether the index after `shards` (those asked so far, in index order) still has to
+    /// compute its completions: `suggestions` takes the completions of the indexes in order,
+    /// each once, and stops at `maxSuggestionCount`; past that a later index's are never shown.
+    public static func wantsCompletions(_ shards: [ShardCandidates], request: UserQueryRequest) -> Bool {
+        guard request.maxSuggestionCount > 0 else { return false }
+        var texts: Set<String> = []
+        for shard in shards { for c in shard.completions { texts.insert(c.text) } }
+        return texts.count < request.maxSuggestionCount
     }
 
     /// Whether the answer has a best-match tail (`IndexStore.userQueryTail` of each index): the

@@ -131,6 +131,52 @@ struct FederatedQueryTests {
         return FederatedUserQuery.suggestions(try stores.map { try $0.userQueryCandidates(r, statistics: statistics, tuning: nil) }, request: r)
     }
 
+    @Test("completions: an index after those that gave enough computes none, and the suggestions are the same")
+    func completionsOnlyWhileWanted() throws {
+        let s = try Split()
+        for store in [s.a.store, s.b.store] { try store.buildRankedIndex() }
+        var skipped: [String] = []
+        for text in ["p", "b", "ch", "natural b", "stone ri", "zz", "wat"] {
+            var r = UserQueryRequest(text: text)
+            r.maxSuggestionCount = 3
+            var statistics = CorpusStatistics()
+            for st in [s.a.store, s.b.store] { statistics.add(try st.corpusStatistics(r)) }
+            let every = try [s.a.store, s.b.store].map { try $0.userQueryCandidates(r, statistics: statistics, tuning: nil) }
+            var asked: [ShardCandidates] = []
+            for st in [s.a.store, s.b.store] {
+                let wanted = FederatedUserQuery.wantsCompletions(asked, request: r)
+                asked.append(try st.userQueryCandidates(r, statistics: statistics, tuning: nil, completions: wanted))
+                if !wanted {
+                    skipped.append(text)
+                    #expect(asked.last!.completions.isEmpty)
+                }
+            }
+            #expect(FederatedUserQuery.suggestions(asked, request: r) == FederatedUserQuery.suggestions(every, request: r), "\(text)")
+        }
+        // The first index alone completes "p" three ways (park, photo, player): the second is spared.
+        #expect(skipped == ["p"], "\(skipped)")
+    }
+
+    @Test("vectors: an index of a union one index would prefilter rescores its share of the union's candidates")
+    func vectorShareOfUnion() throws {
+        let vectors = StoreVectors()
+        #expect(vectors.mode(k: 64, unionCount: 64_000) == .automatic, "not loaded")
+        var index = VectorIndex(dimension: 8)
+        for i in 0..<10_600 { try index.set(Int64(i + 1), QuantizedVector((0..<8).map { Float(($0 * 7 + i) % 5) - 1.5 })) }
+        vectors.install(index)
+        // A union one index of which is searched exactly (at most `exactLimit`): as alone.
+        #expect(vectors.mode(k: 64, unionCount: 20_000) == .automatic)
+        // One index of 63 600 rescores 2 000: this sixth of it, a sixth of them (333.3, rounded up).
+        #expect(vectors.mode(k: 64, unionCount: 63_600) == .prefiltered(candidates: 334))
+        // At least k, the widened search's too.
+        #expect(vectors.mode(k: 1024, unionCount: 63_600) == .prefiltered(candidates: 1024))
+        // A union of 2 000 000 rescores 4 000 (0.2 %): this index's share 21.2, k at least.
+        #expect(vectors.mode(k: 64, unionCount: 2_000_000) == .prefiltered(candidates: 64))
+        #expect(vectors.mode(k: 16, unionCount: 2_000_000) == .prefiltered(candidates: 22))
+        // No fewer candidates than items: exact.
+        #expect(vectors.mode(k: 16_000, unionCount: 63_600) == .exact)
+    }
+
     @Test("a word rare over every index is corrected when far rarer than its correction there, the counts summed over the indexes")
     func farRarerAcrossIndexes() throws {
         let a = try StoreFixture(), b = try StoreFixture()

@@ -217,9 +217,12 @@ extension IndexStore {
     /// hit's similarity times its boost (the order's key; a query across indexes merges by it).
     /// With `relativeFloor`, the floor is lowered for a query whose best hit is below it
     /// (`RelativeFloor.floor`): the best is the nearest item of the index, visible or not, so the
-    /// floor does not depend on the filter.
+    /// floor does not depend on the filter. `unionVectors`: in a query across indexes, the vectors
+    /// of all of them, so that this one rescores its share of what one index of them all would
+    /// (`StoreVectors.mode(k:unionCount:)`).
     func vectorCandidates(_ db: Database, query: [Float], limit: Int, filter: SQLFilter?, now: Double, minimumSimilarity: Float = -1,
-        relativeFloor: RelativeFloor? = nil, budget: QueryBudget?, boostedScore: ((Int64, Float) -> Void)? = nil) throws -> [VectorMatch]
+        relativeFloor: RelativeFloor? = nil, budget: QueryBudget?, unionVectors: Int? = nil,
+        boostedScore: ((Int64, Float) -> Void)? = nil) throws -> [VectorMatch]
     {
         var minimumSimilarity = minimumSimilarity
         guard limit > 0 else { return [] }
@@ -244,7 +247,8 @@ extension IndexStore {
         var k = max(limit * 2, 64)
         while true {
             try budget?.check()
-            guard let (found, total) = vectors.search(query, k: k) else { return [] }
+            let mode = unionVectors.map { vectors.mode(k: k, unionCount: $0) } ?? .automatic
+            guard let (found, total) = vectors.search(query, k: k, mode: mode) else { return [] }
             if let relativeFloor, let best = found.first?.similarity {
                 minimumSimilarity = relativeFloor.floor(best: best, absolute: minimumSimilarity)
             }
