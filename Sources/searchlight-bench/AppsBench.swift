@@ -92,7 +92,8 @@ struct AppsBench {
         var candidates: [ShardCandidates] = []
         for s in shards {
             candidates.append(try s.userQueryCandidates(r, statistics: statistics, tuning: tuning,
-                completions: FederatedUserQuery.wantsCompletions(candidates, request: r)))
+                completions: FederatedUserQuery.wantsCompletions(candidates, request: r),
+                vectorCut: FederatedUserQuery.vectorCut(candidates, request: r)))
         }
         if FederatedUserQuery.needsTail(candidates, request: r) {
             for i in shards.indices { candidates[i].tail = try shards[i].userQueryTail(r, statistics: statistics, after: candidates[i].lexical) }

@@ -188,7 +188,8 @@ extension BundleCalls {
             let shard = try context.registry.withStore(bundle: t.bundle, index: t.index, create: false) {
                 (store) throws(SearchlightError) -> ShardCandidates in
                 try store?.userQueryCandidates(request, statistics: statistics, tuning: tuning, budget: budget,
-                    completions: FederatedUserQuery.wantsCompletions(shards, request: request)) ?? ShardCandidates()
+                    completions: FederatedUserQuery.wantsCompletions(shards, request: request),
+                    vectorCut: FederatedUserQuery.vectorCut(shards, request: request)) ?? ShardCandidates()
             }
             shards.append(shard)
         }
