@@ -11,7 +11,7 @@ import SearchlightWire
 struct FederatedQueryTests {
     /// Items of varied length and word frequencies; a word's frequency differs between the two
     /// halves, so each half's own statistics would score it differently from the union's.
-    static func items(_ f: StoreFixture, count: Int = 120) throws -> [SearchableItem] {
+    static func items(_ f: StoreFixture, count: Int = 120, hints: Bool = false) throws -> [SearchableItem] {
         let words = ["bridge", "natural", "park", "stone", "river", "arch", "canyon", "trail", "desert", "water",
                      "photo", "editor", "image", "music", "player", "audio", "mail", "server", "chess", "board"]
         var out: [SearchableItem] = []
@@ -26,7 +26,10 @@ struct FederatedQueryTests {
             let n = 2 + next() % 12
             let text = (0..<n).map { _ in words[next() % 3 == 0 ? next() % 20 : lean + next() % 10] }.joined(separator: " ")
             let title = (0..<(1 + next() % 3)).map { _ in words[next() % 20] }.joined(separator: " ")
-            out.append(try f.item("item\(i)", ["title": .string(title), "textContent": .string(text)]))
+            var attributes: [String: JSONValue] = ["title": .string(title), "textContent": .string(text)]
+            // Boosts up to 2×: the vector side orders its checked hits by similarity × boost.
+            if hints { attributes["rankingHint"] = .number(Double(next() % 101)) }
+            out.append(try f.item("item\(i)", attributes))
         }
         return out
     }
@@ -34,11 +37,11 @@ struct FederatedQueryTests {
     /// Three stores: the first half of the items, the second half, and all of them.
     struct Split {
         let a: StoreFixture, b: StoreFixture, union: StoreFixture
-        init(vectors: Bool = false, rankedBuilds: Bool = true, count: Int = 120) throws {
+        init(vectors: Bool = false, rankedBuilds: Bool = true, count: Int = 120, hints: Bool = false) throws {
             a = try StoreFixture(rankedBuilds: rankedBuilds, vectors: vectors)
             b = try StoreFixture(rankedBuilds: rankedBuilds, vectors: vectors)
             union = try StoreFixture(rankedBuilds: rankedBuilds, vectors: vectors)
-            let all = try FederatedQueryTests.items(a, count: count)
+            let all = try FederatedQueryTests.items(a, count: count, hints: hints)
             _ = try a.store.applySync([.items(Array(all[..<(count / 2)]))])
             _ = try b.store.applySync([.items(Array(all[(count / 2)...]))])
             _ = try union.store.applySync([.items(all)])
@@ -260,7 +263,7 @@ struct FederatedQueryTests {
 
     @Test("hybrid, more vector hits than one index checks: the second index checks only those above the first's cut, same ranking")
     func hybridWithVectorCut() throws {
-        let s = try Split(vectors: true, count: 400)
+        let s = try Split(vectors: true, count: 400, hints: true)
         for store in [s.a.store, s.b.store, s.union.store] { try store.buildRankedIndex() }
         var cuts = 0
         for q in Self.queries {
