@@ -492,16 +492,18 @@ extension IndexStore {
     /// that no index searched holds, or that is rare over all of them (`present`: the words some
     /// index holds, with their matching rows over every index), its nearest word here;
     /// `FederatedUserQuery.suggestions` makes the one correction from every index's.
+    /// `completions` false: none are computed (the earlier indexes gave enough).
     func federatedSuggestions(for text: String, terms: UserQueryTerms, limit: Int, db: Database, budget: QueryBudget?,
-                              present: [String: Int64], rare: Bool) throws -> (completions: [Suggestion], nearest: [String: NearTerm])
+                              present: [String: Int64], rare: Bool, completions: Bool = true)
+        throws -> (completions: [Suggestion], nearest: [String: NearTerm])
     {
         if let vocabulary = try rankedVocabulary(db, terms: terms, budget: budget) {
             defer { db.unionScratch.reclaim() }
-            return (try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, corrections: false),
+            return (completions ? try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, corrections: false) : [],
                     try Self.nearestTerms(terms: terms, vocabulary: vocabulary, budget: budget, present: present, rare: rare))
         }
         let vocabulary = FullTextVocabulary(db: db, earlier: terms.earlierTerms, budget: budget)
-        return (try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, corrections: false),
+        return (completions ? try Self.suggestions(for: text, terms: terms, limit: limit, vocabulary: vocabulary, budget: budget, corrections: false) : [],
                 try Self.nearestTerms(terms: terms, vocabulary: vocabulary, budget: budget, present: present, rare: rare))
     }
 

@@ -75,6 +75,13 @@ func milliseconds(_ body: () async throws -> Void) async rethrows -> Double {
     return (now() - t) * 1000
 }
 
+/// The calling thread's CPU time so far, in ms.
+func threadCPUMilliseconds() -> Double {
+    var t = timespec()
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t)
+    return Double(t.tv_sec) * 1000 + Double(t.tv_nsec) / 1e6
+}
+
 /// A line on stdout as the bench goes, so a long run shows where it is.
 func progress(_ message: String) {
     print(message)

@@ -91,12 +91,18 @@ struct Options {
     var misspellings = "/usr/lib/python3/dist-packages/codespell_lib/data/dictionary.txt"
     /// `--scenarios apps`: at most this many misspellings measured (an even sample of the list).
     var misspellingSample = 1000
+    /// `--scenarios apps`: which parts run (`relevance`, `latency`, `corrections`), to profile one alone.
+    var appsParts: Set<String> = Options.allAppsParts
+    static let allAppsParts: Set<String> = ["relevance", "latency", "corrections"]
+    /// `--scenarios apps`: the user queries whose latency is measured (`lexical`, `hybrid`, `desktop`).
+    var appsModes: Set<String> = Options.allAppsModes
+    static let allAppsModes: Set<String> = ["lexical", "hybrid", "desktop"]
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
                                  [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic,relevance,refined,background,apps,refine-order]
                                  [--idle-seconds S] [--quick] [--keep] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--no-check] [--ranked-items N] [--ranked-parts term,prefix,top,suggest]
-                                 [--keep-state DIR] [--refine-items N] [--refine-minutes M] [--judgements FILE.jsonl] [--misspellings FILE] [--misspelling-sample N] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
+                                 [--keep-state DIR] [--refine-items N] [--refine-minutes M] [--judgements FILE.jsonl] [--misspellings FILE] [--misspelling-sample N] [--apps-parts relevance,latency,corrections] [--apps-modes lexical,hybrid,desktop] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
                                  [--compare-priority]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)
@@ -123,6 +129,9 @@ struct Options {
           --misspellings   with --scenarios apps: codespell's dictionary.txt (misspelling->correction lines;
                            default: where Debian's codespell package puts it)
           --misspelling-sample  with --scenarios apps: at most N misspellings measured (default 1000)
+          --apps-parts     with --scenarios apps: the parts to run (relevance, latency, corrections; default all)
+          --apps-modes     with --scenarios apps: the user queries timed (lexical, hybrid, desktop; default all)
+          --keep-state     with --scenarios apps: keep the seven indexes in DIR, and reuse them when DIR holds them
         """
 
     static func parse(_ arguments: [String]) -> Options {
@@ -170,6 +179,20 @@ struct Options {
             case "--judgements": o.judgements = value(a)
             case "--misspellings": o.misspellings = value(a)
             case "--misspelling-sample": o.misspellingSample = count(a)
+            case "--apps-parts":
+                let text = value(a)
+                let parts = Set(text.split(separator: ",").map(String.init))
+                guard !parts.isEmpty, parts.isSubset(of: allAppsParts) else {
+                    fatal("--apps-parts takes a list of relevance, latency, corrections, not \"\(text)\"")
+                }
+                o.appsParts = parts
+            case "--apps-modes":
+                let text = value(a)
+                let modes = Set(text.split(separator: ",").map(String.init))
+                guard !modes.isEmpty, modes.isSubset(of: allAppsModes) else {
+                    fatal("--apps-modes takes a list of lexical, hybrid, desktop, not \"\(text)\"")
+                }
+                o.appsModes = modes
             case "--ranked-parts":
                 let text = value(a)
                 let parts = Set(text.split(separator: ",").map(String.init))

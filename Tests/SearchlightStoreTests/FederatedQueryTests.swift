@@ -11,7 +11,7 @@ import SearchlightWire
 struct FederatedQueryTests {
     /// Items of varied length and word frequencies; a word's frequency differs between the two
     /// halves, so each half's own statistics would score it differently from the union's.
-    static func items(_ f: StoreFixture) throws -> [SearchableItem] {
+    static func items(_ f: StoreFixture, count: Int = 120, hints: Bool = false) throws -> [SearchableItem] {
         let words = ["bridge", "natural", "park", "stone", "river", "arch", "canyon", "trail", "desert", "water",
                      "photo", "editor", "image", "music", "player", "audio", "mail", "server", "chess", "board"]
         var out: [SearchableItem] = []
@@ -20,13 +20,16 @@ struct FederatedQueryTests {
             seed = seed &* 6364136223846793005 &+ 1442695040888963407
             return Int(seed >> 33)
         }
-        for i in 0..<120 {
+        for i in 0..<count {
             // The first half leans to the first ten words, the second half to the others.
-            let lean = i < 60 ? 0 : 10
+            let lean = i < count / 2 ? 0 : 10
             let n = 2 + next() % 12
             let text = (0..<n).map { _ in words[next() % 3 == 0 ? next() % 20 : lean + next() % 10] }.joined(separator: " ")
             let title = (0..<(1 + next() % 3)).map { _ in words[next() % 20] }.joined(separator: " ")
-            out.append(try f.item("item\(i)", ["title": .string(title), "textContent": .string(text)]))
+            var attributes: [String: JSONValue] = ["title": .string(title), "textContent": .string(text)]
+            // Boosts up to 2×: the vector side orders its checked hits by similarity × boost.
+            if hints { attributes["rankingHint"] = .number(Double(next() % 101)) }
+            out.append(try f.item("item\(i)", attributes))
         }
         return out
     }
@@ -34,13 +37,13 @@ struct FederatedQueryTests {
     /// Three stores: the first half of the items, the second half, and all of them.
     struct Split {
         let a: StoreFixture, b: StoreFixture, union: StoreFixture
-        init(vectors: Bool = false, rankedBuilds: Bool = true) throws {
+        init(vectors: Bool = false, rankedBuilds: Bool = true, count: Int = 120, hints: Bool = false) throws {
             a = try StoreFixture(rankedBuilds: rankedBuilds, vectors: vectors)
             b = try StoreFixture(rankedBuilds: rankedBuilds, vectors: vectors)
             union = try StoreFixture(rankedBuilds: rankedBuilds, vectors: vectors)
-            let all = try FederatedQueryTests.items(a)
-            _ = try a.store.applySync([.items(Array(all[..<60]))])
-            _ = try b.store.applySync([.items(Array(all[60...]))])
+            let all = try FederatedQueryTests.items(a, count: count, hints: hints)
+            _ = try a.store.applySync([.items(Array(all[..<(count / 2)]))])
+            _ = try b.store.applySync([.items(Array(all[(count / 2)...]))])
             _ = try union.store.applySync([.items(all)])
         }
     }
@@ -50,7 +53,13 @@ struct FederatedQueryTests {
         var statistics = CorpusStatistics()
         for s in stores { statistics.add(try s.corpusStatistics(request)) }
         let tuning = FederatedUserQuery.tuning(request.semantic, statistics: statistics)
-        var shards = try stores.map { try $0.userQueryCandidates(request, statistics: statistics, tuning: tuning) }
+        // Asked in order, as the daemon asks them (completions while wanted, the vector cut so far).
+        var shards: [ShardCandidates] = []
+        for s in stores {
+            shards.append(try s.userQueryCandidates(request, statistics: statistics, tuning: tuning,
+                completions: FederatedUserQuery.wantsCompletions(shards, request: request),
+                vectorCut: FederatedUserQuery.vectorCut(shards, request: request)))
+        }
         if FederatedUserQuery.needsTail(shards, request: request) {
             for i in stores.indices { shards[i].tail = try stores[i].userQueryTail(request, statistics: statistics, after: shards[i].lexical) }
         }
@@ -131,6 +140,72 @@ struct FederatedQueryTests {
         return FederatedUserQuery.suggestions(try stores.map { try $0.userQueryCandidates(r, statistics: statistics, tuning: nil) }, request: r)
     }
 
+    @Test("completions: an index after those that gave enough computes none, and the suggestions are the same")
+    func completionsOnlyWhileWanted() throws {
+        let s = try Split()
+        for store in [s.a.store, s.b.store] { try store.buildRankedIndex() }
+        var skipped: [String] = []
+        for text in ["p", "b", "ch", "natural b", "stone ri", "zz", "wat"] {
+            var r = UserQueryRequest(text: text)
+            r.maxSuggestionCount = 3
+            var statistics = CorpusStatistics()
+            for st in [s.a.store, s.b.store] { statistics.add(try st.corpusStatistics(r)) }
+            let every = try [s.a.store, s.b.store].map { try $0.userQueryCandidates(r, statistics: statistics, tuning: nil) }
+            var asked: [ShardCandidates] = []
+            for st in [s.a.store, s.b.store] {
+                let wanted = FederatedUserQuery.wantsCompletions(asked, request: r)
+                asked.append(try st.userQueryCandidates(r, statistics: statistics, tuning: nil, completions: wanted))
+                if !wanted {
+                    skipped.append(text)
+                    #expect(asked.last!.completions.isEmpty)
+                }
+            }
+            #expect(FederatedUserQuery.suggestions(asked, request: r) == FederatedUserQuery.suggestions(every, request: r), "\(text)")
+        }
+        // The first index alone completes "p" three ways (park, photo, player): the second is spared.
+        #expect(skipped == ["p"], "\(skipped)")
+    }
+
+    @Test("vectors: an index of a union one index would prefilter rescores its share of the union's candidates")
+    func vectorShareOfUnion() throws {
+        let vectors = StoreVectors()
+        #expect(vectors.mode(k: 64, unionCount: 64_000) == .automatic, "not loaded")
+        var index = VectorIndex(dimension: 8)
+        for i in 0..<10_600 { try index.set(Int64(i + 1), QuantizedVector((0..<8).map { Float(($0 * 7 + i) % 5) - 1.5 })) }
+        vectors.install(index)
+        // A union one index of which is searched exactly (at most `exactLimit`): as alone.
+        #expect(vectors.mode(k: 64, unionCount: 20_000) == .automatic)
+        // One index of 63 600 rescores 2 000: this sixth of it, a sixth of them (333.3, rounded up).
+        #expect(vectors.mode(k: 64, unionCount: 63_600) == .prefiltered(candidates: 334))
+        // At least k, the widened search's too.
+        #expect(vectors.mode(k: 1024, unionCount: 63_600) == .prefiltered(candidates: 1024))
+        // A union of 2 000 000 rescores 4 000 (0.2 %): this index's share 21.2, k at least.
+        #expect(vectors.mode(k: 64, unionCount: 2_000_000) == .prefiltered(candidates: 64))
+        #expect(vectors.mode(k: 16, unionCount: 2_000_000) == .prefiltered(candidates: 22))
+        // No fewer candidates than items: exact.
+        #expect(vectors.mode(k: 16_000, unionCount: 63_600) == .exact)
+    }
+
+    @Test("the vector cut: the k-th best similarity the indexes asked so far found, none with a filter or too few")
+    func vectorCutOfIndexesAsked() throws {
+        var r = UserQueryRequest(text: "bridge")
+        r.maxResultCount = 20
+        var a = ShardCandidates(), b = ShardCandidates()
+        a.vectorSearched = (0..<40).map { 0.9 - Float($0) * 0.01 }
+        b.vectorSearched = (0..<30).map { 0.895 - Float($0) * 0.01 }
+        #expect(FederatedUserQuery.vectorCut([a, b], request: r) == nil, "lexical: no cut")
+        r.semantic = SemanticRequest(vector: [1, 0], weight: 0.5)
+        #expect(FederatedUserQuery.vectorCut([a], request: r) == nil, "40 found, 64 checked")
+        // 70 found: the 64th best of both lists.
+        let both = (a.vectorSearched + b.vectorSearched).sorted(by: >)
+        #expect(FederatedUserQuery.vectorCut([a, b], request: r) == both[63])
+        r.maxResultCount = 40
+        #expect(FederatedUserQuery.vectorCut([a, b], request: r) == nil, "80 checked for 40 items")
+        r.maxResultCount = 20
+        r.filter = SQLFilter.all
+        #expect(FederatedUserQuery.vectorCut([a, b], request: r) == nil, "a filter: one index would widen")
+    }
+
     @Test("a word rare over every index is corrected when far rarer than its correction there, the counts summed over the indexes")
     func farRarerAcrossIndexes() throws {
         let a = try StoreFixture(), b = try StoreFixture()
@@ -184,6 +259,24 @@ struct FederatedQueryTests {
             r.semantic = SemanticRequest(vector: staticEncoder.embed(q), weight: 0.5)
             Self.expectSameRanking(try Self.federated(r, [s.a.store, s.b.store]), try Self.single(r, s.union.store), q)
         }
+    }
+
+    @Test("hybrid, more vector hits than one index checks: the second index checks only those above the first's cut, same ranking")
+    func hybridWithVectorCut() throws {
+        let s = try Split(vectors: true, count: 400, hints: true)
+        for store in [s.a.store, s.b.store, s.union.store] { try store.buildRankedIndex() }
+        var cuts = 0
+        for q in Self.queries {
+            var r = UserQueryRequest(text: q)
+            r.maxResultCount = 10
+            r.semantic = SemanticRequest(vector: staticEncoder.embed(q), weight: 0.5, minimumSimilarity: -1)
+            var statistics = CorpusStatistics()
+            for st in [s.a.store, s.b.store] { statistics.add(try st.corpusStatistics(r)) }
+            let first = try s.a.store.userQueryCandidates(r, statistics: statistics, tuning: FederatedUserQuery.tuning(r.semantic, statistics: statistics))
+            if FederatedUserQuery.vectorCut([first], request: r) != nil { cuts += 1 }
+            Self.expectSameRanking(try Self.federated(r, [s.a.store, s.b.store]), try Self.single(r, s.union.store), q)
+        }
+        #expect(cuts == Self.queries.count, "200 items each, 64 checked: every query cuts")
     }
 
     @Test("an exact title hit in one index ranks above a vector-only near miss in another (\"natural bridges\")")

@@ -265,6 +265,9 @@ extension IndexStore {
         * (1.0 + items.engagement / (items.engagement + 5.0))
         """
 
+    /// The vector hits a search for `limit` items checks in SQL first.
+    public static func vectorChecks(limit: Int) -> Int { max(limit * 2, 64) }
+
     /// The `limit` items nearest to `query` that are visible and pass `filter`, best first. The
     /// index is searched for more than `limit` and the hits are checked in SQL (so a deleted or
     /// expired item, or one outside the filter, is never returned); when too many fail, the
@@ -278,9 +281,15 @@ extension IndexStore {
     /// hit's similarity times its boost (the order's key; a query across indexes merges by it).
     /// With `relativeFloor`, the floor is lowered for a query whose best hit is below it
     /// (`RelativeFloor.floor`): the best is the nearest item of the index, visible or not, so the
-    /// floor does not depend on the filter.
+    /// floor does not depend on the filter. `unionVectors`: in a query across indexes, the vectors
+    /// of all of them, so that this one rescores its share of what one index of them all would
+    /// (`StoreVectors.mode(k:unionCount:)`). `cut`: hits below it are not checked (a query across
+    /// indexes: `FederatedUserQuery.vectorCut`, below the `vectorChecks(limit:)`-th best similarity the
+    /// indexes asked before this one found, so outside the union's first search); `searched`: told
+    /// the similarities the search found (before the floor).
     func vectorCandidates(_ db: Database, query: [Float], limit: Int, filter: SQLFilter?, now: Double, minimumSimilarity: Float = -1,
-        relativeFloor: RelativeFloor? = nil, budget: QueryBudget?, boostedScore: ((Int64, Float) -> Void)? = nil) throws -> [VectorMatch]
+        relativeFloor: RelativeFloor? = nil, budget: QueryBudget?, unionVectors: Int? = nil, cut: Float? = nil,
+        searched: (([Float]) -> Void)? = nil, boostedScore: ((Int64, Float) -> Void)? = nil) throws -> [VectorMatch]
     {
         var minimumSimilarity = minimumSimilarity
         guard limit > 0 else { return [] }
@@ -302,15 +311,21 @@ extension IndexStore {
                 return x != y ? x > y : a < b
             }.map { kept[$0] }
         }
-        var k = max(limit * 2, 64)
+        var k = Self.vectorChecks(limit: limit)
         while true {
             try budget?.check()
-            guard let (found, total) = vectors.search(query, k: k) else { return [] }
+            let mode = unionVectors.map { vectors.mode(k: k, unionCount: $0) } ?? .automatic
+            guard let (found, total) = vectors.search(query, k: k, mode: mode) else { return [] }
+            searched?(found.map(\.similarity))
             if let relativeFloor, let best = found.first?.similarity {
                 minimumSimilarity = relativeFloor.floor(best: best, absolute: minimumSimilarity)
             }
-            let matches = found.filter { $0.similarity >= minimumSimilarity }
-            let floorReached = matches.count < found.count
+            var matches = found.filter { $0.similarity >= minimumSimilarity }
+            var floorReached = matches.count < found.count
+            if let cut, matches.last.map({ $0.similarity < cut }) ?? false {
+                matches = matches.filter { $0.similarity >= cut }
+                floorReached = true
+            }
             let kept = try boosted(matches)
             if kept.count >= limit || floorReached || found.count < k || k >= total { return Array(kept.prefix(limit)) }
             if k >= 4096 {

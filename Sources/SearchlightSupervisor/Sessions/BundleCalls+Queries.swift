@@ -187,7 +187,9 @@ extension BundleCalls {
         for t in targets {
             let shard = try context.registry.withStore(bundle: t.bundle, index: t.index, create: false) {
                 (store) throws(SearchlightError) -> ShardCandidates in
-                try store?.userQueryCandidates(request, statistics: statistics, tuning: tuning, budget: budget) ?? ShardCandidates()
+                try store?.userQueryCandidates(request, statistics: statistics, tuning: tuning, budget: budget,
+                    completions: FederatedUserQuery.wantsCompletions(shards, request: request),
+                    vectorCut: FederatedUserQuery.vectorCut(shards, request: request)) ?? ShardCandidates()
             }
             shards.append(shard)
         }
