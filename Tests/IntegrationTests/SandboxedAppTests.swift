@@ -40,9 +40,10 @@ enum Sandbox {
     }()
 
     /// The argv (after `bwrap`) of a Flatpak-like sandbox around `command`. `info`: the file bound
-    /// at `/.flatpak-info` (nil: none), `infoAsLink`: bound as a symbolic link to it instead.
-    static func arguments(info: String?, infoAsLink: Bool = false, shared: String, command: [String]) -> [String] {
-        var a = ["--unshare-user", "--unshare-pid", "--unshare-ipc", "--die-with-parent",
+    /// at `/.flatpak-info` (nil: none), `infoAsLink`: bound as a symbolic link to it instead;
+    /// `userNamespace: false` (root only): a sandbox without one, as a setuid bwrap makes.
+    static func arguments(info: String?, infoAsLink: Bool = false, userNamespace: Bool = true, shared: String, command: [String]) -> [String] {
+        var a = (userNamespace ? ["--unshare-user"] : []) + ["--unshare-pid", "--unshare-ipc", "--die-with-parent",
                  "--ro-bind", "/usr", "/usr", "--symlink", "usr/lib", "/lib", "--symlink", "usr/lib64", "/lib64",
                  "--symlink", "usr/bin", "/bin", "--symlink", "usr/sbin", "/sbin",
                  "--proc", "/proc", "--dev", "/dev",
@@ -105,14 +106,14 @@ struct SandboxedAppTests {
 
     /// `probe ROLE BUNDLE` as `uid` (nil: root), inside a sandbox with `info` at its root when
     /// `sandboxed`, else as a plain process (optionally in `cwd`, with `environment`).
-    static func probe(_ daemon: DaemonProcess, as uid: UInt32?, sandbox info: String?, infoAsLink: Bool = false,
+    static func probe(_ daemon: DaemonProcess, as uid: UInt32?, sandbox info: String?, infoAsLink: Bool = false, userNamespace: Bool = true,
                       _ role: String, _ bundle: String, plain: Bool = false, cwd: String? = nil, environment: [String] = []) async throws -> ProbeResult {
         let client = [Products.path("searchlight-test-client"), "probe", daemon.socket, role, bundle]
         var command: [String]
         if plain {
             command = ["/usr/bin/env"] + (cwd.map { ["-C", $0] } ?? []) + environment + client
         } else {
-            command = [Sandbox.bwrap] + Sandbox.arguments(info: info, infoAsLink: infoAsLink, shared: daemon.dir.path, command: client)
+            command = [Sandbox.bwrap] + Sandbox.arguments(info: info, infoAsLink: infoAsLink, userNamespace: userNamespace, shared: daemon.dir.path, command: client)
         }
         let uidSwitch = uid.map { ["--reuid=\($0)", "--regid=\($0)", "--clear-groups"] } ?? ["--reuid=0"]
         let r = try await runCLI(uidSwitch + ["--"] + command, socket: nil, executable: "/usr/bin/setpriv")
@@ -209,7 +210,7 @@ struct SandboxedAppTests {
         #expect(bare.wroteAndRead, "\(bare)")
     }
 
-    @Test("a user-mode daemon running as the same unprivileged uid identifies that uid's sandboxed app")
+    @Test("a user-mode daemon running as an unprivileged uid identifies that uid's sandboxed app, and refuses a sandbox it may not look into")
     func userModeDaemon() async throws {
         let dir = TempDir()
         chown(dir.path, Self.alice, Self.alice)
@@ -220,5 +221,14 @@ struct SandboxedAppTests {
         let other = try await Self.probe(daemon, as: Self.alice, sandbox: info, "app", "com.alice.Private")
         #expect(other.refused && other.message.contains("Flatpak app \(Self.notes)"), "\(other)")
         #expect(try await Self.probe(daemon, as: Self.alice, sandbox: nil, "app", "com.alice.Private", plain: true).wroteAndRead)
+
+        // Root's processes are closed to alice's daemon (it may not read their root). A plain one,
+        // in the daemon's pid namespace, keeps the uid rules; one in a pid namespace of its own
+        // (a sandbox the daemon cannot look into) is refused, not waved through.
+        let rootPlain = try await Self.probe(daemon, as: nil, sandbox: nil, "app", "org.example.RootTool", plain: true)
+        #expect(rootPlain.wroteAndRead, "\(rootPlain)")
+        // Without a user namespace: real root, which may read alice's folder (as a setuid bwrap runs).
+        let rootSandboxed = try await Self.probe(daemon, as: nil, sandbox: info, userNamespace: false, "app", Self.notes)
+        #expect(rootSandboxed.refused && rootSandboxed.message.contains("pid namespace of its own"), "\(rootSandboxed)")
     }
 }
