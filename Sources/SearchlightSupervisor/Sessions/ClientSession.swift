@@ -194,9 +194,8 @@ final class ClientSession: Sendable {
             throw SearchlightError(.invalidRequest, "send \"initialize\" first (protocolVersion, role, bundleIdentifier)")
         }
         let hello = try Initialize.decode(params, limits: limits)
-        // Launched extensions are authenticated by their socket; every other peer is identified
-        // from its process, whatever it says it is.
-        // Identified once per connection: a handshake retried after a refusal gets the same answer.
+        // From the peer's process, whatever it says it is; once per connection, so a handshake
+        // retried after a refusal gets the same answer.
         let sandbox = identifiedSandbox()
         if case .unidentified(let reason) = sandbox {
             log.info("client refused: sandbox unidentified", ["pid": peer.pid, "uid": peer.uid, "reason": reason])
@@ -230,7 +229,8 @@ final class ClientSession: Sendable {
         return handshakeAnswer(bundle: bundle).result
     }
 
-    /// The peer's sandbox, read from its process the first time it is asked for.
+    /// The peer's sandbox, read from its process the first time it is asked for. A launched
+    /// extension is authenticated by its socket, and its socketpair's peer is the daemon itself.
     private func identifiedSandbox() -> PeerSandbox {
         if let known = sandboxState.withLock({ $0 }) { return known }
         let found: PeerSandbox = spawned ? .none : (process?.identify() ?? .unidentified(reason: "its process was not pinned"))
