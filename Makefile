@@ -34,9 +34,9 @@ all: build
 # The system requirements beyond the Swift toolchain: SQLite's headers (Debian: libsqlite3-dev),
 # OpenBLAS (libopenblas-dev: the semantic layer's matrix products), sd-bus (libsystemd-dev:
 # searchlight-desktop's D-Bus) and zlib (zlib1g-dev: KRunner's thumbnails), found through pkg-config. The tests also run the sqlite3 shell
-# (another process writing an app's database, Debian: sqlite3), and for the desktop's search a
+# (another process writing an app's database, Debian: sqlite3), for the desktop's search a
 # session bus with GLib's clients (dbus-daemon; gdbus and gio from libglib2.0-bin) and
-# desktop-file-validate (desktop-file-utils).
+# desktop-file-validate (desktop-file-utils), and bwrap (bubblewrap: a Flatpak-like sandbox).
 deps:
 	@command -v $(SWIFT) >/dev/null || { echo "make: the Swift toolchain (swift) is not on PATH; install Swift 6 from swift.org" >&2; exit 1; }
 	@missing=""; \
@@ -60,9 +60,10 @@ test-deps: deps
 	[ -x /usr/bin/dbus-daemon ] || missing="$$missing dbus-daemon"; \
 	[ -x /usr/bin/gdbus ] && [ -x /usr/bin/gio ] || missing="$$missing libglib2.0-bin"; \
 	command -v desktop-file-validate >/dev/null || missing="$$missing desktop-file-utils"; \
+	[ -x /usr/bin/bwrap ] || missing="$$missing bubblewrap"; \
 	if [ -n "$$missing" ]; then \
 		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-			echo "make: installing$$missing (the sqlite3 shell; a session bus and GLib's D-Bus clients for the desktop search tests)"; \
+			echo "make: installing$$missing (the sqlite3 shell; a session bus and GLib's D-Bus clients for the desktop search tests; bwrap for the sandboxed-app tests)"; \
 			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 		else \
 			echo "make: the tests need:$$missing; run 'sudo apt-get install$$missing'" >&2; exit 1; \

@@ -78,9 +78,10 @@ let package = Package(
         // system SQLite so that the Kit does not: plugin authors who do not use it do not pay for it.
         .target(name: "SearchlightSQLite", dependencies: ["SearchlightKit", "CSQLite"], swiftSettings: strict),
         .target(name: "CSpawn"),
+        .target(name: "CPeerProcess"),
         .target(
             name: "SearchlightSupervisor",
-            dependencies: ["SearchlightWire", "SearchlightUnits", "SearchlightStore", "SearchlightSemantic", "CSpawn"],
+            dependencies: ["SearchlightWire", "SearchlightUnits", "SearchlightStore", "SearchlightSemantic", "CSpawn", "CPeerProcess"],
             swiftSettings: strict
         ),
         // The fuzz targets and the deterministic mutation fuzzer (`make test` runs them bounded;

@@ -185,7 +185,9 @@ final class AttachedFake: Sendable {
         self.label = label
         let (daemonEnd, fakeEnd) = try UnixSocket.pair()
         let connection = RPCConnection(socket: daemonEnd)
-        let session = ClientSession(context: context, connection: connection, peer: PeerCredentials(pid: pid, uid: getuid(), gid: getgid()))
+        // The fake runs in this process: that is the process the daemon end finds (not sandboxed).
+        let session = ClientSession(context: context, connection: connection, peer: PeerCredentials(pid: pid, uid: getuid(), gid: getgid()),
+                                    process: PeerProcess(socket: daemonEnd, pid: getpid()))
         self.session = session
         // As `ClientServer` serves a client: the session hears of the close.
         connection.start(name: "attached-\(pid)", onMessage: { _, message in session.handle(message) }) { _, reason in session.closed(reason) }

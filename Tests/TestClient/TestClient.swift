@@ -21,10 +21,18 @@ import Synchronization
 /// - `ask SOCKET COUNT BUNDLE`: COUNT one-word `query.user` calls (semantic on) on one connection,
 ///   one after the other, each waited for 30 s at most; prints `answered=N cancelled=M failed=K
 ///   p50_ms=… p99_ms=… max_ms=…`.
+/// - `probe SOCKET ROLE BUNDLE` (the sandbox tests run it inside `bwrap`): one connection that
+///   sends `initialize` in ROLE (app, desktop, admin) for BUNDLE (`-` for none), then, when that
+///   was answered, writes one item (role app) and searches (role app or desktop); prints
+///   `init=ok|CODE write=ok|CODE|- read=ok:N|CODE|- message=…` (the first refusal's text).
 @main
 struct TestClient {
     static func main() async {
         let args = Array(CommandLine.arguments.dropFirst())
+        if args.count == 4, args[0] == "probe" {
+            probe(socket: args[1], role: args[2], bundle: args[3] == "-" ? nil : args[3])
+            return
+        }
         guard args.count == 4, let count = Int(args[2]) else {
             FileHandle.standardError.write(Data("usage: searchlight-test-client hold|bundles SOCKET COUNT NAME\n".utf8))
             exit(2)
@@ -75,6 +83,40 @@ struct TestClient {
         FileHandle.standardOutput.write(Data(line.utf8))
         _ = FileHandle.standardInput.readDataToEndOfFile()
         withExtendedLifetime(held) {}
+    }
+
+    static func probe(socket path: String, role: String, bundle: String?) {
+        guard let s = try? UnixSocket.connect(path: path) else {
+            print("init=connect write=- read=- message=cannot connect to \(path)")
+            exit(1)
+        }
+        s.setReceiveTimeout(seconds: 30)
+        var message = ""
+        func call(_ id: Int, _ method: String, _ params: JSONValue) -> (ok: Bool, text: String, answer: JSONValue?) {
+            let request: JSONValue = ["jsonrpc": "2.0", "id": .number(Double(id)), "method": .string(method), "params": params]
+            var out: [UInt8] = []
+            request.write(to: &out)
+            out.append(0x0A)
+            guard (try? s.writeAll(out)) != nil, let answer = readLine(s) else { return (false, "closed", nil) }
+            if answer["result"] != nil { return (true, "ok", answer["result"]) }
+            if message.isEmpty { message = answer["error"]?["message"]?.stringValue ?? "" }
+            return (false, String(answer["error"]?["code"]?.intValue ?? 0), nil)
+        }
+        var hello: [String: JSONValue] = ["protocolVersion": 1, "role": .string(role), "capabilities": [:]]
+        if let bundle { hello["bundleIdentifier"] = .string(bundle) }
+        let initialized = call(1, "initialize", .object(hello))
+        var write = "-", read = "-"
+        if initialized.ok, role == "app" {
+            write = call(2, "index.items", ["items": [["uniqueIdentifier": "probe", "attributeSet": ["title": "probe item"]]]]).text
+        }
+        if initialized.ok, role == "app" || role == "desktop" {
+            let found = role == "app"
+                ? call(3, "query.search", ["query": #"uniqueIdentifier == "*""#])
+                : call(3, "query.user", ["text": "probe", "context": [:]])
+            read = found.ok ? "ok:\(found.answer?["items"]?.arrayValue?.count ?? 0)" : found.text
+        }
+        print("init=\(initialized.text) write=\(write) read=\(read) message=\(message)")
+        exit(0)
     }
 
     static func initialize(_ socket: UnixSocket, bundle: String) -> Bool {

@@ -15,6 +15,9 @@ import SearchlightWire
 /// - A name nobody uses is claimed by the first app that writes it, within the per-user bundle
 ///   limit; reading it finds nothing.
 ///
+/// A sandboxed peer (`PeerSandbox`: a Flatpak app) is held to its own bundles first, whatever its
+/// uid may do (DESIGN §14); the sandbox only takes rights away.
+///
 /// Root may act on any bundle. The permission check runs before any other check of the bundle,
 /// and every refusal is the same `permissionDenied` (`denied`), whatever the reason: a caller
 /// learns that a name is taken, never by whom nor what it holds.
@@ -25,10 +28,20 @@ struct BundleAccess {
     enum Caller {
         /// The admin role: root, the daemon's user, `--admin-group`.
         case admin
-        /// An extension, writing its own unit's bundle (authenticated by its socket or its handshake).
-        case extensionUnit(ExtensionUnit)
-        /// An app connection, checked against its peer credentials.
-        case app(PeerCredentials)
+        /// An extension, writing its own unit's bundle (authenticated by its socket or its handshake),
+        /// and the sandbox of its process (`.none` for one the supervisor launched).
+        case extensionUnit(ExtensionUnit, PeerSandbox)
+        /// An app connection (or the desktop's), checked against its peer credentials and sandbox.
+        case app(PeerCredentials, PeerSandbox)
+
+        /// The sandbox the caller's process runs in (an administrator's is never sandboxed: the
+        /// handshake refuses the role to a sandboxed peer).
+        var sandbox: PeerSandbox {
+            switch self {
+            case .admin: .none
+            case .extensionUnit(_, let sandbox), .app(_, let sandbox): sandbox
+            }
+        }
     }
 
     /// The one answer to a refused bundle: the same code and text whether the bundle holds items,
@@ -38,15 +51,19 @@ struct BundleAccess {
             "permission denied for bundle \(bundle): this user may not read or write it; use a bundle identifier of your own, or ask an administrator")
     }
 
+    /// The one check of every call that touches a bundle, whatever its method: the caller's
+    /// sandbox, then its uid (or unit, or role). A write records the owner.
     func authorize(_ bundle: String, by caller: Caller, write: Bool) throws(SearchlightError) {
+        let sandbox = caller.sandbox
+        guard sandbox.mayUse(bundle) else { throw sandbox.refusal(bundle) }
         switch caller {
         case .admin:
             // An administrator's write to a bundle nobody owns makes it the daemon user's (root's
             // in system mode), never left open to the next writer.
             if write { try record(bundle) { _ = try context.state.claim(bundle, uid: context.daemonUID) } }
-        case .extensionUnit(let unit):
+        case .extensionUnit(let unit, _):
             if write { try record(bundle) { try context.state.setOwner(bundle, uid: context.unitOwner(unit)) } }
-        case .app(let peer):
+        case .app(let peer, _):
             try authorizeApp(bundle, peer: peer, write: write)
         }
     }

@@ -47,9 +47,9 @@ struct BundleCalls: Sendable {
             access = .admin
         case .extensionUnit(_, let label):
             guard let unit = client.extensionHost?.unit ?? context.catalog.unit(label: label) else { throw BundleAccess.denied(bundle) }
-            access = .extensionUnit(unit)
+            access = .extensionUnit(unit, client.sandbox)
         case .app, .desktop:
-            access = .app(client.peer)
+            access = .app(client.peer, client.sandbox)
         }
         try BundleAccess(context: context).authorize(bundle, by: access, write: write)
     }

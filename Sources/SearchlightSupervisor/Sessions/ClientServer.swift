@@ -70,7 +70,9 @@ final class ClientServer: Sendable {
         let connection = RPCConnection(
             socket: socket, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth, incompleteFrameTimeout: timeout,
             outboxLimit: limits.outboxLimit)
-        let session = ClientSession(context: context, connection: connection, peer: peer)
+        // Pinned now, while the peer most likely still runs; identified at its handshake.
+        let process = PeerProcess(socket: socket, pid: peer.pid)
+        let session = ClientSession(context: context, connection: connection, peer: peer, process: process)
         connection.setIdlePolicy(.init(seconds: config.idleTimeout, mayClose: { [weak session] in session?.idle ?? true }))
         let key = ObjectIdentifier(connection)
         lock.withLock { $0.sessions[key] = session }

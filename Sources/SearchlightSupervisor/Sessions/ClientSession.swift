@@ -36,9 +36,17 @@ final class ClientSession: Sendable {
     let context: ServiceContext
     let connection: RPCConnection
     let peer: PeerCredentials
+    /// The peer's process, pinned at accept and identified at the handshake (`sandbox`); nil for
+    /// the socketpair of an extension the supervisor launched.
+    private let process: PeerProcess?
     /// Set once, by the handshake, on the connection's reader thread; read there and by `idle`.
     private let roleState = Mutex<Role?>(nil)
     var role: Role? { roleState.withLock { $0 } }
+    /// The peer's sandbox, found from its process at the handshake (DESIGN §14): every bundle a
+    /// call names is checked against it (`BundleAccess`). Until then, and should the handshake
+    /// fail, nothing is allowed.
+    private let sandboxState = Mutex<PeerSandbox?>(nil)
+    var sandbox: PeerSandbox { sandboxState.withLock { $0 } ?? .unidentified(reason: "it has not sent initialize") }
     /// Open batches by index name: the calls between beginBatch and endBatch. Locked because the
     /// scheduler discards an extension's batches when a request ends (`discardBatches`).
     let batches = Mutex<[String: [Mutation]]>([:])
@@ -65,10 +73,12 @@ final class ClientSession: Sendable {
     /// The stores the call being handled uses, given back when it is answered.
     let callLeases: IndexLeases
 
-    init(context: ServiceContext, connection: RPCConnection, peer: PeerCredentials, spawnedFor host: ExtensionHost? = nil) {
+    init(context: ServiceContext, connection: RPCConnection, peer: PeerCredentials, process: PeerProcess? = nil,
+         spawnedFor host: ExtensionHost? = nil) {
         self.context = context
         self.connection = connection
         self.peer = peer
+        self.process = process
         self.host = Mutex(WeakHost(host: host))
         spawned = host != nil
         callLeases = IndexLeases(context.registry)
@@ -184,10 +194,18 @@ final class ClientSession: Sendable {
             throw SearchlightError(.invalidRequest, "send \"initialize\" first (protocolVersion, role, bundleIdentifier)")
         }
         let hello = try Initialize.decode(params, limits: limits)
+        // From the peer's process, whatever it says it is; once per connection, so a handshake
+        // retried after a refusal gets the same answer.
+        let sandbox = identifiedSandbox()
+        if case .unidentified(let reason) = sandbox {
+            log.info("client refused: sandbox unidentified", ["pid": peer.pid, "uid": peer.uid, "reason": reason])
+            throw PeerSandbox.unidentifiedRefusal(reason)
+        }
         let role: Role
         var bundle: String?
         switch hello.role {
         case .admin:
+            if let refused = sandbox.roleRefusal("admin") { throw refused }
             guard context.mayAdminister(peer) else {
                 throw SearchlightError(.permissionDenied,
                     "uid \(peer.uid) may not use the admin role; run as root, the daemon's user, or join the admin group")
@@ -197,15 +215,27 @@ final class ClientSession: Sendable {
             let session = try ExtensionSession.handshake(hello, client: self)
             bundle = session.bundle
             role = .extensionHost(session)
-            log.debug("client initialized", ["role": "extension", "label": session.label, "pid": peer.pid, "uid": peer.uid])
+            log.debug("client initialized", ["role": "extension", "label": session.label, "pid": peer.pid, "uid": peer.uid, "sandbox": sandbox.logValue])
         case .app:
-            role = .app(AppSession(client: self, bundle: hello.bundleIdentifier ?? ""))
+            let named = hello.bundleIdentifier ?? ""
+            guard sandbox.mayUse(named) else { throw sandbox.refusal(named) }
+            role = .app(AppSession(client: self, bundle: named))
         case .desktop:
+            if let refused = sandbox.roleRefusal("desktop") { throw refused }
             role = .desktop(DesktopSession(client: self))
         }
         roleState.withLock { $0 = role }
-        if bundle == nil { log.debug("client initialized", ["role": role.name, "pid": peer.pid, "uid": peer.uid]) }
+        if bundle == nil { log.debug("client initialized", ["role": role.name, "pid": peer.pid, "uid": peer.uid, "sandbox": sandbox.logValue]) }
         return handshakeAnswer(bundle: bundle).result
+    }
+
+    /// The peer's sandbox, read from its process the first time it is asked for. A launched
+    /// extension is authenticated by its socket, and its socketpair's peer is the daemon itself.
+    private func identifiedSandbox() -> PeerSandbox {
+        if let known = sandboxState.withLock({ $0 }) { return known }
+        let found: PeerSandbox = spawned ? .none : (process?.identify() ?? .unidentified(reason: "its process was not pinned"))
+        sandboxState.withLock { $0 = found }
+        return found
     }
 
     private func handshakeAnswer(bundle: String?) -> Initialize.Response {

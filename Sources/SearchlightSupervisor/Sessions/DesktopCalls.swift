@@ -39,7 +39,7 @@ struct DesktopCalls {
         guard !context.desktop.isHidden(bundle) else { return false }
         if client.peer.uid == 0, let owner = ownerUID(bundle), owner != 0 { return false }
         do {
-            try BundleAccess(context: context).authorize(bundle, by: .app(client.peer), write: false)
+            try BundleAccess(context: context).authorize(bundle, by: .app(client.peer, client.sandbox), write: false)
             return true
         } catch {
             return false
@@ -58,7 +58,7 @@ struct DesktopCalls {
     func requireVisible(_ bundle: String) throws(SearchlightError) {
         guard context.registry.bundleExists(bundle), mayShow(bundle) else {
             if context.registry.bundleExists(bundle), context.desktop.isHidden(bundle),
-               (try? BundleAccess(context: context).authorize(bundle, by: .app(client.peer), write: false)) != nil {
+               (try? BundleAccess(context: context).authorize(bundle, by: .app(client.peer, client.sandbox), write: false)) != nil {
                 throw SearchlightError(.permissionDenied,
                     "\(bundle) is hidden from the desktop's search; show it again with `searchlight desktop show \(bundle)`")
             }

@@ -54,6 +54,9 @@ final class ExtensionSession: BundleSession {
         guard peer.uid == owner || peer.uid == 0 else {
             throw SearchlightError(.permissionDenied, "uid \(peer.uid) may not attach as \(unit.label): run the extension as its unit's user (UserName) or as root")
         }
+        // A sandboxed process attaches only as the extension of a bundle of its own app id.
+        let sandbox = client.sandbox
+        guard sandbox.mayUse(unit.bundleIdentifier) else { throw sandbox.refusal(unit.bundleIdentifier) }
         client.extensionHost = host
         return ExtensionSession(client: client, unit: unit, host: host)
     }
