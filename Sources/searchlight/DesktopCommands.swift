@@ -136,7 +136,7 @@ enum DesktopCommands {
                 }
             }
             guard resolved.item != nil else {
-                throw CLIFailure("\(bundle) has no item or user activity \(identifier) (or it expired); `searchlight search \(bundle) TEXT` finds them")
+                throw CLIFailure("\(bundle) has no item \(identifier), nor a user activity of that persistent identifier (or it expired); `searchlight search \(bundle) TEXT` finds them")
             }
             let openWith = resolved.opening?.openWith
             let contentURL = resolved.contentURL
