@@ -287,4 +287,51 @@ struct UserActivityTests {
         let still = try await rpc(as: alice, bundle: "com.alice.notes", [["method": "query.user", "params": ["text": "private"]]])
         #expect(still.first?["result"]?["items"]?.arrayValue?.first?["uniqueIdentifier"] == "secret-view", "\(still)")
     }
+
+    @Test("GNOME Shell shows an activity as a result of its app and activating it launches the app with its URI",
+          .enabled(if: SessionBusHarness.missingTools == nil))
+    func desktopShell() async throws {
+        let daemon = try await DaemonProcess()
+        try await importItems(Self.bundle, [#"{"uniqueIdentifier":"n1","attributeSet":{"title":"Bridges item"}}"#],
+                              socket: daemon.socket, dir: daemon.dir)
+        try await Self.activity(daemon, "trip-view", title: "Bridges trip, last viewed").becomeCurrent()
+        let bus = try SessionBusHarness(daemonSocket: daemon.socket)
+        let record = try bus.installRecorder("org.example.Notes.desktop", name: "Notes")
+        let registered = try await runCLI(["register", Self.bundle, "--open-with", "org.example.Notes.desktop"], socket: daemon.socket)
+        #expect(registered.status == 0, "\(registered.stderr)")
+        let uri = "searchlight-activity:com.example.notes/trip-view"
+        let ids = try bus.initialResults(["bridges"])
+        #expect(Set(ids) == ["com.example.notes/n1", uri], "\(ids)")
+        let metas = try bus.provider("GetResultMetas", [SessionBusHarness.stringArray([uri])])
+        #expect(metas.ok && metas.stdout.contains("Bridges trip, last viewed"), "\(metas.stdout) \(metas.stderr)")
+        let r = try bus.provider("ActivateResult", ["'\(uri)'", "['bridges']", "0"])
+        #expect(r.ok, "\(r.stderr)")
+        #expect(try bus.recorded(record) == [uri])
+        // Deleted since: no longer resolved, so not shown.
+        try await UserActivity.deleteAllSavedUserActivities(configuration: .init(bundleIdentifier: Self.bundle, socketPath: daemon.socket))
+        let gone = try bus.provider("GetResultMetas", [SessionBusHarness.stringArray([uri])])
+        #expect(gone.ok && !gone.stdout.contains("Bridges trip"), "\(gone.stdout)")
+    }
+
+    /// The cost of `becomeCurrent()` through the socket (issue 33's figure): run with
+    /// SEARCHLIGHT_MEASURE_ACTIVITY=N (calls); prints p50/p99.
+    @Test("becomeCurrent() cost, p50/p99 (measurement; SEARCHLIGHT_MEASURE_ACTIVITY=N)",
+          .enabled(if: ProcessInfo.processInfo.environment["SEARCHLIGHT_MEASURE_ACTIVITY"] != nil))
+    func becomeCurrentCost() async throws {
+        let n = Int(ProcessInfo.processInfo.environment["SEARCHLIGHT_MEASURE_ACTIVITY"] ?? "") ?? 1000
+        let daemon = try await DaemonProcess(arguments: ProcessInfo.processInfo.environment["SEARCHLIGHTD_ARGS"].map { $0.split(separator: " ").map(String.init) } ?? [])
+        var samples: [Double] = []
+        let activities = (0..<10).map { Self.activity(daemon, "view-\($0)", title: "Natural Bridges note \($0)") }
+        for a in activities { try await a.becomeCurrent() }  // the connection and the history's file exist
+        for i in 0..<n {
+            let a = activities[i % activities.count]
+            let start = ContinuousClock.now
+            try await a.becomeCurrent()
+            let d = ContinuousClock.now - start
+            samples.append(Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15)
+        }
+        samples.sort()
+        func p(_ q: Double) -> String { String(format: "%.2f", samples[min(samples.count - 1, Int(Double(samples.count) * q))]) }
+        print("becomeCurrent through the socket: n=\(n) p50=\(p(0.5)) ms p99=\(p(0.99)) ms max=\(p(1)) ms")
+    }
 }
