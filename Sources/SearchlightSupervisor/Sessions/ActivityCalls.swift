@@ -9,7 +9,7 @@ import Synchronization
 /// own app connection writes it, under the rules of an app's writes (`BundleAccess`).
 ///
 /// An activity is stored as an item whose identifier is its persistent identifier, `lastUsedDate`
-/// the daemon's time of the save (the ranking's recency), its `becomeCurrent()`s counted as
+/// the daemon's time of the save, or an earlier one the attribute set gives (the ranking's recency), its `becomeCurrent()`s counted as
 /// engagement (the ranking's engagement factor), and its own fields under `custom`
 /// (`activityType`, `activityUserInfo` as JSON text, `activityWebpageURL`, `activityCurrent`,
 /// `activityRelatedItem`), which are not searched. Expired ones are invisible at once and purged
@@ -84,7 +84,8 @@ struct ActivityCalls {
             for k in keywords where !all.contains(k) { all.append(k) }
             a.keywords = all
         }
-        a.lastUsedDate = now
+        // An imported history (recent files) says when it was used; never later than now.
+        a.lastUsedDate = min(a.lastUsedDate ?? now, now)
         if a.contentURL == nil, let web = r.webpageURL { a[custom: "activityOpensWebpage"] = .bool(true); a.contentURL = URL(string: web) }
         a[custom: "activityType"] = .string(r.activityType)
         a[custom: "activityCurrent"] = .bool(r.current)
