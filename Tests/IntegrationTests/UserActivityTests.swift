@@ -314,7 +314,9 @@ struct UserActivityTests {
     }
 
     /// The cost of `becomeCurrent()` through the socket (issue 33's figure): run with
-    /// SEARCHLIGHT_MEASURE_ACTIVITY=N (calls); prints p50/p99.
+    /// SEARCHLIGHT_MEASURE_ACTIVITY=N (calls); prints p50/p99. A release daemon: build it
+    /// (`swift build -c release --product searchlightd`) and point SEARCHLIGHT_PRODUCTS at a folder
+    /// holding a link to it.
     @Test("becomeCurrent() cost, p50/p99 (measurement; SEARCHLIGHT_MEASURE_ACTIVITY=N)",
           .enabled(if: ProcessInfo.processInfo.environment["SEARCHLIGHT_MEASURE_ACTIVITY"] != nil))
     func becomeCurrentCost() async throws {
