@@ -5,7 +5,7 @@ RELEASE := .build/release
 
 # The sample extensions (and Docs/FirstApp.md's template app, Extensions/FirstApp): each its own package, built against the SDK the way a plugin author
 # builds one (`swift build --package-path Extensions/NAME`, its own .build inside the folder).
-EXTENSIONS := Journal Notes Packages Tags WebPages FirstApp
+EXTENSIONS := Journal Notes Packages Tags WebPages RecentFiles FirstApp
 UNITS := launchd-like-units/extensions
 
 .PHONY: all build release extensions run test test-deps bench fuzz deps clean sanitize soak install install-files uninstall model test-model
@@ -167,6 +167,8 @@ test: test-deps build extensions test-model
 	SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TEST_WIDTH) SEARCHLIGHT_MODEL_DIR="$(MODEL_DIR)" $(SWIFT) test --skip-build
 	@# The WebPages sample's HTML reader, tested in its own package (no daemon needed).
 	$(SWIFT) test --package-path Extensions/WebPages
+	@# The RecentFiles sample's XBEL reader, likewise.
+	$(SWIFT) test --package-path Extensions/RecentFiles
 
 # A bounded soak of one daemon under mixed load (Docs/Reliability.md, "Soak"): donations, queries,
 # reindex requests, an extension crashing again and again, throttle changes. SOAK_SECONDS long

@@ -73,9 +73,11 @@ public struct ItemOpener: Sendable {
     /// What `open` would do, without doing it. `ownerUID`: the bundle's owner as the daemon
     /// records it (`DesktopResolve.Response.ownerUID`); `fromUnit`: the desktop file was declared
     /// by the bundle's unit (an administrator's file in system mode), not registered by its owner.
+    /// `uri`: what the app is launched with, when not the item's `searchlight-item:` URI (a user
+    /// activity's `searchlight-activity:` URI).
     public func plan(_ item: SearchableItemActivity, openWith: String?, contentURL: String?,
-                     ownerUID: UInt32? = nil, fromUnit: Bool = false) throws(Failure) -> (action: Action, note: String?) {
-        let planned = try plannedAction(item, openWith: openWith, contentURL: contentURL)
+                     ownerUID: UInt32? = nil, fromUnit: Bool = false, uri: String? = nil) throws(Failure) -> (action: Action, note: String?) {
+        let planned = try plannedAction(item, openWith: openWith, contentURL: contentURL, uri: uri ?? item.uri)
         let opener = UInt32(geteuid())
         if let ownerUID, ownerUID != opener, !allowOtherUsersItems {
             let declaredByUnit: Bool
@@ -88,13 +90,13 @@ public struct ItemOpener: Sendable {
         return planned
     }
 
-    private func plannedAction(_ item: SearchableItemActivity, openWith: String?, contentURL: String?) throws(Failure) -> (action: Action, note: String?) {
+    private func plannedAction(_ item: SearchableItemActivity, openWith: String?, contentURL: String?, uri: String) throws(Failure) -> (action: Action, note: String?) {
         var note: String?
         if let openWith {
             let locator = DesktopEntryLocator(environment: environment)
             switch locator.resolve(desktopID: openWith) {
             case .success(let path):
-                return (.application(desktopID: openWith, path: path, uri: item.uri), nil)
+                return (.application(desktopID: openWith, path: path, uri: uri), nil)
             case .failure(.notInstalled):
                 note = "\(openWith) (declared to open \(item.bundleIdentifier)'s items) is not installed under "
                     + locator.applicationDirectories.joined(separator: ", ")
@@ -118,8 +120,8 @@ public struct ItemOpener: Sendable {
 
     /// Opens the item; returns once the launcher has handed over (the app runs on by itself).
     public func open(_ item: SearchableItemActivity, openWith: String?, contentURL: String?,
-                     ownerUID: UInt32? = nil, fromUnit: Bool = false) throws(Failure) -> Opened {
-        let (action, note) = try plan(item, openWith: openWith, contentURL: contentURL, ownerUID: ownerUID, fromUnit: fromUnit)
+                     ownerUID: UInt32? = nil, fromUnit: Bool = false, uri: String? = nil) throws(Failure) -> Opened {
+        let (action, note) = try plan(item, openWith: openWith, contentURL: contentURL, ownerUID: ownerUID, fromUnit: fromUnit, uri: uri)
         let command: [String]
         switch action {
         case .application(_, let path, let uri):

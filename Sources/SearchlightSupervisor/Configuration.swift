@@ -34,6 +34,9 @@ public struct Configuration: Sendable {
     /// Index names an app may create in one bundle (`--max-indexes-per-bundle`); administrators
     /// and extensions are not limited.
     public var maxIndexesPerBundle = 64
+    /// User activities kept per bundle (`--max-activities-per-bundle`): past it, the least
+    /// recently used go (DESIGN §13).
+    public var maxActivitiesPerBundle = 500
     /// Index stores kept open at once (`--max-open-indexes`); the least recently used idle one
     /// is closed past it, and reopened on its next call. Nil: 256, or fewer when the open-file
     /// limit would not hold that many (`IndexRegistry.defaultMaxOpen`).

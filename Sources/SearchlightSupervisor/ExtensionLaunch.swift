@@ -13,6 +13,10 @@ struct ProcessLauncher: ExtensionLauncher {
     let system: Bool
     let cgroups: ExtensionCgroups?
     let log: Logger
+    /// The daemon's socket, handed to the extension as `SEARCHLIGHT_SOCKET` (its own is dropped:
+    /// a runner's must never leak in): an extension that also acts as an app (the recent-files
+    /// sample saves activities of other apps) reaches this daemon, not the user's default one.
+    var daemonSocket: String? = nil
 
     /// Environment variables that belong to the daemon's own relationship with systemd.
     static let strippedEnvironment: Set<String> = ["NOTIFY_SOCKET", "LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES",
@@ -84,6 +88,7 @@ struct ProcessLauncher: ExtensionLauncher {
     /// `ProcessType`, its resource limits, and its user when the daemon is root.
     func spawnConfiguration(_ unit: ExtensionUnit) throws -> SpawnConfiguration {
         var env = ProcessInfo.processInfo.environment.filter { !Self.strippedEnvironment.contains($0.key) }
+        if let daemonSocket { env["SEARCHLIGHT_SOCKET"] = daemonSocket }
         for (k, v) in unit.environment { env[k] = v }
         env[ExtensionEnvironment.fd] = String(ExtensionEnvironment.descriptor)
         env[ExtensionEnvironment.label] = unit.label

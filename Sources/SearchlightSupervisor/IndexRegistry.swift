@@ -221,7 +221,7 @@ final class IndexRegistry: @unchecked Sendable {
     func indexes(of bundle: String) -> [String] {
         let files = (try? FileManager.default.contentsOfDirectory(atPath: "\(root)/\(bundle)")) ?? []
         return files.filter { $0.hasSuffix(".sqlite") }.map { String($0.dropLast(7)) }
-            .map { $0 == "_default" ? "" : $0 }.filter(Names.validIndex).sorted()
+            .map { $0 == "_default" ? "" : $0 }.filter(Names.validStoredIndex).sorted()
     }
 
     /// Closes and deletes every index file of a bundle.

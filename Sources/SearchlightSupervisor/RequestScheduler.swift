@@ -82,7 +82,8 @@ actor RequestScheduler {
         self.catalog = catalog
         self.maintenance = maintenance
         self.clock = clock
-        self.launcher = launcher ?? ProcessLauncher(system: context.config.system, cgroups: context.cgroups, log: context.log)
+        self.launcher = launcher ?? ProcessLauncher(system: context.config.system, cgroups: context.cgroups, log: context.log,
+                                                        daemonSocket: context.config.socketPath)
         waiters = RequestWaiters(events: context.events)
         let refinement = context.semantic.refinementWork
         throttle = ThrottleController(monitor: LoadMonitor(procRoot: context.config.procRoot, log: context.log,

@@ -154,7 +154,7 @@ actor DesktopSearch {
     /// file checks (a realpath, an open, a stat per folder) run once per app, not once per result.
     private func canOpen(_ result: SearchResult, launchable: inout Set<String>) -> Bool {
         if let id = result.openWith, launchable.contains(id) { return true }
-        guard let planned = try? opener.plan(result.item, openWith: result.openWith, contentURL: result.contentURL) else { return false }
+        guard let planned = try? opener.plan(result.item, openWith: result.openWith, contentURL: result.contentURL, uri: result.activityURI) else { return false }
         if case .application(let id, _, _) = planned.action { launchable.insert(id) }
         return true
     }
@@ -209,16 +209,27 @@ actor DesktopSearch {
 
     /// Throws when the daemon is unavailable or refuses; nil when there is no such item.
     private func resolve(_ id: String) async throws -> SearchResult? {
-        guard let item = SearchableItemActivity(resultID: id) else { return nil }
+        let activity = UserActivity(uri: id)
+        guard let item = activity.flatMap({ a in a.bundleIdentifier.map { SearchableItemActivity(bundleIdentifier: $0, uniqueIdentifier: a.savedIdentifier) } })
+                ?? SearchableItemActivity(resultID: id) else { return nil }
         let answer: DesktopResolve.Response
         do {
-            answer = try await daemon.send(DesktopResolve(identifier: item.uniqueIdentifier, bundle: item.bundleIdentifier))
+            if activity != nil {
+                answer = try await daemon.send(ActivityResolve(persistentIdentifier: item.uniqueIdentifier, bundle: item.bundleIdentifier))
+            } else {
+                answer = try await daemon.send(DesktopResolve(identifier: item.uniqueIdentifier, bundle: item.bundleIdentifier))
+            }
         } catch {
             Log.notice("result not resolved", ["id": id, "reason": "\(error)"])
             throw error
         }
         let openWith = answer.opening?.openWith
-        guard let wire = answer.item,
+        var wire = answer.item
+        if activity != nil, case .object(var o)? = wire {
+            o["index"] = .string(Names.activityIndex)
+            wire = .object(o)
+        }
+        guard let wire,
               var result = SearchResult(wire: wire, bundle: item.bundleIdentifier, openWith: openWith, app: ownApp(item.bundleIdentifier),
                                         opener: app(openWith))
         else {
@@ -253,6 +264,8 @@ actor DesktopSearch {
 
     /// Tells the daemon the user opened a result, so that it ranks higher next time.
     func engaged(_ result: SearchResult, terms: [String]) async {
+        // An activity's engagement is its app's becomeCurrent(): `query.engaged` names items only.
+        guard result.activityURI == nil else { return }
         do {
             _ = try await daemon.send(QueryEngaged(target: .identifier(result.item.uniqueIdentifier), interaction: .select,
                                                    text: terms.joined(separator: " "), bundle: result.item.bundleIdentifier))

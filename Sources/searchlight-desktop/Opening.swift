@@ -13,7 +13,7 @@ extension DesktopSearch {
             DispatchQueue.global().async {
                 do {
                     continuation.resume(returning: try opener.open(result.item, openWith: contentURLOnly ? nil : result.openWith,
-                                                                   contentURL: result.contentURL))
+                                                                   contentURL: result.contentURL, uri: result.activityURI))
                 } catch {
                     continuation.resume(throwing: error)
                 }

@@ -6,7 +6,11 @@ import SearchlightKit
 /// what opening it needs.
 struct SearchResult: Sendable {
     var item: SearchableItemActivity
-    var id: String { item.resultID }
+    /// A user activity's result (DESIGN §13): its `searchlight-activity:BUNDLE/ID` URI, which is
+    /// also its result id (an item's id never has a `:` before its `/`), and what the app is
+    /// launched with.
+    var activityURI: String?
+    var id: String { activityURI ?? item.resultID }
     var name: String
     var description: String
     /// The donating app's name: its own desktop file's `Name` (`BUNDLE.desktop`), else the
@@ -43,6 +47,9 @@ struct SearchResult: Sendable {
     init?(wire: JSONValue, bundle: String, openWith: String?, app: DesktopEntry?, opener: DesktopEntry? = nil) {
         guard let identifier = wire["uniqueIdentifier"]?.stringValue, !identifier.isEmpty else { return nil }
         item = SearchableItemActivity(bundleIdentifier: bundle, uniqueIdentifier: identifier)
+        if wire["index"]?.stringValue == Names.activityIndex {
+            activityURI = UserActivity.uriScheme + ":" + item.resultID
+        }
         let attributes = wire["attributeSet"] ?? [:]
         func text(_ key: String) -> String? {
             attributes[key]?.stringValue.map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }.flatMap { $0.isEmpty ? nil : $0 }

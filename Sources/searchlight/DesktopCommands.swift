@@ -93,16 +93,19 @@ enum DesktopCommands {
     static let open = Command(
         spec: CommandSpec(
             name: "open", abstract: "open an item in its app, as the desktop's search does",
-            usage: "BUNDLE IDENTIFIER [--dry-run] [--json]",
+            usage: "BUNDLE IDENTIFIER [--activity] [--dry-run] [--json]",
             positionals: [.required("BUNDLE", "the app"), .required("IDENTIFIER", "the item's uniqueIdentifier")],
             options: [.flag("dry-run", "say what would be run, run nothing, record nothing"),
-                      .flag("yes", "open an item of another user's bundle (root): run what that user declared, as you")],
+                      .flag("yes", "open an item of another user's bundle (root): run what that user declared, as you"),
+                      .flag("activity", "IDENTIFIER is a user activity's persistent identifier (the default when no item has it)")],
             discussion: """
                 Launches the app's desktop file (unit key OpenWith, or `searchlight register`) with the item's
                 searchlight-item:BUNDLE/IDENTIFIER URI, else opens its contentURL with the default handler (gio open,
                 else xdg-open), and records the engagement (query.engaged) so the item ranks higher.
                 An item of a bundle another user owns is not opened: what would run is printed, and --yes runs it
                 (as you: check it first). A desktop file the bundle's unit declares is an administrator's and exempt.
+                A user activity (no item with that identifier, or --activity) opens with its
+                searchlight-activity:BUNDLE/ID URI, else its webpageURL.
                 """
         ),
         run: { args, context in
@@ -110,7 +113,8 @@ enum DesktopCommands {
             guard Names.validBundle(bundle) else { throw UsageError("'\(bundle)' is not a bundle identifier (e.g. com.example.notes)") }
             let connection = SearchlightConnection(role: .app(bundleIdentifier: bundle), socketPath: context.socket)
             do {
-                try await openItem(bundle, identifier, on: connection, dryRun: args.flag("dry-run"), yes: args.flag("yes"), context)
+                try await openItem(bundle, identifier, on: connection, dryRun: args.flag("dry-run"), yes: args.flag("yes"),
+                                   activity: args.flag("activity"), context)
                 await connection.close()
             } catch {
                 await connection.close()
@@ -120,12 +124,20 @@ enum DesktopCommands {
     )
 
     private static func openItem(_ bundle: String, _ identifier: String, on connection: SearchlightConnection, dryRun: Bool,
-                                 yes: Bool, _ context: CommandContext) async throws {
-            let resolved = try await connection.send(DesktopResolve(identifier: identifier))
-            guard resolved.item != nil else {
-                throw CLIFailure("\(bundle) has no item \(identifier) (or it expired); `searchlight query \(bundle) 'uniqueIdentifier == \"*\"'` lists them")
-            }
+                                 yes: Bool, activity isActivity: Bool, _ context: CommandContext) async throws {
+            var resolved = try await connection.send(DesktopResolve(identifier: identifier))
             let activity = SearchableItemActivity(bundleIdentifier: bundle, uniqueIdentifier: identifier)
+            var uri: String?
+            if isActivity || resolved.item == nil {
+                let saved = try await connection.send(ActivityResolve(persistentIdentifier: identifier))
+                if saved.item != nil || isActivity {
+                    resolved = saved
+                    uri = UserActivity.uriScheme + ":" + activity.resultID
+                }
+            }
+            guard resolved.item != nil else {
+                throw CLIFailure("\(bundle) has no item \(identifier), nor a user activity of that persistent identifier (or it expired); `searchlight search \(bundle) TEXT` finds them")
+            }
             let openWith = resolved.opening?.openWith
             let contentURL = resolved.contentURL
             var opener = ItemOpener()
@@ -134,12 +146,12 @@ enum DesktopCommands {
             let owner = resolved.ownerUID, fromUnit = resolved.opening?.source == .unit
             do {
                 if dryRun {
-                    let (action, note) = try opener.plan(activity, openWith: openWith, contentURL: contentURL, ownerUID: owner, fromUnit: fromUnit)
+                    let (action, note) = try opener.plan(activity, openWith: openWith, contentURL: contentURL, ownerUID: owner, fromUnit: fromUnit, uri: uri)
                     report(action, command: nil, note: note, context)
                     return
                 }
-                let opened = try opener.open(activity, openWith: openWith, contentURL: contentURL, ownerUID: owner, fromUnit: fromUnit)
-                _ = try await connection.send(QueryEngaged(target: .identifier(identifier), interaction: .select))
+                let opened = try opener.open(activity, openWith: openWith, contentURL: contentURL, ownerUID: owner, fromUnit: fromUnit, uri: uri)
+                if uri == nil { _ = try await connection.send(QueryEngaged(target: .identifier(identifier), interaction: .select)) }
                 report(opened.action, command: opened.command, note: opened.note, context)
             } catch let failure as ItemOpener.Failure {
                 throw CLIFailure(failure.description)

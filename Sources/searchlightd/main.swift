@@ -27,6 +27,7 @@ let usage = """
     per user: --max-connections-per-user N (64): connections one uid may hold (administrators aside)
             --max-bundles-per-user N (1000): bundles one uid may own (administrators aside)
             --max-indexes-per-bundle N (64): index names an app may create in one bundle
+            --max-activities-per-bundle N (500): user activities kept per bundle (least recently used go)
             --idle-timeout SECONDS (300): close a client connection idle this long (the SDK reconnects)
             --send-timeout SECONDS (30): close a client that does not read its answers this long
     resources: --max-open-indexes N (256, fewer under a low open-file limit): index stores kept
@@ -123,6 +124,7 @@ func parseArguments(_ args: [String]) -> Configuration {
         case "--max-connections-per-user": config.maxConnectionsPerUser = positive(flag)
         case "--max-bundles-per-user": config.maxBundlesPerUser = positive(flag)
         case "--max-indexes-per-bundle": config.maxIndexesPerBundle = positive(flag)
+        case "--max-activities-per-bundle": config.maxActivitiesPerBundle = positive(flag)
         case "--idle-timeout": config.idleTimeout = Int(seconds(flag, max: 30 * 86400).rounded(.up))
         case "--send-timeout": config.sendTimeout = Int(seconds(flag, max: 3600).rounded(.up))
         case "--max-open-indexes": config.maxOpenIndexes = positive(flag)

@@ -202,8 +202,8 @@ struct ReadmeTourTests {
         let daemon = try await DaemonProcess(arguments: ["--units-dir", units, "--model-dir", modelDir], dir: dir,
                                              environment: ["XDG_DATA_HOME": environment["XDG_DATA_HOME"]!])
         guard daemon.socket == environment["SEARCHLIGHT_SOCKET"] else { throw HarnessError("the daemon's socket is \(daemon.socket)") }
-        // Units are queued in label order: journal 1, notes 2, packages 3, tags 4, webpages 5.
-        for (id, name) in ["journal", "notes", "packages", "tags", "webpages"].enumerated() {
+        // Units are queued in label order: journal 1, notes 2, packages 3, recentfiles 4, tags 5, webpages 6.
+        for (id, name) in ["journal", "notes", "packages", "recentfiles", "tags", "webpages"].enumerated() {
             try await daemon.waitForLog("reindex request acknowledged id=\(id + 1) label=org.searchlight.sample.\(name)", timeout: 120)
         }
         return (daemon, environment)

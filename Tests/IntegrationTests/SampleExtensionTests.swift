@@ -37,8 +37,9 @@ struct SampleExtensionTests {
         seed.waitUntilExit()
         guard seed.terminationStatus == 0 else { throw HarnessError("Extensions/Tags/Sample/demo.sh failed (\(seed.terminationStatus))") }
         let daemon = try await DaemonProcess(arguments: ["--units-dir", Self.units], dir: dir, environment: ["XDG_DATA_HOME": dataHome])
-        let order = ["journal": 1, "notes": 2, "packages": 3, "tags": 4, "webpages": 5]
-        for name in Self.samples.keys {
+        // Units are queued in label order (the RecentFiles sample, 4, has no recent files here).
+        let order = ["journal": 1, "notes": 2, "packages": 3, "recentfiles": 4, "tags": 5, "webpages": 6]
+        for name in Self.samples.keys + ["recentfiles"] {
             try await daemon.waitForLog("reindex request acknowledged id=\(order[name]!) label=org.searchlight.sample.\(name)", timeout: 120)
         }
         return daemon

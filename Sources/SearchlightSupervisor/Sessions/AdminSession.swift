@@ -25,6 +25,7 @@ final class AdminSession: BundleSession {
         table.addQueryMethods()
         table.addItemDataMethods()
         table.addDesktopSettingsMethods()
+        table.addActivityResolve()
         table.on(AdminStatus.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.status(r)) }
         table.on(AdminErase.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.erase(r)) }
         table.on(AdminCheck.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.check(r)) }

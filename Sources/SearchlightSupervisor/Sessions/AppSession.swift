@@ -20,6 +20,7 @@ final class AppSession: BundleSession {
         table.addQueryMethods()
         table.addItemDataMethods()
         table.addDesktopSettingsMethods()
+        table.addActivityMethods()
         return table
     }()
 }

@@ -101,15 +101,19 @@ extension BundleCalls {
                 try semantic.request(r.text, weight: r.context.semanticWeight, owner: uid, budget: budget)
             }
         }
+        // A bundle's activity history is searched with its default index, as one ranking
+        // (`federatedUserQuery`): its items carry `index: "_activities"` (DESIGN §13).
+        var activities = false
+        if r.index.isEmpty { activities = acrossBundles(r.bundle) ? true : hasActivities(try target(r.bundle)) }
         // The desktop's items always name their bundle, also when the query named one.
-        let tagged = acrossBundles(r.bundle) || desktop != nil
+        let tagged = acrossBundles(r.bundle) || desktop != nil || activities
         var items = EncodedItems()
         var hits: [UserQueryHit] = []
         var targets: [(bundle: String, index: String)] = []
         var suggestions: [Suggestion] = []
         let incomplete = try budgeted(Method.queryUser, budget) { () throws(SearchlightError) -> Bool in
-            guard !acrossBundles(r.bundle) else {
-                return try federatedUserQuery(request, index: r.index, budget: budget, targets: &targets, hits: &hits,
+            guard !acrossBundles(r.bundle), !activities else {
+                return try federatedUserQuery(request, bundle: r.bundle, index: r.index, budget: budget, targets: &targets, hits: &hits,
                     suggestions: &suggestions, items: &items)
             }
             return try forEachQueryTarget(bundle: r.bundle, index: r.index) { (bundle, index, store) throws(SearchlightError) -> Bool in
@@ -172,12 +176,12 @@ extension BundleCalls {
     /// index's statistics summed (each leased while it is read), every index's candidates
     /// scored with the sum, one fusion over the union, and only the chosen items read. `hits`
     /// come best first; `targets` are the indexes read.
-    private func federatedUserQuery(_ request: UserQueryRequest, index: String, budget: QueryBudget,
+    private func federatedUserQuery(_ request: UserQueryRequest, bundle: String?, index: String, budget: QueryBudget,
                                     targets: inout [(bundle: String, index: String)], hits: inout [UserQueryHit],
                                     suggestions: inout [Suggestion], items: inout EncodedItems) throws(SearchlightError) -> Bool
     {
         var statistics = CorpusStatistics()
-        let incomplete = try forEachQueryTarget(bundle: nil, index: index) { (bundle, index, store) throws(SearchlightError) -> Bool in
+        let incomplete = try forEachQueryTarget(bundle: bundle, index: index, activities: index.isEmpty) { (bundle, index, store) throws(SearchlightError) -> Bool in
             targets.append((bundle, index))
             statistics.add(try store.corpusStatistics(request, budget: budget))
             return true
@@ -332,17 +336,26 @@ extension BundleCalls {
     /// "bundle", every bundle's, one at a time (each leased only while it is read, so a search
     /// across ten thousand bundles keeps the open-index bound). `body` returns false to stop.
     /// Returns whether one of them is being refilled (DESIGN §4 `incomplete`).
+    /// `activities`: each bundle's activity history (`Names.activityIndex`) is read after its index.
     @discardableResult
-    private func forEachQueryTarget(bundle requested: String?, index: String,
+    private func forEachQueryTarget(bundle requested: String?, index: String, activities: Bool = false,
                                     _ body: (_ bundle: String, _ index: String, _ store: IndexStore) throws(SearchlightError) -> Bool) throws(SearchlightError) -> Bool {
         var incomplete = false
         func visit(_ bundle: String, _ index: String, _ store: IndexStore) throws(SearchlightError) -> Bool {
             if context.registry.condition(bundle: bundle, index: index)?.incomplete ?? false { incomplete = true }
             return try body(bundle, index, store)
         }
+        func visitActivities(_ bundle: String) throws(SearchlightError) -> Bool {
+            guard activities, hasActivities(bundle) else { return true }
+            return try context.registry.withStore(bundle: bundle, index: Names.activityIndex, create: false) { (s) throws(SearchlightError) -> Bool in
+                guard let s else { return true }
+                return try visit(bundle, Names.activityIndex, s)
+            }
+        }
         guard acrossBundles(requested) else {
             let t = try store(bundle: requested, index: index, write: false)
-            if let s = t.store { _ = try visit(t.bundle, t.index, s) }
+            if let s = t.store { guard try visit(t.bundle, t.index, s) else { return incomplete } }
+            _ = try visitActivities(t.bundle)
             return incomplete
         }
         let desktop = DesktopCalls(calls: self)
@@ -353,8 +366,15 @@ extension BundleCalls {
                 return try visit(b, index, s)
             }
             if !more { break }
+            if !(try visitActivities(b)) { break }
         }
         return incomplete
+    }
+
+    /// Whether the bundle has an activity history (its file, or its store open).
+    func hasActivities(_ bundle: String) -> Bool {
+        context.registry.servedStore(bundle: bundle, index: Names.activityIndex) != nil
+            || FileManager.default.fileExists(atPath: context.registry.path(bundle: bundle, index: Names.activityIndex))
     }
 
     /// The members that say where an item found across bundles lives: `bundle`, and `index`

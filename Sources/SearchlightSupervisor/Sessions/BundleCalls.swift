@@ -61,11 +61,12 @@ struct BundleCalls: Sendable {
         let bundle = try target(requested)
         try authorize(bundle, write: write)
         let peer = client.peer
-        if write, case .app = caller, peer.uid != 0, peer.uid != context.daemonUID,
+        // The activity history is not an index the app creates (`ActivityCalls`): not counted.
+        if write, case .app = caller, peer.uid != 0, peer.uid != context.daemonUID, index != Names.activityIndex,
            context.registry.servedStore(bundle: bundle, index: index) == nil,
            !FileManager.default.fileExists(atPath: context.registry.path(bundle: bundle, index: index)) {
             let limit = context.config.maxIndexesPerBundle
-            let existing = context.registry.indexes(of: bundle).count
+            let existing = context.registry.indexes(of: bundle).filter { $0 != Names.activityIndex }.count
             if existing >= limit, !context.mayAdminister(peer) {
                 throw SearchlightError(.quotaExceeded,
                     "\(bundle) has \(existing) indexes, the most an app may create (--max-indexes-per-bundle \(limit)); write to one of them (\"index\")")

@@ -32,10 +32,11 @@ final class DesktopSession: BundleSession {
         table.on(QueryEngaged.self) { s, r throws(SearchlightError) in try s.engaged(r) }
         table.on(DesktopResolve.self) { s, r throws(SearchlightError) in try s.desktop.resolve(r) }
         table.on(DesktopStaleItems.self) { s, r throws(SearchlightError) in JSONResponse(result: try s.desktop.staleItems(r)) }
+        table.on(ActivityResolve.self) { s, r throws(SearchlightError) in try ActivityCalls(calls: s.calls).resolve(r) }
         return table
     }()
 
-    static let refusal = "the desktop role may only search (query.user), record engagement (query.engaged), resolve items (desktop.resolve) and report items whose file is gone (desktop.staleItems)"
+    static let refusal = "the desktop role may only search (query.user), record engagement (query.engaged), resolve items (desktop.resolve) and activities (activity.resolve) and report items whose file is gone (desktop.staleItems)"
 
     private func userQuery(_ r: QueryUser) throws(SearchlightError) -> WireAnswer {
         if let bundle = r.bundle { try desktop.requireVisible(bundle) }

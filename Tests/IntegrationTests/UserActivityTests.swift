@@ -1,0 +1,339 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import Testing
+import TestThreads
+import SearchlightKit
+
+/// User activities (DESIGN §13, Docs/Protocol.md "User activities"): `UserActivity` through the
+/// real daemon, its history searched, deduplicated with donated items, deleted, opened, and
+/// defended against hostile peers.
+@Suite("User activities", .onOwnThreads, .serialized)
+struct UserActivityTests {
+    static let bundle = "com.example.notes"
+
+    static func app(_ daemon: DaemonProcess) -> SearchlightConnection {
+        SearchlightConnection(role: .app(bundleIdentifier: bundle), socketPath: daemon.socket)
+    }
+
+    static func activity(_ daemon: DaemonProcess, _ id: String, title: String) -> UserActivity {
+        let a = UserActivity(activityType: "com.example.notes.view",
+                             configuration: .init(bundleIdentifier: bundle, socketPath: daemon.socket))
+        a.persistentIdentifier = id
+        a.title = title
+        a.isEligibleForSearch = true
+        return a
+    }
+
+    /// The app's own user query: identifiers in ranked order, with the index each came from.
+    static func search(_ daemon: DaemonProcess, _ text: String) async throws -> [(id: String, index: String?, item: JSONValue)] {
+        let app = Self.app(daemon)
+        defer { Task { await app.close() } }
+        let answer = try await app.send(QueryUser(text: text, context: .init(semanticSearch: false)))
+        return answer.items.map { ($0["uniqueIdentifier"]?.stringValue ?? "", $0["index"]?.stringValue, $0) }
+    }
+
+    /// Rows of a bundle's stored activity history (expired ones too: what a purge removes).
+    static func storedRows(_ daemon: DaemonProcess, _ sql: String) async throws -> String {
+        let r = try await runCLI(["-readonly", daemon.stateDir + "/indexes/\(bundle)/_activities.sqlite", sql], socket: nil,
+                                 executable: "/usr/bin/sqlite3")
+        return r.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    @Test("an activity's life: current, resigned, expired (invisible at once), purged by maintenance")
+    func lifecycle() async throws {
+        let daemon = try await DaemonProcess()
+        let a = Self.activity(daemon, "trip-view", title: "Natural Bridges trip")
+        a.keywords = ["utah"]
+        a.userInfo = ["note": "42"]
+        a.expirationDate = Date().addingTimeInterval(3)
+        try await a.becomeCurrent()
+        #expect(a.isCurrent)
+        var found = try await Self.search(daemon, "utah bridges")
+        #expect(found.map(\.id) == ["trip-view"] && found.first?.index == "_activities", "\(found.map(\.item))")
+        #expect(found.first?.item["attributeSet"]?["custom"]?["activityCurrent"] == true)
+        #expect(found.first?.item["attributeSet"]?["lastUsedDate"] != nil)
+        #expect(try await Self.storedRows(daemon, "SELECT engagement FROM items WHERE uid = 'trip-view'") == "1.0")
+
+        try await a.resignCurrent()
+        #expect(!a.isCurrent)
+        found = try await Self.search(daemon, "bridges")
+        #expect(found.map(\.id) == ["trip-view"] && found.first?.item["attributeSet"]?["custom"]?["activityCurrent"] == false)
+
+        // Expired: gone from every answer as soon as its date passes (waited for, with a deadline).
+        let deadline = Date().addingTimeInterval(20)
+        while try await !Self.search(daemon, "bridges").isEmpty {
+            #expect(Date() < deadline, "the expired activity is still shown")
+            if Date() >= deadline { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(try await Self.storedRows(daemon, "SELECT count(*) FROM items") == "1", "kept until purged")
+        let idle = try await runCLI(["simulate", "idle", Self.bundle], socket: daemon.socket)
+        #expect(idle.status == 0, "\(idle.stderr)")
+        let line = try await daemon.waitForLog("expired items purged")
+        #expect(line.contains("_activities"), "\(line)")
+        #expect(try await Self.storedRows(daemon, "SELECT count(*) FROM items") == "0")
+        // An invalidated activity cannot become current again.
+        await a.invalidate()
+        await #expect(throws: SearchlightError.self) { try await a.becomeCurrent() }
+    }
+
+    @Test("activities rank by recency and engagement: becomeCurrent again puts one first")
+    func rankedByEngagement() async throws {
+        let daemon = try await DaemonProcess()
+        let first = Self.activity(daemon, "a", title: "Bridges notes")
+        let second = Self.activity(daemon, "b", title: "Bridges notes")
+        try await first.becomeCurrent()
+        try await second.becomeCurrent()
+        let before = try await Self.search(daemon, "bridges").map(\.id)
+        #expect(Set(before) == ["a", "b"], "\(before)")
+        let loser = before.last!
+        let again = loser == "a" ? first : second
+        for _ in 0..<3 { try await again.becomeCurrent() }
+        let after = try await Self.search(daemon, "bridges").map(\.id)
+        #expect(after.first == loser, "before \(before), after \(after)")
+        // Becoming current resigned the other one.
+        let other = try await Self.search(daemon, "bridges").first { $0.id != loser }
+        #expect(other?.item["attributeSet"]?["custom"]?["activityCurrent"] == false)
+    }
+
+    @Test("an activity tied to a donated item is shown once, as that item, which it makes the most recent")
+    func dedupeWithRelatedItem() async throws {
+        let daemon = try await DaemonProcess()
+        try await importItems(Self.bundle, [
+            #"{"uniqueIdentifier":"trip-1","attributeSet":{"title":"Natural Bridges"}}"#,
+            #"{"uniqueIdentifier":"trip-2","attributeSet":{"title":"Natural Bridges"}}"#,
+        ], socket: daemon.socket, dir: daemon.dir)
+        let before = try await Self.search(daemon, "natural bridges").map(\.id)
+        #expect(Set(before) == ["trip-1", "trip-2"], "\(before)")
+        let second = before.last!
+        let a = Self.activity(daemon, "view-\(second)", title: "Natural Bridges")
+        var attributes = AttributeSet()
+        attributes.relatedUniqueIdentifier = second
+        a.contentAttributeSet = attributes
+        try await a.becomeCurrent()
+        let after = try await Self.search(daemon, "natural bridges")
+        #expect(after.map(\.id) == [second, before.first!], "shown once, first: \(after.map(\.id))")
+        #expect(after.allSatisfy { $0.index == nil }, "no activity result: \(after.map(\.item))")
+        #expect(after.first?.item["attributeSet"]?["lastUsedDate"] != nil)
+        #expect(try await DesktopSearchTests().engagement(daemon, Self.bundle, second) == 1)
+        // The answer says how it was kept.
+        let app = Self.app(daemon)
+        defer { Task { await app.close() } }
+        let saved = try await app.send(try a.saveRequest(current: false))
+        #expect(saved.shownAs == "item")
+        // Without the item, the same activity is kept as an activity.
+        let lone = Self.activity(daemon, "view-nothing", title: "Natural Bridges")
+        var dangling = AttributeSet()
+        dangling.relatedUniqueIdentifier = "no-such-item"
+        lone.contentAttributeSet = dangling
+        #expect(try await app.send(try lone.saveRequest(current: true)).shownAs == "activity")
+    }
+
+    @Test("deleteSavedUserActivities(withPersistentIdentifiers:) and deleteAllSavedUserActivities()")
+    func deletes() async throws {
+        let daemon = try await DaemonProcess()
+        let configuration = UserActivity.Configuration(bundleIdentifier: Self.bundle, socketPath: daemon.socket)
+        for id in ["one", "two", "three"] { try await Self.activity(daemon, id, title: "Bridges \(id)").becomeCurrent() }
+        try await importItems(Self.bundle, [#"{"uniqueIdentifier":"item","attributeSet":{"title":"Bridges item"}}"#],
+                              socket: daemon.socket, dir: daemon.dir)
+        #expect(Set(try await Self.search(daemon, "bridges").map(\.id)) == ["one", "two", "three", "item"])
+        try await UserActivity.deleteSavedUserActivities(withPersistentIdentifiers: ["two", "nosuch"], configuration: configuration)
+        #expect(Set(try await Self.search(daemon, "bridges").map(\.id)) == ["one", "three", "item"])
+        try await UserActivity.deleteAllSavedUserActivities(configuration: configuration)
+        #expect(try await Self.search(daemon, "bridges").map(\.id) == ["item"], "the donated item stays")
+    }
+
+    @Test("the history keeps the newest --max-activities-per-bundle")
+    func bounded() async throws {
+        let daemon = try await DaemonProcess(arguments: ["--max-activities-per-bundle", "3"])
+        for i in 1...5 { try await Self.activity(daemon, "a\(i)", title: "Bridges \(i)").becomeCurrent() }
+        #expect(Set(try await Self.search(daemon, "bridges").map(\.id)) == ["a3", "a4", "a5"])
+        #expect(try await Self.storedRows(daemon, "SELECT count(*) FROM items") == "3")
+    }
+
+    @Test("opening an activity launches the app's OpenWith with its searchlight-activity: URI, which the app reads back",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/gio")))
+    func opening() async throws {
+        let daemon = try await DaemonProcess()
+        let dir = daemon.dir
+        let a = Self.activity(daemon, "trip/view 1", title: "Natural Bridges trip")
+        a.userInfo = ["note": "42", "scroll": 0.5]
+        a.webpageURL = URL(string: "https://example.org/trips/1")
+        try await a.becomeCurrent()
+        let roles = OpenCommandTests()
+        // No app declared: the webpageURL opens with the default handler.
+        let xdg = dir.path + "/xdg-open.record"
+        try roles.recorder(dir.path + "/fakebin/xdg-open", record: xdg)
+        let web = try await roles.open(["open", Self.bundle, "trip/view 1"], socket: daemon.socket, dir: dir, path: dir.path + "/fakebin")
+        #expect(web.status == 0, "\(web.stdout) \(web.stderr)")
+        #expect(roles.lines(xdg) == ["https://example.org/trips/1"])
+        // The app declared: launched with the activity's URI.
+        let record = dir.path + "/notes.record"
+        try roles.recorder(dir.path + "/bin/notes", record: record)
+        try FileManager.default.createDirectory(atPath: dir.path + "/data/applications", withIntermediateDirectories: true)
+        try "[Desktop Entry]\nType=Application\nName=Notes\nExec=\(dir.path)/bin/notes %u\n"
+            .write(toFile: dir.path + "/data/applications/org.example.Notes.desktop", atomically: true, encoding: .utf8)
+        let registered = try await runCLI(["register", Self.bundle, "--open-with", "org.example.Notes.desktop"], socket: daemon.socket)
+        #expect(registered.status == 0, "\(registered.stderr)")
+        let opened = try await roles.open(["open", Self.bundle, "trip/view 1"], socket: daemon.socket, dir: dir)
+        #expect(opened.status == 0, "\(opened.stdout) \(opened.stderr)")
+        let deadline = Date().addingTimeInterval(10)
+        while roles.lines(record).isEmpty, Date() < deadline { usleep(20_000) }
+        let uri = "searchlight-activity:com.example.notes/trip%2Fview%201"
+        #expect(roles.lines(record) == [uri])
+        // The app reads it back, and its saved fields.
+        let launched = try #require(UserActivity.fromLaunchArguments(["notes", uri]))
+        #expect(launched.bundleIdentifier == Self.bundle && launched.persistentIdentifier == "trip/view 1")
+        let restored = try #require(try await launched.restore(socketPath: daemon.socket))
+        #expect(restored.activityType == "com.example.notes.view" && restored.title == "Natural Bridges trip")
+        #expect(restored.userInfo == ["note": "42", "scroll": 0.5])
+        #expect(restored.webpageURL?.absoluteString == "https://example.org/trips/1")
+        #expect(UserActivity(uri: "searchlight-item:com.example.notes/x") == nil && UserActivity(uri: "searchlight-activity:bad bundle/x") == nil)
+        // The desktop role finds it as an activity of the bundle, and resolves it.
+        let desktop = SearchlightConnection(role: .desktop, socketPath: daemon.socket)
+        defer { Task { await desktop.close() } }
+        let answer = try await desktop.send(QueryUser(text: "bridges"))
+        #expect(answer.items.first?["index"]?.stringValue == "_activities" && answer.items.first?["bundle"]?.stringValue == Self.bundle)
+        let resolved = try await desktop.send(ActivityResolve(persistentIdentifier: "trip/view 1", bundle: Self.bundle))
+        #expect(resolved.item != nil && resolved.opening?.openWith == "org.example.Notes.desktop")
+    }
+
+    @Test("hostile fields are refused with the field named, and nothing is stored")
+    func hostileFields() async throws {
+        let daemon = try await DaemonProcess()
+        let app = Self.app(daemon)
+        defer { Task { await app.close() } }
+        let base: [String: JSONValue] = ["persistentIdentifier": "x", "activityType": "com.example.view"]
+        let cases: [(String, JSONValue, String)] = [
+            ("title", .string(String(repeating: "t", count: 5000)), "\"title\""),
+            ("keywords", .array((0..<65).map { .string("k\($0)") }), "\"keywords\""),
+            ("userInfo", ["blob": .string(String(repeating: "u", count: 20_000))], "\"userInfo\""),
+            ("userInfo", "not an object", "\"userInfo\""),
+            ("webpageURL", "javascript:alert(1)", "\"webpageURL\""),
+            ("webpageURL", "file:///etc/passwd", "\"webpageURL\""),
+            ("activityType", "com example/../x", "\"activityType\""),
+            ("persistentIdentifier", .string(String(repeating: "p", count: 2000)), "\"persistentIdentifier\""),
+            ("persistentIdentifier", "line\nbreak", "\"persistentIdentifier\""),
+            ("expirationDate", "2999-01-01T00:00:00Z", "expirationDate"),
+            ("expirationDate", "tomorrow", "\"expirationDate\""),
+            ("attributeSet", ["rankingHint": 1000], "attributeSet"),
+        ]
+        var deep: JSONValue = "x"
+        for _ in 0..<40 { deep = ["d": deep] }
+        for (field, value, named) in cases + [("userInfo", deep, "\"userInfo\"")] {
+            var params = base
+            params[field] = value
+            do {
+                _ = try await app.call(Method.activitySave, .object(params))
+                Issue.record("\(field) = \(String(describing: value).prefix(60)) was accepted")
+            } catch let error as SearchlightError {
+                #expect(error.code == .invalidParams && error.message.contains(named), "\(field): \(error.message)")
+            }
+        }
+        #expect(!FileManager.default.fileExists(atPath: daemon.stateDir + "/indexes/\(Self.bundle)/_activities.sqlite"))
+        // A client may not name the activity history as an index.
+        await #expect(throws: SearchlightError.self) {
+            _ = try await app.call(Method.indexItems, ["index": "_activities", "items": [["uniqueIdentifier": "x"]]])
+        }
+        // The desktop role may not write activities.
+        let desktop = SearchlightConnection(role: .desktop, socketPath: daemon.socket)
+        defer { Task { await desktop.close() } }
+        await #expect(throws: SearchlightError.self) { _ = try await desktop.call(Method.activitySave, .object(base)) }
+    }
+
+    @Test("another uid can neither write, delete nor read a bundle's activities",
+          .enabled(if: getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/setpriv")
+                   && FileManager.default.isExecutableFile(atPath: "/usr/bin/python3")))
+    func otherUID() async throws {
+        let dir = TempDir()
+        chmod(dir.path, 0o755)
+        let daemon = try await DaemonProcess(arguments: ["--system"], dir: dir)
+        let alice: UInt32 = 64_101, bob: UInt32 = 64_102
+        // Alice claims her bundle and saves an activity, as herself.
+        func rpc(as uid: UInt32, bundle: String, _ calls: [JSONValue]) async throws -> [JSONValue] {
+            let script = """
+                import json, socket, sys
+                s = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); f = s.makefile("rwb")
+                msgs = [{"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {"protocolVersion": 1, "role": "app", "bundleIdentifier": sys.argv[2], "capabilities": {}}}]
+                msgs += [{"jsonrpc": "2.0", "id": i + 1, "method": m["method"], "params": m["params"]} for i, m in enumerate(json.loads(sys.argv[3]))]
+                for m in msgs:
+                    f.write((json.dumps(m) + "\\n").encode()); f.flush(); print(f.readline().decode().strip())
+                """
+            let calls = String(decoding: JSONValue.array(calls).serialized(), as: UTF8.self)
+            let r = try await runCLI(["--reuid=\(uid)", "--regid=\(uid)", "--clear-groups", "--", "/usr/bin/python3", "-c", script,
+                                      daemon.socket, bundle, calls], socket: nil, executable: "/usr/bin/setpriv")
+            #expect(r.status == 0, "\(r.stderr)")
+            return r.stdout.split(separator: "\n").dropFirst().compactMap { try? JSONValue.parse(String($0)) }
+        }
+        let save: JSONValue = ["method": "activity.save", "params": ["persistentIdentifier": "secret-view", "activityType": "com.alice.view",
+                                                                      "title": "alice private trip", "current": true]]
+        let own = try await rpc(as: alice, bundle: "com.alice.notes", [save])
+        #expect(own.first?["result"]?["shownAs"] == "activity", "\(own)")
+        // Bob, on an app connection naming Alice's bundle: every activity call refused.
+        let bobs = try await rpc(as: bob, bundle: "com.alice.notes", [
+            save,
+            ["method": "activity.delete", "params": ["persistentIdentifiers": ["secret-view"]]],
+            ["method": "activity.deleteAll", "params": [:]],
+            ["method": "activity.resolve", "params": ["persistentIdentifier": "secret-view"]],
+            ["method": "query.user", "params": ["text": "private"]],
+        ])
+        #expect(bobs.count == 5)
+        for answer in bobs {
+            #expect(answer["error"]?["code"]?.intValue == -3001, "\(answer)")
+            #expect(!String(describing: answer).contains("alice private"), "\(answer)")
+        }
+        let still = try await rpc(as: alice, bundle: "com.alice.notes", [["method": "query.user", "params": ["text": "private"]]])
+        #expect(still.first?["result"]?["items"]?.arrayValue?.first?["uniqueIdentifier"] == "secret-view", "\(still)")
+    }
+
+    @Test("GNOME Shell shows an activity as a result of its app and activating it launches the app with its URI",
+          .enabled(if: SessionBusHarness.missingTools == nil))
+    func desktopShell() async throws {
+        let daemon = try await DaemonProcess()
+        try await importItems(Self.bundle, [#"{"uniqueIdentifier":"n1","attributeSet":{"title":"Bridges item"}}"#],
+                              socket: daemon.socket, dir: daemon.dir)
+        try await Self.activity(daemon, "trip-view", title: "Bridges trip, last viewed").becomeCurrent()
+        let bus = try SessionBusHarness(daemonSocket: daemon.socket)
+        let record = try bus.installRecorder("org.example.Notes.desktop", name: "Notes")
+        let registered = try await runCLI(["register", Self.bundle, "--open-with", "org.example.Notes.desktop"], socket: daemon.socket)
+        #expect(registered.status == 0, "\(registered.stderr)")
+        let uri = "searchlight-activity:com.example.notes/trip-view"
+        let ids = try bus.initialResults(["bridges"])
+        #expect(Set(ids) == ["com.example.notes/n1", uri], "\(ids)")
+        let metas = try bus.provider("GetResultMetas", [SessionBusHarness.stringArray([uri])])
+        #expect(metas.ok && metas.stdout.contains("Bridges trip, last viewed"), "\(metas.stdout) \(metas.stderr)")
+        let r = try bus.provider("ActivateResult", ["'\(uri)'", "['bridges']", "0"])
+        #expect(r.ok, "\(r.stderr)")
+        #expect(try bus.recorded(record) == [uri])
+        // Deleted since: no longer resolved, so not shown.
+        try await UserActivity.deleteAllSavedUserActivities(configuration: .init(bundleIdentifier: Self.bundle, socketPath: daemon.socket))
+        let gone = try bus.provider("GetResultMetas", [SessionBusHarness.stringArray([uri])])
+        #expect(gone.ok && !gone.stdout.contains("Bridges trip"), "\(gone.stdout)")
+    }
+
+    /// The cost of `becomeCurrent()` through the socket (issue 33's figure): run with
+    /// SEARCHLIGHT_MEASURE_ACTIVITY=N (calls); prints p50/p99. A release daemon: build it
+    /// (`swift build -c release --product searchlightd`) and point SEARCHLIGHT_PRODUCTS at a folder
+    /// holding a link to it.
+    @Test("becomeCurrent() cost, p50/p99 (measurement; SEARCHLIGHT_MEASURE_ACTIVITY=N)",
+          .enabled(if: ProcessInfo.processInfo.environment["SEARCHLIGHT_MEASURE_ACTIVITY"] != nil))
+    func becomeCurrentCost() async throws {
+        let n = Int(ProcessInfo.processInfo.environment["SEARCHLIGHT_MEASURE_ACTIVITY"] ?? "") ?? 1000
+        let daemon = try await DaemonProcess(arguments: ProcessInfo.processInfo.environment["SEARCHLIGHTD_ARGS"].map { $0.split(separator: " ").map(String.init) } ?? [])
+        var samples: [Double] = []
+        let activities = (0..<10).map { Self.activity(daemon, "view-\($0)", title: "Natural Bridges note \($0)") }
+        for a in activities { try await a.becomeCurrent() }  // the connection and the history's file exist
+        for i in 0..<n {
+            let a = activities[i % activities.count]
+            let start = ContinuousClock.now
+            try await a.becomeCurrent()
+            let d = ContinuousClock.now - start
+            samples.append(Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15)
+        }
+        samples.sort()
+        func p(_ q: Double) -> String { String(format: "%.2f", samples[min(samples.count - 1, Int(Double(samples.count) * q))]) }
+        print("becomeCurrent through the socket: n=\(n) p50=\(p(0.5)) ms p99=\(p(0.99)) ms max=\(p(1)) ms")
+    }
+}
