@@ -71,6 +71,38 @@ struct DonationTests {
         #expect(ids == (0..<2500).map { "i-\($0)" })
     }
 
+    /// Issue 30: not yet explained. The SDK gives up with `remoteConnection (-1003): connection lost
+    /// before the answer arrived (an answer could not be written …: Broken pipe)` although the fake
+    /// announced the close (`$/closing`, no second connection was opened): the client's connection
+    /// ended without the announcement being read. About one run in four beside two CPU hogs
+    /// (8 × 60 rounds, ~30 s); seen once in `make test`. Enable to reproduce.
+    @Test("an idle close under a pipelined donation, 8 × 60 times at once: every donation completes",
+          .disabled("reproduces the SDK's unexplained resend failure (issue 30); not part of the suite until fixed"))
+    func idleCloseUnderDonationRepeated() async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for lane in 0..<8 {
+                group.addTask {
+                    for round in 0..<60 {
+                        let daemon = try FakeDaemon()
+                        defer { daemon.stop() }
+                        let index = SearchableIndex(bundleIdentifier: "org.example.kit", socketPath: daemon.path)
+                        try await index.deleteAllSearchableItems()
+                        daemon.closeAsIdle(nextCalls: 1)
+                        do {
+                            try await index.indexSearchableItems((0..<2500).lazy.map { Self.item($0) })
+                        } catch {
+                            Issue.record("lane \(lane) round \(round): \(error) connections=\(Set(daemon.messages.map(\.connection))) messages=\(daemon.messages.map { "\($0.connection):\($0.method)" })")
+                            await index.close()
+                            return
+                        }
+                        await index.close()
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+    }
+
     @Test("a failing call fails the donation with the daemon's error")
     func failureStops() async throws {
         let seen = Mutex(0)
