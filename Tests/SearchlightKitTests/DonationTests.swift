@@ -151,7 +151,13 @@ struct DonationTests {
     func automaticProgress() async throws {
         let (daemonEnd, extensionEnd) = try UnixSocket.pair()
         let supervisor = FakeSupervisor(socket: daemonEnd)
-        let connection = SearchlightConnection(extensionLabel: "org.l", socketPath: nil, inheritedDescriptor: extensionEnd.fd,
+        // The connection owns the descriptor it is given (it closes it), as a launched extension
+        // owns fd 3: handing it `extensionEnd.fd` itself closed that number twice (once more when
+        // `extensionEnd` went), by then another test's socket: its reads saw end of file, or
+        // another connection's frames (issue 30: the 'idle close' and 'calls of 1 000' failures).
+        let descriptor = dup(extensionEnd.fd)
+        extensionEnd.closeDescriptor()
+        let connection = SearchlightConnection(extensionLabel: "org.l", socketPath: nil, inheritedDescriptor: descriptor,
             onNotification: { _, _ in }, onRequest: { _, _, reply in reply(.success([:])) }, onClose: {})
         _ = try await connection.open()
         let index = SearchableIndex(name: "", bundleIdentifier: "org.example.notes", connection: connection, requestID: "7")
