@@ -164,6 +164,13 @@ test: test-deps build extensions test-model
 	@# Docs/Architecture.md), never on Swift's cooperative pool. At most TEST_WIDTH tests run at
 	@# once: Swift Testing starts every test at once and the pool runs its jobs first come, first
 	@# served, so a test whose steps each need the pool waited behind every other test's body.
+	@# Swift Testing (6.3) has no supported name for the width: only this variable and the
+	@# --experimental-maximum-parallelization-width flag, which `swift test` does not pass on.
+	@# If a toolchain drops the variable, say so rather than run every test at once unnoticed.
+	@lib="$$(dirname "$$(readlink -f "$$(command -v $(SWIFT))")")/../lib/swift/linux/libTesting.so"; \
+	if [ -f "$$lib" ] && ! grep -q SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH "$$lib"; then \
+		echo "make: warning: this toolchain's Swift Testing ignores SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH; all tests start at once" >&2; \
+	fi
 	SWT_EXPERIMENTAL_MAXIMUM_PARALLELIZATION_WIDTH=$(TEST_WIDTH) SEARCHLIGHT_MODEL_DIR="$(MODEL_DIR)" $(SWIFT) test --skip-build
 	@# The WebPages sample's HTML reader, tested in its own package (no daemon needed).
 	$(SWIFT) test --package-path Extensions/WebPages

@@ -77,6 +77,11 @@ public final class Database {
         sqlite3_close_v2(handle)
     }
 
+    /// A use after `close()` (a late caller while the daemon stops): an error, never a freed handle.
+    private static func closedError(_ sql: String) -> DatabaseError {
+        DatabaseError(code: SQLITE_MISUSE, extendedCode: SQLITE_MISUSE, message: "the database connection is closed (the daemon is stopping)", sql: sql)
+    }
+
     func error(_ rc: Int32, sql: String?) -> DatabaseError {
         DatabaseError(code: rc & 0xFF, extendedCode: rc, message: String(cString: sqlite3_errmsg(handle)), sql: sql)
     }
@@ -84,6 +89,7 @@ public final class Database {
     /// Runs one or more statements with no bindings and no results.
     public func execute(_ sql: String) throws(DatabaseError) {
         BlockingCheck.blocking("SQLite exec")
+        guard !isClosed else { throw Self.closedError(sql) }
         var errmsg: UnsafeMutablePointer<CChar>?
         let rc = sqlite3_exec(handle, sql, nil, nil, &errmsg)
         if rc != SQLITE_OK {
@@ -96,6 +102,7 @@ public final class Database {
     /// A prepared statement, cached by its SQL text.
     public func statement(_ sql: String) throws(DatabaseError) -> Statement {
         BlockingCheck.blocking("SQLite statement")
+        guard !isClosed else { throw Self.closedError(sql) }
         if let s = cache[sql] {
             s.reset()
             return s

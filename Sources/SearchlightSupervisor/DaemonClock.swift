@@ -118,7 +118,13 @@ final class Promise<Value: Sendable>: Sendable {
     /// The value, waiting for it at most `seconds` on `clock` (nil then, or when cancelled).
     func value(within seconds: TimeInterval, clock: any DaemonClock) async -> Value? {
         if let value = current { return value }
-        let deadline = clock.now.addingTimeInterval(seconds)
+        return await value(until: clock.now.addingTimeInterval(seconds), clock: clock)
+    }
+
+    /// The value, waiting for it until `deadline` on `clock` (nil then, or when cancelled). For a
+    /// deadline fixed before the step it bounds (read after it, it moves with any time that passed).
+    func value(until deadline: Date, clock: any DaemonClock) async -> Value? {
+        if let value = current { return value }
         return await withTaskGroup(of: Value?.self) { group in
             group.addTask { await self.value() }
             group.addTask {

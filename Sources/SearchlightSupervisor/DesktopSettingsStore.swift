@@ -52,6 +52,10 @@ final class DesktopSettingsStore: Sendable {
         guarded = Mutex(Guarded(db: db, entries: entries))
     }
 
+    /// Closes the connection at the daemon's stop (the last one to `supervisor.sqlite` checkpoints
+    /// the WAL into the file, synced, and removes it); a later call fails or reads nothing.
+    func close() { guarded.withLock { $0.db.close() } }
+
     func entry(_ bundle: String) -> Entry { guarded.withLock { $0.entries[bundle] ?? Entry() } }
 
     func isHidden(_ bundle: String) -> Bool { guarded.withLock { $0.entries[bundle]?.hidden ?? false } }

@@ -162,9 +162,13 @@ final class ExtensionHost: Sendable {
     /// `deadline` (or its `ExitTimeOut`, if shorter). At once when the task is cancelled (forced stop).
     func shutdown(deadline: TimeInterval) async {
         let launch = machine.withLock { $0.state.launch }
+        // Fixed before the extension is asked: read after, it would move with the time that passed
+        // meanwhile (on a manual clock a test advances as soon as it sees the request, the kill
+        // then waited for a time that never came: the hang of RequestSchedulerTests' graceful stop).
+        let killAt = clock.now.addingTimeInterval(min(deadline, unit.exitTimeOut))
         terminate(hung: false)
         guard let launch else { return }
-        if await launch.exit.value(within: min(deadline, unit.exitTimeOut), clock: clock) == nil {
+        if await launch.exit.value(until: killAt, clock: clock) == nil {
             launch.process.signal(SIGKILL)
             // Its exit handled (logged, reported) before the daemon goes on stopping, if it comes soon.
             _ = await launch.exit.value(within: 1, clock: clock)

@@ -20,9 +20,19 @@ final class InitialFill: Sendable {
     }
 
     /// The initial reindex-all `requestID` was journaled for the index.
+    ///
+    /// The scheduler's thread may send it and hear its outcome before this runs (its outcome then
+    /// found no filling index): once the condition is set, the journal says whether it already
+    /// ended (acknowledged: gone; failed for good: kept as failed), and that outcome is taken up.
     func queued(bundle: String, index: String, requestID: Int64, label: String, at date: Date = Date()) {
         registry.setCondition(IndexCondition(.filling, reason: "initial fill by \(label)", since: date, requestID: requestID),
             bundle: bundle, index: index)
+        guard let request = journal.request(requestID) else {
+            // Acknowledged (an acknowledgement removes the request before its observers hear of it).
+            filled(bundle: bundle, index: index, requestID: requestID)
+            return
+        }
+        if request.state == .failed { requestFinished(request, .failed(request.lastError ?? "?")) }
     }
 
     /// Any reindex-all of a filling index that is acknowledged fills it (the initial one, or one
@@ -33,8 +43,7 @@ final class InitialFill: Sendable {
               condition.phase == .filling else { return }
         switch outcome {
         case .acknowledged:
-            registry.setCondition(nil, bundle: request.bundle, index: request.index)
-            log.info("index filled", ["bundle": request.bundle, "index": Names.display(index: request.index), "request": request.id])
+            filled(bundle: request.bundle, index: request.index, requestID: request.id)
         case .failed(let message) where request.id == condition.requestID:
             let label = catalog.unit(forBundle: request.bundle)?.label ?? request.bundle
             var failed = condition
@@ -46,14 +55,18 @@ final class InitialFill: Sendable {
     }
 
     /// At start: indexes whose initial fill is still journaled (pending, running or failed) are
-    /// filling again.
+    /// filling again (`queued` takes up a failure).
     func resume() {
         for request in journal.all() where request.kind == .all && request.reason == "initial" {
             let label = catalog.unit(forBundle: request.bundle)?.label ?? request.bundle
             queued(bundle: request.bundle, index: request.index, requestID: request.id, label: label, at: request.created)
-            if request.state == .failed {
-                requestFinished(request, .failed(request.lastError ?? "?"))
-            }
         }
+    }
+
+    /// A reindex-all of the index was acknowledged: it is no longer filling.
+    private func filled(bundle: String, index: String, requestID: Int64) {
+        guard registry.condition(bundle: bundle, index: index)?.phase == .filling else { return }
+        registry.setCondition(nil, bundle: bundle, index: index)
+        log.info("index filled", ["bundle": bundle, "index": Names.display(index: index), "request": requestID])
     }
 }

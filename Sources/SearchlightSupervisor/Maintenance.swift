@@ -38,6 +38,9 @@ final class Maintenance: Sendable {
     /// Unowned: the context holds the maintenance, and outlives it.
     unowned let context: ServiceContext
     private let record: MaintenanceRecord
+
+    /// At the daemon's stop (`ServiceContext.closeSupervisorDatabase`).
+    func closeRecord() { record.close() }
     /// When runs are due, whether the idle trigger's run is in progress, and runs by hand.
     private struct State {
         var schedule: MaintenanceSchedule

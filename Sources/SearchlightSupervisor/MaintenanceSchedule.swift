@@ -118,6 +118,10 @@ final class MaintenanceRecord: Sendable {
         self.db = Mutex(db)
     }
 
+    /// Closes the connection at the daemon's stop (the last one to `supervisor.sqlite` checkpoints
+    /// the WAL into the file, synced, and removes it); a later call fails or reads nothing.
+    func close() { db.withLock { $0.close() } }
+
     private func value(_ key: String) -> String? {
         db.withLock { db in (try? db.rows("SELECT value FROM maintenance WHERE key = ?", [.text(key)]))?.first?.string(0) }
     }

@@ -34,6 +34,10 @@ final class RebuildRecords: Sendable {
         self.db = Mutex(db)
     }
 
+    /// Closes the connection at the daemon's stop (the last one to `supervisor.sqlite` checkpoints
+    /// the WAL into the file, synced, and removes it); a later call fails or reads nothing.
+    func close() { db.withLock { $0.close() } }
+
     func save(_ r: RebuildRecord) throws {
         try db.withLock { db in
             _ = try db.run("""

@@ -37,6 +37,10 @@ final class RecoveryRecords: Sendable {
         self.db = Mutex(db)
     }
 
+    /// Closes the connection at the daemon's stop (the last one to `supervisor.sqlite` checkpoints
+    /// the WAL into the file, synced, and removes it); a later call fails or reads nothing.
+    func close() { db.withLock { $0.close() } }
+
     /// Records (or updates) a recovery; durable when it returns.
     func save(_ r: RecoveryRecord) throws {
         try db.withLock { db in

@@ -85,6 +85,10 @@ final class RequestJournal: Sendable {
         self.db = Mutex(db)
     }
 
+    /// Closes the connection at the daemon's stop (the last one to `supervisor.sqlite` checkpoints
+    /// the WAL into the file, synced, and removes it); a later call fails or reads nothing.
+    func close() { db.withLock { $0.close() } }
+
     private static let columns = "id, bundle, idx, kind, identifiers, reason, background, state, attempts, not_before, last_error, chunk, created, narrowing_acked"
 
     private static func request(_ row: Row) -> ReindexRequest {

@@ -11,7 +11,8 @@ final class RequestWaiters: Sendable {
     struct Waiter: Sendable {
         /// The connection waiting: its waiters go when it closes.
         let owner: ObjectIdentifier?
-        let progress: @Sendable (_ completed: Int, _ total: Int?) -> Void
+        /// With the id the progress is for: the request it waits for, or the one that absorbed it.
+        let progress: @Sendable (_ requestID: Int64, _ completed: Int, _ total: Int?) -> Void
         let done: @Sendable (Result<JSONValue, SearchlightError>) -> Void
     }
 
@@ -60,7 +61,7 @@ final class RequestWaiters: Sendable {
             s.progress[requestID] = (completed, total, announce ? now : last)
             return (s.waiters[requestID] ?? [], announce)
         }
-        for w in targets { w.progress(completed, total) }
+        for w in targets { w.progress(requestID, completed, total) }
         if announce {
             var e: [String: JSONValue] = ["requestId": .number(Double(requestID)), "completed": .number(Double(completed))]
             if let total { e["total"] = .number(Double(total)) }

@@ -113,6 +113,18 @@ final class ServiceContext: Sendable {
     }
 
     var connections: Int { lock.withLock { $0.connections } }
+
+    /// At the graceful stop, once nothing writes any more: every connection to `supervisor.sqlite`
+    /// (the request journal and the records beside it) closes; the last close checkpoints the WAL
+    /// into the file (synced: `synchronous=FULL`) and removes it.
+    func closeSupervisorDatabase() {
+        maintenance?.closeRecord()
+        migrator?.records.close()
+        recovery.records.close()
+        desktop.close()
+        state.close()
+        journal.close()
+    }
     var requests: Int { lock.withLock { $0.requests } }
 
     /// Why a connection was refused a slot.

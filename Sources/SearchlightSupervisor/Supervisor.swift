@@ -112,8 +112,8 @@ public final class Supervisor: Sendable {
     }
 
     /// Client calls in flight finish and commit; extensions are asked to exit (their requests
-    /// stay journaled, resumed at the next start; SIGKILL after 5 s); then connections close and
-    /// every index writer drains its queue.
+    /// stay journaled, resumed at the next start; SIGKILL after 5 s); then connections close,
+    /// every index writer drains its queue, and the journal closes.
     private func stopGracefully(_ daemon: Daemon, schedulerEnded: Promise<Void>) async {
         _ = try? await onThread("stop") { daemon.agent.stopping() }
         await daemon.scheduler.beginShutdown(extensionDeadline: 5)
@@ -126,6 +126,8 @@ public final class Supervisor: Sendable {
             daemon.context.refinementShare?.stop()
             daemon.context.semantic.stop()
             daemon.context.registry.closeAll()
+            // Last: the journal (and the records beside it) closed, its WAL checkpointed and synced.
+            daemon.context.closeSupervisorDatabase()
         }
     }
 

@@ -34,7 +34,7 @@ final class SupervisorState: Sendable {
     /// `exists` says whether a bundle has files (read once, at start).
     init(path: String, exists: (String) -> Bool = { _ in true }) throws {
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
-        if fd >= 0 { close(fd) }
+        if fd >= 0 { Glibc.close(fd) }
         let db = try Database(path: path)
         var records: [String: Bundle] = [:]
         var owned: [UInt32: Set<String>] = [:]
@@ -56,6 +56,10 @@ final class SupervisorState: Sendable {
         }
         guarded = Mutex(Guarded(db: db, records: records, owned: owned))
     }
+
+    /// Closes the connection at the daemon's stop (the last one to `supervisor.sqlite` checkpoints
+    /// the WAL into the file, synced, and removes it); a later call fails or reads nothing.
+    func close() { guarded.withLock { $0.db.close() } }
 
     func bundle(_ name: String) -> Bundle? { guarded.withLock { $0.records[name] } }
 

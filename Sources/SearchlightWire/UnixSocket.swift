@@ -122,19 +122,38 @@ public final class UnixSocket: @unchecked Sendable {
     }
 
     /// Accepts one connection; retries on EINTR. Returns nil when the listener was closed.
+    ///
+    /// Waits without the lock, then accepts under it without blocking: a `close()` from another
+    /// thread can never come between reading the descriptor and the accept. (It could: the number,
+    /// closed and at once reused by another socket of the process, was then accepted on, taking
+    /// another listener's connection; issue 30.) The close shuts the socket down first, which
+    /// ends the wait; a wait on a number already reused ends at the next second.
     public func accept() throws -> UnixSocket? {
         while true {
             let listener = fd
             guard listener >= 0 else { return nil }
-            let c = Glibc.accept(listener, nil, nil)
-            if c >= 0 {
-                _ = fcntl(c, F_SETFD, FD_CLOEXEC)
-                return UnixSocket(fd: c)
+            var ready = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
+            let rc = poll(&ready, 1, 1000)
+            if rc < 0 {
+                if errno == EINTR { continue }
+                throw SystemError("poll")
             }
-            switch errno {
-            case EINTR, ECONNABORTED: continue
+            if rc == 0 { continue }
+            let (c, error): (Int32, Int32) = lock.withLock {
+                guard _fd == listener else { return (-1, EBADF) }
+                let flags = fcntl(listener, F_GETFL)
+                if flags >= 0, flags & O_NONBLOCK == 0 { _ = fcntl(listener, F_SETFL, flags | O_NONBLOCK) }
+                // The accepted socket blocks (on Linux accept does not pass O_NONBLOCK on).
+                let c = Glibc.accept(listener, nil, nil)
+                guard c >= 0 else { return (c, errno) }
+                _ = fcntl(c, F_SETFD, FD_CLOEXEC)
+                return (c, 0)
+            }
+            if c >= 0 { return UnixSocket(fd: c) }
+            switch error {
+            case EINTR, ECONNABORTED, EAGAIN, EWOULDBLOCK: continue
             case EBADF, EINVAL: return nil
-            default: throw SystemError("accept")
+            default: throw SystemError("accept", errno: error)
             }
         }
     }

@@ -71,6 +71,39 @@ struct DonationTests {
         #expect(ids == (0..<2500).map { "i-\($0)" })
     }
 
+    /// Issue 30: not yet explained. The SDK gives up with `remoteConnection (-1003): connection lost
+    /// before the answer arrived (an answer could not be written …: Broken pipe)` although the fake
+    /// announced the close (`$/closing`, no second connection was opened): the client's connection
+    /// ended without the announcement being read. About one run in four beside two CPU hogs
+    /// (8 × 60 rounds, ~30 s); still one run in eleven after the descriptor fixes of 2cd25f5 (the
+    /// write failing with ECONNRESET then). Enable to reproduce.
+    @Test("an idle close under a pipelined donation, 8 × 60 times at once: every donation completes",
+          .disabled("reproduces the SDK's unexplained resend failure (issue 30); not part of the suite until fixed"))
+    func idleCloseUnderDonationRepeated() async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for lane in 0..<8 {
+                group.addTask {
+                    for round in 0..<60 {
+                        let daemon = try FakeDaemon()
+                        defer { daemon.stop() }
+                        let index = SearchableIndex(bundleIdentifier: "org.example.kit", socketPath: daemon.path)
+                        try await index.deleteAllSearchableItems()
+                        daemon.closeAsIdle(nextCalls: 1)
+                        do {
+                            try await index.indexSearchableItems((0..<2500).lazy.map { Self.item($0) })
+                        } catch {
+                            Issue.record("lane \(lane) round \(round): \(error) connections=\(Set(daemon.messages.map(\.connection))) messages=\(daemon.messages.map { "\($0.connection):\($0.method)" })")
+                            await index.close()
+                            return
+                        }
+                        await index.close()
+                    }
+                }
+            }
+            try await group.waitForAll()
+        }
+    }
+
     @Test("a failing call fails the donation with the daemon's error")
     func failureStops() async throws {
         let seen = Mutex(0)
@@ -119,7 +152,13 @@ struct DonationTests {
     func automaticProgress() async throws {
         let (daemonEnd, extensionEnd) = try UnixSocket.pair()
         let supervisor = FakeSupervisor(socket: daemonEnd)
-        let connection = SearchlightConnection(extensionLabel: "org.l", socketPath: nil, inheritedDescriptor: extensionEnd.fd,
+        // The connection owns the descriptor it is given (it closes it), as a launched extension
+        // owns fd 3: handing it `extensionEnd.fd` itself closed that number twice (once more when
+        // `extensionEnd` went), by then another test's socket: its reads saw end of file, or
+        // another connection's frames (issue 30: the 'idle close' and 'calls of 1 000' failures).
+        let descriptor = dup(extensionEnd.fd)
+        extensionEnd.closeDescriptor()
+        let connection = SearchlightConnection(extensionLabel: "org.l", socketPath: nil, inheritedDescriptor: descriptor,
             onNotification: { _, _ in }, onRequest: { _, _, reply in reply(.success([:])) }, onClose: {})
         _ = try await connection.open()
         let index = SearchableIndex(name: "", bundleIdentifier: "org.example.notes", connection: connection, requestID: "7")

@@ -173,6 +173,27 @@ struct RequestSchedulerTests {
         await bench.stop()
     }
 
+    @Test("an initial fill whose reindex-all ended before it was recorded as filling takes up the outcome (acknowledged: filled; failed: says so)")
+    func initialFillEndedBeforeRecorded() async throws {
+        let bench = try SchedulerBench([.init(Self.label, bundle: Self.bundle)])
+        try bench.start(loop: false)
+        let fill = bench.context.initialFill, registry = bench.context.registry, journal = bench.context.journal
+        // The scheduler's thread sent it and heard the acknowledgement before `queued` ran.
+        let acked = try bench.enqueue(Self.bundle, reason: "initial", background: true)
+        try journal.acknowledged(acked.id)
+        fill.requestFinished(ReindexRequest(id: acked.id, bundle: Self.bundle, index: "", kind: .all, identifiers: [], reason: "initial",
+            background: true, state: .running, attempts: 1, notBefore: Date(), created: Date()), .acknowledged)
+        fill.queued(bundle: Self.bundle, index: "", requestID: acked.id, label: Self.label)
+        #expect(registry.condition(bundle: Self.bundle, index: "") == nil, "acknowledged before it was recorded: the index is filled")
+        // Failed for good before `queued` ran: the index stays filling, with the reason.
+        let failed = try bench.enqueue(Self.bundle, reason: "initial", background: true)
+        try journal.attemptFailed(failed.id, error: "it crashed", retryAt: nil)
+        fill.queued(bundle: Self.bundle, index: "", requestID: failed.id, label: Self.label)
+        let condition = try #require(registry.condition(bundle: Self.bundle, index: ""))
+        #expect(condition.phase == .filling && condition.reason.contains("the initial fill failed (it crashed)"), "\(condition.reason)")
+        await bench.stop()
+    }
+
     @Test("identifier requests merge, a reindex-all absorbs them, and their waiters move to it")
     func coalescing() async throws {
         let bench = try SchedulerBench([.init(Self.label, bundle: Self.bundle)])

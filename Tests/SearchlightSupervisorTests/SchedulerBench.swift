@@ -177,7 +177,7 @@ final class SchedulerBench: Sendable {
     final class Outcome: Sendable {
         private let result = Locked<Result<JSONValue, SearchlightError>?>(nil)
         var waiter: RequestScheduler.Waiter {
-            RequestScheduler.Waiter(owner: nil, progress: { _, _ in }, done: { [result] r in result.withLock { $0 = r } })
+            RequestScheduler.Waiter(owner: nil, progress: { _, _, _ in }, done: { [result] r in result.withLock { $0 = r } })
         }
         var value: Result<JSONValue, SearchlightError>? { result.withLock { $0 } }
     }

@@ -52,15 +52,14 @@ extension AdminSession {
         let timeout = r.timeout.map { Duration.milliseconds(Int64(($0 * 1000).rounded(.up))) }
         let once = Mutex(false)
         let claim: @Sendable () -> Bool = { once.withLock { done in defer { done = true }; return !done } }
-        let requestID = Mutex<Int64?>(nil)
         return try await withCheckedThrowingContinuation { continuation in
             // The waiter is registered in the same step as the request, before the scheduler is
-            // woken: a quick acknowledgement cannot slip past it.
+            // woken: a quick acknowledgement cannot slip past it. Its progress carries the id it
+            // is for (the extension may report before `enqueue` returns here).
             let waiter = RequestScheduler.Waiter(
                 owner: ObjectIdentifier(connection),
-                progress: { completed, total in
-                    let id = requestID.withLock { $0 }.map(String.init) ?? ""
-                    try? connection.notify(Method.progress, RequestProgress(requestId: id, completed: completed, total: total).numericRequestID)
+                progress: { id, completed, total in
+                    try? connection.notify(Method.progress, RequestProgress(requestId: String(id), completed: completed, total: total).numericRequestID)
                 },
                 done: { result in if claim() { continuation.resume(with: result.mapError { $0 as any Error }) } })
             let queued: RequestJournal.Enqueued
@@ -71,7 +70,6 @@ extension AdminSession {
                 if claim() { continuation.resume(throwing: error) }
                 return
             }
-            requestID.withLock { $0 = queued.id }
             // What it joined and what changed, before any progress (a `message` in `$/progress`,
             // as LSP's work-done progress carries one).
             if let note = queued.note {
