@@ -14,7 +14,7 @@ import Glibc
 /// (`VectorIndex` is a value whose storage is copied before it is changed, and the store's
 /// index takes its lock exclusively to change it).
 final class ByteRegion: @unchecked Sendable {
-    static let flushBytes = 1 << 20
+    static let flushBytes = 256 << 10
 
     private var fd: Int32
     /// Bytes in the file (offsets 0 ..< flushed); the rest are in `pending`.
@@ -30,11 +30,17 @@ final class ByteRegion: @unchecked Sendable {
     deinit { if fd >= 0 { close(fd) } }
 
     var count: Int { flushed + pending.count }
+    /// Bytes held in memory (the append buffer, or everything without a file).
+    var heapBytes: Int { pending.capacity }
+    var fileDescriptorForTesting: Int32 { fd }
     var isFileBacked: Bool { fd >= 0 }
 
     func append(_ bytes: UnsafeRawBufferPointer) {
+        if fd >= 0 && pending.count + bytes.count > Self.flushBytes {
+            flush()
+            if fd >= 0 && pending.capacity < Self.flushBytes { pending.reserveCapacity(Self.flushBytes) }
+        }
         pending.append(contentsOf: bytes)
-        if fd >= 0 && pending.count >= Self.flushBytes { flush() }
     }
 
     /// Overwrites `bytes.count` bytes at `offset` (within `count`).

@@ -83,6 +83,9 @@ public struct VectorIndex: Sendable {
     /// Whether the vectors are in files (false: in memory, see the type's comment).
     public var isFileBacked: Bool { storage.isFileBacked }
     public func contains(_ rowid: Int64) -> Bool { storage.liveSlot(of: rowid) != nil }
+    /// Bytes of the index on the heap (its per-item rowids and flags, append buffers): what it
+    /// adds to the process's resident memory, beside the page cache of its files.
+    public var heapBytes: Int { storage.heapBytes }
 
     /// The stored vector of an item.
     public func vector(for rowid: Int64) -> QuantizedVector? {

@@ -39,6 +39,10 @@ final class VectorSlots: @unchecked Sendable {
     }
 
     var slotCount: Int { rowids.count }
+    /// What the slots hold on the heap: rowids, flags, the overflow table, the regions' buffers.
+    var heapBytes: Int {
+        rowids.capacity * 8 + flags.capacity + overflow.capacity * 16 + signs.heapBytes + records.heapBytes
+    }
     var isFileBacked: Bool { signs.isFileBacked && records.isFileBacked }
     func rowid(_ slot: Int) -> Int64 { rowids[slot] }
     func isLive(_ slot: Int) -> Bool { flags[slot] & Self.liveFlag != 0 }

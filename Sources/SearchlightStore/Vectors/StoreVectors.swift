@@ -34,6 +34,9 @@ final class StoreVectors: @unchecked Sendable {
 
     var isLoaded: Bool { lock.reading { loaded != nil } }
 
+    /// Whether the loaded index keeps its vectors in files (nil when not loaded).
+    var isFileBacked: Bool? { lock.reading { loaded?.isFileBacked } }
+
     /// (vectors, refined) of the loaded index, nil when it is not loaded.
     var counts: (vectors: Int, refined: Int)? {
         lock.reading { loaded.map { ($0.count, $0.refinedCount) } }
