@@ -18,19 +18,17 @@ extension VectorIndex {
         var folded = [Bool](repeating: false, count: rowids.count)
         let n = min(max(depth, 0), rowids.count)
         guard n > 1, count > 0 else { return folded }
-        var leaders: [(offset: Int, norm: Float)] = []
+        var leaders: [(codes: [Int8], norm: Float)] = []
         leaders.reserveCapacity(n)
-        codes.withUnsafeBufferPointer { cp in
-            let base = cp.baseAddress!
-            for i in 0..<n {
-                guard let s = slot(of: rowids[i]) else { continue }
-                let p = base + s * dimension
-                let norm = Float(Self.dot(p, p, dimension)).squareRoot()
-                guard norm > 0 else { continue }
+        for i in 0..<n {
+            guard let codes = codes(of: rowids[i]) else { continue }
+            codes.withUnsafeBufferPointer { p in
+                let norm = Float(Self.dot(p.baseAddress!, p.baseAddress!, dimension)).squareRoot()
+                guard norm > 0 else { return }
                 let isDuplicate = leaders.contains { l in
-                    Float(Self.dot(p, base + l.offset, dimension)) >= threshold * norm * l.norm
+                    l.codes.withUnsafeBufferPointer { Float(Self.dot(p.baseAddress!, $0.baseAddress!, dimension)) >= threshold * norm * l.norm }
                 }
-                if isDuplicate { folded[i] = true } else { leaders.append((s * dimension, norm)) }
+                if isDuplicate { folded[i] = true } else { leaders.append((codes, norm)) }
             }
         }
         return folded

@@ -1,4 +1,5 @@
 import CSemanticKernels
+import Glibc
 
 /// One hit of a vector search: the item's rowid and its cosine similarity to the query.
 public struct VectorMatch: Sendable, Equatable {
@@ -11,17 +12,32 @@ public struct VectorMatch: Sendable, Equatable {
     }
 }
 
-/// The vectors of one index in memory, keyed by item rowid (the key of the BLOB rows they are
-/// loaded from: `VectorTable`). Flat arrays, one slot per item, so a scan is a walk over
-/// contiguous memory:
+/// The vectors of one index, keyed by item rowid (the key of the BLOB rows they are loaded from:
+/// `VectorTable`, which stays the truth). Off the heap: each item has a slot, and a slot's data
+/// is in two unnamed files (`ByteRegion`) in `directory`, read with `pread`, so they cost the
+/// page cache (which the system reclaims) rather than resident memory:
 ///
-/// - `codes`: slot i's int8 codes at `i·dimension`, `scales[i]` its scale (`QuantizedVector`);
-/// - `signs`: slot i's 1-bit sign code (bit j set when component j > 0) at `i·words`, the
-///   prefilter of large indexes: Hamming distance by XOR and popcount, 48 bytes per 384-d item.
+/// - the signs file: slot i's 1-bit sign code (bit j set when component j > 0) at `i·words`
+///   words, the prefilter of large indexes (Hamming distance by XOR and popcount, 48 bytes per
+///   384-d item), scanned in chunks into one fixed buffer per query;
+/// - the records file: slot i's int8 codes and float scale (`QuantizedVector`) at
+///   `i·(dimension + 4)`, read only for the items a query rescores.
+///
+/// In memory, per slot: its rowid and a flags byte (live, refined), 9 bytes an item. Slots are
+/// kept in rowid order (a load from the table, and donations, which get new larger rowids,
+/// append in that order), so a rowid's slot is a binary search; a slot appended out of order is
+/// found in a small `overflow` table, and a removed item's slot is only marked dead (and revived
+/// when the same rowid comes back). When either grows past a share of the index, the index is
+/// rewritten in rowid order (`compact`): about one full copy per eighth of the index changed.
+///
+/// The files have no name (O_TMPFILE): they are a cache made when the index is loaded from the
+/// table and gone when the process ends, so no crash, migration or recovery can leave a file that
+/// disagrees with the table. Without a directory, or when no file can be made there (or a write
+/// fails), the same bytes are kept in memory.
 ///
 /// Search is exact (every item's int8 dot product with the query) up to `exactLimit` items, and
 /// above that prefiltered: the `candidates` items nearest in Hamming distance are rescored
-/// exactly. A removed item's slot is refilled by the last one, so slots stay dense.
+/// exactly.
 public struct VectorIndex: Sendable {
     public enum Mode: Sendable, Equatable {
         /// Exact below `exactLimit` items, prefiltered above.
@@ -33,15 +49,9 @@ public struct VectorIndex: Sendable {
 
     public let dimension: Int
     let words: Int
-    private(set) var codes: [Int8] = []
-    private(set) var scales: [Float] = []
-    private(set) var signs: [UInt64] = []
-    public private(set) var rowids: [Int64] = []
-    private(set) var refinedFlags: [Bool] = []
-    /// The true entries of `refinedFlags`, kept as they change: a hybrid query with the
-    /// transformer asks for it (`SemanticRequest.tuning`), and counting 1M flags is most of a ms.
-    public private(set) var refinedCount = 0
-    private var slots: [Int64: Int] = [:]
+    /// Where the index's unnamed files are made; nil keeps them in memory.
+    public let directory: String?
+    private var storage: VectorSlots
 
     /// Above this many items `automatic` search prefilters.
     public var exactLimit = 20_000
@@ -50,20 +60,38 @@ public struct VectorIndex: Sendable {
     public var minimumCandidates = 2_000
     public var candidateFraction = 0.002
 
-    public init(dimension: Int) {
-        self.dimension = dimension
-        words = (dimension + 63) / 64
+    /// The directory of the files when none is given: $TMPDIR, else /tmp. The store passes its
+    /// own directory (a tmpfs /tmp would keep the files in memory after all).
+    public static var temporaryDirectory: String {
+        if let t = getenv("TMPDIR"), t.pointee != 0 { return String(cString: t) }
+        return "/tmp"
     }
 
-    public var count: Int { rowids.count }
-    public func contains(_ rowid: Int64) -> Bool { slots[rowid] != nil }
-    /// The slot of an item's vector in `codes` and `scales`.
-    func slot(of rowid: Int64) -> Int? { slots[rowid] }
+    public init(dimension: Int, directory: String? = VectorIndex.temporaryDirectory) {
+        self.dimension = dimension
+        words = (dimension + 63) / 64
+        self.directory = directory
+        storage = VectorSlots(dimension: dimension, words: words, directory: directory)
+    }
+
+    public var count: Int { storage.live }
+    /// The true refined flags, kept as they change: a hybrid query with the transformer asks for
+    /// it (`SemanticRequest.tuning`), and counting 1M flags is most of a ms.
+    public var refinedCount: Int { storage.refined }
+    /// The rowids of the stored vectors, in slot order (mostly rowid order).
+    public var rowids: [Int64] { storage.liveRowids() }
+    /// Whether the vectors are in files (false: in memory, see the type's comment).
+    public var isFileBacked: Bool { storage.isFileBacked }
+    public func contains(_ rowid: Int64) -> Bool { storage.liveSlot(of: rowid) != nil }
+    /// Bytes of the index on the heap (its per-item rowids and flags, append buffers): what it
+    /// adds to the process's resident memory, beside the page cache of its files.
+    public var heapBytes: Int { storage.heapBytes }
 
     /// The stored vector of an item.
     public func vector(for rowid: Int64) -> QuantizedVector? {
-        guard let s = slots[rowid] else { return nil }
-        return QuantizedVector(codes: Array(codes[(s * dimension)..<((s + 1) * dimension)]), scale: scales[s], refined: refinedFlags[s])
+        guard let s = storage.liveSlot(of: rowid) else { return nil }
+        let (codes, scale) = storage.record(s)
+        return QuantizedVector(codes: codes, scale: scale, refined: storage.isRefined(s))
     }
 
     /// Adds or replaces an item's vector. A vector of another dimension is refused.
@@ -71,47 +99,27 @@ public struct VectorIndex: Sendable {
         guard vector.dimension == dimension else {
             throw SemanticError(.invalidArgument, "a \(vector.dimension)-dimensional vector for rowid \(rowid) in a \(dimension)-dimensional index")
         }
-        let slot: Int
-        if let s = slots[rowid] {
-            slot = s
-        } else {
-            slot = rowids.count
-            slots[rowid] = slot
-            rowids.append(rowid)
-            scales.append(0)
-            refinedFlags.append(false)
-            codes.append(contentsOf: repeatElement(0, count: dimension))
-            signs.append(contentsOf: repeatElement(0, count: words))
-        }
-        scales[slot] = vector.scale
-        refinedCount += (vector.refined ? 1 : 0) - (refinedFlags[slot] ? 1 : 0)
-        refinedFlags[slot] = vector.refined
-        for j in 0..<dimension { codes[slot * dimension + j] = vector.codes[j] }
-        let code = Self.signCode(vector.codes)
-        for w in 0..<words { signs[slot * words + w] = code[w] }
+        unshare()
+        storage.set(rowid, vector, sign: Self.signCode(vector.codes))
+        if storage.needsCompaction { storage = storage.compacted() }
     }
 
     /// Removes an item's vector; false when it had none.
     @discardableResult
     public mutating func remove(_ rowid: Int64) -> Bool {
-        guard let slot = slots.removeValue(forKey: rowid) else { return false }
-        if refinedFlags[slot] { refinedCount -= 1 }
-        let last = rowids.count - 1
-        if slot != last {
-            let moved = rowids[last]
-            rowids[slot] = moved
-            scales[slot] = scales[last]
-            refinedFlags[slot] = refinedFlags[last]
-            for j in 0..<dimension { codes[slot * dimension + j] = codes[last * dimension + j] }
-            for w in 0..<words { signs[slot * words + w] = signs[last * words + w] }
-            slots[moved] = slot
-        }
-        rowids.removeLast()
-        scales.removeLast()
-        refinedFlags.removeLast()
-        codes.removeLast(dimension)
-        signs.removeLast(words)
+        guard contains(rowid) else { return false }
+        unshare()
+        storage.remove(rowid)
+        if storage.needsCompaction { storage = storage.compacted() }
         return true
+    }
+
+    /// Rewrites the files in rowid order without dead slots (`compact`), now.
+    public mutating func compact() { storage = storage.compacted() }
+
+    /// A copy that is changed gets storage of its own (value semantics, as when the index was arrays).
+    private mutating func unshare() {
+        if !isKnownUniquelyReferenced(&storage) { storage = storage.compacted() }
     }
 
     /// The `k` items most similar to `query` (any scale; cosine is computed on directions), best
@@ -122,56 +130,57 @@ public struct VectorIndex: Sendable {
         var norm: Float = 0
         for v in q.values { norm += v * v }
         let queryScale = q.scale / max(norm.squareRoot(), 1e-12)
-        var top = TopK(k)
         let candidates: Int? = switch mode {
         case .exact: nil
         case .prefiltered(let c): c
         case .automatic: count <= exactLimit ? nil : max(minimumCandidates, Int(Double(count) * candidateFraction))
         }
+        let slots: [Int]
+        if let candidates, candidates < count {
+            slots = nearestInHamming(Self.signCode(q.codes), count: candidates)
+        } else {
+            slots = storage.liveSlots(allowed: allowed)
+        }
+        var top = TopK(k)
         q.codes.withUnsafeBufferPointer { qp in
-            codes.withUnsafeBufferPointer { cp in
-                func score(_ slot: Int) {
-                    let rowid = rowids[slot]
-                    if let allowed, !allowed(rowid) { return }
-                    let dot = Self.dot(qp.baseAddress!, cp.baseAddress! + slot * dimension, dimension)
-                    // The stored vectors are unit vectors quantised: the scale restores their length.
-                    top.insert(VectorMatch(rowid: rowid, similarity: Float(dot) * scales[slot] * queryScale))
-                }
-                if let candidates, candidates < count {
-                    for slot in nearestInHamming(Self.signCode(q.codes), count: candidates) { score(slot) }
-                } else {
-                    for slot in 0..<count { score(slot) }
-                }
+            storage.forEachRecord(slots) { slot, codes, scale in
+                let rowid = storage.rowid(slot)
+                if let allowed, !allowed(rowid) { return }
+                let dot = Self.dot(qp.baseAddress!, codes, dimension)
+                // The stored vectors are unit vectors quantised: the scale restores their length.
+                top.insert(VectorMatch(rowid: rowid, similarity: Float(dot) * scale * queryScale))
             }
         }
         return top.sorted()
     }
 
-    /// The slots of the `n` items whose sign codes are nearest to `code` (ties at the cut-off
-    /// taken in slot order): distances into a histogram, the cut-off from it, one more pass.
+    /// The live slots of the `n` items whose sign codes are nearest to `code` (ties at the cut-off
+    /// taken in slot order), ascending: distances into a histogram, the cut-off from it, one more pass.
     func nearestInHamming(_ code: [UInt64], count n: Int) -> [Int] {
-        let total = count
+        let total = storage.slotCount
+        let dead = UInt16.max
         var distances = [UInt16](repeating: 0, count: total)
         var histogram = [Int](repeating: 0, count: words * 64 + 1)
-        if Self.usesKernels {
-            signs.withUnsafeBufferPointer { sp in
-                code.withUnsafeBufferPointer { qp in
-                    distances.withUnsafeMutableBufferPointer { sl_hamming(sp.baseAddress!, total, words, qp.baseAddress!, $0.baseAddress!) }
-                }
-            }
-            for d in distances { histogram[Int(d)] += 1 }
-        } else { signs.withUnsafeBufferPointer { sp in
+        distances.withUnsafeMutableBufferPointer { dp in
             code.withUnsafeBufferPointer { qp in
-                let s = sp.baseAddress!, q = qp.baseAddress!
-                for i in 0..<total {
-                    var d = 0
-                    let row = s + i * words
-                    for w in 0..<words { d += (row[w] ^ q[w]).nonzeroBitCount }
-                    distances[i] = UInt16(d)
-                    histogram[d] += 1
+                storage.forEachSignChunk { first, chunk, signs in
+                    let out = dp.baseAddress! + first
+                    if Self.usesKernels {
+                        sl_hamming(signs, chunk, words, qp.baseAddress!, out)
+                    } else {
+                        for i in 0..<chunk {
+                            var d = 0
+                            let row = signs + i * words
+                            for w in 0..<words { d += (row[w] ^ qp[w]).nonzeroBitCount }
+                            out[i] = UInt16(d)
+                        }
+                    }
+                    for i in 0..<chunk {
+                        if storage.isLive(first + i) { histogram[Int(out[i])] += 1 } else { out[i] = dead }
+                    }
                 }
             }
-        } }
+        }
         var cut = 0, taken = 0
         while cut < histogram.count && taken + histogram[cut] < n {
             taken += histogram[cut]
@@ -181,15 +190,21 @@ public struct VectorIndex: Sendable {
         var out: [Int] = []
         out.reserveCapacity(n)
         for i in 0..<total {
-            let d = Int(distances[i])
-            if d < cut {
+            let d = distances[i]
+            if d == dead { continue }
+            if Int(d) < cut {
                 out.append(i)
-            } else if d == cut && atCut > 0 {
+            } else if Int(d) == cut && atCut > 0 {
                 out.append(i)
                 atCut -= 1
             }
         }
         return out
+    }
+
+    /// The int8 codes of live items, for `nearDuplicates`: nil for a rowid without a vector.
+    func codes(of rowid: Int64) -> [Int8]? {
+        storage.liveSlot(of: rowid).map { storage.record($0).codes }
     }
 
     /// POPCNT and AVX-512BW for the scans (`CVectorKernels`), where the CPU has them.

@@ -86,7 +86,7 @@ extension BenchRun {
         if let sample = ProcessSample(pid: daemon.pid) {
             rows.append(Row(scenario: "resident memory, restarted, \(sizeLabel(largest))-item index open and queried",
                 figure: Figure([Double(sample.residentBytes) / 1_048_576]), unit: "MiB", higherIsBetter: false,
-                target: "< 64 MiB", met: Double(sample.residentBytes) < 64 * 1_048_576))
+                target: "< 100 MiB with semantic search (static tier; issue 32)", met: Double(sample.residentBytes) < 100 * 1_048_576))
         }
 
         // Idle: nothing asked of the daemon for a measured window, after a short settling pause.

@@ -16,4 +16,9 @@ void sl_hamming(const uint64_t *codes, ptrdiff_t count, ptrdiff_t words, const u
 /// Σ a[j]·b[j] over n int8 values, exact in 32 bits for n < 2^17.
 int32_t sl_dot_i8(const int8_t *a, const int8_t *b, ptrdiff_t n);
 
+/// A new file in `directory` open for reading and writing, with no name (O_TMPFILE; where the file
+/// system has none, a named one unlinked at once): it is gone when its descriptor is closed or the
+/// process ends, so a crash leaves nothing to read back. -1 with errno set when it cannot be made.
+int sl_open_unnamed_file(const char *directory);
+
 #endif

@@ -48,7 +48,9 @@ extension IndexStore {
         if !vectors.isLoaded {
             _ = try writeOutsideTransaction { store in
                 guard !store.vectors.isLoaded else { return ApplyResult() }
-                let (index, unreadable) = try VectorTable().load(dimension: encoder.dimension, from: store.writer)
+                // The index's files go beside the store's (never a tmpfs /tmp: they would be memory again).
+                let directory = (store.path as NSString).deletingLastPathComponent
+                let (index, unreadable) = try VectorTable().load(dimension: encoder.dimension, directory: directory, from: store.writer)
                 // A row that does not decode is deleted, so the fill embeds its item again.
                 for rowid in unreadable { try store.writer.run("DELETE FROM item_vectors WHERE rowid = ?", [.integer(rowid)]) }
                 store.vectors.install(index)

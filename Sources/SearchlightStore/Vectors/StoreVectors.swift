@@ -1,7 +1,8 @@
 import Foundation
 import SearchlightSemantic
 
-/// The in-memory vector index of one store (`VectorIndex`), following what commits to its
+/// The loaded vector index of one store (`VectorIndex`: a rowid and a flags byte per item in
+/// memory, the vectors in unnamed files beside the store's file), following what commits to its
 /// `item_vectors` table.
 ///
 /// The writer journals each vector it writes or deletes inside a transaction; once the group
@@ -33,6 +34,9 @@ final class StoreVectors: @unchecked Sendable {
 
     var isLoaded: Bool { lock.reading { loaded != nil } }
 
+    /// Whether the loaded index keeps its vectors in files (nil when not loaded).
+    var isFileBacked: Bool? { lock.reading { loaded?.isFileBacked } }
+
     /// (vectors, refined) of the loaded index, nil when it is not loaded.
     var counts: (vectors: Int, refined: Int)? {
         lock.reading { loaded.map { ($0.count, $0.refinedCount) } }
@@ -53,7 +57,7 @@ final class StoreVectors: @unchecked Sendable {
             guard var index = loaded else { return }
             loaded = nil  // released while it is patched, so the patch does not copy its arrays
             guard clean else { return }
-            if cleared { index = VectorIndex(dimension: index.dimension) }
+            if cleared { index = VectorIndex(dimension: index.dimension, directory: index.directory) }
             for entry in journal {
                 if let v = entry.vector { try? index.set(entry.rowid, v) } else { _ = index.remove(entry.rowid) }
             }

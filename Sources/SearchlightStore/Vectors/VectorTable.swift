@@ -31,10 +31,13 @@ public struct VectorTable: Sendable {
         _ = try db.run("DELETE FROM \(name) WHERE rowid = ?", [.integer(rowid)])
     }
 
-    /// Every stored vector into a new index. Rows that do not decode, or whose dimension is not
-    /// `dimension`, are not loaded and are returned, so the caller re-embeds those items.
-    public func load(dimension: Int, from db: Database) throws(DatabaseError) -> (index: VectorIndex, unreadable: [Int64]) {
-        var index = VectorIndex(dimension: dimension)
+    /// Every stored vector into a new index, whose files are made in `directory`
+    /// (`VectorIndex.directory`). Rows that do not decode, or whose dimension is not `dimension`,
+    /// are not loaded and are returned, so the caller re-embeds those items.
+    public func load(dimension: Int, directory: String? = VectorIndex.temporaryDirectory, from db: Database) throws(DatabaseError)
+        -> (index: VectorIndex, unreadable: [Int64])
+    {
+        var index = VectorIndex(dimension: dimension, directory: directory)
         var unreadable: [Int64] = []
         let statement = try db.statement("SELECT rowid, vector FROM \(name)")
         while try statement.step() {
@@ -53,7 +56,7 @@ public struct VectorTable: Sendable {
     /// is the truth, and the in-memory index follows it. Returns how many entries changed.
     @discardableResult
     public func reconcile(_ index: inout VectorIndex, from db: Database) throws(DatabaseError) -> Int {
-        let (fresh, _) = try load(dimension: index.dimension, from: db)
+        let (fresh, _) = try load(dimension: index.dimension, directory: index.directory, from: db)
         var changes = 0
         for rowid in index.rowids where !fresh.contains(rowid) {
             index.remove(rowid)

@@ -1,0 +1,118 @@
+import CSemanticKernels
+import Glibc
+
+/// A growable run of bytes kept in an unnamed file (`sl_open_unnamed_file`) and read with
+/// `pread`: the pages read stay in the kernel's page cache, which the system reclaims under
+/// pressure, and are not the process's resident memory (a `mmap` of the same file would count
+/// every page a scan touched in RssFile for as long as it is mapped).
+///
+/// Appends gather in a buffer of `flushBytes` before one `pwrite`, and reads see that buffer,
+/// so a region is always read as written. Without a file (none could be made, or a write
+/// failed: a full disk) the bytes are kept in memory instead, as before the file existed.
+///
+/// Not thread-safe for writes; reads may run side by side with each other, not with a write
+/// (`VectorIndex` is a value whose storage is copied before it is changed, and the store's
+/// index takes its lock exclusively to change it).
+final class ByteRegion: @unchecked Sendable {
+    static let flushBytes = 256 << 10
+
+    private var fd: Int32
+    /// Bytes in the file (offsets 0 ..< flushed); the rest are in `pending`.
+    private var flushed = 0
+    private var pending: [UInt8] = []
+
+    /// A region in an unnamed file in `directory`, or in memory when `directory` is nil or no
+    /// file can be made there.
+    init(directory: String?) {
+        fd = directory.map { sl_open_unnamed_file($0) } ?? -1
+    }
+
+    deinit { if fd >= 0 { close(fd) } }
+
+    var count: Int { flushed + pending.count }
+    /// Bytes held in memory (the append buffer, or everything without a file).
+    var heapBytes: Int { pending.capacity }
+    var fileDescriptorForTesting: Int32 { fd }
+    var isFileBacked: Bool { fd >= 0 }
+
+    func append(_ bytes: UnsafeRawBufferPointer) {
+        if fd >= 0 && pending.count + bytes.count > Self.flushBytes {
+            flush()
+            if fd >= 0 && pending.capacity < Self.flushBytes { pending.reserveCapacity(Self.flushBytes) }
+        }
+        pending.append(contentsOf: bytes)
+    }
+
+    /// Overwrites `bytes.count` bytes at `offset` (within `count`).
+    func write(_ bytes: UnsafeRawBufferPointer, at offset: Int) {
+        precondition(offset >= 0 && offset + bytes.count <= count, "a write past the end of a vector region")
+        var done = 0
+        if offset < flushed {
+            let n = min(bytes.count, flushed - offset)
+            if !writeFully(bytes.baseAddress!, n, offset) {
+                degrade()
+                return write(bytes, at: offset)
+            }
+            done = n
+        }
+        if done < bytes.count {
+            let start = offset + done - flushed
+            pending.withUnsafeMutableBytes { p in
+                (p.baseAddress! + start).copyMemory(from: bytes.baseAddress! + done, byteCount: bytes.count - done)
+            }
+        }
+    }
+
+    /// Reads `count` bytes at `offset` (within `self.count`) into `out`.
+    func read(into out: UnsafeMutableRawPointer, count n: Int, at offset: Int) {
+        precondition(offset >= 0 && n >= 0 && offset + n <= count, "a read past the end of a vector region")
+        var done = 0
+        if offset < flushed {
+            let want = min(n, flushed - offset)
+            while done < want {
+                let r = pread(fd, out + done, want - done, off_t(offset + done))
+                if r > 0 { done += r; continue }
+                if r < 0 && errno == EINTR { continue }
+                // The file cannot be read back (an I/O error, or it was cut short under us):
+                // zeros, so the item scores nothing rather than something made up.
+                (out + done).initializeMemory(as: UInt8.self, repeating: 0, count: want - done)
+                done = want
+            }
+        }
+        if done < n {
+            let start = offset + done - flushed
+            pending.withUnsafeBytes { p in (out + done).copyMemory(from: p.baseAddress! + start, byteCount: n - done) }
+        }
+    }
+
+    /// Writes what is pending to the file.
+    func flush() {
+        guard fd >= 0, !pending.isEmpty else { return }
+        let ok = pending.withUnsafeBytes { writeFully($0.baseAddress!, $0.count, flushed) }
+        guard ok else { return degrade() }
+        flushed += pending.count
+        pending.removeAll(keepingCapacity: true)
+    }
+
+    private func writeFully(_ p: UnsafeRawPointer, _ n: Int, _ offset: Int) -> Bool {
+        var done = 0
+        while done < n {
+            let w = pwrite(fd, p + done, n - done, off_t(offset + done))
+            if w > 0 { done += w; continue }
+            if w < 0 && errno == EINTR { continue }
+            return false
+        }
+        return true
+    }
+
+    /// A write failed: everything moves to memory, so the region stays whole (at the heap's cost).
+    private func degrade() {
+        var all = [UInt8](repeating: 0, count: flushed)
+        all.withUnsafeMutableBytes { read(into: $0.baseAddress!, count: flushed, at: 0) }
+        all.append(contentsOf: pending)
+        close(fd)
+        fd = -1
+        flushed = 0
+        pending = all
+    }
+}

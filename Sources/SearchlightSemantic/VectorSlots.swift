@@ -1,0 +1,208 @@
+/// The storage of a `VectorIndex` (see there): per slot a rowid and a flags byte in memory, the
+/// sign code and the record (int8 codes, scale) in two `ByteRegion`s.
+///
+/// A reference type the index copies before changing when it is shared (`unshare`), so the
+/// index keeps value semantics; reads of one instance may run side by side.
+final class VectorSlots: @unchecked Sendable {
+    let dimension: Int
+    let words: Int
+    let directory: String?
+    /// Codes then the scale (Float32, native order): dimension + 4 bytes.
+    let recordBytes: Int
+    private let signs: ByteRegion
+    private let records: ByteRegion
+
+    /// Slot → rowid, for live and dead slots (a dead slot keeps its rowid to be found again).
+    private var rowids: [Int64] = []
+    /// Slot → bit 0: live, bit 1: refined.
+    private var flags: [UInt8] = []
+    /// Slots 0 ..< sortedPrefix have strictly increasing rowids (binary search).
+    private var sortedPrefix = 0
+    /// The slots after the sorted prefix, by rowid.
+    private var overflow: [Int64: Int] = [:]
+    private(set) var live = 0
+    private(set) var refined = 0
+
+    static let liveFlag: UInt8 = 1, refinedFlag: UInt8 = 2
+    /// Slots per chunk of a sign scan (48 bytes each at 384 dimensions: a 384 KiB buffer).
+    static let signChunk = 8_192
+    /// Most records per read when rescoring contiguous slots.
+    static let recordRun = 256
+
+    init(dimension: Int, words: Int, directory: String?) {
+        self.dimension = dimension
+        self.words = words
+        self.directory = directory
+        recordBytes = dimension + 4
+        signs = ByteRegion(directory: directory)
+        records = ByteRegion(directory: directory)
+    }
+
+    var slotCount: Int { rowids.count }
+    /// What the slots hold on the heap: rowids, flags, the overflow table, the regions' buffers.
+    var heapBytes: Int {
+        rowids.capacity * 8 + flags.capacity + overflow.capacity * 16 + signs.heapBytes + records.heapBytes
+    }
+    var isFileBacked: Bool { signs.isFileBacked && records.isFileBacked }
+    func rowid(_ slot: Int) -> Int64 { rowids[slot] }
+    func isLive(_ slot: Int) -> Bool { flags[slot] & Self.liveFlag != 0 }
+    func isRefined(_ slot: Int) -> Bool { flags[slot] & Self.refinedFlag != 0 }
+
+    /// The slot of a rowid, live or dead.
+    func slot(of rowid: Int64) -> Int? {
+        var lo = 0, hi = sortedPrefix
+        while lo < hi {
+            let mid = (lo + hi) >> 1
+            if rowids[mid] < rowid { lo = mid + 1 } else { hi = mid }
+        }
+        if lo < sortedPrefix && rowids[lo] == rowid { return lo }
+        return overflow[rowid]
+    }
+
+    func liveSlot(of rowid: Int64) -> Int? {
+        guard let s = slot(of: rowid), isLive(s) else { return nil }
+        return s
+    }
+
+    func liveRowids() -> [Int64] { rowids.indices.filter(isLive).map { rowids[$0] } }
+
+    func liveSlots(allowed: ((Int64) -> Bool)?) -> [Int] {
+        rowids.indices.filter { isLive($0) && (allowed?(rowids[$0]) ?? true) }
+    }
+
+    func record(_ slot: Int) -> (codes: [Int8], scale: Float) {
+        var codes = [Int8](repeating: 0, count: dimension)
+        var scale: Float = 0
+        withUnsafeTemporaryAllocation(byteCount: recordBytes, alignment: 8) { buffer in
+            records.read(into: buffer.baseAddress!, count: recordBytes, at: slot * recordBytes)
+            codes.withUnsafeMutableBytes { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: buffer[0..<dimension])) }
+            scale = buffer.loadUnaligned(fromByteOffset: dimension, as: Float.self)
+        }
+        return (codes, scale)
+    }
+
+    // MARK: Changes
+
+    func set(_ rowid: Int64, _ vector: QuantizedVector, sign: [UInt64]) {
+        let newFlags = Self.liveFlag | (vector.refined ? Self.refinedFlag : 0)
+        withUnsafeTemporaryAllocation(byteCount: recordBytes, alignment: 8) { buffer in
+            vector.codes.withUnsafeBytes { buffer.baseAddress!.copyMemory(from: $0.baseAddress!, byteCount: dimension) }
+            buffer.storeBytes(of: vector.scale, toByteOffset: dimension, as: Float.self)
+            sign.withUnsafeBytes { signBytes in
+                let record = UnsafeRawBufferPointer(buffer)
+                if let s = slot(of: rowid) {
+                    if isLive(s) { unflag(s) }
+                    records.write(record, at: s * recordBytes)
+                    signs.write(signBytes, at: s * words * 8)
+                    flag(s, newFlags)
+                } else {
+                    let s = rowids.count
+                    if s == sortedPrefix && (s == 0 || rowid > rowids[s - 1]) { sortedPrefix += 1 } else { overflow[rowid] = s }
+                    rowids.append(rowid)
+                    flags.append(0)
+                    records.append(record)
+                    signs.append(signBytes)
+                    flag(s, newFlags)
+                }
+            }
+        }
+    }
+
+    func remove(_ rowid: Int64) {
+        guard let s = liveSlot(of: rowid) else { return }
+        unflag(s)
+    }
+
+    private func flag(_ s: Int, _ f: UInt8) {
+        flags[s] = f
+        live += 1
+        if f & Self.refinedFlag != 0 { refined += 1 }
+    }
+
+    private func unflag(_ s: Int) {
+        if isRefined(s) { refined -= 1 }
+        live -= 1
+        flags[s] = 0
+    }
+
+    /// Whether out-of-order or dead slots passed their share: an eighth of the live ones for the
+    /// overflow table (its memory), a quarter for dead slots (scanned for nothing), never fewer
+    /// than 4 096 of either.
+    var needsCompaction: Bool {
+        overflow.count > max(4_096, live / 8) || rowids.count - live > max(4_096, live / 4)
+    }
+
+    /// A copy with the live slots in rowid order, in new files: no overflow, no dead slots.
+    func compacted() -> VectorSlots {
+        let copy = VectorSlots(dimension: dimension, words: words, directory: directory)
+        var order = rowids.indices.filter(isLive)
+        if !overflow.isEmpty { order.sort { rowids[$0] < rowids[$1] } }
+        copy.rowids.reserveCapacity(order.count)
+        copy.flags.reserveCapacity(order.count)
+        let signBytes = words * 8
+        var i = 0
+        let recordBuffer = UnsafeMutableRawPointer.allocate(byteCount: Self.recordRun * recordBytes, alignment: 8)
+        let signBuffer = UnsafeMutableRawPointer.allocate(byteCount: Self.recordRun * signBytes, alignment: 8)
+        defer { recordBuffer.deallocate(); signBuffer.deallocate() }
+        while i < order.count {
+            // A run of consecutive slots is read at once.
+            var n = 1
+            while n < Self.recordRun && i + n < order.count && order[i + n] == order[i] + n { n += 1 }
+            records.read(into: recordBuffer, count: n * recordBytes, at: order[i] * recordBytes)
+            signs.read(into: signBuffer, count: n * signBytes, at: order[i] * signBytes)
+            copy.records.append(UnsafeRawBufferPointer(start: recordBuffer, count: n * recordBytes))
+            copy.signs.append(UnsafeRawBufferPointer(start: signBuffer, count: n * signBytes))
+            for j in 0..<n {
+                copy.rowids.append(rowids[order[i + j]])
+                copy.flags.append(flags[order[i + j]])
+            }
+            i += n
+        }
+        copy.sortedPrefix = copy.rowids.count
+        copy.live = live
+        copy.refined = refined
+        return copy
+    }
+
+    // MARK: Scans
+
+    /// Calls `body(first slot, slots, their sign codes)` over every slot, in chunks read into one
+    /// buffer.
+    func forEachSignChunk(_ body: (Int, Int, UnsafePointer<UInt64>) -> Void) {
+        let total = rowids.count
+        guard total > 0 else { return }
+        let chunk = min(Self.signChunk, total)
+        let buffer = UnsafeMutablePointer<UInt64>.allocate(capacity: chunk * words)
+        defer { buffer.deallocate() }
+        var first = 0
+        while first < total {
+            let n = min(chunk, total - first)
+            signs.read(into: buffer, count: n * words * 8, at: first * words * 8)
+            body(first, n, buffer)
+            first += n
+        }
+    }
+
+    /// Calls `body(slot, codes, scale)` for each of `slots` (ascending), reading runs of nearby
+    /// slots at once.
+    func forEachRecord(_ slots: [Int], _ body: (Int, UnsafePointer<Int8>, Float) -> Void) {
+        guard !slots.isEmpty else { return }
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: Self.recordRun * recordBytes, alignment: 8)
+        defer { buffer.deallocate() }
+        var i = 0
+        while i < slots.count {
+            // Slots within one run's span are read with one call (a few records read for nothing
+            // cost less than a call each).
+            let first = slots[i]
+            var j = i + 1
+            while j < slots.count && slots[j] - first < Self.recordRun && slots[j] - slots[j - 1] <= 4 { j += 1 }
+            let span = slots[j - 1] - first + 1
+            records.read(into: buffer, count: span * recordBytes, at: first * recordBytes)
+            for s in slots[i..<j] {
+                let p = buffer + (s - first) * recordBytes
+                body(s, p.assumingMemoryBound(to: Int8.self), p.loadUnaligned(fromByteOffset: dimension, as: Float.self))
+            }
+            i = j
+        }
+    }
+}
