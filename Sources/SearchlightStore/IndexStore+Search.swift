@@ -232,7 +232,8 @@ extension IndexStore {
                 let rewritten = snapshot.dirty.filter { $0 <= snapshot.covered }.count
                 let stats = rankMaintainer.statistics
                 return RankedIndexSummary(segments: snapshot.segments.count, items: snapshot.segments.reduce(0) { $0 + $1.docs },
-                    pending: above + rewritten, builds: stats.builds, lastError: stats.lastError)
+                    pending: above + rewritten, builds: stats.builds, lastError: stats.lastError,
+                    settled: try isRankedIndexSettled(db))
             }
         }
         var summary = IndexSummary(itemCount: count, fileBytes: bytes, formatVersion: formatVersion, hasClientState: state != nil,

@@ -281,7 +281,9 @@ public final class IndexStore: @unchecked Sendable {
             box.set($0)
         }
         // Held until answered, so the rows are freed on this thread, not by the writer (see `writerLoop`).
-        return try withExtendedLifetime(prepared) { box.wait() }.get()
+        let result = withExtendedLifetime(prepared) { box.wait() }
+        if mutations.itemCount > 0 { waitForRankedLag() }
+        return try result.get()
     }
 
     /// Runs arbitrary writer work (maintenance, engagement) through the group-commit queue.
@@ -303,6 +305,42 @@ public final class IndexStore: @unchecked Sendable {
         let box = ResultBox()
         enqueue(work, outsideTransaction: true) { box.set($0) }
         return try box.wait().get()
+    }
+
+    // MARK: - Pacing by the ranked index
+
+    /// Items no segment of the ranked index holds yet (above its coverage), after the last group
+    /// committed; guarded by `lagCondition`.
+    private var rankedLag = 0
+    private let lagCondition = NSCondition()
+    /// Past this many items above the coverage, a donation's answer waits for fresh segments
+    /// (at most `rankedLagWait` seconds): on a busy machine the donations' threads outrun the
+    /// one thread that builds fresh segments, and the app's first query would meet all it
+    /// donated in the delta. Tantivy's writer blocks `add_document` the same way when its
+    /// indexing threads fall behind.
+    static let rankedLagLimit = 2048
+    static let rankedLagWait = 1.0
+
+    /// Writer thread, after a group: how far the fresh segments lag.
+    private func updateRankedLag() {
+        guard rankWriter.enabled, options.rankedIndexBuilds, options.rankedIndexFreshSegments else { return }
+        let top = (try? writer.intScalar("SELECT coalesce(max(rowid), 0) FROM items")) ?? 0
+        let lag = max(0, Int64(top) - rankWriter.covered)
+        lagCondition.withLock {
+            rankedLag = Int(lag)
+            lagCondition.broadcast()
+        }
+    }
+
+    /// A donation's thread (`applySync`: the daemon's connections), after its commit: waits while
+    /// the fresh segments lag by more than `rankedLagLimit` items, `rankedLagWait` at most.
+    private func waitForRankedLag() {
+        guard options.rankedIndexBuilds, options.rankedIndexFreshSegments else { return }
+        let deadline = Date(timeIntervalSinceNow: Self.rankedLagWait)
+        BlockingCheck.blocking("IndexStore: waiting for fresh segments")
+        lagCondition.withLock {
+            while rankedLag > Self.rankedLagLimit, !isClosing, lagCondition.wait(until: deadline) {}
+        }
     }
 
     private func writerLoop() {
@@ -339,6 +377,7 @@ public final class IndexStore: @unchecked Sendable {
             if !plain.isEmpty {
                 let results = commit(plain)
                 if plain.contains(where: { !$0.maintenance }) { stateLock.withLock { lastClientWrite = Date() } }
+                updateRankedLag()
                 // Enough new items ask for a ranked build (it starts once the writes stop), so the
                 // first query after a large import or reindex-all does not have to ask for it.
                 donatedSinceBuildRequest += plain.reduce(0) { $0 + ($1.maintenance ? 0 : $1.items) }

@@ -40,6 +40,11 @@ public struct StoreOptions: Sendable {
     public var rankedIndexIdleSeconds = 1.0
     /// …but not longer than this after a query asked for it.
     public var rankedIndexMaxDeferral = 10.0
+    /// Whether the ranked index makes fresh segments while writes come in (`RankMaintainer`);
+    /// without, it is built only once the writes stop, as before store format 6's issue 32.
+    /// `SEARCHLIGHT_RANKED_FRESH=0` in the daemon's environment turns it off (the bench's
+    /// `--compare-fresh` runs both in one binary).
+    public var rankedIndexFreshSegments = ProcessInfo.processInfo.environment["SEARCHLIGHT_RANKED_FRESH"] != "0"
     /// Documents per segment of the ranked index, at most (tests make it small to get many).
     public var rankedIndexSegmentDocs = 65_536
     /// Whether `query.search` pages driven by a whole word always walk the ranked index
@@ -113,6 +118,9 @@ public struct RankedIndexSummary: Sendable {
     /// Segments built since the store was opened, and the last build's failure.
     public var builds: Int
     public var lastError: String?
+    /// Nothing pending and nothing left to merge, rebuild or clean up: queries meet the layout
+    /// they will meet from now on (until the next write).
+    public var settled = true
 }
 
 /// Findings of an integrity check.

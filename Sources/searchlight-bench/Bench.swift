@@ -41,6 +41,14 @@ struct Bench {
         if options.scenarios.contains(.fill) { run.rows += try StoreFill.run(options: options, corpus: corpus) }
         if options.scenarios.contains(.donation) { try await run.donation() }
         if options.scenarios.contains(.query) { try await run.corpusQueries() }
+        if options.scenarios.contains(.fresh) {
+            run.rows += try await FreshBench(options: options, corpus: corpus, daemon: run.daemon).run()
+            if options.compareFresh {
+                let before = try Daemon(environment: ["SEARCHLIGHT_RANKED_FRESH": "0"])
+                defer { before.stop() }
+                run.rows += try await FreshBench(options: options, corpus: corpus, daemon: before, label: " (no fresh segments: before)").run()
+            }
+        }
         if options.scenarios.contains(.reindex) { try await run.reindexAll() }
         if options.scenarios.contains(.daemon) { try await run.daemonCost() }
         if options.scenarios.contains(.throttle) { try await run.throttleReaction() }

@@ -34,6 +34,9 @@ struct Options {
         /// after a user session (`RefineOrderBench`): items/s and the share of hits refined after
         /// `--refine-minutes` (1 by default; the issue's figure is 10).
         case refineOrder = "refine-order"
+        /// User queries from the moment an app's donation of the corpus (or `--sizes`) is
+        /// acknowledged until the ranked index settles, against the settled index (`FreshBench`).
+        case fresh
     }
 
     /// A corpus file (`--corpus`, or `SEARCHLIGHT_CORPUS`); nil: a synthetic corpus.
@@ -42,16 +45,21 @@ struct Options {
     var synthetic = 64_000
     /// Reindex-all sizes; the largest is also the large query size and the RSS figure.
     var sizes = [10_000, 100_000, 1_000_000]
+    /// Whether `--sizes` was given (the fresh scenario then donates those sizes, else the corpus).
+    var sizesGiven = false
     var runs = 3
     /// Reindex runs per size above 100k (each is a million-item rebuild).
     var largeRuns = 3
     var queries = 300
     var clients = [1, 4, 16]
     var batch = 500
-    var scenarios: Set<Scenario> = [.donation, .query, .reindex, .daemon, .throttle, .maintenance, .delegate, .semantic, .background, .apps, .refineOrder]
+    var scenarios: Set<Scenario> = [.donation, .query, .reindex, .daemon, .throttle, .maintenance, .delegate, .semantic, .background, .apps, .refineOrder, .fresh]
     /// `--compare-priority`: the background scenario's loaded phase once more with the daemon's
     /// background threads at the normal priority (`SEARCHLIGHT_BACKGROUND_NICE=0`), in the same run.
     var comparePriority = false
+    /// `--compare-fresh`: the fresh scenario once more, in the same run, on a daemon that builds the
+    /// ranked index only once the writes stop (`SEARCHLIGHT_RANKED_FRESH=0`: the before).
+    var compareFresh = false
     /// Seconds of the idle window in which the daemon's CPU and wakeups are counted.
     var idleSeconds = 30.0
     var output = "bench-results.json"
@@ -100,15 +108,16 @@ struct Options {
 
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
-                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic,relevance,refined,background,apps,refine-order]
+                                 [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic,relevance,refined,background,apps,refine-order,fresh]
                                  [--idle-seconds S] [--quick] [--keep] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--no-check] [--ranked-items N] [--ranked-parts term,prefix,top,suggest]
                                  [--keep-state DIR] [--refine-items N] [--refine-minutes M] [--judgements FILE.jsonl] [--misspellings FILE] [--misspelling-sample N] [--apps-parts relevance,latency,corrections] [--apps-modes lexical,hybrid,desktop] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
-                                 [--compare-priority]
+                                 [--compare-priority] [--compare-fresh]
 
           --corpus      Debian-shaped JSON lines (id, title, contentDescription, textContent, keywords, domain)
                         or wire items; without it a synthetic corpus with Zipf word frequencies
           --synthetic   size of the synthetic corpus (default 64k)
-          --sizes       reindex-all sizes through the Packages extension; the largest is the large query size
+          --sizes       reindex-all sizes through the Packages extension; the largest is the large query size;
+                        with --scenarios fresh, the sizes donated (default: the corpus)
           --quick       1 run, sizes 10k,100k, 100 queries, 5 s idle window: for iterating
           --keep        leave the daemon's state directory (its indexes) in /tmp and print its path
           --index       with --scenarios ranked: an index file to open (written to) instead of filling one
@@ -124,6 +133,8 @@ struct Options {
                            issue's figure: 10)
           --compare-priority  with --scenarios background: the loaded phase again with the daemon's background
                            threads at the normal priority (SEARCHLIGHT_BACKGROUND_NICE=0), for the before/after
+          --compare-fresh  with --scenarios fresh: also on a daemon without fresh segments (SEARCHLIGHT_RANKED_FRESH=0:
+                           the ranked index built once the writes stop), for the before/after
           --judgements     with --scenarios semantic,relevance,refined: the relevance set (default
                            Scripts/semantic/relevance/debtags-all.jsonl: tuning and held-out halves, each reported)
           --misspellings   with --scenarios apps: codespell's dictionary.txt (misspelling->correction lines;
@@ -156,7 +167,7 @@ struct Options {
             switch a {
             case "--corpus": o.corpus = value(a)
             case "--synthetic", "--generate": o.synthetic = count(a); o.corpus = nil
-            case "--sizes": o.sizes = counts(a).sorted()
+            case "--sizes": o.sizes = counts(a).sorted(); o.sizesGiven = true
             case "--runs": o.runs = count(a)
             case "--large-runs": o.largeRuns = count(a)
             case "--queries": o.queries = max(20, count(a))
@@ -168,6 +179,7 @@ struct Options {
             case "--index": o.indexFile = value(a)
             case "--user-query": o.userQueries.append(value(a))
             case "--compare-priority": o.comparePriority = true
+            case "--compare-fresh": o.compareFresh = true
             case "--no-exhaustive": o.exhaustiveBaseline = false
             case "--no-check": o.exhaustiveBaseline = false; o.exhaustiveCheck = false
             case "--ranked-items": o.rankedItems = count(a)

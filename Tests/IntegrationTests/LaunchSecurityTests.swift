@@ -340,11 +340,12 @@ struct LaunchSecurityTests {
                 }
             } else {
                 // The ranked index's background build, asked for by the donations, opens a reader
-                // connection of the store (two descriptors, kept): part of the floor, so wait for it.
+                // connection of the store (two descriptors, kept): part of the floor, so wait for it,
+                // and for its settling (fresh segments' merges run on threads of their own).
                 try await bench.until("the ranked index built", timeout: 60) {
                     let index = try await bench.admin(Method.adminStatus, ["bundle": .string(unit.bundle)])["bundles"]?
                         .arrayValue?.first?["indexes"]?.arrayValue?.first
-                    return index?["rankedIndex"]?["pending"]?.intValue == 0
+                    return index?["rankedIndex"]?["pending"]?.intValue == 0 && index?["rankedIndex"]?["settled"]?.boolValue != false
                 }
                 // A moment for the first launch's readers to end, so the baseline is the floor.
                 // The check does not depend on it: a baseline taken early is only higher, and the

@@ -2,26 +2,42 @@ import CSQLite
 import Foundation
 import SearchlightWire
 
-/// Builds the ranked index of one store in the background, segment by segment, off the donation
-/// path: donations only record in `rank_dirty` what a built segment must re-read (`RankWriter`),
-/// and items above the coverage are read from `items` by queries until a segment holds them.
+/// Builds the ranked index of one store, segment by segment, off the donation path: donations
+/// only record in `rank_dirty` what a built segment must re-read (`RankWriter`), and items above
+/// the coverage are read from `items` by queries until a segment holds them.
 ///
-/// A build is asked for by the writer (every `deltaBuildThreshold` donated items) and by queries
-/// (a delta of `deltaBuildThreshold` items or more, a segment with many rewritten items or close
-/// to its `safe_until`, or no index at all), and starts once no client has written for
-/// `idleSeconds` — when a query asked, at most `maxDeferral` after it asked — so a reindex-all or a
-/// donation stream nobody searches is never slowed by it. Builds of all stores share one
-/// background queue: one at a time in the process.
+/// Tantivy's segment model, in two lanes that may run at once (their rowid ranges never meet):
+/// - **Fresh segments** (`freshQueue`, normal priority): as soon as `freshSegmentDocs` items lie
+///   above the coverage, writes or not, they become a segment of their own, so an app that has
+///   just donated finds its items in segments, not in a delta that every query scores one by one
+///   (or ranks with FTS5, past `RankedTopK.deltaLimit`). This is the donation's own work.
+/// - **Merges** (`mergeQueue`): while writes come in, `tierWidth` adjacent segments of one size
+///   tier are merged into one, at the normal priority too (else the segments would pile up
+///   faster than a background thread merges them on a busy machine). Once no client has written
+///   for `idleSeconds` (when a query asked, at most `maxDeferral` after it asked), settling, at
+///   background priority (`queue`), one step at a time: the trailing segments merged as one
+///   build would have laid them out (a segment per `rankedIndexSegmentDocs`), segments with many
+///   rewritten items or close to their `safe_until` rebuilt, retired segments' rows deleted.
 ///
 /// One build: the rowid range is registered with the writer (writes there are recorded from
 /// then on), the items are read in one read transaction and tokenized with FTS5's tokenizer,
 /// the terms written under a new, inactive segment id in batches through the writer queue (a
 /// donation waits for one batch at most), then one small transaction switches the segment in,
 /// retires the segments it replaces and forgets the recorded writes its snapshot included.
-/// Retired segments are deleted in batches afterwards.
+/// Retired segments are deleted in batches afterwards (by settling, for merges made while
+/// writes come in). Without fresh segments (`StoreOptions.rankedIndexFreshSegments`), nothing
+/// is built before the writes stop, as before.
 public final class RankMaintainer: @unchecked Sendable {
     /// A query whose delta is at least this asks for a build.
     static let deltaBuildThreshold = 64
+    /// Items above the coverage that make a fresh segment at once, writes or not. Small, since
+    /// what is left under it when the donations stop is scored one by one by every query.
+    static let freshSegmentDocs = 256
+    /// Adjacent segments of one tier (sizes within a factor of `tierWidth`, from
+    /// `freshSegmentDocs` up) merged at once while writes come in: each item is read about
+    /// log4(`rankedIndexSegmentDocs` / `freshSegmentDocs`) + 1 times, and a query meets at most
+    /// `tierWidth - 1` segments of a tier.
+    static let tierWidth = 4
     /// Rewritten documents that make a segment worth rebuilding: this many, and an eighth of it.
     static let dirtyRebuildThreshold = 64
     /// Terms per write batch.
@@ -31,66 +47,177 @@ public final class RankMaintainer: @unchecked Sendable {
     /// Documents expiring within this of a build carry `extra` (their row is read when scored).
     static let expiryHorizon: TimeInterval = 7 * 86_400
 
-    /// A thread of its own at background priority (`BackgroundQueue`): a build is CPU work no query waits for.
+    /// A thread of its own at background priority (`BackgroundQueue`): settling is CPU work no
+    /// query waits for.
     private static let queue = BackgroundQueue(label: "ranked-index")
+    /// The normal-priority lanes, shared by every store: serial dispatch queues (not the
+    /// cooperative pool), so at most one fresh segment and one merge are built at a time in the process.
+    private static let freshQueue = DispatchQueue(label: "ranked-fresh")
+    private static let mergeQueue = DispatchQueue(label: "ranked-merge")
 
     private weak var store: IndexStore?
     private let lock = NSLock()
     private var requested: Date?
-    /// Whether a query asked (then the build starts at most `maxDeferral` after), or only the
+    /// Whether a query asked (then settling starts at most `maxDeferral` after), or only the
     /// writer (then it waits for the writes to stop, however long a reindex-all runs).
     private var byQuery = false
-    private var running = false
+    /// The fresh lane has a job queued or running.
+    private var freshRunning = false
+    /// The fresh lane waits for the writes to stop; a new request wakes it at once (`wake`
+    /// numbers the waits, so the timer of an earlier one does nothing).
+    private var waiting = false
+    private var wake = 0
+    /// The merge lane has a job queued or running.
+    private var merging = false
+    /// The fresh lane found that settling may run (the writes stopped, or a query waited long
+    /// enough): the merge lane settles until nothing is left, writes or not.
+    private var settleDue = false
+    /// Segments being built (inactive until switched in): never taken for an interrupted build's.
+    private var inFlight: Set<Int64> = []
     private var builds = 0
     private var lastError: String?
 
     init(store: IndexStore) { self.store = store }
 
-    /// Asks for a build (cheap; does nothing when one is already asked for or running). `byQuery`:
-    /// a query is waiting for it, so writes defer it by `rankedIndexMaxDeferral` at most.
+    /// Asks for a build (cheap; does nothing more when one is already asked for or running).
+    /// `byQuery`: a query is waiting for it, so writes defer settling by `rankedIndexMaxDeferral` at most.
     func request(byQuery: Bool = true) {
         guard store?.options.rankedIndexBuilds ?? false else { return }
         let start: Bool = lock.withLock {
             if requested == nil { requested = Date() }
             if byQuery { self.byQuery = true }
-            guard !running else { return false }
-            running = true
+            if waiting {
+                waiting = false
+                wake += 1
+                return true
+            }
+            guard !freshRunning else { return false }
+            freshRunning = true
             return true
         }
-        if start { Self.queue.async { self.run() } }
+        if start { Self.freshQueue.async { self.freshLane() } }
     }
 
     /// Segments built since the store opened, and the last failure.
     public var statistics: (builds: Int, lastError: String?) { lock.withLock { (builds, lastError) } }
 
-    private func run() {
+    /// The segments being built now (for the clean-up of interrupted builds' rows).
+    var segmentsInFlight: Set<Int64> { lock.withLock { inFlight } }
+
+    func claim(_ segment: Int64) { lock.withLock { _ = inFlight.insert(segment) } }
+    func release(_ segment: Int64) { lock.withLock { _ = inFlight.remove(segment) } }
+
+    /// Whether settling may run now (no client wrote for `idleSeconds`, or a query waited
+    /// `maxDeferral`), else how long until the writes may have stopped.
+    private func settling(_ store: IndexStore) -> (may: Bool, wait: Double) {
+        let quiet = store.secondsSinceClientWrite
+        let idle = store.options.rankedIndexIdleSeconds
+        if quiet >= idle { return (true, 0) }
+        let (since, urgent) = lock.withLock { (requested, byQuery) }
+        if urgent, let since, Date().timeIntervalSince(since) >= store.options.rankedIndexMaxDeferral { return (true, 0) }
+        return (false, idle - quiet)
+    }
+
+    private func recorded(_ body: () throws(SearchlightError) -> Bool) -> Bool {
+        do {
+            let did = try body()
+            if did { lock.withLock { builds += 1 } }
+            return did
+        } catch {
+            lock.withLock { lastError = "\(error)" }
+            return false
+        }
+    }
+
+    /// On `freshQueue`: the items above the coverage as segments (all of them once settling
+    /// may run), the merge lane started after each, then a wait for the writes to stop.
+    private func freshLane() {
         while let store, !store.isClosing {
-            let (since, urgent) = lock.withLock { (requested, byQuery) }
-            guard let since else { break }
-            let quiet = store.secondsSinceClientWrite
-            if quiet < store.options.rankedIndexIdleSeconds,
-               !urgent || Date().timeIntervalSince(since) < store.options.rankedIndexMaxDeferral {
-                // Writes are coming in: look again when they may have stopped.
-                let wait = store.options.rankedIndexIdleSeconds - quiet
-                Self.queue.async(after: wait) { self.run() }
-                return
+            let settle = settling(store).may
+            if store.options.rankedIndexFreshSegments,
+               recorded({ () throws(SearchlightError) -> Bool in try store.buildRankedTail(all: settle) }) {
+                startMerging()
+                continue
             }
-            lock.withLock { requested = nil; byQuery = false }
-            do {
-                while try store.buildRankedIndexStep() { lock.withLock { builds += 1 } }
-            } catch {
-                lock.withLock { lastError = "\(error)" }
+            startMerging()
+            guard lock.withLock({ requested }) != nil else { break }
+            let (may, wait) = settling(store)
+            if may {
+                // The tail is built; the merge lane settles the rest.
+                lock.withLock { requested = nil; byQuery = false; settleDue = true }
+                startMerging()
+                break
             }
-            // A build's term tables and rows are freed by now: give the heap back, so an idle
-            // daemon stays small.
-            csqlite_release_heap()
+            // Writes are coming in: look again at the next request, or when they may have stopped.
+            let token: Int = lock.withLock {
+                waiting = true
+                wake += 1
+                return wake
+            }
+            Self.freshQueue.asyncAfter(deadline: .now() + max(0.001, wait)) {
+                let current: Bool = self.lock.withLock {
+                    guard self.waiting, self.wake == token else { return false }
+                    self.waiting = false
+                    return true
+                }
+                if current { self.freshLane() }
+            }
+            return
         }
         let again: Bool = lock.withLock {
-            running = requested != nil && !(store?.isClosing ?? true)
-            return running
+            freshRunning = requested != nil && !(store?.isClosing ?? true)
+            return freshRunning
         }
-        if again { Self.queue.async { self.run() } }
+        if again { Self.freshQueue.async { self.freshLane() } }
     }
+
+    private func startMerging() {
+        let start: Bool = lock.withLock {
+            guard !merging else { return false }
+            merging = true
+            return true
+        }
+        if start { Self.mergeQueue.async { self.mergeLane() } }
+    }
+
+    /// On `mergeQueue`: tier merges while writes come in; once settling may run, one settling
+    /// step at a time on the background queue, which comes back here.
+    private func mergeLane() {
+        guard let store, !store.isClosing else { return stopMerging() }
+        if !lock.withLock({ settleDue }), !settling(store).may {
+            guard store.options.rankedIndexFreshSegments,
+                  recorded({ () throws(SearchlightError) -> Bool in try store.buildRankedIndexStep(mode: .fresh) }) else { return stopMerging() }
+            Self.mergeQueue.async { self.mergeLane() }
+            return
+        }
+        // Without fresh segments, settling builds the items above the coverage too.
+        let mode: RankBuildMode = store.options.rankedIndexFreshSegments ? .settle : .all
+        Self.queue.async {
+            if self.recorded({ () throws(SearchlightError) -> Bool in try store.buildRankedIndexStep(mode: mode) }) {
+                Self.mergeQueue.async { self.mergeLane() }
+            } else {
+                // A build's term tables and rows are freed by now: give the heap back, so an
+                // idle daemon stays small.
+                csqlite_release_heap()
+                self.lock.withLock { self.settleDue = false }
+                self.stopMerging()
+            }
+        }
+    }
+
+    private func stopMerging() { lock.withLock { merging = false } }
+}
+
+/// Which work a build step may take (`RankMaintainer`).
+enum RankBuildMode {
+    /// While writes come in: a merge of a full tier of segments. Nothing else.
+    case fresh
+    /// Everything but the items above the coverage (the fresh lane builds those): clean-ups of
+    /// interrupted or replaced builds' rows, rebuilds, settling merges.
+    case settle
+    /// Everything, the items above the coverage first (absorbing the trailing segments small
+    /// next to them): one thread building the whole index.
+    case all
 }
 
 /// What a build step will do.
@@ -103,23 +230,45 @@ enum RankBuildPlan {
 }
 
 extension IndexStore {
-    /// Builds the whole ranked index now, whatever the writes (tests, the bench, `check`).
-    /// Returns the number of steps taken.
+    /// Builds the whole ranked index now, whatever the writes (tests, the bench, `check`): the
+    /// settled layout. Returns the number of steps taken.
     @discardableResult
     public func buildRankedIndex() throws(SearchlightError) -> Int {
         var steps = 0
-        while try buildRankedIndexStep() { steps += 1 }
+        while try buildRankedIndexStep(mode: .all) { steps += 1 }
         return steps
     }
 
     /// One step of maintenance of the ranked index; false when there is nothing to do.
-    func buildRankedIndexStep() throws(SearchlightError) -> Bool {
+    func buildRankedIndexStep(mode: RankBuildMode) throws(SearchlightError) -> Bool {
         guard formatVersion >= RankWriter.firstFormat, !isClosing else { return false }
         let now = options.clock().timeIntervalSince1970
         let segmentDocs = options.rankedIndexSegmentDocs
+        let busy = rankMaintainer.segmentsInFlight
         let plan = try read { db in
-            try db.transaction("DEFERRED") { try Self.planRankBuild(db, now: now, segmentDocs: segmentDocs) }
+            try db.transaction("DEFERRED") { try Self.planRankBuild(db, now: now, segmentDocs: segmentDocs, mode: mode, busy: busy) }
         }
+        return try run(plan, now: now, deleteReplaced: mode != .fresh)
+    }
+
+    /// The fresh lane's step: the items above the coverage as a segment of their own, once there
+    /// are `freshSegmentDocs` of them (`all`: once there is one); false when there are fewer.
+    func buildRankedTail(all: Bool) throws(SearchlightError) -> Bool {
+        guard formatVersion >= RankWriter.firstFormat, !isClosing else { return false }
+        let now = options.clock().timeIntervalSince1970
+        let least = all ? 1 : min(RankMaintainer.freshSegmentDocs, options.rankedIndexSegmentDocs)
+        let plan = try read { db -> RankBuildPlan? in
+            try db.transaction("DEFERRED") { () throws -> RankBuildPlan? in
+                let covered = try RankSnapshot.read(db).covered
+                let above = try db.intScalar("SELECT count(*) FROM (SELECT 1 FROM items WHERE rowid > ? LIMIT ?)",
+                    [.integer(covered), .integer(Int64(least))])
+                return above >= least ? .build(lo: covered + 1, hi: nil, replacing: []) : nil
+            }
+        }
+        return try run(plan, now: now, deleteReplaced: true)
+    }
+
+    private func run(_ plan: RankBuildPlan?, now: Double, deleteReplaced: Bool) throws(SearchlightError) -> Bool {
         switch plan {
         case nil:
             return false
@@ -127,34 +276,44 @@ extension IndexStore {
             try deleteSegmentRows(segment)
             return true
         case .build(let lo, let hi, let replacing)?:
-            try buildSegment(lo: lo, hi: hi, replacing: replacing, now: now)
+            // A merge made while writes come in leaves the rows it replaces to settling.
+            try buildSegment(lo: lo, hi: hi, replacing: replacing, now: now, deleteReplaced: deleteReplaced)
             return true
         }
     }
 
-    static func planRankBuild(_ db: Database, now: Double, segmentDocs: Int) throws -> RankBuildPlan? {
-        if let stale = try db.scalar("SELECT id FROM rank_segments WHERE active = 0 LIMIT 1"), case .integer(let id) = stale {
-            return .cleanUp(segment: id)
+    /// Whether the ranked index is as settling leaves it: every item in a segment in its current
+    /// version (no delta), nothing to merge, rebuild or clean up (`admin.status`'s `settled`).
+    func isRankedIndexSettled(_ db: Database) throws -> Bool {
+        try Self.planRankBuild(db, now: options.clock().timeIntervalSince1970, segmentDocs: options.rankedIndexSegmentDocs,
+            mode: .all, busy: rankMaintainer.segmentsInFlight) == nil
+    }
+
+    /// What a step of `mode` does next. `busy`: the segments being built now, whose rows are
+    /// not an interrupted build's.
+    static func planRankBuild(_ db: Database, now: Double, segmentDocs: Int, mode: RankBuildMode = .all,
+                              busy: Set<Int64> = []) throws -> RankBuildPlan? {
+        if mode == .fresh { return try planTierMerge(db, segmentDocs: segmentDocs) }
+        for row in try db.rows("SELECT id FROM rank_segments WHERE active = 0") {
+            if let id = row.int(0), !busy.contains(id) { return .cleanUp(segment: id) }
         }
         let snapshot = try RankSnapshot.read(db)
-        let above = try db.intScalar("SELECT count(*) FROM (SELECT 1 FROM items WHERE rowid > ? LIMIT ?)",
-            [.integer(snapshot.covered), .integer(Int64(segmentDocs))])
-        if above > 0 {
-            // Absorb trailing segments that are small next to what is being added, so segment
-            // sizes grow geometrically and a document is re-read a few times, not at every build.
-            var lo = snapshot.covered + 1
-            var replacing: [Int64] = []
-            var total = above
-            for segment in snapshot.segments.reversed() {
-                guard total + segment.docs <= segmentDocs, segment.docs <= 4 * total else { break }
-                lo = segment.lo
-                total += segment.docs
-                replacing.append(segment.id)
+        if mode == .all {
+            let above = try db.intScalar("SELECT count(*) FROM (SELECT 1 FROM items WHERE rowid > ? LIMIT ?)",
+                [.integer(snapshot.covered), .integer(Int64(segmentDocs))])
+            if above > 0 {
+                let (lo, replacing) = absorbedTail(snapshot.segments[...], adding: above, segmentDocs: segmentDocs)
+                return .build(lo: lo ?? snapshot.covered + 1, hi: nil, replacing: replacing)
             }
-            return .build(lo: lo, hi: nil, replacing: replacing)
         }
         if let s = snapshot.segments.first(where: { $0.needsRebuild(now: now) }) {
             return .build(lo: s.lo, hi: s.hi, replacing: [s.id])
+        }
+        // Fresh segments (made while writes came in) settle as one build of them would have
+        // laid them out: the last segment absorbs the trailing ones as if it were being added.
+        if let last = snapshot.segments.last {
+            let (lo, replacing) = absorbedTail(snapshot.segments.dropLast(), adding: last.docs, segmentDocs: segmentDocs)
+            if let lo { return .build(lo: lo, hi: last.hi, replacing: replacing + [last.id]) }
         }
         // A query scores the rewritten documents one by one, and past `RankedTopK.deltaLimit`
         // of them it leaves the ranked index for the exhaustive SQL. Rewrites (updates, deletes,
@@ -166,6 +325,51 @@ extension IndexStore {
             return .build(lo: s.lo, hi: s.hi, replacing: [s.id])
         }
         return nil
+    }
+
+    /// The trailing segments a build adding `docs` documents absorbs: those small next to what is
+    /// being added, so segment sizes grow geometrically and a document is re-read a few times, not
+    /// at every build. Returns the new segment's first rowid (nil: none absorbed) and their ids.
+    static func absorbedTail(_ segments: ArraySlice<RankSnapshot.Segment>, adding docs: Int, segmentDocs: Int)
+        -> (lo: Int64?, replacing: [Int64])
+    {
+        var lo: Int64?
+        var replacing: [Int64] = []
+        var total = docs
+        for segment in segments.reversed() {
+            guard total + segment.docs <= segmentDocs, segment.docs <= 4 * total else { break }
+            lo = segment.lo
+            total += segment.docs
+            replacing.append(segment.id)
+        }
+        return (lo, replacing)
+    }
+
+    /// While writes come in: the last run of `tierWidth` adjacent segments of one tier, merged,
+    /// if they fit in one segment.
+    static func planTierMerge(_ db: Database, segmentDocs: Int) throws -> RankBuildPlan? {
+        let segments = try RankSnapshot.read(db).segments
+        let width = RankMaintainer.tierWidth
+        guard segments.count >= width else { return nil }
+        for end in stride(from: segments.count, through: width, by: -1) {
+            let run = segments[(end - width)..<end]
+            let t = tier(run.first!.docs)
+            guard run.allSatisfy({ tier($0.docs) == t }), run.reduce(0, { $0 + $1.docs }) <= segmentDocs else { continue }
+            return .build(lo: run.first!.lo, hi: run.last!.hi, replacing: run.map(\.id))
+        }
+        return nil
+    }
+
+    /// A segment's size tier: 0 below `freshSegmentDocs × tierWidth` documents, then one more
+    /// for each factor of `tierWidth`.
+    static func tier(_ docs: Int) -> Int {
+        let width = RankMaintainer.tierWidth
+        var t = 0, bound = RankMaintainer.freshSegmentDocs * width
+        while docs >= bound, t < 32 {
+            t += 1
+            bound *= width
+        }
+        return t
     }
 
     private func deleteSegmentRows(_ segment: Int64) throws(SearchlightError) {
@@ -186,7 +390,7 @@ extension IndexStore {
         }
     }
 
-    private func buildSegment(lo: Int64, hi: Int64?, replacing: [Int64], now: Double) throws(SearchlightError) {
+    private func buildSegment(lo: Int64, hi: Int64?, replacing: [Int64], now: Double, deleteReplaced: Bool) throws(SearchlightError) {
         // 1. Register the range with the writer and reserve the segment's id.
         let range = lo...(hi ?? Int64.max)
         let segmentDocs = options.rankedIndexSegmentDocs
@@ -201,6 +405,9 @@ extension IndexStore {
                 VALUES (?, ?, ?, 0, 0, 0, 1, NULL, 0)
                 """, [.integer(id), .integer(lo), .integer(hi ?? lo)])
             store.rankWriter.building.append(range)
+            // Claimed before the reservation commits, so no clean-up plan can take it for an
+            // interrupted build's (the other lane plans from a snapshot that may include it).
+            store.rankMaintainer.claim(id)
             segmentID.value = id
             reserved.value = true
             return ApplyResult()
@@ -212,6 +419,7 @@ extension IndexStore {
                 store.rankWriter.building.removeAll { $0 == range }
                 return ApplyResult()
             }
+            rankMaintainer.release(id)
         }
 
         // 2. Read and tokenize the items in one snapshot.
@@ -284,7 +492,7 @@ extension IndexStore {
             if content.hi > store.rankWriter.covered { try store.rankWriter.setCovered(content.hi, w) }
             return ApplyResult()
         }
-        for r in replacing { try deleteSegmentRows(r) }
+        if deleteReplaced { for r in replacing { try deleteSegmentRows(r) } }
     }
 }
 

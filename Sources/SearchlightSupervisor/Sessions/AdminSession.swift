@@ -88,7 +88,7 @@ final class AdminSession: BundleSession {
                     entry["hasClientState"] = .bool(s.hasClientState)
                     if let r = s.rankedIndex {
                         var ranked: [String: JSONValue] = ["segments": .number(Double(r.segments)), "items": .number(Double(r.items)),
-                            "pending": .number(Double(r.pending)), "builds": .number(Double(r.builds))]
+                            "pending": .number(Double(r.pending)), "builds": .number(Double(r.builds)), "settled": .bool(r.settled)]
                         if let e = r.lastError { ranked["lastError"] = .string(e) }
                         entry["rankedIndex"] = .object(ranked)
                     }

@@ -1,0 +1,143 @@
+import Foundation
+import SearchlightKit
+
+/// User queries right after an app donated (`--scenarios fresh`, issue 32 item 2): an app donates
+/// N items through the SDK (four clients, batches of `--batch`), and the moment its last call is
+/// acknowledged the same app starts searching, and keeps searching until the ranked index has
+/// settled (every item in it, no build or merge left: `admin.status`'s `rankedIndex`); then the
+/// same queries again on the settled index. The rows: the queries until settled ("fresh"; at
+/// least the first `minimumFresh`) against the settled ones, p50 and p99, and the seconds from the
+/// last acknowledgement to settled. N is the corpus by default, `--sizes` when given (past the
+/// corpus's end, copies under new names).
+struct FreshBench {
+    let options: Options
+    let corpus: Corpus
+    let daemon: Daemon
+    /// Added to the rows' names (the `--compare-fresh` daemon's).
+    var label = ""
+    /// The fresh window holds at least this many queries, however soon the index settles.
+    static let minimumFresh = 200
+
+    struct Measured {
+        var fresh: [Double] = []
+        var settled: [Double] = []
+        var settleSeconds = 0.0
+        var donateSeconds = 0.0
+    }
+
+    func run() async throws -> [Row] {
+        var rows: [Row] = []
+        let sizes = options.sizesGiven ? options.sizes : [corpus.entries.count]
+        for size in sizes {
+            var runs: [Measured] = []
+            for run in 0..<(size > 100_000 ? options.largeRuns : options.runs) {
+                let m = try await measure(size: size, bundle: "bench.fresh\(size).r\(run)")
+                runs.append(m)
+                let f = Figure(m.fresh), s = Figure(m.settled)
+                progress(String(format: "fresh%@ %@ run %d: donated in %.1f s; fresh p50/p99 %.3f / %.3f ms (%d queries) vs settled "
+                    + "p50/p99 %.3f / %.3f ms; settled %.2f s after the last donation", self.label, sizeLabel(size), run + 1, m.donateSeconds,
+                    f.percentile(0.5), f.percentile(0.99), m.fresh.count, s.percentile(0.5), s.percentile(0.99), m.settleSeconds))
+            }
+            let label = sizeLabel(size)
+            for (name, p) in [("p50", 0.5), ("p99", 0.99)] {
+                let fresh = Figure(runs.map { Figure($0.fresh).percentile(p) })
+                let settled = Figure(runs.map { Figure($0.settled).percentile(p) })
+                rows.append(Row(scenario: "user query top 20 lexical at \(label), settled index, \(name)\(self.label)", figure: settled, unit: "ms",
+                    higherIsBetter: false, size: size, series: "settled \(name)"))
+                var row = Row(scenario: "user query top 20 lexical at \(label), fresh (from the last donation until settled), \(name)\(self.label)",
+                    figure: fresh, unit: "ms", baseline: settled, higherIsBetter: false, size: size, series: "fresh \(name)")
+                if size < 200_000 {
+                    row.target = "≤ 3× settled"
+                    row.met = fresh.median <= 3 * settled.median
+                }
+                rows.append(row)
+            }
+            rows.append(Row(scenario: "time until settled at \(label) (last donation acknowledged → ranked index complete)\(self.label)",
+                figure: Figure(runs.map(\.settleSeconds)), unit: "s", higherIsBetter: false, size: size, series: "time until settled"))
+        }
+        return rows
+    }
+
+    private func measure(size: Int, bundle: String) async throws -> Measured {
+        var m = Measured()
+        let start = now()
+        try await donate(count: size, bundle: bundle)
+        let donated = now()
+        m.donateSeconds = donated - start
+        let index = SearchableIndex(bundleIdentifier: bundle, socketPath: daemon.socket)
+        let admin = SearchlightConnection(role: .admin, socketPath: daemon.socket)
+        defer { Task { await admin.close(); await index.close() } }
+        let texts = options.userQueries.isEmpty ? RankedBench.queries(corpus) : options.userQueries
+        var k = 0
+        func query() async throws -> Double {
+            defer { k += 1 }
+            var c = UserQueryContext()
+            c.semanticSearch = false
+            c.maxSuggestionCount = 0
+            c.maxResultCount = 20
+            c.maxRankedResultCount = 20
+            c.fetchAttributes = ["title"]
+            let text = texts[k % texts.count]
+            return try await milliseconds { _ = try await UserQuery(userQueryString: text, userQueryContext: c, index: index).run() }
+        }
+        // Fresh: query at once, look at the status every 100 ms (not timed), until settled. A
+        // line per second says how the queries went and what the ranked index held.
+        var settledAt: Double?
+        var lastPoll = 0.0
+        var window: [Double] = []
+        var windowStart = now()
+        while settledAt == nil || m.fresh.count < Self.minimumFresh {
+            let t = try await query()
+            m.fresh.append(t)
+            window.append(t)
+            if settledAt == nil, now() - lastPoll >= 0.1 {
+                lastPoll = now()
+                let status = try await rankedStatus(admin, bundle: bundle)
+                if status.settled { settledAt = now() }
+                if now() - windowStart >= 1 || status.settled {
+                    let w = Figure(window)
+                    progress(String(format: "  +%.1f s: %d queries, p50 %.3f ms, max %.1f ms; %d segments, %d pending%@", now() - donated,
+                        window.count, w.percentile(0.5), w.max, status.segments, status.pending, status.settled ? ", settled" : ""))
+                    window.removeAll()
+                    windowStart = now()
+                }
+            }
+            if now() - donated > 3600 { fatal("the ranked index of \(bundle) did not settle within an hour") }
+        }
+        m.settleSeconds = settledAt! - donated
+        for _ in 0..<(options.queries * texts.count / 2) { m.settled.append(try await query()) }
+        return m
+    }
+
+    /// `settled`: every item in the ranked index and nothing left for the maintainer to build,
+    /// merge or clean up.
+    private func rankedStatus(_ admin: SearchlightConnection, bundle: String) async throws -> (settled: Bool, segments: Int, pending: Int) {
+        let status = try await admin.call("admin.status", ["bundle": .string(bundle)])
+        guard let ranked = status["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first?["rankedIndex"] else {
+            fatal("admin.status says nothing of the ranked index of \(bundle)")
+        }
+        if let e = ranked["lastError"]?.stringValue { fatal("the ranked index of \(bundle) failed to build: \(e)") }
+        let pending = ranked["pending"]?.intValue ?? -1
+        return (pending == 0 && (ranked["settled"]?.boolValue ?? true), ranked["segments"]?.intValue ?? 0, pending)
+    }
+
+    /// `count` corpus entries (copies past its end) donated by four SDK clients in batches.
+    private func donate(count: Int, bundle: String) async throws {
+        let clients = 4, batch = options.batch
+        let corpus = self.corpus, socket = daemon.socket
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for c in 0..<clients {
+                group.addTask {
+                    let index = SearchableIndex(bundleIdentifier: bundle, socketPath: socket)
+                    var i = c * batch
+                    while i < count {
+                        try await index.indexSearchableItems((i..<min(i + batch, count)).map { corpus.entry($0).searchableItem })
+                        i += clients * batch
+                    }
+                    await index.close()
+                }
+            }
+            try await group.waitForAll()
+        }
+    }
+}

@@ -1,0 +1,129 @@
+import Foundation
+import Testing
+import TestThreads
+@testable import SearchlightStore
+import SearchlightWire
+
+/// Fresh segments (issue 32 item 2): while writes come in, new items become segments at once and
+/// segments of one tier are merged, so a query right after a donation reads segments, not a
+/// large delta; settling then lays them out as one build would have. Answers stay the
+/// exhaustive ranking's throughout.
+@Suite("Fresh segments of the ranked index", .serialized, .onOwnThreads)
+struct RankedFreshSegmentTests {
+    static func inactiveSegments(_ store: IndexStore) throws -> Int {
+        try store.read { db in try db.intScalar("SELECT count(*) FROM rank_segments WHERE active = 0") }
+    }
+
+    static func items(_ f: StoreFixture, _ range: Range<Int>) throws -> [SearchableItem] {
+        let words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+        return try range.map { i in
+            try f.item("i\(i)", ["title": .string("\(words[i % 8]) \(words[(i / 8) % 8]) report \(i)"),
+                "textContent": .string("\(words[(i * 7) % 8]) notes about \(words[(i / 3) % 8]) number \(i)")])
+        }
+    }
+
+    @Test("while writes keep coming, new items become segments without waiting for the writes to stop")
+    func freshSegmentsDuringWrites() async throws {
+        let f = try StoreFixture(rankedBuilds: false)
+        var options = StoreFixture.options(f.clock, maxItems: nil, rankedBuilds: true)
+        // Settling never starts in this test: only fresh segments can take the items in.
+        options.rankedIndexIdleSeconds = 3600
+        options.rankedIndexFreshSegments = true
+        f.store.close()
+        f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: options)
+        let count = 8 * 300
+        for start in stride(from: 0, to: count, by: 300) {
+            _ = try f.store.applySync([.items(try Self.items(f, start..<(start + 300)))])
+        }
+        let deadline = Date().addingTimeInterval(120)
+        while (try f.store.summary().rankedIndex?.pending ?? count) >= RankMaintainer.freshSegmentDocs, Date() < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let ranked = try #require(try f.store.summary().rankedIndex)
+        #expect(ranked.pending < RankMaintainer.freshSegmentDocs && ranked.segments >= 1, "\(ranked)")
+        for text in ["alpha report", "bravo", "charlie delta", "not"] {
+            let fast = try f.store.lexicalCandidates(text, limit: 20, filter: nil)
+            let exhaustive = try f.store.lexicalCandidates(text, limit: 20, filter: nil, path: .exhaustive)
+            #expect(fast.usedRankedIndex, "\(text)")
+            #expect(fast.candidates == exhaustive.candidates, "\(text)")
+        }
+    }
+
+    @Test("four fresh segments of one tier are merged into one, and settling deletes what the merge replaced")
+    func tierMerge() throws {
+        let f = try StoreFixture(rankedBuilds: false)
+        let fresh = RankMaintainer.freshSegmentDocs
+        for k in 0..<RankMaintainer.tierWidth {
+            _ = try f.store.applySync([.items(try Self.items(f, (k * fresh)..<((k + 1) * fresh)))])
+            #expect(try f.store.buildRankedTail(all: false))
+            #expect(try !f.store.buildRankedTail(all: false), "nothing left above the coverage")
+            if k < RankMaintainer.tierWidth - 1 { #expect(try !f.store.buildRankedIndexStep(mode: .fresh), "no full tier yet") }
+        }
+        #expect(try f.store.summary().rankedIndex?.segments == RankMaintainer.tierWidth)
+        #expect(try f.store.buildRankedIndexStep(mode: .fresh))
+        let merged = try #require(try f.store.summary().rankedIndex)
+        #expect(merged.segments == 1 && merged.items == RankMaintainer.tierWidth * fresh && merged.pending == 0, "\(merged)")
+        #expect(try Self.inactiveSegments(f.store) == RankMaintainer.tierWidth, "a merge while writes come in leaves the rows to settling")
+        #expect(!merged.settled)
+        try f.store.buildRankedIndex()
+        #expect(try Self.inactiveSegments(f.store) == 0)
+        #expect(try f.store.summary().rankedIndex?.settled == true)
+    }
+
+    @Test("fresh segments, tier merges, rewrites between them, a restart and settling all give the exhaustive ranking",
+          .enabled(if: StoreCorpus.path != nil), .timeLimit(.minutes(20)))
+    func freshEquivalence() throws {
+        let f = try StoreFixture(rankedBuilds: false)
+        let equivalence = RankedEquivalenceTests()
+        var random = SeededRandom(state: 0xF2E5_4321)
+        let corpus = try StoreCorpus.load(limit: 2400)
+        let tally = RankedEquivalenceTests.Tally()
+        func stepFresh() throws {
+            while try f.store.buildRankedTail(all: false) || f.store.buildRankedIndexStep(mode: .fresh) {}
+        }
+        func check(_ phase: String) throws {
+            let v = try RankedEquivalenceTests.vocabulary(f.store)
+            for _ in 0..<60 {
+                let q = equivalence.makeQuery(v, &random)
+                let filter = q.filters.isEmpty ? nil
+                    : try QueryFront.filter(query: nil, filterQueries: q.filters, limits: Limits(), now: f.clock.now)
+                let ranked = try f.store.lexicalCandidates(q.text, limit: q.limit, filter: filter)
+                let exhaustive = try f.store.lexicalCandidates(q.text, limit: q.limit, filter: filter, path: .exhaustive)
+                tally.total[q.kind, default: 0] += 1
+                if ranked.usedRankedIndex { tally.ranked[q.kind, default: 0] += 1 }
+                if ranked.candidates != exhaustive.candidates {
+                    tally.mismatches.append("\(phase) \(q.kind) \"\(q.text)\" \(q.filters) limit \(q.limit)")
+                }
+            }
+        }
+        var segmentsSeen = 0
+        for (n, start) in stride(from: 0, to: corpus.count, by: 300).enumerated() {
+            _ = try f.store.applySync([.items(Array(corpus[start..<min(corpus.count, start + 300)]))])
+            // Rewrites of items fresh segments already hold, between two builds.
+            if n > 0, n % 2 == 0 {
+                _ = try f.store.applySync([.deleteIdentifiers(stride(from: start - 290, to: start, by: 37).map { corpus[$0].uniqueIdentifier })])
+                let updates = try stride(from: start - 280, to: start, by: 41).map {
+                    try f.item(corpus[$0].uniqueIdentifier, ["textContent": .string("rewritten json parser library \($0)")], update: true)
+                }
+                _ = try f.store.applySync([.items(updates)])
+            }
+            try stepFresh()
+            segmentsSeen = max(segmentsSeen, try f.store.summary().rankedIndex?.segments ?? 0)
+            if n % 3 == 2 { try check("fresh after \(start + 300)") }
+        }
+        #expect(segmentsSeen > 1, "the donations were taken in by several segments")
+        #expect(try Self.inactiveSegments(f.store) > 0, "tier merges happened")
+        // Derived data survives a restart as it is: retired rows, fresh segments and the delta.
+        try f.reopen()
+        try check("reopened")
+        try f.store.buildRankedIndex()
+        let settled = try #require(try f.store.summary().rankedIndex)
+        #expect(settled.settled && settled.pending == 0 && settled.segments == 1, "\(settled)")
+        #expect(try Self.inactiveSegments(f.store) == 0)
+        try check("settled")
+        #expect(tally.mismatches.isEmpty, "\(tally.mismatches.prefix(10).joined(separator: "\n"))")
+        for (kind, total) in tally.total where kind != "cjk" {
+            #expect(tally.ranked[kind] ?? 0 == total, "\(kind): \(tally.ranked[kind] ?? 0) of \(total) by the ranked index")
+        }
+    }
+}
