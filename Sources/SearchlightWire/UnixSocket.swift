@@ -34,6 +34,11 @@ public struct PeerCredentials: Sendable, Equatable {
 public final class UnixSocket: @unchecked Sendable {
     private let lock = NSLock()
     private var _fd: Int32
+    /// `accept` calls waiting on `_fd`: while there are any, a close shuts the socket down (which
+    /// ends their wait) and leaves the descriptor's release to the last of them (`releasing`),
+    /// so its number cannot be reused under a waiting accept.
+    private var accepting = 0
+    private var releasing: Int32 = -1
 
     public init(fd: Int32) { _fd = fd }
 
@@ -123,22 +128,34 @@ public final class UnixSocket: @unchecked Sendable {
 
     /// Accepts one connection; retries on EINTR. Returns nil when the listener was closed.
     ///
-    /// Waits without the lock, then accepts under it without blocking: a `close()` from another
-    /// thread can never come between reading the descriptor and the accept. (It could: the number,
-    /// closed and at once reused by another socket of the process, was then accepted on, taking
-    /// another listener's connection; issue 30.) The close shuts the socket down first, which
-    /// ends the wait; a wait on a number already reused ends at the next second.
+    /// Waits in `poll` on a descriptor it pins (`accepting`), then accepts under the lock without
+    /// blocking. A `close()` from another thread shuts the socket down, which ends the wait, and
+    /// leaves the release of the number to this call: the number can never be reused by another
+    /// socket of the process while an accept waits on it. (It was: closed and at once reused by
+    /// another listener, the old loop accepted, took, that listener's connection; issue 30.)
+    /// No timeout: an idle daemon's accept loop wakes for connections only.
     public func accept() throws -> UnixSocket? {
+        let listener: Int32 = lock.withLock {
+            guard _fd >= 0 else { return -1 }
+            accepting += 1
+            return _fd
+        }
+        guard listener >= 0 else { return nil }
+        defer {
+            lock.withLock {
+                accepting -= 1
+                if accepting == 0, releasing >= 0 {
+                    Glibc.close(releasing)
+                    releasing = -1
+                }
+            }
+        }
         while true {
-            let listener = fd
-            guard listener >= 0 else { return nil }
             var ready = pollfd(fd: listener, events: Int16(POLLIN), revents: 0)
-            let rc = poll(&ready, 1, 1000)
-            if rc < 0 {
+            if poll(&ready, 1, -1) < 0 {
                 if errno == EINTR { continue }
                 throw SystemError("poll")
             }
-            if rc == 0 { continue }
             let (c, error): (Int32, Int32) = lock.withLock {
                 guard _fd == listener else { return (-1, EBADF) }
                 let flags = fcntl(listener, F_GETFL)
@@ -295,7 +312,7 @@ public final class UnixSocket: @unchecked Sendable {
     /// handed to a child process, which keeps using its inherited copy.
     public func closeDescriptor() {
         lock.withLock {
-            if _fd >= 0 { Glibc.close(_fd) }
+            if _fd >= 0 { release(_fd) }
             _fd = -1
         }
     }
@@ -304,9 +321,15 @@ public final class UnixSocket: @unchecked Sendable {
         lock.withLock {
             if _fd >= 0 {
                 Glibc.shutdown(_fd, Int32(SHUT_RDWR))
-                Glibc.close(_fd)
+                release(_fd)
             }
             _fd = -1
         }
+    }
+
+    /// Closes the descriptor now, or, while an `accept` waits on it, when the last one returns.
+    /// Under the lock.
+    private func release(_ fd: Int32) {
+        if accepting > 0 { releasing = fd } else { Glibc.close(fd) }
     }
 }

@@ -263,7 +263,11 @@ struct FederatedQueryTests {
 
     @Test("hybrid, more vector hits than one index checks: the second index checks only those above the first's cut, same ranking")
     func hybridWithVectorCut() throws {
-        let s = try Split(vectors: true, count: 400, hints: true)
+        // Built here, not in the background: 400 items pass the fresh lane's 256, and its segments
+        // and merges landing between a query's statistics and its candidates (two reads) shifted
+        // scores under load (a full run beside other work: 16 mismatches). That product gap is
+        // issue 31's; the ranking identity on a settled index is this test's.
+        let s = try Split(vectors: true, rankedBuilds: false, count: 400, hints: true)
         for store in [s.a.store, s.b.store, s.union.store] { try store.buildRankedIndex() }
         var cuts = 0
         for q in Self.queries {
