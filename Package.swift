@@ -106,7 +106,7 @@ let package = Package(
         ),
         .executableTarget(
             name: "searchlight-bench",
-            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightStore", "SearchlightSemantic", "SearchlightSQLite", "CSQLite"],
+            dependencies: ["SearchlightKit", "SearchlightWire", "SearchlightStore", "SearchlightSemantic", "SearchlightSQLite", "SearchlightDesktop", "CSQLite"],
             swiftSettings: strict
         ),
         // A fake extension that crashes, hangs, answers garbage … on command, for the integration tests.

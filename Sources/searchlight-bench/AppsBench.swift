@@ -1,6 +1,7 @@
 import Foundation
 import SearchlightKit
 import SearchlightSemantic
+import SearchlightDesktop
 import SearchlightStore
 
 /// Search across apps in-process (`--scenarios apps`): the corpus (its debtags keywords removed,
@@ -173,6 +174,10 @@ struct AppsBench {
         for (name, semantic) in [("lexical", nil), ("hybrid", encoder), ("desktop", encoder)] as [(String, StaticEncoder?)]
             where options.appsModes.contains(name) {
             var one: [Double] = [], apps: [Double] = [], oneCPU: [Double] = [], appsCPU: [Double] = []
+            // The desktop's stale-file check (issue 34) over each across-apps answer, as
+            // searchlight-desktop runs it: each result a `file:` URL, here the package's
+            // /usr/share/doc/ID/copyright (present for the packages installed here, gone for the others).
+            var fileCheck = VanishedFileCheck(), checkTimes: [Double] = [], checked = 0, gone = 0
             for k in 0..<(options.queries + 10) {
                 var r = Self.request(texts[k % texts.count], semantic: semantic, limit: name == "desktop" ? 30 : 20,
                     suggestions: name == "desktop" ? 0 : 3)
@@ -181,8 +186,16 @@ struct AppsBench {
                 let a = try milliseconds { _ = try Self.single(r, union) }
                 let ac = threadCPUMilliseconds() - c
                 c = threadCPUMilliseconds()
-                let b = try milliseconds { _ = try Self.across(r, shards) }
+                var ids: [String] = []
+                let b = try milliseconds { ids = try Self.across(r, shards).ids }
                 let bc = threadCPUMilliseconds() - c
+                if name == "desktop" {
+                    let urls = ids.map { "file:///usr/share/doc/\($0)/copyright" }
+                    var query = fileCheck.begin()
+                    var n = 0
+                    let t = milliseconds { for u in urls where fileCheck.isGone(u, in: &query) { n += 1 } }
+                    if k >= 10 { checkTimes.append(t); checked += query.checked; gone += n }
+                }
                 if k >= 10 {
                     one.append(a)
                     apps.append(b)
@@ -197,6 +210,13 @@ struct AppsBench {
             let c1 = Figure(oneCPU), c2 = Figure(appsCPU)
             progress(String(format: "apps: user query (%@), thread CPU time: one index p50 %.2f ms p99 %.2f ms; across %d apps p50 %.2f ms p99 %.2f ms",
                 name, c1.percentile(0.5), c1.percentile(0.99), Self.apps, c2.percentile(0.5), c2.percentile(0.99)))
+            if name == "desktop", !checkTimes.isEmpty {
+                let f = Figure(checkTimes)
+                progress(String(format: "apps: the desktop's stale-file check after each across-apps query: p50 %.3f ms p99 %.3f ms (%.1f stats a query, %.1f gone)",
+                    f.percentile(0.5), f.percentile(0.99), Double(checked) / Double(checkTimes.count), Double(gone) / Double(checkTimes.count)))
+                rows.append(Row(scenario: "desktop stale-file check per query, p50", figure: Figure([f.percentile(0.5)]), unit: "ms", higherIsBetter: false))
+                rows.append(Row(scenario: "desktop stale-file check per query, p99", figure: Figure([f.percentile(0.99)]), unit: "ms", higherIsBetter: false))
+            }
             for (label, f) in [("one index", f1), ("across \(Self.apps) apps", f2)] {
                 rows.append(Row(scenario: "user query \(name) in-process, \(label), p50", figure: Figure([f.percentile(0.5)]), unit: "ms", higherIsBetter: false))
                 rows.append(Row(scenario: "user query \(name) in-process, \(label), p99", figure: Figure([f.percentile(0.99)]), unit: "ms", higherIsBetter: false))

@@ -31,21 +31,23 @@ struct StoreVectorFileTests {
         let f = try StoreFixture(vectors: true)
         try f.donateMeanings()
         #expect(f.ids(try f.hybrid("listen to songs")).first == "music")
-        // Another connection commits what the loaded index is never told: music's vector gone,
-        // chess given music's vector.
+        // Another connection commits what the loaded index is never told: music's and chess's
+        // vectors swapped. (Not a vector deleted: the reopened store's background fill embeds an
+        // item without one again, which raced the checks; a fresh clone's run under load saw
+        // music back, with 5 vectors.)
         let other = try Database(path: f.dir + "/b/_default.sqlite")
         try other.execute("""
-            UPDATE item_vectors SET vector = (SELECT vector FROM item_vectors WHERE rowid = (SELECT rowid FROM items WHERE uid = 'music'))
-            WHERE rowid = (SELECT rowid FROM items WHERE uid = 'chess')
+            UPDATE item_vectors SET rowid = -1 WHERE rowid = (SELECT rowid FROM items WHERE uid = 'music');
+            UPDATE item_vectors SET rowid = (SELECT rowid FROM items WHERE uid = 'music') WHERE rowid = (SELECT rowid FROM items WHERE uid = 'chess');
+            UPDATE item_vectors SET rowid = (SELECT rowid FROM items WHERE uid = 'chess') WHERE rowid = -1;
             """)
-        try other.execute("DELETE FROM item_vectors WHERE rowid = (SELECT rowid FROM items WHERE uid = 'music')")
         other.close()
-        #expect(try f.store.vectorCounts().vectors == 5, "the loaded index does not know (the crash window)")
+        #expect(f.ids(try f.hybrid("listen to songs", weight: 1)).first == "music", "the loaded index does not know (the crash window)")
         try f.reopen()  // the restart: the index is made again from the table
         let ids = f.ids(try f.hybrid("listen to songs", weight: 1))
-        #expect(ids.first == "chess")
-        #expect(!ids.contains("music"))
-        #expect(try f.store.vectorCounts().vectors == 4)
+        #expect(ids.first == "chess", "\(ids)")
+        #expect(ids.firstIndex(of: "music").map { $0 > 0 } ?? true, "\(ids)")
+        #expect(try f.store.vectorCounts().vectors == 5)
         #expect(try storeFiles(f) == [])
     }
 }
