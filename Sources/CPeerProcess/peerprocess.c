@@ -33,3 +33,6 @@ int sl_pidfd_open(int pid) {
 int sl_open_directory_path(const char *path) {
     return open(path, O_PATH | O_DIRECTORY | O_CLOEXEC);
 }
+
+int sl_thread_seteuid(unsigned int uid) { return (int)syscall(SYS_setresuid, -1, uid, -1); }
+int sl_thread_setegid(unsigned int gid) { return (int)syscall(SYS_setresgid, -1, gid, -1); }

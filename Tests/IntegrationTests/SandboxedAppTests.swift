@@ -147,6 +147,26 @@ struct SandboxedAppTests {
         #expect(daemon.log.contains { $0.contains("sandbox=flatpak:\(Self.notes)") }, "the log names the app")
     }
 
+    @Test("a root daemon with the shipped unit's capabilities only (no CAP_SYS_PTRACE) identifies another uid's sandboxed app")
+    func unitCapabilities() async throws {
+        // The capabilities of launchd-like-units/searchlightd.service: another uid's /proc/PID/root
+        // is unreadable to such a root (ptrace access); the daemon reads it as the peer's user.
+        let unit = try String(contentsOfFile: SessionBusHarness.repository + "/launchd-like-units/searchlightd.service", encoding: .utf8)
+        let line = try #require(unit.split(separator: "\n").first { $0.hasPrefix("CapabilityBoundingSet=") })
+        let caps = line.dropFirst("CapabilityBoundingSet=".count).split(separator: " ")
+            .map { "+" + $0.lowercased().replacingOccurrences(of: "cap_", with: "") }
+        let dir = TempDir()
+        chmod(dir.path, 0o755)
+        let daemon = try await DaemonProcess(arguments: ["--system"], dir: dir,
+            launcher: ["/usr/bin/setpriv", "--bounding-set=-all," + caps.joined(separator: ","), "--inh-caps=-all", "--"])
+        let info = try Sandbox.info(daemon.dir, "notes", appID: Self.notes)
+        let own = try await Self.probe(daemon, as: Self.alice, sandbox: info, "app", Self.notes)
+        #expect(own.wroteAndRead, "\(own)")
+        let other = try await Self.probe(daemon, as: Self.alice, sandbox: info, "app", "com.alice.Private")
+        #expect(other.refused && other.message.contains("Flatpak app \(Self.notes)"), "\(other)")
+        #expect(try await Self.probe(daemon, as: Self.alice, sandbox: nil, "app", "com.alice.Private", plain: true).wroteAndRead)
+    }
+
     @Test("as an unprivileged uid, the sandbox binds the app to its bundle; outside it the same uid keeps the uid rules")
     func unprivilegedSandbox() async throws {
         let daemon = try await Self.systemDaemon()

@@ -17,4 +17,10 @@ int sl_pidfd_open(int pid);
 /// system is not asked to open it. The descriptor, or -1 with errno.
 int sl_open_directory_path(const char *path);
 
+/// The calling thread's effective uid / gid only (setresuid(2)/setresgid(2) with the real and
+/// saved ids unchanged, as the raw system calls: glibc's wrappers change every thread's). 0, or
+/// -1 with errno.
+int sl_thread_seteuid(unsigned int uid);
+int sl_thread_setegid(unsigned int gid);
+
 #endif

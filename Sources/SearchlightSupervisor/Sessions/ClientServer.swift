@@ -71,7 +71,7 @@ final class ClientServer: Sendable {
             socket: socket, maxFrameBytes: limits.maxFrameBytes, maxDepth: limits.maxJSONDepth, incompleteFrameTimeout: timeout,
             outboxLimit: limits.outboxLimit)
         // Pinned now, while the peer most likely still runs; identified at its handshake.
-        let process = PeerProcess(socket: socket, pid: peer.pid)
+        let process = PeerProcess(socket: socket, pid: peer.pid, uid: peer.uid, gid: peer.gid)
         let session = ClientSession(context: context, connection: connection, peer: peer, process: process)
         connection.setIdlePolicy(.init(seconds: config.idleTimeout, mayClose: { [weak session] in session?.idle ?? true }))
         let key = ObjectIdentifier(connection)

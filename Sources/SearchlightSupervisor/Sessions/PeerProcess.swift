@@ -28,6 +28,10 @@ import Synchronization
 /// enough for every connection: a few system calls, tens of microseconds.
 final class PeerProcess: Sendable {
     let pid: Int32
+    /// The peer's uid and gid (`SO_PEERCRED`): a root daemon reads the peer's `/proc` entry with
+    /// them as its file-system ids (`withPeerFileIDs`), as the portal reads it as the same user.
+    let uid: uid_t?
+    let gid: gid_t?
     /// How the process was pinned: the pidfd, or why there is none.
     private let pin: Mutex<Pin>
 
@@ -40,8 +44,10 @@ final class PeerProcess: Sendable {
 
     /// Pins the peer of an accepted connection (cheap: no file is read). `peerPidfd: false` skips
     /// `SO_PEERPIDFD`, as on a kernel before 6.5 (tests).
-    init(socket: UnixSocket, pid: Int32, peerPidfd: Bool = true) {
+    init(socket: UnixSocket, pid: Int32, uid: uid_t? = nil, gid: gid_t? = nil, peerPidfd: Bool = true) {
         self.pid = pid
+        self.uid = uid
+        self.gid = gid
         var fd: Int32 = -1
         var error: Int32 = 0
         if peerPidfd {
@@ -70,10 +76,44 @@ final class PeerProcess: Sendable {
         }
         defer { if let pinned { close(pinned) } }
         guard pid > 0 else { return .unidentified(reason: "it is outside the daemon's pid namespace") }
-        let found = Self.readSandbox(pid: pid)
+        guard var found = Self.withPeerFileIDs(uid: uid, gid: gid, { Self.readSandbox(pid: pid) }) else {
+            return .unidentified(reason: "the daemon could not take its user's ids to look: \(String(cString: strerror(errno)))")
+        }
         // What was read is the pinned process's only if that process still runs now.
         if let pinned, Self.hasExited(pidfd: pinned) { return .unidentified(reason: "it exited while it was being identified") }
+        if case .unidentified(let reason) = found, reason == Self.vanishedReason, pinned != nil {
+            // Still running, yet its /proc entry is not there for us: hidden (`hidepid`), e.g.
+            // a process that made itself not dumpable. Refused: never taken as unsandboxed.
+            found = .unidentified(reason: "its /proc entry is hidden from the daemon (a process that is not dumpable?)")
+        }
         return found
+    }
+
+    static let vanishedReason = "it exited before it was identified"
+
+    /// Runs `body` with this thread's effective uid and gid (and so its file-system ids) set to
+    /// the peer's, when the daemon is root and the peer is not. A root daemon under the shipped
+    /// unit has no `CAP_SYS_PTRACE` (and `ProtectProc=invisible`): another user's `/proc/PID` is
+    /// hidden from it and its `root` unreadable (ptrace access), and a sandbox in a user namespace
+    /// of its own is open only to that namespace's owner (its euid). As the peer's own user, like
+    /// xdg-desktop-portal, it may look. Per thread (the raw system calls, not glibc's process-wide
+    /// set*id); the real and saved ids stay 0, so the effective ones, and the capabilities with
+    /// them, come back before this returns. Nil when the ids could not be set (then `body` does
+    /// not run).
+    static func withPeerFileIDs<T>(uid: uid_t?, gid: gid_t?, _ body: () -> T) -> T? {
+        guard geteuid() == 0, let uid, let gid, uid != 0 else { return body() }
+        guard sl_thread_setegid(gid) == 0 else { return nil }
+        guard sl_thread_seteuid(uid) == 0 else {
+            _ = sl_thread_setegid(0)
+            return nil
+        }
+        defer {
+            // The uid first: back at euid 0 the thread has its capabilities again, the gid's too.
+            if sl_thread_seteuid(0) != 0 || sl_thread_setegid(0) != 0 {
+                fatalError("cannot restore the thread's effective ids to root: \(String(cString: strerror(errno)))")
+            }
+        }
+        return body()
     }
 
     /// Whether the process a pidfd refers to has exited (a pidfd polls readable then).
@@ -89,7 +129,7 @@ final class PeerProcess: Sendable {
             let e = errno
             switch e {
             case ENOENT, ESRCH:
-                return .unidentified(reason: "it exited before it was identified")
+                return .unidentified(reason: vanishedReason)
             case EACCES, EPERM:
                 // The daemon may not look (another user's process, seen by a daemon that is not
                 // root). Flatpak always gives an app a pid namespace of its own: in one, refused.
