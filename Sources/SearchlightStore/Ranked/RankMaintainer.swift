@@ -137,7 +137,10 @@ public final class RankMaintainer: @unchecked Sendable {
             if store.options.rankedIndexFreshSegments,
                recorded({ () throws(SearchlightError) -> Bool in try store.buildRankedTail(all: settle) }) {
                 startMerging()
-                continue
+                // One segment a turn: the lane is shared by every store, so a store whose writes
+                // outrun it (one user donating without pause) must not hold it from the others.
+                Self.freshQueue.async { self.freshLane() }
+                return
             }
             startMerging()
             guard lock.withLock({ requested }) != nil else { break }
