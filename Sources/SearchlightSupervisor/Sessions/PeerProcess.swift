@@ -76,9 +76,7 @@ final class PeerProcess: Sendable {
         }
         defer { if let pinned { close(pinned) } }
         guard pid > 0 else { return .unidentified(reason: "it is outside the daemon's pid namespace") }
-        guard var found = Self.withPeerFileIDs(uid: uid, gid: gid, { Self.readSandbox(pid: pid) }) else {
-            return .unidentified(reason: "the daemon could not take its user's ids to look: \(String(cString: strerror(errno)))")
-        }
+        var found = Self.withPeerFileIDs(uid: uid, gid: gid) { Self.readSandbox(pid: pid) }
         // What was read is the pinned process's only if that process still runs now.
         if let pinned, Self.hasExited(pidfd: pinned) { return .unidentified(reason: "it exited while it was being identified") }
         if case .unidentified(let reason) = found, reason == Self.vanishedReason, pinned != nil {
@@ -98,14 +96,15 @@ final class PeerProcess: Sendable {
     /// of its own is open only to that namespace's owner (its euid). As the peer's own user, like
     /// xdg-desktop-portal, it may look. Per thread (the raw system calls, not glibc's process-wide
     /// set*id); the real and saved ids stay 0, so the effective ones, and the capabilities with
-    /// them, come back before this returns. Nil when the ids could not be set (then `body` does
-    /// not run).
-    static func withPeerFileIDs<T>(uid: uid_t?, gid: gid_t?, _ body: () -> T) -> T? {
+    /// them, come back before this returns.
+    static func withPeerFileIDs<T>(uid: uid_t?, gid: gid_t?, _ body: () -> T) -> T {
         guard geteuid() == 0, let uid, let gid, uid != 0 else { return body() }
-        guard sl_thread_setegid(gid) == 0 else { return nil }
+        // Without CAP_SETGID/CAP_SETUID (a root confined otherwise) it looks as itself: the
+        // rules for a root it may not look into then apply (readSandbox).
+        guard sl_thread_setegid(gid) == 0 else { return body() }
         guard sl_thread_seteuid(uid) == 0 else {
             _ = sl_thread_setegid(0)
-            return nil
+            return body()
         }
         defer {
             // The uid first: back at euid 0 the thread has its capabilities again, the gid's too.
