@@ -96,14 +96,17 @@ public final class UnixSocket: @unchecked Sendable {
         }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SystemError("socket") }
-        let old = umask(0o777 & ~mode)
+        // The file is created with the socket inode's mode less the umask (Linux): set on the
+        // socket before bind, it is never looser than `mode`, and the chmod below loosens it to
+        // exactly `mode`. Never a temporary umask: it is the whole process's, and files other
+        // threads create meanwhile would get it.
+        fchmod(fd, mode)
         let rc = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
             }
         }
         let bindErrno = errno
-        umask(old)
         guard rc == 0 else {
             Glibc.close(fd)
             throw SystemError("bind(\(path))", errno: bindErrno)
