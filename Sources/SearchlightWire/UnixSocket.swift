@@ -96,14 +96,22 @@ public final class UnixSocket: @unchecked Sendable {
         }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SystemError("socket") }
-        let old = umask(0o777 & ~mode)
+        // The file bind creates is never more open than `mode`: Linux gives it the socket inode's
+        // mode less the umask, and fchmod sets that mode. Not by changing the umask around bind:
+        // the umask is the whole process's, and every file, folder and child process another
+        // thread made meanwhile got 0177 (a folder without search permission for its owner; the
+        // test process's helpers running as other users then could not create their files).
+        guard fchmod(fd, mode & 0o777) == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw SystemError("fchmod(\(path))", errno: e)
+        }
         let rc = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
             }
         }
         let bindErrno = errno
-        umask(old)
         guard rc == 0 else {
             Glibc.close(fd)
             throw SystemError("bind(\(path))", errno: bindErrno)
