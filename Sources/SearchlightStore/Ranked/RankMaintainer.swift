@@ -98,6 +98,9 @@ public final class RankMaintainer: @unchecked Sendable {
         if start { Self.freshQueue.async { self.freshLane() } }
     }
 
+    /// Whether a build is asked for and not yet done, and whether a query asked (tests).
+    var buildRequest: (asked: Bool, byQuery: Bool) { lock.withLock { (requested != nil, byQuery) } }
+
     /// Segments built since the store opened, and the last failure.
     public var statistics: (builds: Int, lastError: String?) { lock.withLock { (builds, lastError) } }
 
