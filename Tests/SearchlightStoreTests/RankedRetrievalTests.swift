@@ -104,7 +104,8 @@ struct RankedBuildTests {
             try await Task.sleep(for: .milliseconds(20))
         }
         let ranked = try f.store.summary().rankedIndex
-        #expect(ranked?.pending == 0 && ranked?.items == items.count, "\(String(describing: ranked))")
+        #expect(ranked?.pending == 0 && ranked?.items == items.count,
+                "\(String(describing: ranked)); lanes: \(f.store.rankMaintainer.laneState), \(f.store.secondsSinceClientWrite) s since the last write")
     }
 }
 
