@@ -96,11 +96,16 @@ public final class UnixSocket: @unchecked Sendable {
         }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SystemError("socket") }
-        // The file is created with the socket inode's mode less the umask (Linux): set on the
-        // socket before bind, it is never looser than `mode`, and the chmod below loosens it to
-        // exactly `mode`. Never a temporary umask: it is the whole process's, and files other
-        // threads create meanwhile would get it.
-        fchmod(fd, mode)
+        // The file bind creates is never more open than `mode`: Linux gives it the socket inode's
+        // mode less the umask, and fchmod sets that mode. Not by changing the umask around bind:
+        // the umask is the whole process's, and every file, folder and child process another
+        // thread made meanwhile got 0177 (a folder without search permission for its owner; the
+        // test process's helpers running as other users then could not create their files).
+        guard fchmod(fd, mode & 0o777) == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw SystemError("fchmod(\(path))", errno: e)
+        }
         let rc = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))

@@ -65,18 +65,9 @@ struct RecentFilesSampleTests {
             process.standardError = pipe
             process.standardOutput = FileHandle.nullDevice
             let handle = pipe.fileHandleForReading
-            Thread.detachNewThread { [self] in
-                var pending = Data()
-                while true {
-                    let chunk = handle.availableData
-                    if chunk.isEmpty { break }
-                    pending.append(chunk)
-                    while let nl = pending.firstIndex(of: 0x0A) {
-                        let line = String(decoding: pending[pending.startIndex..<nl], as: UTF8.self)
-                        pending = Data(pending[(nl + 1)...])
-                        lock.withLock { lines.append(line); lock.broadcast() }
-                    }
-                }
+            readLines(handle) { [self] line in
+                lock.withLock { lines.append(line); lock.broadcast() }
+                return true
             }
             try process.run()
         }

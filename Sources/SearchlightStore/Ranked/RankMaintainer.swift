@@ -98,6 +98,17 @@ public final class RankMaintainer: @unchecked Sendable {
         if start { Self.freshQueue.async { self.freshLane() } }
     }
 
+    /// Whether a build is asked for and not yet done, and whether a query asked (tests).
+    var buildRequest: (asked: Bool, byQuery: Bool) { lock.withLock { (requested != nil, byQuery) } }
+
+    /// The lanes' state, for a test's failure message.
+    var laneState: String {
+        lock.withLock {
+            "requested=\(requested.map { "\(-$0.timeIntervalSinceNow) s ago" } ?? "no") byQuery=\(byQuery) freshRunning=\(freshRunning) "
+                + "waiting=\(waiting) wake=\(wake) merging=\(merging) settleDue=\(settleDue) builds=\(builds)"
+        }
+    }
+
     /// Segments built since the store opened, and the last failure.
     public var statistics: (builds: Int, lastError: String?) { lock.withLock { (builds, lastError) } }
 
