@@ -58,10 +58,12 @@ struct RefineBench {
         if !kept { try? FileManager.default.removeItem(atPath: dir) }
         try writePressure(cpu: 70)
         func startDaemon() throws -> Daemon {
-            try Daemon(dir: dir + "/daemon", arguments: ["--model-dir", model.path, "--proc-root", procRoot,
+            let d = try Daemon(dir: dir + "/daemon", arguments: ["--model-dir", model.path, "--proc-root", procRoot,
                 "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1", "--model-idle", "10",
                 // Idle maintenance refines here (it is what the pauses measure), not the share of small indexes.
-                "--refine-share-items", "0"])
+                "--refine-share-items", "0"], environment: Daemon.boostEnvironment(options))
+            d.boost(options)
+            return d
         }
         var daemon = try startDaemon()
         defer {
@@ -238,7 +240,7 @@ struct RefineBench {
 
     func saveStaticRows(_ rows: [Row]) {
         let text = rows.map { "\($0.scenario)\t\($0.figure.values.first ?? 0)" }.joined(separator: "\n") + "\n"
-        FileManager.default.createFile(atPath: staticRowsFile, contents: Data(text.utf8))
+        _ = FileManager.default.createFile(atPath: staticRowsFile, contents: Data(text.utf8))
     }
 
     func loadStaticRows() -> [Row] {
