@@ -22,18 +22,8 @@ struct AppsBench {
     static let apps = 6
 
     func run() throws -> [Row] {
-        guard FileManager.default.fileExists(atPath: SemanticBench.staticTable) else {
-            progress("apps: skipped, no \(SemanticBench.staticTable) (run from the repository root)")
-            return []
-        }
-        let encoder = try StaticEncoder(file: SemanticBench.staticTable)
-        var storeOptions = StoreOptions()
-        storeOptions.fullSync = false
-        storeOptions.vectorEncoder = encoder
-        // Built once below, by this thread alone: the store's own background build after the
-        // writes ran beside the explicit one on the 64k-item index, and one run in two measured
-        // that index in a state where it answered no correction and other rankings.
-        storeOptions.rankedIndexBuilds = false
+        guard let stores = try InProcessStores(scenario: "apps") else { return [] }
+        let (encoder, storeOptions) = (stores.encoder, stores.options)
         // `--keep-state DIR`: the indexes are kept in DIR, and reused when an earlier run left them there.
         let dir = options.keepState ?? self.dir
         let reuse = options.keepState != nil && FileManager.default.fileExists(atPath: dir + "/complete")
@@ -42,11 +32,7 @@ struct AppsBench {
         let union = try IndexStore(path: dir + "/union/_default.sqlite", options: storeOptions)
         let shards = try (0..<Self.apps).map { try IndexStore(path: dir + "/app\($0)/_default.sqlite", options: storeOptions) }
         defer { for s in shards + [union] { s.close() } }
-        let items = corpus.entries.map { e -> SearchableItem in
-            var item = e.searchableItem
-            item.attributeSet.keywords = item.attributeSet.keywords?.filter { !$0.contains("::") }
-            return item
-        }
+        let items = corpus.untaggedItems
         if !reuse {
             for start in stride(from: 0, to: items.count, by: options.batch) {
                 let batch = Array(items[start..<min(start + options.batch, items.count)])
