@@ -313,6 +313,129 @@ struct UserActivityTests {
         #expect(gone.ok && !gone.stdout.contains("Bridges trip"), "\(gone.stdout)")
     }
 
+    @Test("opening an activity from GNOME Shell records its engagement: it ranks above an equally recent unopened one",
+          .enabled(if: SessionBusHarness.missingTools == nil))
+    func openedFromShellRanksHigher() async throws {
+        let daemon = try await DaemonProcess()
+        let app = Self.app(daemon)
+        defer { Task { await app.close() } }
+        // Saved, not current (no engagement), with the same time of use.
+        let used = Date().addingTimeInterval(-3600)
+        for id in ["view-a", "view-b"] {
+            let a = Self.activity(daemon, id, title: "Bridges walk")
+            var set = AttributeSet()
+            set.lastUsedDate = used
+            a.contentAttributeSet = set
+            #expect(try await app.send(try a.saveRequest(current: false)).shownAs == "activity")
+        }
+        let before = try await Self.search(daemon, "bridges walk").map(\.id)
+        #expect(Set(before) == ["view-a", "view-b"], "\(before)")
+        let opened = try #require(before.last)
+        let bus = try SessionBusHarness(daemonSocket: daemon.socket)
+        let record = try bus.installRecorder("org.example.Notes.desktop", name: "Notes")
+        let registered = try await runCLI(["register", Self.bundle, "--open-with", "org.example.Notes.desktop"], socket: daemon.socket)
+        #expect(registered.status == 0, "\(registered.stderr)")
+        let uri = "searchlight-activity:com.example.notes/\(opened)"
+        #expect(try bus.initialResults(["bridges"]).contains(uri))
+        let r = try bus.provider("ActivateResult", ["'\(uri)'", "['bridges']", "0"])
+        #expect(r.ok, "\(r.stderr)")
+        #expect(try bus.recorded(record) == [uri])
+        // The engagement is recorded after the launch: waited for, with a deadline.
+        let deadline = Date().addingTimeInterval(15)
+        while try await Self.storedRows(daemon, "SELECT engagement FROM items WHERE uid = '\(opened)'") != "1.0", Date() < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(try await Self.storedRows(daemon, "SELECT engagement FROM items WHERE uid = '\(opened)'") == "1.0")
+        let after = try await Self.search(daemon, "bridges walk").map(\.id)
+        #expect(after.first == opened, "before \(before), after \(after)")
+        // `searchlight open --activity` records it too.
+        let other = before.first!
+        let roles = OpenCommandTests()
+        let dir = daemon.dir
+        try roles.recorder(dir.path + "/bin/notes", record: dir.path + "/notes.record")
+        try FileManager.default.createDirectory(atPath: dir.path + "/data/applications", withIntermediateDirectories: true)
+        try "[Desktop Entry]\nType=Application\nName=Notes\nExec=\(dir.path)/bin/notes %u\n"
+            .write(toFile: dir.path + "/data/applications/org.example.Notes.desktop", atomically: true, encoding: .utf8)
+        let cli = try await roles.open(["open", Self.bundle, other, "--activity"], socket: daemon.socket, dir: dir)
+        #expect(cli.status == 0, "\(cli.stdout) \(cli.stderr)")
+        #expect(try await Self.storedRows(daemon, "SELECT engagement FROM items WHERE uid = '\(other)'") == "1.0")
+        // The desktop still cannot name the history as an index, nor engage with a bundle's
+        // activity history that does not exist.
+        let desktop = SearchlightConnection(role: .desktop, socketPath: daemon.socket)
+        defer { Task { await desktop.close() } }
+        await #expect(throws: SearchlightError.self) {
+            _ = try await desktop.call(Method.queryEngaged, ["bundle": .string(Self.bundle), "identifier": "view-a", "index": "_activities"])
+        }
+        await #expect(throws: SearchlightError.self) {
+            _ = try await desktop.send(QueryEngaged(target: .identifier("x"), bundle: "com.example.none", activity: true))
+        }
+    }
+
+    @Test("an activity saved before its related item exists is shown as that item once it is donated (both orders)")
+    func dedupeWhenItemArrivesLater() async throws {
+        let daemon = try await DaemonProcess()
+        let app = Self.app(daemon)
+        defer { Task { await app.close() } }
+        // The activity first: kept, as the item does not exist yet.
+        let a = Self.activity(daemon, "view-late", title: "Natural Bridges late")
+        var set = AttributeSet()
+        set.relatedUniqueIdentifier = "trip-late"
+        a.contentAttributeSet = set
+        try await a.becomeCurrent()
+        #expect(try await Self.search(daemon, "natural bridges").map(\.id) == ["view-late"])
+        // The item arrives, an old one (last used a year ago), beside an unrelated equal one.
+        try await importItems(Self.bundle, [
+            #"{"uniqueIdentifier":"trip-late","attributeSet":{"title":"Natural Bridges late","lastUsedDate":"2025-01-01T00:00:00Z"}}"#,
+            #"{"uniqueIdentifier":"trip-other","attributeSet":{"title":"Natural Bridges late","lastUsedDate":"2025-01-01T00:00:00Z"}}"#,
+        ], socket: daemon.socket, dir: daemon.dir)
+        let after = try await Self.search(daemon, "natural bridges")
+        #expect(after.map(\.id) == ["trip-late", "trip-other"], "shown once, as the item, first: \(after.map(\.id))")
+        #expect(after.allSatisfy { $0.index == nil }, "no activity result: \(after.map(\.item))")
+        let lastUsed = after.first?.item["attributeSet"]?["lastUsedDate"]?.stringValue.flatMap(ISO8601.parse)
+        #expect((lastUsed ?? .distantPast) > Date().addingTimeInterval(-600), "the activity's recency: \(String(describing: lastUsed))")
+        #expect(try await DesktopSearchTests().engagement(daemon, Self.bundle, "trip-late") == 1)
+        #expect(try await Self.storedRows(daemon, "SELECT count(*) FROM items") == "0", "the activity left the history")
+        // The other order (item first) still holds: a new save is shown as the item at once.
+        let again = Self.activity(daemon, "view-late-2", title: "Natural Bridges late")
+        again.contentAttributeSet = set
+        #expect(try await app.send(try again.saveRequest(current: true)).shownAs == "item")
+        #expect(try await Self.search(daemon, "natural bridges").map(\.id) == ["trip-late", "trip-other"])
+        #expect(try await DesktopSearchTests().engagement(daemon, Self.bundle, "trip-late") == 2)
+    }
+
+    @Test("an app that dies with a current activity has it resigned (kept in the history)",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: Products.path("searchlight-test-client"))))
+    func disconnectResigns() async throws {
+        let daemon = try await DaemonProcess()
+        let process = Process()
+        let output = Pipe()
+        process.executableURL = URL(fileURLWithPath: Products.path("searchlight-test-client"))
+        process.arguments = ["current", daemon.socket, "held-view", Self.bundle]
+        process.standardInput = Pipe()
+        process.standardOutput = output
+        try process.run()
+        defer { if process.isRunning { process.terminate() } }
+        var line = Data()
+        while true {
+            let byte = output.fileHandleForReading.readData(ofLength: 1)
+            if byte.isEmpty || byte == Data([0x0A]) { break }
+            line.append(byte)
+        }
+        #expect(String(decoding: line, as: UTF8.self) == "current=ok")
+        var found = try await Self.search(daemon, "bridges view")
+        #expect(found.map(\.id) == ["held-view"] && found.first?.item["attributeSet"]?["custom"]?["activityCurrent"] == true)
+        // Killed (a crash): no resign from the app.
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        let deadline = Date().addingTimeInterval(15)
+        while try await Self.search(daemon, "bridges view").first?.item["attributeSet"]?["custom"]?["activityCurrent"] != false, Date() < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        found = try await Self.search(daemon, "bridges view")
+        #expect(found.map(\.id) == ["held-view"], "kept in the history")
+        #expect(found.first?.item["attributeSet"]?["custom"]?["activityCurrent"] == false, "\(found.map(\.item))")
+    }
+
     /// The cost of `becomeCurrent()` through the socket (issue 33's figure): run with
     /// SEARCHLIGHT_MEASURE_ACTIVITY=N (calls); prints p50/p99. A release daemon: build it
     /// (`swift build -c release --product searchlightd`) and point SEARCHLIGHT_PRODUCTS at a folder

@@ -18,13 +18,55 @@ import Synchronization
 ///
 /// An activity whose `contentAttributeSet.relatedUniqueIdentifier` names an item of the bundle's
 /// default index is not kept as an activity: that item stands for it (shown once), its
-/// `lastUsedDate` set to now and, when current, its engagement counted.
+/// `lastUsedDate` set to now and, when current, its engagement counted. One saved before its
+/// item existed is kept until the item is donated, then shown as it the same way (`absorb`).
 struct ActivityCalls {
     let calls: BundleCalls
     var context: ServiceContext { calls.context }
 
-    /// The bundle's current activity, per bundle: a new current one resigns the one before it.
-    private static let current = Mutex<[String: String]>([:])
+    /// The bundle's current activity and the connection that made it current, per bundle: a new
+    /// current one resigns the one before it, and so does the close of that connection (the app
+    /// quit or crashed: `connectionClosed`).
+    private struct Current {
+        var identifier: String
+        var connection: ObjectIdentifier
+    }
+    private static let current = Mutex<[String: Current]>([:])
+    private var connectionID: ObjectIdentifier { ObjectIdentifier(calls.client.connection) }
+
+    /// Whether a connection holds a bundle's current activity (such a connection is not closed
+    /// for idleness: the app is still showing it).
+    static func holdsCurrent(_ connection: ObjectIdentifier) -> Bool {
+        current.withLock { $0.values.contains { $0.connection == connection } }
+    }
+
+    /// The connection closed (its app quit or crashed): the activities it made current are
+    /// resigned, as NSUserActivity's are when their app goes away; they stay in the history.
+    static func connectionClosed(_ connection: ObjectIdentifier, context: ServiceContext) {
+        let held = current.withLock { all -> [(bundle: String, identifier: String)] in
+            let mine = all.filter { $0.value.connection == connection }
+            for bundle in mine.keys { all[bundle] = nil }
+            return mine.map { ($0.key, $0.value.identifier) }
+        }
+        for (bundle, identifier) in held {
+            do {
+                try context.registry.withStore(bundle: bundle, index: Names.activityIndex, create: false) { (store) throws(SearchlightError) in
+                    _ = try store?.applySync([.items([resignation(identifier)])])
+                }
+            } catch {
+                context.log.warning("activity not resigned on disconnect", ["bundle": bundle, "error": error.message])
+            }
+        }
+    }
+
+    /// The update that marks an activity no longer current.
+    private static func resignation(_ id: String) -> SearchableItem {
+        var a = AttributeSet()
+        a[custom: "activityCurrent"] = .bool(false)
+        var update = SearchableItem(uniqueIdentifier: id, attributeSet: a)
+        update.isUpdate = true
+        return update
+    }
 
     private func ownBundle() throws(SearchlightError) -> String {
         guard case .app(let bundle) = calls.caller else {
@@ -36,6 +78,12 @@ struct ActivityCalls {
 
     func save(_ r: ActivitySave) throws(SearchlightError) -> ActivitySave.Response {
         let bundle = try ownBundle()
+        // A user's history says what that user did: root (who may write any bundle as an app)
+        // does not write it into a bundle another user owns, so it cannot be forged for them.
+        if let owner = context.state.bundle(bundle)?.ownerUID, owner != calls.client.peer.uid {
+            throw SearchlightError(.permissionDenied,
+                "user activities of \(bundle) are written by its owner's apps only (uid \(owner)); run the app as that user")
+        }
         if context.state.bundle(bundle)?.indexingEnabled == false {
             throw SearchlightError(.indexingUnsupported, "indexing is off for \(bundle); turn it on with `searchlight indexing on \(bundle)`")
         }
@@ -103,14 +151,14 @@ struct ActivityCalls {
 
     func resign(_ r: ActivityResign) throws(SearchlightError) -> JSONResponse {
         let bundle = try ownBundle()
-        Self.current.withLock { if $0[bundle] == r.persistentIdentifier { $0[bundle] = nil } }
+        Self.current.withLock { if $0[bundle]?.identifier == r.persistentIdentifier { $0[bundle] = nil } }
         try markResigned(r.persistentIdentifier)
         return .empty
     }
 
     func delete(_ r: ActivityDelete) throws(SearchlightError) -> JSONResponse {
         let bundle = try ownBundle()
-        Self.current.withLock { if let c = $0[bundle], r.persistentIdentifiers.contains(c) { $0[bundle] = nil } }
+        Self.current.withLock { if let c = $0[bundle], r.persistentIdentifiers.contains(c.identifier) { $0[bundle] = nil } }
         return JSONResponse(result: ["deleted": .number(Double(try deleteStored(r.persistentIdentifiers)))])
     }
 
@@ -139,12 +187,59 @@ struct ActivityCalls {
                                        ownerUID: desktop.ownerUID(bundle))
     }
 
-    // MARK: - Helpers
+    // MARK: - Related items donated later
 
-    private func activityIndexExists(_ bundle: String) -> Bool {
+    /// Whether the bundle has an activity history (open, or its file).
+    static func historyExists(_ bundle: String, context: ServiceContext) -> Bool {
         context.registry.servedStore(bundle: bundle, index: Names.activityIndex) != nil
             || FileManager.default.fileExists(atPath: context.registry.path(bundle: bundle, index: Names.activityIndex))
     }
+
+    /// Items of the default index (`items`) were donated: the saved activities whose related item
+    /// is among `identifiers` (saved while that item did not exist) are shown as it from now on,
+    /// by the rule of `save`: the item takes the activity's recency (its `lastUsedDate`, when
+    /// later than the item's own) and engagement, and the activity leaves the history.
+    static func absorb(relatedTo identifiers: Set<String>, bundle: String, items: IndexStore, context: ServiceContext) throws(SearchlightError) {
+        try context.registry.withStore(bundle: bundle, index: Names.activityIndex, create: false) { (history) throws(SearchlightError) in
+            guard let history else { return }
+            // The history is bounded (--max-activities-per-bundle): its related names are read whole.
+            let related = try history.read { db in
+                try db.rows("""
+                    SELECT uid, json_extract(attrs, '$.custom.activityRelatedItem'), last_used, engagement FROM items
+                    WHERE expires > ? AND json_extract(attrs, '$.custom.activityRelatedItem') IS NOT NULL
+                    """, [.double(Date().timeIntervalSince1970)]).compactMap { row -> (activity: String, item: String, lastUsed: Double?, engagement: Double)? in
+                    guard let activity = row.string(0), let item = row.string(1), identifiers.contains(item) else { return nil }
+                    return (activity, item, row.double(2), row.double(3) ?? 0)
+                }
+            }
+            guard !related.isEmpty else { return }
+            let existing = try items.read { db in
+                var found: [String: Double?] = [:]
+                for r in related {
+                    for row in try db.rows("SELECT last_used FROM items WHERE uid = ?", [.text(r.item)]) { found[r.item] = row.double(0) }
+                }
+                return found
+            }
+            var absorbed: [String] = []
+            for r in related {
+                guard let itemLastUsed = existing[r.item] else { continue }
+                if let used = r.lastUsed, used > (itemLastUsed ?? -.infinity) {
+                    var touch = AttributeSet()
+                    touch.lastUsedDate = Date(timeIntervalSince1970: used)
+                    var update = SearchableItem(uniqueIdentifier: r.item, attributeSet: touch)
+                    update.isUpdate = true
+                    _ = try items.applySync([.items([update])])
+                }
+                if r.engagement > 0 { try items.recordEngagement(identifier: r.item, suggestion: nil, weight: r.engagement) }
+                absorbed.append(r.activity)
+            }
+            if !absorbed.isEmpty { _ = try history.applySync([.deleteIdentifiers(absorbed)]) }
+        }
+    }
+
+    // MARK: - Helpers
+
+    private func activityIndexExists(_ bundle: String) -> Bool { Self.historyExists(bundle, context: context) }
 
     @discardableResult
     private func deleteStored(_ ids: [String]) throws(SearchlightError) -> Int {
@@ -154,18 +249,15 @@ struct ActivityCalls {
 
     private func markResigned(_ id: String) throws(SearchlightError) {
         guard case .app(let bundle) = calls.caller, activityIndexExists(bundle) else { return }
-        var a = AttributeSet()
-        a[custom: "activityCurrent"] = .bool(false)
-        var update = SearchableItem(uniqueIdentifier: id, attributeSet: a)
-        update.isUpdate = true
-        _ = try calls.apply([.items([update])], index: Names.activityIndex, bundle: nil)
+        _ = try calls.apply([.items([Self.resignation(id)])], index: Names.activityIndex, bundle: nil)
     }
 
     /// `becomeCurrent()` of another activity resigns the one that was current.
     private func resignPrevious(bundle: String, next: String) {
+        let connection = connectionID
         let previous = Self.current.withLock { current -> String? in
-            defer { current[bundle] = next }
-            return current[bundle] == next ? nil : current[bundle]
+            defer { current[bundle] = Current(identifier: next, connection: connection) }
+            return current[bundle]?.identifier == next ? nil : current[bundle]?.identifier
         }
         if let previous { try? markResigned(previous) }
     }
