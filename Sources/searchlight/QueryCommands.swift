@@ -224,7 +224,12 @@ enum QueryCommands {
             if sections > 0 { Console.out("") }
             sections += 1
             Console.out(title)
-            printItems(hits.map(\.item), extra: [], bundles: hits.map(\.bundle), notes: hits.map { $0.explain.map(explanation) })
+            // A user activity of the app's history (DESIGN §13) is marked as one.
+            let notes = hits.map { hit -> String? in
+                let parts = [hit.wire["index"]?.stringValue == Names.activityIndex ? "(activity)" : nil, hit.explain.map(explanation)].compactMap { $0 }
+                return parts.isEmpty ? nil : parts.joined(separator: " ")
+            }
+            printItems(hits.map(\.item), extra: [], bundles: hits.map(\.bundle), notes: notes)
         }
         section("Top hits:", answer.ranked)
         section(answer.ranked.isEmpty ? "Results:" : "Other results:", others)

@@ -286,6 +286,13 @@ struct UserActivityTests {
         }
         let still = try await rpc(as: alice, bundle: "com.alice.notes", [["method": "query.user", "params": ["text": "private"]]])
         #expect(still.first?["result"]?["items"]?.arrayValue?.first?["uniqueIdentifier"] == "secret-view", "\(still)")
+        // Root, who may write any bundle as an app, cannot forge Alice's history (the CLI speaks as
+        // the app); it may list it.
+        let forged = try await runCLI(["activity", "save", "com.alice.notes", "--type", "com.alice.view", "--title", "forged visit"],
+                                      socket: daemon.socket)
+        #expect(forged.status == 1 && forged.stderr.contains("owner"), "\(forged.status) \(forged.stderr)")
+        let listed = try await runCLI(["activity", "list", "com.alice.notes"], socket: daemon.socket)
+        #expect(listed.status == 0 && listed.stdout.hasPrefix("secret-view  alice private trip"), "\(listed.stdout) \(listed.stderr)")
     }
 
     @Test("GNOME Shell shows an activity as a result of its app and activating it launches the app with its URI",
@@ -434,6 +441,44 @@ struct UserActivityTests {
         found = try await Self.search(daemon, "bridges view")
         #expect(found.map(\.id) == ["held-view"], "kept in the history")
         #expect(found.first?.item["attributeSet"]?["custom"]?["activityCurrent"] == false, "\(found.map(\.item))")
+    }
+
+    @Test("searchlight activity save, list and delete, as the app")
+    func cli() async throws {
+        let daemon = try await DaemonProcess()
+        let saved = try await runCLI(["activity", "save", Self.bundle, "--type", "com.example.notes.view", "--title", "Bridges tour",
+                                      "--id", "tour-1", "--keywords", "utah", "arches", "--url", "https://example.org/tour"],
+                                     socket: daemon.socket)
+        #expect(saved.status == 0 && saved.stdout == "saved activity tour-1 of com.example.notes\n", "\(saved.stdout) \(saved.stderr)")
+        let found = try await Self.search(daemon, "arches")
+        #expect(found.map(\.id) == ["tour-1"] && found.first?.index == "_activities", "\(found.map(\.item))")
+        #expect(found.first?.item["attributeSet"]?["custom"]?["activityWebpageURL"] == "https://example.org/tour")
+        // --current: engagement, and resigned when the command exits (its connection closes).
+        let current = try await runCLI(["activity", "save", Self.bundle, "--type", "com.example.notes.view", "--title", "Bridges walk",
+                                        "--id", "walk-1", "--current"], socket: daemon.socket)
+        #expect(current.status == 0, "\(current.stderr)")
+        #expect(try await Self.storedRows(daemon, "SELECT engagement FROM items WHERE uid = 'walk-1'") == "1.0")
+        let listed = try await runCLI(["activity", "list", Self.bundle], socket: daemon.socket)
+        #expect(listed.status == 0, "\(listed.stderr)")
+        let lines = listed.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.count == 2 && lines[0].hasPrefix("walk-1  Bridges walk  last used ") && lines[1].hasPrefix("tour-1  Bridges tour"),
+                "\(listed.stdout)")
+        #expect(!listed.stdout.contains("(current)"), "resigned at exit: \(listed.stdout)")
+        let json = try await runCLI(["activity", "list", Self.bundle, "--limit", "1", "--json"], socket: daemon.socket)
+        #expect(try JSONValue.parse(json.stdout)["activities"]?.arrayValue?.count == 1, "\(json.stdout)")
+        let deleted = try await runCLI(["activity", "delete", Self.bundle, "--identifiers", "tour-1", "nosuch"], socket: daemon.socket)
+        #expect(deleted.status == 0 && deleted.stdout == "deleted 1 activity of com.example.notes\n", "\(deleted.stdout) \(deleted.stderr)")
+        #expect(try await Self.search(daemon, "bridges").map(\.id) == ["walk-1"])
+        let all = try await runCLI(["activity", "delete", Self.bundle, "--all"], socket: daemon.socket)
+        #expect(all.status == 0 && all.stdout.hasPrefix("deleted 1 "), "\(all.stdout)")
+        // Usage errors: exit 2, with what to give.
+        for (args, says) in [(["activity", "save", Self.bundle, "--title", "x"], "--type"),
+                             (["activity", "save", Self.bundle, "--type", "t.v", "--title", "x", "--url", "file:///etc/passwd"], "--url"),
+                             (["activity", "delete", Self.bundle], "--identifiers"),
+                             (["activity", "rename", Self.bundle], "'save'")] {
+            let r = try await runCLI(args, socket: daemon.socket)
+            #expect(r.status == 2 && r.stderr.contains(says), "\(args): \(r.status) \(r.stderr)")
+        }
     }
 
     /// The cost of `becomeCurrent()` through the socket (issue 33's figure): run with

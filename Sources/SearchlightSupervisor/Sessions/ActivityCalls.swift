@@ -170,6 +170,25 @@ struct ActivityCalls {
         return JSONResponse(result: ["deleted": .number(Double(r.deleted))])
     }
 
+    /// `activity.list`: the app's own saved activities (not expired), most recently used first.
+    func list(_ r: ActivityList) throws(SearchlightError) -> JSONResponse {
+        guard case .app(let bundle) = calls.caller else { throw BundleAccess.denied("") }
+        try calls.authorize(bundle, write: false)
+        guard activityIndexExists(bundle) else { return JSONResponse(result: ["activities": []]) }
+        let items = try context.registry.withStore(bundle: bundle, index: Names.activityIndex, create: false) {
+            (store) throws(SearchlightError) -> [JSONValue] in
+            guard let store else { return [] }
+            let ids = try store.read { db in
+                try db.rows("SELECT uid FROM items WHERE expires > ? ORDER BY coalesce(last_used, 0) DESC, rowid DESC LIMIT ?",
+                            [.double(Date().timeIntervalSince1970), .integer(Int64(r.limit))]).compactMap { $0.string(0) }
+            }
+            let found = try store.items(withIdentifiers: ids)
+            let byID = Dictionary(found.compactMap { v in v["uniqueIdentifier"]?.stringValue.map { ($0, v) } }, uniquingKeysWith: { a, _ in a })
+            return ids.compactMap { byID[$0] }
+        }
+        return JSONResponse(result: ["activities": .array(items)])
+    }
+
     /// `activity.resolve`: the stored activity (every attribute) and how the bundle opens; the
     /// desktop names a bundle it may show, an app reads its own, an administrator names any.
     func resolve(_ r: ActivityResolve) throws(SearchlightError) -> DesktopResolve.Response {
@@ -281,6 +300,7 @@ extension HandlerTable where Session: BundleSession {
         on(ActivityResign.self) { s, r throws(SearchlightError) in try ActivityCalls(calls: s.calls).resign(r) }
         on(ActivityDelete.self) { s, r throws(SearchlightError) in try ActivityCalls(calls: s.calls).delete(r) }
         on(ActivityDeleteAll.self) { s, _ throws(SearchlightError) in try ActivityCalls(calls: s.calls).deleteAll() }
+        on(ActivityList.self) { s, r throws(SearchlightError) in try ActivityCalls(calls: s.calls).list(r) }
         addActivityResolve()
     }
 
