@@ -244,7 +244,10 @@ final class ClientSession: Sendable {
     private func handshakeAnswer(bundle: String?) -> Initialize.Response {
         Initialize.Response(
             serverVersion: Version.string,
-            capabilities: ["batches": true, "userQueries": true, "suggestions": true, "extensions": true],
+            // `mode`: under a system daemon an app's first write claims a bundle for its uid, so a
+            // client that writes for other apps (the RecentFiles sample) keeps to its own bundle.
+            capabilities: ["batches": true, "userQueries": true, "suggestions": true, "extensions": true,
+                           "mode": .string(context.config.system ? "system" : "user")],
             limits: [
                 "maxFrameBytes": .number(Double(limits.maxFrameBytes)),
                 "maxItemBytes": .number(Double(limits.maxItemBytes)),
