@@ -493,6 +493,16 @@ struct UserActivityTests {
         var samples: [Double] = []
         let activities = (0..<10).map { Self.activity(daemon, "view-\($0)", title: "Natural Bridges note \($0)") }
         for a in activities { try await a.becomeCurrent() }  // the connection and the history's file exist
+        // The daemon's CPU time (utime + stime, /proc/PID/stat fields 14 and 15) across the loop.
+        let pid = daemon.process?.processIdentifier ?? 0
+        func daemonCPU() -> Double {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return 0 }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            return (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)  // clock ticks
+        }
+        let cpuBefore = daemonCPU()
+        let loadBefore = (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").prefix(3).joined(separator: " ") ?? "?"
         for i in 0..<n {
             let a = activities[i % activities.count]
             let start = ContinuousClock.now
@@ -500,8 +510,11 @@ struct UserActivityTests {
             let d = ContinuousClock.now - start
             samples.append(Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15)
         }
+        let cpuPerCall = (daemonCPU() - cpuBefore) / Double(sysconf(Int32(_SC_CLK_TCK))) * 1000 / Double(n)
+        let loadAfter = (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").prefix(3).joined(separator: " ") ?? "?"
         samples.sort()
         func p(_ q: Double) -> String { String(format: "%.2f", samples[min(samples.count - 1, Int(Double(samples.count) * q))]) }
-        print("becomeCurrent through the socket: n=\(n) p50=\(p(0.5)) ms p99=\(p(0.99)) ms max=\(p(1)) ms")
+        print("becomeCurrent through the socket: n=\(n) p50=\(p(0.5)) ms p99=\(p(0.99)) ms max=\(p(1)) ms daemon_cpu_per_call="
+              + String(format: "%.3f", cpuPerCall) + " ms load=\(loadBefore) -> \(loadAfter)")
     }
 }

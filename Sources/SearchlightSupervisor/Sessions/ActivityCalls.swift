@@ -34,6 +34,11 @@ struct ActivityCalls {
     private static let current = Mutex<[String: Current]>([:])
     private var connectionID: ObjectIdentifier { ObjectIdentifier(calls.client.connection) }
 
+    /// A measurement switch (issue 33's becomeCurrent() figure, side by side in one binary):
+    /// `SEARCHLIGHTD_ACTIVITY_SEPARATE_COMMITS=1` saves as before, in three commits (resign the
+    /// previous, save, count the engagement). Not for use otherwise.
+    private static let separateCommits = ProcessInfo.processInfo.environment["SEARCHLIGHTD_ACTIVITY_SEPARATE_COMMITS"] == "1"
+
     /// Whether a connection holds a bundle's current activity (such a connection is not closed
     /// for idleness: the app is still showing it).
     static func holdsCurrent(_ connection: ObjectIdentifier) -> Bool {
@@ -91,7 +96,8 @@ struct ActivityCalls {
         if let expires = r.expirationDate, expires.timeIntervalSince(now) > ActivityLimits.maximumLifetime {
             throw .invalidParams("\"expirationDate\" is more than a year ahead; user activities are recent history")
         }
-        if r.current { resignPrevious(bundle: bundle, next: r.persistentIdentifier) }
+        // The activity that was current before, resigned in the same commit as this save.
+        let previous = r.current ? takeCurrent(bundle: bundle, next: r.persistentIdentifier) : nil
         // Shown as the related item, when the bundle has it.
         if let related = r.attributeSet?.relatedUniqueIdentifier, !related.isEmpty,
            let store = try calls.store(bundle: nil, index: "", write: false).store,
@@ -100,21 +106,30 @@ struct ActivityCalls {
             touch.lastUsedDate = now
             var update = SearchableItem(uniqueIdentifier: related, attributeSet: touch)
             update.isUpdate = true
-            _ = try calls.apply([.items([update])], index: "", bundle: nil)
-            if r.current { try store.recordEngagement(identifier: related, suggestion: nil, weight: 1) }
+            _ = try calls.apply([.items([update])], index: "", bundle: nil, engaging: r.current ? (related, 1) : nil)
+            if let previous { try? markResigned(previous) }
             try deleteStored([r.persistentIdentifier])
             return .init(persistentIdentifier: r.persistentIdentifier, shownAs: "item")
         }
         guard r.eligibleForSearch else {
+            if let previous { try? markResigned(previous) }
             try deleteStored([r.persistentIdentifier])
             return .init(persistentIdentifier: r.persistentIdentifier, shownAs: "none")
         }
         let item = try Self.item(r, now: now, limits: calls.limits)
-        _ = try calls.apply([.items([item])], index: Names.activityIndex, bundle: nil)
+        if Self.separateCommits {
+            if let previous { try? markResigned(previous) }
+            _ = try calls.apply([.items([item])], index: Names.activityIndex, bundle: nil)
+            _ = try calls.apply([], index: Names.activityIndex, bundle: nil, engaging: r.current ? (r.persistentIdentifier, 1) : nil)
+        } else {
+            // One commit: the previous current activity resigned, this one saved, its engagement counted.
+            let items = (previous.map { [Self.resignation($0)] } ?? []) + [item]
+            _ = try calls.apply([.items(items)], index: Names.activityIndex, bundle: nil,
+                                engaging: r.current ? (r.persistentIdentifier, 1) : nil)
+        }
         guard let store = try calls.store(bundle: nil, index: Names.activityIndex, write: false).store else {
             throw SearchlightError(.indexUnavailable, "the activity history of \(bundle) could not be opened; retry")
         }
-        if r.current { try store.recordEngagement(identifier: r.persistentIdentifier, suggestion: nil, weight: 1) }
         let overflow = try store.identifiersBeyondNewest(context.config.maxActivitiesPerBundle)
         if !overflow.isEmpty { _ = try calls.apply([.deleteIdentifiers(overflow)], index: Names.activityIndex, bundle: nil) }
         return .init(persistentIdentifier: r.persistentIdentifier, shownAs: "activity")
@@ -271,14 +286,14 @@ struct ActivityCalls {
         _ = try calls.apply([.items([Self.resignation(id)])], index: Names.activityIndex, bundle: nil)
     }
 
-    /// `becomeCurrent()` of another activity resigns the one that was current.
-    private func resignPrevious(bundle: String, next: String) {
+    /// `becomeCurrent()` of another activity: it becomes the bundle's current one; answers the
+    /// one that was current before (to resign), if another.
+    private func takeCurrent(bundle: String, next: String) -> String? {
         let connection = connectionID
-        let previous = Self.current.withLock { current -> String? in
+        return Self.current.withLock { current -> String? in
             defer { current[bundle] = Current(identifier: next, connection: connection) }
             return current[bundle]?.identifier == next ? nil : current[bundle]?.identifier
         }
-        if let previous { try? markResigned(previous) }
     }
 }
 

@@ -134,11 +134,11 @@ struct BundleCalls: Sendable {
     /// extension's `deleteAll` (the usual start of a reindex-all) goes to the shadow only: the old
     /// file keeps answering queries completely until the swap. An app's `deleteAll` goes to both.
     func apply(_ mutations: [Mutation], index: String, bundle requested: String?, expecting expectation: ClientStateExpectation = .any,
-               newClientState: [UInt8]? = nil) throws(SearchlightError) -> ApplyResult {
+               newClientState: [UInt8]? = nil, engaging: (identifier: String, weight: Double)? = nil) throws(SearchlightError) -> ApplyResult {
         let target = try store(bundle: requested, index: index, write: true)
         guard let store = target.store else { throw SearchlightError(.indexUnavailable, "index could not be opened") }
         guard let shadow = context.registry.shadow(bundle: target.bundle, index: target.index) else {
-            let result = try store.applySync(mutations, expecting: expectation, newClientState: newClientState)
+            let result = try store.applySync(mutations, expecting: expectation, newClientState: newClientState, engaging: engaging)
             if result.indexed > 0 { context.refinementShare?.donated(bundle: target.bundle, index: target.index) }
             if result.indexed > 0, target.index.isEmpty { relatedItemsArrived(mutations, bundle: target.bundle, store: store) }
             return result
@@ -147,7 +147,7 @@ struct BundleCalls: Sendable {
         if case .extensionUnit = caller {
             forOld.removeAll { if case .deleteAll = $0 { true } else { false } }
         }
-        let result = try store.applySync(forOld, expecting: expectation, newClientState: newClientState)
+        let result = try store.applySync(forOld, expecting: expectation, newClientState: newClientState, engaging: engaging)
         if result.indexed > 0 { context.refinementShare?.donated(bundle: target.bundle, index: target.index) }
         if result.indexed > 0, target.index.isEmpty { relatedItemsArrived(mutations, bundle: target.bundle, store: store) }
         do {
