@@ -270,13 +270,19 @@ public final class IndexStore: @unchecked Sendable {
     }
 
     /// The blocking form of `apply`, for callers on their own threads (the daemon's connections).
+    /// `engaging`: an item's engagement counted in the same transaction, after the mutations
+    /// (`recordEngagement`'s work; a user activity's `becomeCurrent()` is one commit).
     public func applySync(
-        _ mutations: [Mutation], expecting expectation: ClientStateExpectation = .any, newClientState: [UInt8]? = nil
+        _ mutations: [Mutation], expecting expectation: ClientStateExpectation = .any, newClientState: [UInt8]? = nil,
+        engaging: (identifier: String, weight: Double)? = nil
     ) throws(SearchlightError) -> ApplyResult {
         let prepared = prepare(mutations)
         let box = ResultBox()
+        let now = options.clock().timeIntervalSince1970
         enqueue(items: mutations.itemCount, { store in
-            try store.applyInTransaction(prepared, expectation: expectation, newClientState: newClientState)
+            let result = try store.applyInTransaction(prepared, expectation: expectation, newClientState: newClientState)
+            if let engaging { try store.engage(engaging.identifier, weight: engaging.weight, at: now) }
+            return result
         }) {
             box.set($0)
         }

@@ -257,7 +257,12 @@ extension BundleCalls {
     }
 
     func engaged(_ r: QueryEngaged) throws(SearchlightError) -> JSONResponse {
-        guard let store = try store(bundle: r.bundle, index: r.index, write: true).store else { return .empty }
+        // An activity result (`activity: true`): its bundle's history, which must exist (read
+        // access, as the desktop's engagement: the ranking signal is not the history's data; an
+        // engagement never creates the history nor claims the bundle).
+        let found = r.activity ? try store(bundle: r.bundle, index: Names.activityIndex, write: false).store
+                               : try store(bundle: r.bundle, index: r.index, write: true).store
+        guard let store = found else { return .empty }
         var identifier: String?, suggestion: String?
         switch r.target {
         case .identifier(let id): identifier = id
