@@ -34,11 +34,6 @@ struct ActivityCalls {
     private static let current = Mutex<[String: Current]>([:])
     private var connectionID: ObjectIdentifier { ObjectIdentifier(calls.client.connection) }
 
-    /// A measurement switch (issue 33's becomeCurrent() figure, side by side in one binary):
-    /// `SEARCHLIGHTD_ACTIVITY_SEPARATE_COMMITS=1` saves as before, in three commits (resign the
-    /// previous, save, count the engagement). Not for use otherwise.
-    private static let separateCommits = ProcessInfo.processInfo.environment["SEARCHLIGHTD_ACTIVITY_SEPARATE_COMMITS"] == "1"
-
     /// Whether a connection holds a bundle's current activity (such a connection is not closed
     /// for idleness: the app is still showing it).
     static func holdsCurrent(_ connection: ObjectIdentifier) -> Bool {
@@ -117,16 +112,10 @@ struct ActivityCalls {
             return .init(persistentIdentifier: r.persistentIdentifier, shownAs: "none")
         }
         let item = try Self.item(r, now: now, limits: calls.limits)
-        if Self.separateCommits {
-            if let previous { try? markResigned(previous) }
-            _ = try calls.apply([.items([item])], index: Names.activityIndex, bundle: nil)
-            _ = try calls.apply([], index: Names.activityIndex, bundle: nil, engaging: r.current ? (r.persistentIdentifier, 1) : nil)
-        } else {
-            // One commit: the previous current activity resigned, this one saved, its engagement counted.
-            let items = (previous.map { [Self.resignation($0)] } ?? []) + [item]
-            _ = try calls.apply([.items(items)], index: Names.activityIndex, bundle: nil,
-                                engaging: r.current ? (r.persistentIdentifier, 1) : nil)
-        }
+        // One commit: the previous current activity resigned, this one saved, its engagement counted.
+        let items = (previous.map { [Self.resignation($0)] } ?? []) + [item]
+        _ = try calls.apply([.items(items)], index: Names.activityIndex, bundle: nil,
+                            engaging: r.current ? (r.persistentIdentifier, 1) : nil)
         guard let store = try calls.store(bundle: nil, index: Names.activityIndex, write: false).store else {
             throw SearchlightError(.indexUnavailable, "the activity history of \(bundle) could not be opened; retry")
         }
