@@ -531,6 +531,12 @@ public final class IndexStore: @unchecked Sendable {
         let db = try checkoutReader(background: background)
         defer { checkin(db, background: background) }
         db.postingCache?.needsCheck = true
+        return try run(on: db, budget: budget, body)
+    }
+
+    /// Runs `body` on a reader already checked out (`read`, `IndexSnapshot`), with the budget
+    /// and the error mapping of `read`.
+    func run<T>(on db: Database, budget: QueryBudget?, _ body: (Database) throws -> T) throws(SearchlightError) -> T {
         do {
             return try db.withBudget(budget) { try body(db) }
         } catch {
@@ -544,7 +550,7 @@ public final class IndexStore: @unchecked Sendable {
         }
     }
 
-    private func checkoutReader(background: Bool) throws(SearchlightError) -> Database {
+    func checkoutReader(background: Bool) throws(SearchlightError) -> Database {
         readers.lock()
         defer { readers.unlock() }
         while true {
@@ -581,7 +587,7 @@ public final class IndexStore: @unchecked Sendable {
         }
     }
 
-    private func checkin(_ db: Database, background: Bool) {
+    func checkin(_ db: Database, background: Bool) {
         db.clearFunctionCache()  // the query's compiled patterns by address go with it
         readers.lock()
         checkedOutReaders -= 1
