@@ -16,8 +16,8 @@ struct ProcessLauncher: ExtensionLauncher {
     /// The daemon's socket, handed to the extension as `SEARCHLIGHT_SOCKET` (its own is dropped:
     /// a runner's must never leak in): an extension that also acts as an app (the recent-files
     /// sample saves activities of other apps) reaches this daemon, not the user's default one.
-    /// Never to one that runs as root: as an app, root may write to any bundle, so a root
-    /// extension that reads untrusted input must not be pointed at the daemon as a client.
+    /// Never to one a system daemon runs as root: as an app, root may write to any bundle, so a
+    /// root extension that reads untrusted input must not be pointed at the daemon as a client.
     var daemonSocket: String? = nil
 
     /// Environment variables that belong to the daemon's own relationship with systemd.
@@ -123,9 +123,12 @@ struct ProcessLauncher: ExtensionLauncher {
             env["HOME"] = Self.home(uid) ?? env["HOME"]
             env["USER"] = unit.userName ?? env["USER"]
         }
-        // Only to an extension that does not run as root (see `daemonSocket`); a unit's own
-        // `EnvironmentVariables` still wins, as before (its file is the administrator's).
-        if let daemonSocket, (config.user?.uid ?? getuid()) != 0, unit.environment["SEARCHLIGHT_SOCKET"] == nil {
+        // Not to an extension a system daemon runs as root (see `daemonSocket`). A user daemon's
+        // extensions run as its own user, who owns the socket and its bundles already (the tests'
+        // root-run user daemons included). A unit's own `EnvironmentVariables` still wins, as
+        // before (its file is the administrator's).
+        let root = system && (config.user?.uid ?? getuid()) == 0
+        if let daemonSocket, !root, unit.environment["SEARCHLIGHT_SOCKET"] == nil {
             env["SEARCHLIGHT_SOCKET"] = daemonSocket
         }
         config.environment = env
