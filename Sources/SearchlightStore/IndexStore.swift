@@ -340,13 +340,31 @@ public final class IndexStore: @unchecked Sendable {
 
     /// A donation's thread (`applySync`: the daemon's connections), after its commit: waits while
     /// the fresh segments lag by more than `rankedLagLimit` items, `rankedLagWait` at most.
+    /// Not while the fresh lane's builds fail (a persistent error, shown by `admin.status` as the
+    /// ranked index's `lastError`): no segment would end the wait, and every donation would pay
+    /// the whole of it.
     private func waitForRankedLag() {
         guard options.rankedIndexBuilds, options.rankedIndexFreshSegments else { return }
         let deadline = Date(timeIntervalSinceNow: Self.rankedLagWait)
         BlockingCheck.blocking("IndexStore: waiting for fresh segments")
-        lagCondition.withLock {
-            while rankedLag > Self.rankedLagLimit, !isClosing, lagCondition.wait(until: deadline) {}
+        let paced: Bool = lagCondition.withLock {
+            var paced = false
+            while rankedLag > Self.rankedLagLimit, !isClosing, !rankMaintainer.freshBuildsFailing {
+                paced = true
+                if !lagCondition.wait(until: deadline) { break }
+            }
+            return paced
         }
+        if paced { stateLock.withLock { pacedDonations += 1 } }
+    }
+
+    /// Donations whose answer waited for fresh segments (`waitForRankedLag`), since the store opened.
+    private var pacedDonations = 0
+    var pacedDonationCount: Int { stateLock.withLock { pacedDonations } }
+
+    /// The fresh lane's build failed: donations waiting for its segments stop waiting.
+    func rankedBuildsFailed() {
+        lagCondition.withLock { lagCondition.broadcast() }
     }
 
     private func writerLoop() {

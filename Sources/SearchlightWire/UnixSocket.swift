@@ -46,6 +46,9 @@ public final class UnixSocket: @unchecked Sendable {
 
     public var fd: Int32 { lock.withLock { _fd } }
 
+    /// `accept` calls waiting on this listener now (tests).
+    var acceptsWaiting: Int { lock.withLock { accepting } }
+
     public static func makeAddress(_ path: String) throws -> sockaddr_un {
         var addr = sockaddr_un()
         addr.sun_family = sa_family_t(AF_UNIX)
@@ -317,10 +320,15 @@ public final class UnixSocket: @unchecked Sendable {
     }
 
     /// Closes this process's descriptor only, without shutting the socket down: for the end
-    /// handed to a child process, which keeps using its inherited copy.
+    /// handed to a child process, which keeps using its inherited copy. On a listener with an
+    /// `accept` waiting, it is `close()`: only a shutdown ends that wait (a listener this process
+    /// accepts on is not one it handed on), and without it the accept would wait for ever.
     public func closeDescriptor() {
         lock.withLock {
-            if _fd >= 0 { release(_fd) }
+            if _fd >= 0 {
+                if accepting > 0 { Glibc.shutdown(_fd, Int32(SHUT_RDWR)) }
+                release(_fd)
+            }
             _fd = -1
         }
     }
