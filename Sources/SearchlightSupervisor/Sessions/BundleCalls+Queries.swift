@@ -174,8 +174,9 @@ extension BundleCalls {
 
     /// A user query across bundles as one ranking (Docs/Architecture.md, "Queries"): every
     /// index's statistics summed, every index's candidates scored with the sum, one fusion over
-    /// the union, and only the chosen items read. Each index (up to half the open-index bound) is
-    /// leased for the whole query and read in one read transaction (`IndexSnapshot`): a
+    /// the union, and only the chosen items read. Each index (while fewer than half the open-index
+    /// bound are held so by all queries together) is leased for the whole query and read in one
+    /// read transaction (`IndexSnapshot`): a
     /// ranked-index step or a write landing between its statistics and its candidates would
     /// shift its scores. Past that many, an index is leased only while each phase reads it, in a
     /// transaction of its own. `hits` come best first; `targets` are the indexes read.
@@ -187,16 +188,33 @@ extension BundleCalls {
         let lease = IndexLeases(context.registry)
         defer { lease.release() }
         var snapshots: [IndexSnapshot?] = []
-        defer { for s in snapshots { s?.close() } }
-        let held = max(1, context.registry.maxOpen / 2)
+        defer {
+            for s in snapshots {
+                s?.close()
+                if s != nil { context.registry.releaseSnapshotHold() }
+            }
+        }
         var statistics = CorpusStatistics()
         let incomplete = try forEachQueryTarget(bundle: bundle, index: index, activities: index.isEmpty) { (bundle, index, store) throws(SearchlightError) -> Bool in
             targets.append((bundle, index))
             // Every query visits the indexes in one order (bundles sorted, each one's activities after
             // it), so two queries holding readers never wait for each other's.
-            if snapshots.count < held, let kept = try context.registry.store(bundle: bundle, index: index, create: false, lease: lease) {
-                let snapshot = try kept.openSnapshot(semantic: request.semantic != nil)
+            if context.registry.reserveSnapshotHold() {
+                let snapshot: IndexSnapshot
+                do throws(SearchlightError) {
+                    guard let kept = try context.registry.store(bundle: bundle, index: index, create: false, lease: lease) else {
+                        context.registry.releaseSnapshotHold()
+                        snapshots.append(nil)
+                        statistics.add(try store.corpusStatistics(request, budget: budget))
+                        return true
+                    }
+                    snapshot = try kept.openSnapshot(semantic: request.semantic != nil)
+                } catch {
+                    context.registry.releaseSnapshotHold()
+                    throw error
+                }
                 snapshots.append(snapshot)
+                let kept = snapshot.store
                 statistics.add(try kept.corpusStatistics(request, budget: budget, snapshot: snapshot))
             } else {
                 snapshots.append(nil)
