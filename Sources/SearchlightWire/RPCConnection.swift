@@ -497,7 +497,8 @@ public final class RPCConnection: @unchecked Sendable {
         // it sent before is read to the end (`drainingAfterWriteFailure`). The socket is shut
         // down by the close below, so the reads end at what is buffered.
         if let e = error as? SystemError, e.errno == EPIPE || e.errno == ECONNRESET {
-            lock.withLock { drainingAfterWriteFailure = true }
+            // Not when this side chose to close (its own shutdown fails the writer's write too).
+            lock.withLock { if !closeRequested { drainingAfterWriteFailure = true } }
         }
         outboxCondition.lock()
         writeFailure = "\(error)"

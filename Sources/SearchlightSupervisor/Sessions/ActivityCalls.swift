@@ -92,7 +92,11 @@ struct ActivityCalls {
             throw .invalidParams("\"expirationDate\" is more than a year ahead; user activities are recent history")
         }
         // The activity that was current before, resigned in the same commit as this save.
-        let previous = r.current ? takeCurrent(bundle: bundle, next: r.persistentIdentifier) : nil
+        let taken = r.current ? takeCurrent(bundle: bundle, next: r.persistentIdentifier) : nil
+        let previous = taken?.resign
+        // A save that fails (an invalid item, a full disk) leaves the current activity as it was.
+        var saved = false
+        defer { if !saved, let taken { restoreCurrent(bundle: bundle, next: r.persistentIdentifier, old: taken.old) } }
         // Shown as the related item, when the bundle has it.
         if let related = r.attributeSet?.relatedUniqueIdentifier, !related.isEmpty,
            let store = try calls.store(bundle: nil, index: "", write: false).store,
@@ -104,11 +108,13 @@ struct ActivityCalls {
             _ = try calls.apply([.items([update])], index: "", bundle: nil, engaging: r.current ? (related, 1) : nil)
             if let previous { try? markResigned(previous) }
             try deleteStored([r.persistentIdentifier])
+            saved = true
             return .init(persistentIdentifier: r.persistentIdentifier, shownAs: "item")
         }
         guard r.eligibleForSearch else {
             if let previous { try? markResigned(previous) }
             try deleteStored([r.persistentIdentifier])
+            saved = true
             return .init(persistentIdentifier: r.persistentIdentifier, shownAs: "none")
         }
         let item = try Self.item(r, now: now, limits: calls.limits)
@@ -116,6 +122,7 @@ struct ActivityCalls {
         let items = (previous.map { [Self.resignation($0)] } ?? []) + [item]
         _ = try calls.apply([.items(items)], index: Names.activityIndex, bundle: nil,
                             engaging: r.current ? (r.persistentIdentifier, 1) : nil)
+        saved = true
         guard let store = try calls.store(bundle: nil, index: Names.activityIndex, write: false).store else {
             throw SearchlightError(.indexUnavailable, "the activity history of \(bundle) could not be opened; retry")
         }
@@ -277,11 +284,23 @@ struct ActivityCalls {
 
     /// `becomeCurrent()` of another activity: it becomes the bundle's current one; answers the
     /// one that was current before (to resign), if another.
-    private func takeCurrent(bundle: String, next: String) -> String? {
+    /// Makes `next` the bundle's current activity; returns the one to resign (if another) and the
+    /// entry it replaced (to put back if the save fails).
+    private func takeCurrent(bundle: String, next: String) -> (resign: String?, old: Current?) {
         let connection = connectionID
-        return Self.current.withLock { current -> String? in
-            defer { current[bundle] = Current(identifier: next, connection: connection) }
-            return current[bundle]?.identifier == next ? nil : current[bundle]?.identifier
+        return Self.current.withLock { current -> (resign: String?, old: Current?) in
+            let old = current[bundle]
+            current[bundle] = Current(identifier: next, connection: connection)
+            return (old?.identifier == next ? nil : old?.identifier, old)
+        }
+    }
+
+    /// Undoes `takeCurrent` after a failed save, unless another save has replaced it meanwhile.
+    private func restoreCurrent(bundle: String, next: String, old: Current?) {
+        let connection = connectionID
+        Self.current.withLock { current in
+            guard let now = current[bundle], now.identifier == next, now.connection == connection else { return }
+            current[bundle] = old
         }
     }
 }

@@ -71,6 +71,13 @@ struct RecentFilesImporter: Sendable {
             try saveState(imported)  // progress kept: an interrupted pass does not redo it
         }
         for (bundle, ids) in imported {
+            // Under a system daemon nothing is written to another app's bundle, deletes neither (a
+            // delete would claim it too): entries a user-mode run left in its state are forgotten
+            // (they were saved to the user daemon, not to this one).
+            if mode == "system" && bundle != fallbackBundle {
+                imported[bundle] = nil
+                continue
+            }
             let gone = ids.keys.filter { keep[bundle]?[$0] == nil }.sorted()
             guard !gone.isEmpty else { continue }
             for start in stride(from: 0, to: gone.count, by: ActivityLimits.deleteIdentifiers) {
