@@ -67,6 +67,9 @@ public final class RankMaintainer: @unchecked Sendable {
     /// numbers the waits, so the timer of an earlier one does nothing).
     private var waiting = false
     private var wake = 0
+    /// A request came while the fresh lane's turn was running (not waiting): the turn looks again
+    /// before it waits, so that request is not lost until the wait's timer (`rankedIndexIdleSeconds`).
+    private var askedDuringTurn = false
     /// The merge lane has a job queued or running.
     private var merging = false
     /// The fresh lane found that settling may run (the writes stopped, or a query waited long
@@ -97,7 +100,10 @@ public final class RankMaintainer: @unchecked Sendable {
                 wake += 1
                 return true
             }
-            guard !freshRunning else { return false }
+            guard !freshRunning else {
+                askedDuringTurn = true
+                return false
+            }
             freshRunning = true
             return true
         }
@@ -170,6 +176,7 @@ public final class RankMaintainer: @unchecked Sendable {
     /// may run), the merge lane started after each, then a wait for the writes to stop.
     private func freshLane() {
         while let store, !store.isClosing {
+            lock.withLock { askedDuringTurn = false }
             let settle = settling(store).may
             if store.options.rankedIndexFreshSegments,
                recorded(fresh: true, { () throws(SearchlightError) -> Bool in try store.buildRankedTail(all: settle) }) {
@@ -189,11 +196,15 @@ public final class RankMaintainer: @unchecked Sendable {
                 break
             }
             // Writes are coming in: look again at the next request, or when they may have stopped.
-            let token: Int = lock.withLock {
+            let token: Int? = lock.withLock {
+                // Asked again during this turn (say, after a failed build, by a write that a
+                // working build could now take): look again at once instead of waiting.
+                if askedDuringTurn { return nil }
                 waiting = true
                 wake += 1
                 return wake
             }
+            guard let token else { continue }
             Self.freshQueue.asyncAfter(deadline: .now() + max(0.001, wait)) {
                 let current: Bool = self.lock.withLock {
                     guard self.waiting, self.wake == token else { return false }
