@@ -208,7 +208,9 @@ final class Maintenance: Sendable {
                 log.error("cannot record the maintenance run", ["error": "\(error)"])
             }
         }
-        log.notice(summary.yielded ? "maintenance yielded to load" : "maintenance finished", [
+        let end = !summary.yielded ? "maintenance finished"
+            : stopping.load(ordering: .relaxed) ? "maintenance gave way to the stop" : "maintenance yielded to load"
+        log.notice(end, [
             "trigger": trigger, "indexes": summary.indexes, "purged": summary.purged, "refresh_requested": summary.refreshRequested,
             "rows_scrubbed": summary.rowsScrubbed, "scrub_ms": String(format: "%.1f", summary.scrubMilliseconds),
             "checksum_failures": summary.checksumFailures, "fts_rebuilt": summary.ftsRebuilt, "damaged": summary.damaged,
