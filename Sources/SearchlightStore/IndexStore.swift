@@ -270,18 +270,18 @@ public final class IndexStore: @unchecked Sendable {
     }
 
     /// The blocking form of `apply`, for callers on their own threads (the daemon's connections).
-    /// `engaging`: an item's engagement counted in the same transaction, after the mutations
+    /// `engaging`: items' engagement counted in the same transaction, after the mutations
     /// (`recordEngagement`'s work; a user activity's `becomeCurrent()` is one commit).
     public func applySync(
         _ mutations: [Mutation], expecting expectation: ClientStateExpectation = .any, newClientState: [UInt8]? = nil,
-        engaging: (identifier: String, weight: Double)? = nil
+        engaging: [(identifier: String, weight: Double)] = []
     ) throws(SearchlightError) -> ApplyResult {
         let prepared = prepare(mutations)
         let box = ResultBox()
         let now = options.clock().timeIntervalSince1970
         enqueue(items: mutations.itemCount, { store in
             let result = try store.applyInTransaction(prepared, expectation: expectation, newClientState: newClientState)
-            if let engaging { try store.engage(engaging.identifier, weight: engaging.weight, at: now) }
+            for e in engaging { try store.engage(e.identifier, weight: e.weight, at: now) }
             return result
         }) {
             box.set($0)

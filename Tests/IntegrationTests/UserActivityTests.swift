@@ -390,6 +390,11 @@ struct UserActivityTests {
         a.contentAttributeSet = set
         try await a.becomeCurrent()
         #expect(try await Self.search(daemon, "natural bridges").map(\.id) == ["view-late"])
+        // A second activity of the same item (the first is resigned, kept): one donation absorbs both.
+        let b = Self.activity(daemon, "view-late-b", title: "Natural Bridges late")
+        b.contentAttributeSet = set
+        try await b.becomeCurrent()
+        #expect(try await Self.search(daemon, "natural bridges").map(\.id) == ["view-late-b", "view-late"])
         // The item arrives, an old one (last used a year ago), beside an unrelated equal one.
         try await importItems(Self.bundle, [
             #"{"uniqueIdentifier":"trip-late","attributeSet":{"title":"Natural Bridges late","lastUsedDate":"2025-01-01T00:00:00Z"}}"#,
@@ -400,14 +405,14 @@ struct UserActivityTests {
         #expect(after.allSatisfy { $0.index == nil }, "no activity result: \(after.map(\.item))")
         let lastUsed = after.first?.item["attributeSet"]?["lastUsedDate"]?.stringValue.flatMap(ISO8601.parse)
         #expect((lastUsed ?? .distantPast) > Date().addingTimeInterval(-600), "the activity's recency: \(String(describing: lastUsed))")
-        #expect(try await DesktopSearchTests().engagement(daemon, Self.bundle, "trip-late") == 1)
-        #expect(try await Self.storedRows(daemon, "SELECT count(*) FROM items") == "0", "the activity left the history")
+        #expect(try await DesktopSearchTests().engagement(daemon, Self.bundle, "trip-late") == 2, "both activities' engagement")
+        #expect(try await Self.storedRows(daemon, "SELECT count(*) FROM items") == "0", "the activities left the history")
         // The other order (item first) still holds: a new save is shown as the item at once.
         let again = Self.activity(daemon, "view-late-2", title: "Natural Bridges late")
         again.contentAttributeSet = set
         #expect(try await app.send(try again.saveRequest(current: true)).shownAs == "item")
         #expect(try await Self.search(daemon, "natural bridges").map(\.id) == ["trip-late", "trip-other"])
-        #expect(try await DesktopSearchTests().engagement(daemon, Self.bundle, "trip-late") == 2)
+        #expect(try await DesktopSearchTests().engagement(daemon, Self.bundle, "trip-late") == 3)
     }
 
     @Test("an app that dies with a current activity has it resigned (kept in the history)",

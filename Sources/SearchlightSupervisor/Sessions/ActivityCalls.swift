@@ -105,7 +105,7 @@ struct ActivityCalls {
             touch.lastUsedDate = now
             var update = SearchableItem(uniqueIdentifier: related, attributeSet: touch)
             update.isUpdate = true
-            _ = try calls.apply([.items([update])], index: "", bundle: nil, engaging: r.current ? (related, 1) : nil)
+            _ = try calls.apply([.items([update])], index: "", bundle: nil, engaging: r.current ? [(related, 1)] : [])
             if let previous { try? markResigned(previous) }
             try deleteStored([r.persistentIdentifier])
             saved = true
@@ -121,7 +121,7 @@ struct ActivityCalls {
         // One commit: the previous current activity resigned, this one saved, its engagement counted.
         let items = (previous.map { [Self.resignation($0)] } ?? []) + [item]
         _ = try calls.apply([.items(items)], index: Names.activityIndex, bundle: nil,
-                            engaging: r.current ? (r.persistentIdentifier, 1) : nil)
+                            engaging: r.current ? [(r.persistentIdentifier, 1)] : [])
         saved = true
         guard let store = try calls.store(bundle: nil, index: Names.activityIndex, write: false).store else {
             throw SearchlightError(.indexUnavailable, "the activity history of \(bundle) could not be opened; retry")
@@ -228,8 +228,11 @@ struct ActivityCalls {
     /// Items of the default index (`items`) were donated: the saved activities whose related item
     /// is among `identifiers` (saved while that item did not exist) are shown as it from now on,
     /// by the rule of `save`: the item takes the activity's recency (its `lastUsedDate`, when
-    /// later than the item's own) and engagement, and the activity leaves the history.
-    static func absorb(relatedTo identifiers: Set<String>, bundle: String, items: IndexStore, context: ServiceContext) throws(SearchlightError) {
+    /// later than the item's own) and engagement, and the activity leaves the history. One commit
+    /// (paced once) for every activity a donation names; the recency goes to the migration shadow
+    /// too, when one is filled, so that the swap does not lose it.
+    static func absorb(relatedTo identifiers: Set<String>, bundle: String, items: IndexStore, shadow: IndexStore?,
+                       context: ServiceContext) throws(SearchlightError) {
         try context.registry.withStore(bundle: bundle, index: Names.activityIndex, create: false) { (history) throws(SearchlightError) in
             guard let history else { return }
             // The history is bounded (--max-activities-per-bundle): its related names are read whole.
@@ -251,19 +254,33 @@ struct ActivityCalls {
                 return found
             }
             var absorbed: [String] = []
+            var latest: [String: Double] = [:]  // by item: the latest of its activities' dates
+            var engaging: [(identifier: String, weight: Double)] = []
             for r in related {
                 guard let itemLastUsed = existing[r.item] else { continue }
-                if let used = r.lastUsed, used > (itemLastUsed ?? -.infinity) {
-                    var touch = AttributeSet()
-                    touch.lastUsedDate = Date(timeIntervalSince1970: used)
-                    var update = SearchableItem(uniqueIdentifier: r.item, attributeSet: touch)
-                    update.isUpdate = true
-                    _ = try items.applySync([.items([update])])
-                }
-                if r.engagement > 0 { try items.recordEngagement(identifier: r.item, suggestion: nil, weight: r.engagement) }
+                if let used = r.lastUsed, used > (itemLastUsed ?? -.infinity), used > latest[r.item] ?? -.infinity { latest[r.item] = used }
+                if r.engagement > 0 { engaging.append((r.item, r.engagement)) }
                 absorbed.append(r.activity)
             }
-            if !absorbed.isEmpty { _ = try history.applySync([.deleteIdentifiers(absorbed)]) }
+            guard !absorbed.isEmpty else { return }
+            let updates = latest.sorted { $0.key < $1.key }.map { item, used in
+                var touch = AttributeSet()
+                touch.lastUsedDate = Date(timeIntervalSince1970: used)
+                var update = SearchableItem(uniqueIdentifier: item, attributeSet: touch)
+                update.isUpdate = true
+                return update
+            }
+            let mutations: [Mutation] = updates.isEmpty ? [] : [.items(updates)]
+            _ = try items.applySync(mutations, engaging: engaging)
+            // The engagement is not written to the shadow: the swap carries the old file's over.
+            if let shadow, !mutations.isEmpty {
+                do throws(SearchlightError) {
+                    _ = try shadow.applySync(mutations)
+                } catch {
+                    context.registry.noteShadowFault(bundle: bundle, index: "", error.message)
+                }
+            }
+            _ = try history.applySync([.deleteIdentifiers(absorbed)])
         }
     }
 
