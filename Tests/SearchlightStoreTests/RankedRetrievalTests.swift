@@ -118,11 +118,7 @@ struct RankedBuildTests {
     @Test("the writes stopping during a fresh-lane turn still build the items above the coverage")
     func writesStopDuringTurn() async throws {
         let f = try StoreFixture(rankedBuilds: false)
-        var options = StoreFixture.options(f.clock, maxItems: nil, rankedBuilds: true)
-        options.rankedIndexIdleSeconds = 3600
-        options.rankedIndexFreshSegments = true
-        f.store.close()
-        f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: options)
+        try f.reopenBuildingRanked()
         let turns = Mutex(0)
         f.store.rankMaintainer.setAfterTailBuild { store in
             if turns.withLock({ n in defer { n += 1 }; return n }) == 0 { store.forgetClientWrites() }
