@@ -221,6 +221,9 @@ public final class IndexStore: @unchecked Sendable {
     /// Seconds since a client's write last committed.
     var secondsSinceClientWrite: TimeInterval { Date().timeIntervalSince(stateLock.withLock { lastClientWrite }) }
 
+    /// Tests: the client writes stopped long ago, as far as the ranked index's settling can tell.
+    func forgetClientWrites() { stateLock.withLock { lastClientWrite = .distantPast } }
+
     /// Set once `close` or `shutDown` began: background work stops.
     var isClosing: Bool {
         queue.lock()

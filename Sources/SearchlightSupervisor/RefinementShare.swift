@@ -77,7 +77,7 @@ struct RefinementShareQueue: Sendable {
 ///
 /// Larger indexes keep the idle rule (`Maintenance`). An index being refined by idle maintenance
 /// is left to it (`claim`), and the other way round.
-final class RefinementShare: @unchecked Sendable {
+final class RefinementShare: Sendable {
     typealias Key = RefinementShareQueue.Key
     /// Items per batch: one batch is what a user's query can find in the way of the CPU at most.
     static let batch = 8
@@ -87,26 +87,38 @@ final class RefinementShare: @unchecked Sendable {
     static let maxQueryWait: TimeInterval = 2
     static let waitingForSample = "waiting for a load sample"
 
+    /// Everything that changes, under one lock; the thread waits on `wake` (never under the lock).
+    private struct State {
+        var queue: RefinementShareQueue
+        var stopping = false
+        var started = false
+        var finished = false
+        /// The index being refined, for `status` and the scheduler's sampling.
+        var current: Key?
+        /// Why the share gave way, until a pass goes on again (the load is sampled meanwhile).
+        var paused: String?
+        /// Batches that waited for user queries on the transformer's threads, since the start.
+        var queryWaitsTotal = 0
+        /// Indexes being refined, by the share or by idle maintenance (one at a time each).
+        var claims: Set<Key> = []
+    }
+
     unowned let context: ServiceContext
     let maxItems: Int
-    private let condition = NSCondition()
-    private var queue: RefinementShareQueue
-    private var stopping = false
-    private var thread: Thread?
-    private var finished = false
-    /// The index being refined, for `status` and the scheduler's sampling.
-    private var current: Key?
-    /// Why the share gave way, until a pass goes on again (the load is sampled meanwhile).
-    private var paused: String?
-    /// Batches that waited for user queries on the transformer's threads, since the start.
-    private var queryWaitsTotal = 0
-    /// Indexes being refined, by the share or by idle maintenance (one at a time each).
-    private let claims = Mutex<Set<Key>>([])
+    let settle: TimeInterval
+    private let state: Mutex<State>
+    /// The share's thread waits here for a donation, its next due time or the stop. Signals that
+    /// come while it works are counted, so none is lost between a look at the queue and the wait;
+    /// an extra one only makes it look again.
+    private let wake = DispatchSemaphore(value: 0)
+    /// Signalled once, when the thread has ended (`stop` waits for it).
+    private let ended = DispatchSemaphore(value: 0)
 
     init(context: ServiceContext, maxItems: Int, settle: TimeInterval) {
         self.context = context
         self.maxItems = maxItems
-        queue = RefinementShareQueue(settle: settle)
+        self.settle = settle
+        state = Mutex(State(queue: RefinementShareQueue(settle: settle)))
     }
 
     var log: Logger { context.log }
@@ -116,52 +128,59 @@ final class RefinementShare: @unchecked Sendable {
     /// an index donated but not yet refined finishes it).
     func start(now: Date = Date()) {
         guard isEnabled, context.semantic.staticEncoder != nil, context.semantic.directory.hasTransformer else { return }
-        condition.withLock {
-            for bundle in context.registry.bundles() {
-                for index in context.registry.indexes(of: bundle) { queue.donated(Key(bundle: bundle, index: index), at: now) }
-            }
-            let t = Thread { [self] in loop() }
-            t.name = "refine-share"
-            thread = t
-            t.start()
+        var keys: [Key] = []
+        for bundle in context.registry.bundles() {
+            for index in context.registry.indexes(of: bundle) { keys.append(Key(bundle: bundle, index: index)) }
         }
+        let starts = state.withLock { state in
+            guard !state.started, !state.stopping else { return false }
+            for key in keys { state.queue.donated(key, at: now) }
+            state.started = true
+            return true
+        }
+        guard starts else { return }
+        let t = Thread { [self] in loop() }
+        t.name = "refine-share"
+        t.start()
     }
 
     /// Items were donated to the index (`BundleCalls.apply`).
     func donated(bundle: String, index: String, now: Date = Date()) {
         guard isEnabled else { return }
-        condition.withLock {
-            guard thread != nil, !stopping else { return }
-            queue.donated(Key(bundle: bundle, index: index), at: now)
-            condition.signal()
+        let queued = state.withLock { state in
+            guard state.started, !state.stopping else { return false }
+            state.queue.donated(Key(bundle: bundle, index: index), at: now)
+            return true
         }
+        if queued { wake.signal() }
     }
 
     /// Stops the thread at its next batch and waits for it, at most `timeout` seconds (a batch in
     /// flight on a loaded machine may take longer: the store's close then ends it). Call it off
     /// Swift's cooperative pool.
     func stop(timeout: TimeInterval = 5) {
-        let deadline = Date().addingTimeInterval(timeout)
-        condition.lock()
-        defer { condition.unlock() }
-        stopping = true
-        condition.broadcast()
-        while thread != nil, !finished, Date() < deadline { _ = condition.wait(until: deadline) }
+        let running = state.withLock { state in
+            state.stopping = true
+            return state.started && !state.finished
+        }
+        guard running else { return }
+        wake.signal()
+        if ended.wait(timeout: .now() + timeout) == .success { ended.signal() }  // for another stop
     }
 
     /// True while the share is refining an index or paused in one: the load must be sampled
     /// (the memory pressure decides whether it goes on).
-    var isActive: Bool { condition.withLock { current != nil || paused != nil } }
+    var isActive: Bool { state.withLock { $0.current != nil || $0.paused != nil } }
 
     /// `admin.status`'s `refinementShare` object.
     var statusJSON: JSONValue {
-        condition.withLock {
-            var o: [String: JSONValue] = ["enabled": .bool(isEnabled && thread != nil), "maxItems": .number(Double(maxItems)),
-                "settleSeconds": .number(queue.settle), "queued": .number(Double(queue.due.count)),
-                "queryWaits": .number(Double(queryWaitsTotal))]
-            o["state"] = paused != nil ? "paused" : current != nil ? "refining" : "waiting"
-            if let paused { o["reason"] = .string(paused) }
-            if let current {
+        state.withLock { state in
+            var o: [String: JSONValue] = ["enabled": .bool(isEnabled && state.started), "maxItems": .number(Double(maxItems)),
+                "settleSeconds": .number(state.queue.settle), "queued": .number(Double(state.queue.due.count)),
+                "queryWaits": .number(Double(state.queryWaitsTotal))]
+            o["state"] = state.paused != nil ? "paused" : state.current != nil ? "refining" : "waiting"
+            if let paused = state.paused { o["reason"] = .string(paused) }
+            if let current = state.current {
                 o["bundle"] = .string(current.bundle)
                 o["index"] = .string(current.index)
             }
@@ -172,48 +191,67 @@ final class RefinementShare: @unchecked Sendable {
     /// Claims the index for one refinement (the share's or idle maintenance's); false when the
     /// other already refines it.
     func claim(bundle: String, index: String) -> Bool {
-        claims.withLock { $0.insert(Key(bundle: bundle, index: index)).inserted }
+        state.withLock { $0.claims.insert(Key(bundle: bundle, index: index)).inserted }
     }
 
     func release(bundle: String, index: String) {
-        _ = claims.withLock { $0.remove(Key(bundle: bundle, index: index)) }
+        _ = state.withLock { $0.claims.remove(Key(bundle: bundle, index: index)) }
     }
 
-    private var isStopping: Bool { condition.withLock { stopping } || context.registry.isClosedForStop }
+    private var isStopping: Bool { state.withLock { $0.stopping } || context.registry.isClosedForStop }
+
+    /// What the thread does next: refine a key, wait (until a date, or for a signal), or end.
+    private enum Next {
+        case refine(Key)
+        case wait(until: Date?)
+        case end
+    }
+
+    private func next(at now: Date) -> Next {
+        state.withLock { state in
+            if state.stopping { return .end }
+            let (taken, due) = state.queue.take(at: now)
+            guard let taken else { return .wait(until: due) }
+            state.current = taken
+            return .refine(taken)
+        }
+    }
 
     private func loop() {
         BackgroundPriority.lowerCurrentThread(name: "refine-share")
         defer {
-            condition.withLock {
-                finished = true
-                condition.broadcast()
-            }
+            state.withLock { $0.finished = true }
+            ended.signal()
         }
         while true {
-            condition.lock()
-            var key: Key?
-            while key == nil, !stopping {
-                let (taken, next) = queue.take(at: Date())
-                if let taken { key = taken } else if let next { _ = condition.wait(until: next) } else { condition.wait() }
-            }
-            if stopping { condition.unlock(); return }
-            current = key!
-            condition.unlock()
-            context.scheduler?.wake()  // the load is sampled while the share runs
-            let retryAt = refine(key!)
-            condition.withLock {
-                current = nil
-                if let retryAt { queue.retry(key!, at: retryAt) } else { paused = nil }
+            switch next(at: Date()) {
+            case .end:
+                return
+            case .wait(let until):
+                if let until { _ = wake.wait(timeout: Self.dispatchTime(until)) } else { wake.wait() }
+            case .refine(let key):
+                context.scheduler?.wake()  // the load is sampled while the share runs
+                let retryAt = refine(key)
+                state.withLock { state in
+                    state.current = nil
+                    if let retryAt { state.queue.retry(key, at: retryAt) } else { state.paused = nil }
+                }
             }
         }
+    }
+
+    /// `date` as a deadline on the monotonic clock the semaphore waits on.
+    private static func dispatchTime(_ date: Date) -> DispatchTime {
+        let seconds = min(max(date.timeIntervalSinceNow, 0), 365 * 86400)
+        return .now() + .nanoseconds(Int(seconds * 1e9))
     }
 
     /// Records why the share gives way (nil: it goes on); logs and emits `refinement.share` on a
     /// change, unless `quiet` (waiting for a load sample is not a pause worth a line).
     private func setPaused(_ reason: String?, _ key: Key, quiet: Bool = false) {
-        let previous: String?? = condition.withLock {
-            defer { paused = reason }
-            return paused != reason ? .some(paused) : nil
+        let previous: String?? = state.withLock { state in
+            defer { state.paused = reason }
+            return state.paused != reason ? .some(state.paused) : nil
         }
         guard let previous, !quiet, reason != nil || previous != Self.waitingForSample else { return }
         log.info(reason == nil ? "refinement share resumed" : "refinement share paused", ["bundle": key.bundle, "index": key.index,
@@ -249,10 +287,10 @@ final class RefinementShare: @unchecked Sendable {
                 maxWait: Self.maxQueryWait) else { break }
             if !waited {
                 // Counted when the wait begins: a stream of queries may hold it for long.
-                condition.withLock { queryWaitsTotal += 1 }
+                state.withLock { $0.queryWaitsTotal += 1 }
                 waited = true
             }
-            condition.withLock { _ = condition.wait(until: Date().addingTimeInterval(0.02)) }
+            _ = wake.wait(timeout: .now() + .milliseconds(20))  // a stop ends it at once
         }
         return waited
     }
@@ -275,7 +313,7 @@ final class RefinementShare: @unchecked Sendable {
         }
         if context.registry.condition(bundle: key.bundle, index: key.index) != nil {
             // Rebuilt by another trigger (migration, recovery): its donations bring it back.
-            return Date().addingTimeInterval(queue.settle)
+            return Date().addingTimeInterval(settle)
         }
         let lease = IndexLeases(context.registry)
         defer { lease.release() }
@@ -296,7 +334,7 @@ final class RefinementShare: @unchecked Sendable {
                 "index": key.index, "vectors": counts.vectors, "max_items": maxItems])
             return nil
         }
-        guard claim(bundle: key.bundle, index: key.index) else { return Date().addingTimeInterval(queue.settle) }
+        guard claim(bundle: key.bundle, index: key.index) else { return Date().addingTimeInterval(settle) }
         defer { release(bundle: key.bundle, index: key.index) }
         guard let encoder = context.semantic.transformerForRefinement() else { return nil }
         setPaused(nil, key)
@@ -319,7 +357,7 @@ final class RefinementShare: @unchecked Sendable {
             })
         } catch {
             log.warning("refinement share: pass failed", ["bundle": key.bundle, "index": key.index, "error": error.message])
-            return Date().addingTimeInterval(queue.settle)
+            return Date().addingTimeInterval(settle)
         }
         let elapsed = Date().timeIntervalSince(started)
         let cpu = context.semantic.refinementWork.seconds - cpuStart

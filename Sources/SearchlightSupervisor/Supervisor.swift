@@ -81,6 +81,9 @@ public final class Supervisor: Sendable {
         }
         for await _ in stopRequests { break }
         log.notice("searchlightd stopping")
+        // The stop's own time, from here to "searchlightd stopped" (what `--stop-timeout` bounds).
+        let stopBegan = ContinuousClock.now
+        var forced = false
         // Graceful, in a task of its own too, so that its deadline holds even over a call that blocks.
         let stopped = Promise<Void>()
         Task(executorPreference: ControlThread.executor) {
@@ -92,6 +95,7 @@ public final class Supervisor: Sendable {
             // Forced: the scheduler's loop and its requests are cancelled, every extension is
             // killed with what it started; what still blocks is left to the process's exit.
             log.error("graceful stop did not finish in time; forcing it", ["after_s": config.stopTimeout])
+            forced = true
             loop.cancel()
             daemon.scheduler.killExtensions()
             let killed = Promise<Void>()
@@ -108,7 +112,9 @@ public final class Supervisor: Sendable {
         }
         if !daemon.activated { unlink(config.socketPath) }
         state.withLock { $0 = .finished }
-        log.notice("searchlightd stopped")
+        let took = ContinuousClock.now - stopBegan
+        log.notice("searchlightd stopped", ["forced": forced,
+            "elapsed_s": String(format: "%.2f", Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18)])
     }
 
     /// Client calls in flight finish and commit; extensions are asked to exit (their requests

@@ -492,7 +492,9 @@ public final class RPCConnection: @unchecked Sendable {
     }
 
     /// A write failed: nothing more is written, and the connection closes (`unreadAnswers`).
-    private func writeFailed(_ error: any Error) {
+    /// `waited`: how long the failed write was blocked (the writer's; for the log, where it shows
+    /// the send timeout at work).
+    private func writeFailed(_ error: any Error, waited: Duration? = nil) {
         // The peer is gone (its end closed or shut down), not merely slow (a send timeout): what
         // it sent before is read to the end (`drainingAfterWriteFailure`). The socket is shut
         // down by the close below, so the reads end at what is buffered.
@@ -500,8 +502,12 @@ public final class RPCConnection: @unchecked Sendable {
             // Not when this side chose to close (its own shutdown fails the writer's write too).
             lock.withLock { if !closeRequested { drainingAfterWriteFailure = true } }
         }
+        // The wait in the failure itself, so that a sender that sees it first says it too.
+        let failure = "\(error)" + (waited.map { w in
+            String(format: " (after %.2f s)", Double(w.components.seconds) + Double(w.components.attoseconds) / 1e18)
+        } ?? "")
         outboxCondition.lock()
-        writeFailure = "\(error)"
+        writeFailure = failure
         outbox.removeAll()
         outboxHead = 0
         outboxBytes = 0
@@ -509,7 +515,7 @@ public final class RPCConnection: @unchecked Sendable {
         outboxCondition.broadcast()
         outboxCondition.unlock()
         // Part of the frame may be on the wire: the stream is no longer in a known state.
-        close(reason: .unreadAnswers("\(error)"))
+        close(reason: .unreadAnswers(failure))
     }
 
     /// The writer: writes queued frames in order until none is left. A frame not taken within
@@ -531,6 +537,7 @@ public final class RPCConnection: @unchecked Sendable {
             outbox[outboxHead] = []
             outboxHead += 1
             outboxCondition.unlock()
+            let began = ContinuousClock.now
             do {
                 try socket.writeAll(frame)
                 lock.withLock { lastActivity = Date() }
@@ -539,7 +546,7 @@ public final class RPCConnection: @unchecked Sendable {
                 outboxCondition.broadcast()
                 outboxCondition.unlock()
             } catch {
-                writeFailed(error)
+                writeFailed(error, waited: ContinuousClock.now - began)
                 return
             }
         }

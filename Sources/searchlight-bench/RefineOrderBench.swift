@@ -20,18 +20,28 @@ struct RefineOrderBench {
     let corpus: Corpus
     let dir: String
 
-    func run() throws -> [Row] {
+    /// What both refinement-order scenarios need: the transformer's model, the in-process
+    /// stores' encoder and options, and the judged queries of the user session; nil, with the
+    /// reason printed, when one is missing.
+    static func prerequisites(_ scenario: String, _ options: Options) throws
+        -> (model: ModelDirectory, stores: InProcessStores, judged: [SemanticBench.Judgement])?
+    {
         let model = ModelDirectory.resolve(systemMode: false)
         guard model.hasTransformer else {
-            progress("refinement order: skipped, no model in \(model.path) (make model)")
-            return []
+            progress("\(scenario): skipped, no model in \(model.path) (make model)")
+            return nil
         }
-        guard let stores = try InProcessStores(scenario: "refinement order") else { return [] }
+        guard let stores = try InProcessStores(scenario: scenario) else { return nil }
         let judged = try SemanticBench.loadJudgements(options)
         guard !judged.isEmpty else {
-            progress("refinement order: skipped, no relevance set (\(options.judgements)) for the user session")
-            return []
+            progress("\(scenario): skipped, no relevance set (\(options.judgements)) for the user session")
+            return nil
         }
+        return (model, stores, judged)
+    }
+
+    func run() throws -> [Row] {
+        guard let (model, stores, judged) = try Self.prerequisites("refinement order", options) else { return [] }
         let (encoder, storeOptions) = (stores.encoder, stores.options)
         try? FileManager.default.removeItem(atPath: dir)
         defer { try? FileManager.default.removeItem(atPath: dir) }

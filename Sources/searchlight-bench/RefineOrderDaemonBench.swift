@@ -23,15 +23,7 @@ struct RefineOrderDaemonBench {
     let bundle = "bench.refine-order"
 
     func run() async throws -> [Row] {
-        let model = ModelDirectory.resolve(systemMode: false)
-        guard model.hasTransformer else {
-            progress("refinement order through the daemon: skipped, no model in \(model.path) (make model)")
-            return []
-        }
-        guard let stores = try InProcessStores(scenario: "refinement order through the daemon") else { return [] }
-        let judged = try SemanticBench.loadJudgements(options)
-        guard !judged.isEmpty else {
-            progress("refinement order through the daemon: skipped, no relevance set (\(options.judgements)) for the user session")
+        guard let (model, stores, judged) = try RefineOrderBench.prerequisites("refinement order through the daemon", options) else {
             return []
         }
         let procRoot = dir + "/proc"

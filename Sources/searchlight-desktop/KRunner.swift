@@ -35,11 +35,13 @@ final class KRunnerInterface: BusHandler, @unchecked Sendable {
                 lastQuery.withLock { $0 = query }
                 let kept = bus.keep(call)
                 let (bus, search) = (self.bus, self.search)
+                let started = ContinuousClock.now
                 Task {
                     let terms = query.split(whereSeparator: { $0.isWhitespace }).map(String.init)
                     let results = await search.search(terms)
                     // Decoded here, not on the bus's thread.
                     let icons = results.map { Self.iconPixels($0.icon) }
+                    Log.debug("match answered", ["results": results.count, "elapsed_ms": (ContinuousClock.now - started).milliseconds])
                     bus.post { $0.reply(kept) { w in Self.writeMatches(results, icons: icons, query: query, &w) } }
                 }
             case "Actions":

@@ -111,6 +111,17 @@ final class SessionBusHarness: @unchecked Sendable {
 
     var busLog: String { (try? String(contentsOfFile: dir.path + "/bus.log", encoding: .utf8)) ?? "" }
 
+    /// Lines in the bus's log so far (a mark for `answeredMilliseconds`).
+    var busLogLines: Int { busLog.split(separator: "\n").count }
+
+    /// The provider's own time for the last call it answered after line `after` of the bus's log,
+    /// from receiving the call to its answer (`elapsed_ms` of its `--debug` lines "search answered"
+    /// and "match answered"): what the Shell waits for, without the test's `gdbus` start.
+    func answeredMilliseconds(_ message: String, after: Int) -> Double? {
+        busLog.split(separator: "\n").dropFirst(after).last { $0.contains("searchlight-desktop: \(message)") }
+            .flatMap { ExtensionBench.field("elapsed_ms", in: String($0)).flatMap(Double.init) }
+    }
+
     /// Owns `org.freedesktop.Notifications` on this bus with a fake server that records what the
     /// user is told (stopped with the bus).
     func serveNotifications() throws -> FakeNotificationServer {

@@ -116,6 +116,16 @@ struct RefinementIntegrationTests {
 
     /// A daemon whose idle maintenance never runs (pressure from the start) and whose low-priority
     /// share refines the `count` items imported; `dir` must outlive it.
+    /// Items the share tests import: enough that the share is still refining when their queries
+    /// begin, on a fast machine.
+    static let shareItems = 3000
+
+    /// `shareDaemon` over `shareItems` items in a folder of its own; nil without the model.
+    static func shareDaemon() async throws -> DaemonProcess? {
+        guard let model = SemanticSearchTests.transformerModel else { return nil }
+        return try await shareDaemon(model: model, count: shareItems, dir: TempDir())
+    }
+
     static func shareDaemon(model: String, count: Int, dir: TempDir) async throws -> DaemonProcess {
         let proc = dir.path + "/proc"
         try ThrottleIntegrationTests.writePSI(proc, cpu: 70)  // busy: idle maintenance never runs
@@ -156,11 +166,8 @@ struct RefinementIntegrationTests {
 
     @Test("the low-priority share waits for user queries on the transformer's threads, and goes on once they stop")
     func shareWaitsForQueries() async throws {
-        guard let model = SemanticSearchTests.transformerModel else { return }
-        let dir = TempDir()
-        // Enough that the share is still refining when the queries begin, on a fast machine.
-        let count = 3000
-        let daemon = try await Self.shareDaemon(model: model, count: count, dir: dir)
+        guard let daemon = try await Self.shareDaemon() else { return }
+        let count = Self.shareItems
         // Four clients one after another each ask a long query from the start: the share's batches wait.
         let flood = try await Self.flood(daemon) { _ in
             try await Self.until("a batch of the share waited for a query", timeout: 300) {
@@ -179,10 +186,8 @@ struct RefinementIntegrationTests {
 
     @Test("a steady stream of user queries on the transformer slows the share but does not hold it")
     func queryStreamDoesNotHoldShare() async throws {
-        guard let model = SemanticSearchTests.transformerModel else { return }
-        let dir = TempDir()
-        let count = 3000
-        let daemon = try await Self.shareDaemon(model: model, count: count, dir: dir)
+        guard let daemon = try await Self.shareDaemon() else { return }
+        let count = Self.shareItems
         try await Self.flood(daemon) { flood in
             // The stream holds a batch first (the share waited), then the share goes on under it.
             try await Self.until("a batch of the share waited for a query", timeout: 300) {

@@ -219,9 +219,16 @@ struct SignalTests {
             let stop = try await blocking { try stopBlocking(signal) }
             #expect(stop.notifications.last?.contains("STOPPING=1") == true, "\(comment)")
             #expect(stop.status == 0, "\(comment): exit status \(stop.status.map(String.init) ?? "none: still running, killed")\n\(stop.log.suffix(3000))")
-            #expect(stop.elapsed < SignalTests.stopTimeout, "\(comment): the stop took \(stop.elapsed) s")
             #expect(stop.after.contains { $0.contains("stop requested by=\(name)") }, "\(comment)\n\(stop.log.suffix(3000))")
-            #expect(stop.after.contains { $0.contains("searchlightd stopped") }, "\(comment)")
+            // Within --stop-timeout and not forced, by the daemon's own clock: the time from its
+            // "stopping" to its "stopped" (the test's wall time from kill to the reaped exit adds
+            // the signal's delivery and the process's exit on a loaded machine, which are not the
+            // stop's). It was `stop.elapsed < stopTimeout` on that wall time.
+            let stopped = stop.after.last { $0.contains("searchlightd stopped") }
+            #expect(stopped?.contains("forced=false") == true, "\(comment): \(stopped ?? "no 'searchlightd stopped' line")")
+            let took = stopped.flatMap { ExtensionBench.field("elapsed_s", in: String($0)).flatMap(Double.init) }
+            #expect(took.map { $0 < SignalTests.stopTimeout } == true,
+                    "\(comment): the stop took \(took.map { "\($0) s" } ?? "?") by the daemon's clock (\(stop.elapsed) s from the signal to the exit)")
             #expect(!stop.after.contains { $0.contains("graceful stop did not finish in time") }, "\(comment)")
             // The index stores and the request journal (supervisor.sqlite) were closed: SQLite
             // removes a database's WAL when its last connection closes (checkpointed into the

@@ -459,10 +459,14 @@ struct UserActivityTests {
         #expect(found.map(\.id) == ["tour-1"] && found.first?.index == "_activities", "\(found.map(\.item))")
         #expect(found.first?.item["attributeSet"]?["custom"]?["activityWebpageURL"] == "https://example.org/tour")
         // --current: engagement, and resigned when the command exits (its connection closes).
+        let mark = daemon.log.count
         let current = try await runCLI(["activity", "save", Self.bundle, "--type", "com.example.notes.view", "--title", "Bridges walk",
                                         "--id", "walk-1", "--current"], socket: daemon.socket)
         #expect(current.status == 0, "\(current.stderr)")
         #expect(try await Self.storedRows(daemon, "SELECT engagement FROM items WHERE uid = 'walk-1'") == "1.0")
+        // The daemon resigns it once it sees the command's connection close, which may come after
+        // the next command connects: wait for that, not for the order of two connections.
+        try await daemon.waitForLog("activity resigned on disconnect", after: mark)
         let listed = try await runCLI(["activity", "list", Self.bundle], socket: daemon.socket)
         #expect(listed.status == 0, "\(listed.stderr)")
         let lines = listed.stdout.split(separator: "\n").map(String.init)

@@ -50,6 +50,17 @@ final class StoreFixture: @unchecked Sendable {
         return o
     }
 
+    /// Reopens the store with the builds of the ranked index on and fresh segments (the lane every
+    /// store of the process shares); `idleSeconds` after the last write the writes count as
+    /// stopped (an hour: never, in a test).
+    func reopenBuildingRanked(idleSeconds: TimeInterval = 3600) throws {
+        var options = Self.options(clock, maxItems: nil, rankedBuilds: true)
+        options.rankedIndexIdleSeconds = idleSeconds
+        options.rankedIndexFreshSegments = true
+        store.close()
+        store = try IndexStore(path: dir + "/b/_default.sqlite", options: options)
+    }
+
     func reopen() throws {
         store.close()
         store = try IndexStore(path: dir + "/b/_default.sqlite",

@@ -25,12 +25,8 @@ struct RankedFreshSegmentTests {
     @Test("while writes keep coming, new items become segments without waiting for the writes to stop")
     func freshSegmentsDuringWrites() async throws {
         let f = try StoreFixture(rankedBuilds: false)
-        var options = StoreFixture.options(f.clock, maxItems: nil, rankedBuilds: true)
         // Settling never starts in this test: only fresh segments can take the items in.
-        options.rankedIndexIdleSeconds = 3600
-        options.rankedIndexFreshSegments = true
-        f.store.close()
-        f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: options)
+        try f.reopenBuildingRanked()
         let count = 8 * 300
         for start in stride(from: 0, to: count, by: 300) {
             _ = try f.store.applySync([.items(try Self.items(f, start..<(start + 300)))])
@@ -155,11 +151,7 @@ struct RankedFreshSegmentTests {
     @Test("while fresh builds keep failing, donations are not paced (none would come to end the wait)")
     func noPacingWhileBuildsFail() async throws {
         let f = try StoreFixture(rankedBuilds: false)
-        var options = StoreFixture.options(f.clock, maxItems: nil, rankedBuilds: true)
-        options.rankedIndexIdleSeconds = 3600
-        options.rankedIndexFreshSegments = true
-        f.store.close()
-        f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: options)
+        try f.reopenBuildingRanked()
         f.store.rankMaintainer.setReservationFault { throw SearchlightError(.indexUnavailable, "injected: disk full") }
         // More than the lag limit: the fresh lane is asked for a segment, and its build fails.
         let limit = IndexStore.rankedLagLimit

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import TestThreads
 @testable import SearchlightStore
@@ -106,6 +107,32 @@ struct RankedBuildTests {
         let ranked = try f.store.summary().rankedIndex
         #expect(ranked?.pending == 0 && ranked?.items == items.count,
                 "\(String(describing: ranked)); lanes: \(f.store.rankMaintainer.laneState), \(f.store.secondsSinceClientWrite) s since the last write")
+    }
+
+    // The cause of the flake above under load (2 in 18 at load ~35): the fresh lane looked twice
+    // in one turn whether the writes had stopped. Its first look (writes going on) built only a
+    // full fresh segment, none for 64 items; when the writes had stopped by its second look (the
+    // turn descheduled past the 50 ms idle), it handed over to settling, which leaves the items
+    // above the coverage to the fresh lane, and the request was done with nothing built. Here
+    // the writes "stop" between the two looks, every time.
+    @Test("the writes stopping during a fresh-lane turn still build the items above the coverage")
+    func writesStopDuringTurn() async throws {
+        let f = try StoreFixture(rankedBuilds: false)
+        try f.reopenBuildingRanked()
+        let turns = Mutex(0)
+        f.store.rankMaintainer.setAfterTailBuild { store in
+            if turns.withLock({ n in defer { n += 1 }; return n }) == 0 { store.forgetClientWrites() }
+        }
+        let items = try (0..<RankMaintainer.deltaBuildThreshold).map { try f.item("i\($0)", ["title": .string("item number \($0)")]) }
+        _ = try f.store.applySync([.items(items)])
+        let deadline = Date().addingTimeInterval(60)
+        while try f.store.summary().rankedIndex?.pending != 0, Date() < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        let ranked = try f.store.summary().rankedIndex
+        #expect(turns.withLock { $0 } >= 1, "the lane ran")
+        #expect(ranked?.pending == 0 && ranked?.items == items.count,
+                "\(String(describing: ranked)); lanes: \(f.store.rankMaintainer.laneState)")
     }
 }
 

@@ -54,14 +54,20 @@ struct RequestSchedulerTests {
         await bench.stop()
     }
 
-    @Test("a hang: SIGTERM at the acknowledgement timeout, SIGKILL ExitTimeOut later; the request goes again at the next launch")
-    func hangIsStoppedOnSchedule() async throws {
-        let bench = try SchedulerBench([.init(Self.label, bundle: Self.bundle)])
+    /// One extension that hangs on its request and ignores SIGTERM, its request sent to it.
+    static func hungRequest() async throws -> (SchedulerBench, RequestJournal.Enqueued) {
+        let bench = try SchedulerBench([.init(label, bundle: bundle)])
         bench.launcher.answer { _ in .hang }
         bench.launcher.setIgnoresTerm(true)
         try bench.start()
-        let queued = try bench.enqueue(Self.bundle)
+        let queued = try bench.enqueue(bundle)
         try await bench.until("the request at the extension") { bench.launcher.received.count == 1 }
+        return (bench, queued)
+    }
+
+    @Test("a hang: SIGTERM at the acknowledgement timeout, SIGKILL ExitTimeOut later; the request goes again at the next launch")
+    func hangIsStoppedOnSchedule() async throws {
+        let (bench, queued) = try await Self.hungRequest()
         let sent = bench.clock.now
         let fake = try #require(bench.launcher.launches.first)
 
@@ -278,12 +284,7 @@ struct RequestSchedulerTests {
 
     @Test("the graceful stop asks extensions to exit, kills one that does not at the deadline, and leaves its request journaled without an attempt")
     func gracefulStop() async throws {
-        let bench = try SchedulerBench([.init(Self.label, bundle: Self.bundle)])
-        bench.launcher.answer { _ in .hang }
-        bench.launcher.setIgnoresTerm(true)
-        try bench.start()
-        let queued = try bench.enqueue(Self.bundle)
-        try await bench.until("the request at the extension") { bench.launcher.received.count == 1 }
+        let (bench, queued) = try await Self.hungRequest()
         let fake = try #require(bench.launcher.launches.first)
         let asked = bench.clock.now
 
@@ -305,12 +306,7 @@ struct RequestSchedulerTests {
     // reaches (checked: this test fails on that order).
     @Test("the graceful stop's kill deadline is fixed before the extension is asked: time passing after the ask does not move it")
     func gracefulStopDeadlineBeforeAsk() async throws {
-        let bench = try SchedulerBench([.init(Self.label, bundle: Self.bundle)])
-        bench.launcher.answer { _ in .hang }
-        bench.launcher.setIgnoresTerm(true)
-        try bench.start()
-        _ = try bench.enqueue(Self.bundle)
-        try await bench.until("the request at the extension") { bench.launcher.received.count == 1 }
+        let (bench, _) = try await Self.hungRequest()
         let fake = try #require(bench.launcher.launches.first)
         let host = try bench.host(Self.label)
         let asked = bench.clock.now

@@ -85,6 +85,9 @@ public final class RankMaintainer: @unchecked Sendable {
     /// Tests: runs in the transaction that reserves a build's segment, after its range is
     /// registered and its id claimed; a throw rolls the reservation back, as a failed commit does.
     private var reservationFault: (@Sendable () throws -> Void)?
+    /// Tests: runs in each fresh-lane turn after its tail build, before the lane looks again
+    /// whether settling may run (the writes stopping between the two looks).
+    private var afterTailBuild: (@Sendable (IndexStore) -> Void)?
 
     init(store: IndexStore) { self.store = store }
 
@@ -129,6 +132,9 @@ public final class RankMaintainer: @unchecked Sendable {
 
     /// Tests: makes every segment reservation run `fault` (nil: none).
     func setReservationFault(_ fault: (@Sendable () throws -> Void)?) { lock.withLock { reservationFault = fault } }
+
+    /// Tests: runs `hook` in every fresh-lane turn (see `afterTailBuild`; nil: none).
+    func setAfterTailBuild(_ hook: (@Sendable (IndexStore) -> Void)?) { lock.withLock { afterTailBuild = hook } }
 
     /// Called in a reservation's transaction (see `reservationFault`).
     func checkReservationFault() throws {
@@ -186,10 +192,17 @@ public final class RankMaintainer: @unchecked Sendable {
                 Self.freshQueue.async { self.freshLane() }
                 return
             }
+            lock.withLock { afterTailBuild }?(store)
             startMerging()
             guard lock.withLock({ requested }) != nil else { break }
             let (may, wait) = settling(store)
             if may {
+                // The writes stopped during this turn, after it built the tail as if they went
+                // on (full fresh segments only): build the rest of the tail first. The merge
+                // lane's settling leaves the items above the coverage to this lane, so handing
+                // over now left them unbuilt until the next request, none if no query came
+                // (RankedBuildTests' "segments 0, pending 64, builds 0" under load).
+                if !settle, store.options.rankedIndexFreshSegments { continue }
                 // The tail is built; the merge lane settles the rest.
                 lock.withLock { requested = nil; byQuery = false; settleDue = true }
                 startMerging()

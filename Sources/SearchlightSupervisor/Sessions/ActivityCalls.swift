@@ -53,6 +53,7 @@ struct ActivityCalls {
                 try context.registry.withStore(bundle: bundle, index: Names.activityIndex, create: false) { (store) throws(SearchlightError) in
                     _ = try store?.applySync([.items([resignation(identifier)])])
                 }
+                context.log.info("activity resigned on disconnect", ["bundle": bundle, "identifier": identifier])
             } catch {
                 context.log.warning("activity not resigned on disconnect", ["bundle": bundle, "error": error.message])
             }
@@ -299,8 +300,6 @@ struct ActivityCalls {
         _ = try calls.apply([.items([Self.resignation(id)])], index: Names.activityIndex, bundle: nil)
     }
 
-    /// `becomeCurrent()` of another activity: it becomes the bundle's current one; answers the
-    /// one that was current before (to resign), if another.
     /// Makes `next` the bundle's current activity; returns the one to resign (if another) and the
     /// entry it replaced (to put back if the save fails).
     private func takeCurrent(bundle: String, next: String) -> (resign: String?, old: Current?) {
