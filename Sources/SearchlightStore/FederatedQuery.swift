@@ -1,5 +1,6 @@
 import Foundation
 import SearchlightSemantic
+import Synchronization
 import SearchlightWire
 
 /// The statistics bm25 reads from a full-text index (its rows, their tokens, and how many rows
@@ -85,6 +86,13 @@ public final class IndexSnapshot {
     private let background: Bool
     var kept: KeptPreparation?
 
+    /// Snapshots open now in this process, and the most open at once since it started: each
+    /// holds its index's store and a reader for a whole query (`admin.status`'s `federatedHolds`,
+    /// beside the daemon's budget of them).
+    private static let live = Mutex((open: 0, peak: 0))
+    public static var openCount: Int { live.withLock { $0.open } }
+    public static var peakOpenCount: Int { live.withLock { $0.peak } }
+
     init(store: IndexStore) throws(SearchlightError) {
         self.store = store
         now = store.options.clock().timeIntervalSince1970
@@ -99,6 +107,10 @@ public final class IndexSnapshot {
             throw SearchlightError(.indexUnavailable, "could not begin a read of index \(store.path): \(error)")
         }
         self.db = db
+        Self.live.withLock {
+            $0.open += 1
+            $0.peak = max($0.peak, $0.open)
+        }
     }
 
     /// Runs `body` on the held reader, inside the transaction, with the budget.
@@ -111,6 +123,7 @@ public final class IndexSnapshot {
     public func close() {
         guard let db else { return }
         self.db = nil
+        Self.live.withLock { $0.open -= 1 }
         kept = nil
         db.unionScratch.reclaim()
         if db.isInTransaction { _ = try? db.run("COMMIT") }

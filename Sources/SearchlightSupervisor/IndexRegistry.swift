@@ -49,6 +49,9 @@ final class IndexRegistry: @unchecked Sendable {
 
     func releaseSnapshotHold() { snapshotHolds.withLock { $0 -= 1 } }
 
+    /// The held-for-a-query places taken now (`admin.status`'s `federatedHolds`).
+    var snapshotHoldsTaken: Int { snapshotHolds.withLock { $0 } }
+
     /// Guards every table below; waited on while a file is being closed or read outside it.
     let lock = NSCondition()
     var openStores: [Key: OpenIndex] = [:]

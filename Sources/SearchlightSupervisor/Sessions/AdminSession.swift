@@ -118,6 +118,12 @@ final class AdminSession: BundleSession {
             "connections": .number(Double(context.connections)),
             "openIndexes": .number(Double(context.registry.openCount)),
             "maxOpenIndexes": .number(Double(context.registry.maxOpen)),
+            // Indexes held open for a whole query across apps: the places taken, the snapshots
+            // open (now and the most at once since the start), and the budget over all queries.
+            "federatedHolds": [
+                "taken": .number(Double(context.registry.snapshotHoldsTaken)), "open": .number(Double(IndexSnapshot.openCount)),
+                "peak": .number(Double(IndexSnapshot.peakOpenCount)), "limit": .number(Double(context.registry.maxSnapshotHolds)),
+            ],
             "requests": .number(Double(context.requests)),
             "bundles": .array(bundles),
             "extensions": .array((context.scheduler?.allHosts ?? []).map(\.statusJSON)),
