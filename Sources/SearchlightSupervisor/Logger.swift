@@ -55,8 +55,9 @@ public struct Logger: Sendable {
         var line = journal ? "<\(level.rawValue)>" : "\(ISO8601Short.now()) \(level.name) "
         line += message
         for (k, s) in fields {
-            let needsQuotes = s.isEmpty || s.contains(where: { $0 == " " || $0 == "\"" || $0 == "=" })
-            line += " \(k)=" + (needsQuotes ? "\"\(s.replacingOccurrences(of: "\"", with: "\\\""))\"" : s)
+            // A value a client chose cannot end its quotes early: `\` is escaped before `"`.
+            let needsQuotes = s.isEmpty || s.contains(where: { $0 == " " || $0 == "\"" || $0 == "=" || $0 == "\\" })
+            line += " \(k)=" + (needsQuotes ? "\"\(s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\""))\"" : s)
         }
         line = line.replacingOccurrences(of: "\n", with: "\\n") + "\n"
         if let sink { return sink(line) }

@@ -162,15 +162,15 @@ final class Maintenance: Sendable {
         }
     }
 
-    /// At the daemon's stop, before the indexes close: every run gives way at its next step (a
-    /// transformer batch in progress ends first) and this waits, up to `timeout`, until none
-    /// runs. A run left inside OpenBLAS when the process exits dies in the library's exit-time
-    /// teardown (SIGSEGV), and a run by hand would otherwise go on over closing indexes.
-    /// Answers whether every run ended in time.
-    @discardableResult
-    func stop(timeout: TimeInterval) -> Bool {
-        stopping.store(true, ordering: .relaxed)
-        let deadline = Date().addingTimeInterval(timeout)
+    /// At the daemon's stop, first: every run (idle or by hand) gives way at its next step, and
+    /// says it gave way to the stop.
+    func beginStop() { stopping.store(true, ordering: .relaxed) }
+
+    /// Before the indexes close: waits until no run is in progress (a transformer batch under
+    /// way ends first), up to `deadline`. A run by hand would otherwise go on over closing
+    /// indexes. Answers whether every run ended in time.
+    func waitForRuns(until deadline: Date) -> Bool {
+        beginStop()
         while state.withLock({ $0.running || $0.byHand > 0 }) {
             if Date() >= deadline { return false }
             usleep(10_000)  // the stop's one wait; a batch lasts far longer than this poll

@@ -86,8 +86,11 @@ public final class Supervisor: Sendable {
         var forced = false
         // Graceful, in a task of its own too, so that its deadline holds even over a call that blocks.
         let stopped = Promise<Void>()
+        // The graceful stop's own waits end 5 s before the forced stop would begin, so that what
+        // follows them (the stores and the journal closed) still runs.
+        let waitsEnd = Date().addingTimeInterval(max(config.stopTimeout - 5, config.stopTimeout / 2))
         Task(executorPreference: ControlThread.executor) {
-            await self.stopGracefully(daemon, schedulerEnded: schedulerEnded)
+            await self.stopGracefully(daemon, schedulerEnded: schedulerEnded, waitsEnd: waitsEnd)
             stopped.fulfil(())
         }
         let clock = SystemClock()
@@ -114,13 +117,14 @@ public final class Supervisor: Sendable {
         state.withLock { $0 = .finished }
         let took = ContinuousClock.now - stopBegan
         log.notice("searchlightd stopped", ["forced": forced,
-            "elapsed_s": String(format: "%.2f", Double(took.components.seconds) + Double(took.components.attoseconds) / 1e18)])
+            "elapsed_s": String(format: "%.2f", took.seconds)])
     }
 
     /// Client calls in flight finish and commit; extensions are asked to exit (their requests
     /// stay journaled, resumed at the next start; SIGKILL after 5 s); then connections close,
     /// every index writer drains its queue, and the journal closes.
-    private func stopGracefully(_ daemon: Daemon, schedulerEnded: Promise<Void>) async {
+    private func stopGracefully(_ daemon: Daemon, schedulerEnded: Promise<Void>, waitsEnd: Date) async {
+        daemon.context.maintenance?.beginStop()
         _ = try? await onThread("stop") { daemon.agent.stopping() }
         await daemon.scheduler.beginShutdown(extensionDeadline: 5)
         _ = await schedulerEnded.value()
@@ -128,9 +132,10 @@ public final class Supervisor: Sendable {
             // What the extensions left running dies with their cgroups.
             daemon.context.cgroups?.removeAll()
             daemon.server.stop()
-            // Runs by hand (`simulate idle`) end at their next step; the idle run has ended with the scheduler.
-            if daemon.context.maintenance?.stop(timeout: self.config.stopTimeout) == false {
-                self.log.warning("maintenance did not give way before the stop's deadline")
+            // Runs by hand (`simulate idle`) end at their next step; the idle run has ended with
+            // the scheduler. One still in a step is closed under (its store calls then fail).
+            if daemon.context.maintenance?.waitForRuns(until: waitsEnd) == false {
+                self.log.warning("maintenance did not give way in time; its indexes are closed under it")
             }
             daemon.migrator.drain()
             daemon.context.refinementShare?.stop()

@@ -9,3 +9,8 @@ public enum DurationText {
         return "\(s / 86400)d \(s % 86400 / 3600)h"
     }
 }
+
+extension Duration {
+    /// The duration in seconds, fractions included (what messages and log fields print).
+    public var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}

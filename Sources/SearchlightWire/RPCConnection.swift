@@ -504,7 +504,7 @@ public final class RPCConnection: @unchecked Sendable {
         }
         // The wait in the failure itself, so that a sender that sees it first says it too.
         let failure = "\(error)" + (waited.map { w in
-            String(format: " (after %.2f s)", Double(w.components.seconds) + Double(w.components.attoseconds) / 1e18)
+            String(format: " (after %.2f s)", w.seconds)
         } ?? "")
         outboxCondition.lock()
         writeFailure = failure

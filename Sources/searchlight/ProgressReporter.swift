@@ -19,8 +19,7 @@ struct ProgressReporter {
     }
 
     var elapsed: Double {
-        let d = ContinuousClock.now - started
-        return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+        (ContinuousClock.now - started).seconds
     }
 
     mutating func update(_ completed: Int) {

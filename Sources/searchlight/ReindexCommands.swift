@@ -105,8 +105,7 @@ struct ReindexRun {
         for (number, part) in parts.enumerated() {
             // What is left of --timeout, to the millisecond (the first part gets all of it).
             let remaining = deadline.map { deadline in
-                let left = ContinuousClock.now.duration(to: deadline)
-                let seconds = Double(left.components.seconds) + Double(left.components.attoseconds) / 1e18
+                let seconds = ContinuousClock.now.duration(to: deadline).seconds
                 return max((seconds * 1000).rounded() / 1000, 0.001)
             }
             let suffix = parts.count > 1 ? " (part \(number + 1) of \(parts.count))" : ""

@@ -82,7 +82,6 @@ final class ReindexProgress: Sendable {
     }
 
     private func seconds(since start: ContinuousClock.Instant) -> Double {
-        let d = ContinuousClock.now - start
-        return Double(d.components.seconds) + Double(d.components.attoseconds) / 1e18
+        (ContinuousClock.now - start).seconds
     }
 }

@@ -278,6 +278,7 @@ struct ActivityCalls {
                 do throws(SearchlightError) {
                     _ = try shadow.applySync(mutations)
                 } catch {
+                    context.log.error("activity recency not written to the migration shadow", ["bundle": bundle, "error": error.message])
                     context.registry.noteShadowFault(bundle: bundle, index: "", error.message)
                 }
             }
