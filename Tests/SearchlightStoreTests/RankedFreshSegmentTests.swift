@@ -123,6 +123,45 @@ struct RankedFreshSegmentTests {
         }
     }
 
+    /// The active segments' rowid ranges, in order of their first rowid.
+    static func activeRanges(_ store: IndexStore) throws -> [ClosedRange<Int64>] {
+        try store.read { db in try RankSnapshot.read(db).segments.map { $0.lo...$0.hi } }
+    }
+
+    @Test("buildRankedIndex and the fresh lane building the same items at once: the later switch gives way, no item is in two segments",
+          arguments: [false, true])
+    func sameItemsBuiltTwice(freshLaneFirst: Bool) throws {
+        // FederatedQueryTests' vector-cut test met this now and then: 400 items passed the fresh
+        // lane's 256 while the test called `buildRankedIndex()`; both planned the items above the
+        // coverage (1...400) from their own snapshot and both switched their segment in. Every
+        // item was then scored twice by a query, its words counted twice (idf near zero: scores
+        // of ~1e-6 against the exhaustive ~-4) and half the top 10 were repeats.
+        // Forced here: the other build runs, whole, just before the first one's switch.
+        let f = try StoreFixture(rankedBuilds: false)
+        _ = try f.store.applySync([.items(try Self.items(f, 0..<400))])
+        final class Once: @unchecked Sendable { let lock = NSLock(); var fired = false }
+        let once = Once()
+        f.store.rankMaintainer.setBeforeSwitch { store in
+            guard once.lock.withLock({ () -> Bool in defer { once.fired = true }; return !once.fired }) else { return }
+            if freshLaneFirst { _ = try? store.buildRankedTail(all: false) } else { _ = try? store.buildRankedIndexStep(mode: .all) }
+        }
+        if freshLaneFirst { _ = try f.store.buildRankedIndexStep(mode: .all) } else { _ = try f.store.buildRankedTail(all: false) }
+        f.store.rankMaintainer.setBeforeSwitch(nil)
+        #expect(once.fired, "the other build ran before the switch")
+        let ranges = try Self.activeRanges(f.store)
+        #expect(ranges == [1...400], "one active segment of the 400 items: \(ranges)")
+        for text in ["alpha report", "bravo", "charlie delta", "notes"] {
+            let fast = try f.store.lexicalCandidates(text, limit: 10, filter: nil)
+            let exhaustive = try f.store.lexicalCandidates(text, limit: 10, filter: nil, path: .exhaustive)
+            #expect(fast.usedRankedIndex, "\(text)")
+            #expect(fast.candidates == exhaustive.candidates, "\(text)")
+        }
+        // What gave way is cleaned up as an interrupted build's rows are.
+        try f.store.buildRankedIndex()
+        #expect(try Self.inactiveSegments(f.store) == 0)
+        #expect(try Self.activeRanges(f.store) == [1...400])
+    }
+
     @Test("a segment reservation that does not commit gives back its range and its claim")
     func failedReservation() throws {
         let f = try StoreFixture(rankedBuilds: false)

@@ -88,6 +88,9 @@ public final class RankMaintainer: @unchecked Sendable {
     /// Tests: runs in each fresh-lane turn after its tail build, before the lane looks again
     /// whether settling may run (the writes stopping between the two looks).
     private var afterTailBuild: (@Sendable (IndexStore) -> Void)?
+    /// Tests: runs on a build's thread after its terms are written, before the transaction that
+    /// switches it in (another build of the same rows landing there first).
+    private var beforeSwitch: (@Sendable (IndexStore) -> Void)?
 
     init(store: IndexStore) { self.store = store }
 
@@ -135,6 +138,12 @@ public final class RankMaintainer: @unchecked Sendable {
 
     /// Tests: runs `hook` in every fresh-lane turn (see `afterTailBuild`; nil: none).
     func setAfterTailBuild(_ hook: (@Sendable (IndexStore) -> Void)?) { lock.withLock { afterTailBuild = hook } }
+
+    /// Tests: runs `hook` in every build before its switch (see `beforeSwitch`; nil: none).
+    func setBeforeSwitch(_ hook: (@Sendable (IndexStore) -> Void)?) { lock.withLock { beforeSwitch = hook } }
+
+    /// Runs the `beforeSwitch` hook, if any.
+    func runBeforeSwitch(_ store: IndexStore) { lock.withLock { beforeSwitch }?(store) }
 
     /// Called in a reservation's transaction (see `reservationFault`).
     func checkReservationFault() throws {
@@ -550,6 +559,7 @@ extension IndexStore {
         }
 
         // 4. Switch it in.
+        rankMaintainer.runBeforeSwitch(self)
         _ = try maintenanceWrite { store in
             let w = store.writer
             guard try w.scalar("SELECT 1 FROM rank_segments WHERE id = ? AND active = 0", [.integer(id)]) != nil else { return ApplyResult() }
@@ -558,6 +568,15 @@ extension IndexStore {
                     return ApplyResult()  // the index changed under the build: its rows are cleaned up later
                 }
             }
+            // No rowid is in two active segments: a query would score its item twice and count
+            // it twice in the statistics. The lanes never build the same rows at once, but
+            // `buildRankedIndex` plans from its own snapshot beside them: the fresh lane and it
+            // can both build the items above the coverage, and the later switch would make two
+            // active segments of them. The later one gives way (its rows are cleaned up later;
+            // what no active segment holds stays in the delta until the next build).
+            let overlapping = try w.rows("SELECT id FROM rank_segments WHERE active = 1 AND lo <= ? AND hi >= ?",
+                [.integer(content.hi), .integer(lo)]).compactMap { $0.int(0) }
+            guard overlapping.allSatisfy(replacing.contains) else { return ApplyResult() }
             try w.run("""
                 UPDATE rank_segments SET hi = ?, docs = ?, tokens = ?, safe_until = ?, max_static = ?, latest_use = ?, active = 1
                 WHERE id = ?
