@@ -51,7 +51,7 @@ public struct VectorIndex: Sendable {
     let words: Int
     /// Where the index's unnamed files are made; nil keeps them in memory.
     public let directory: String?
-    private var storage: VectorSlots
+    var storage: VectorSlots
 
     /// Above this many items `automatic` search prefilters.
     public var exactLimit = 20_000
@@ -59,6 +59,17 @@ public struct VectorIndex: Sendable {
     /// `candidateFraction` of the index when that is more.
     public var minimumCandidates = 2_000
     public var candidateFraction = 0.002
+    /// Above this many items the index keeps a coarse partition (`VectorPartition`) and a
+    /// prefiltered search reads only the `probes` nearest of its lists (plus the items the
+    /// lists do not hold yet); at or below, every sign code.
+    public var partitionLimit = 50_000
+    /// Lists read by a partitioned search.
+    public var probes = 16
+    /// False while many items are set at once (`load`): the partition is built once, by
+    /// `updatePartition`, rather than as the index grows.
+    public var buildsPartition = true
+    /// False searches as if there were no partition (for comparisons).
+    public var usesPartition = true
 
     /// The directory of the files when none is given: $TMPDIR, else /tmp. The store passes its
     /// own directory (a tmpfs /tmp would keep the files in memory after all).
@@ -102,7 +113,20 @@ public struct VectorIndex: Sendable {
         unshare()
         storage.set(rowid, vector, sign: Self.signCode(vector.codes))
         if storage.needsCompaction { storage = storage.compacted() }
+        if buildsPartition { updatePartition() }
     }
+
+    /// Builds or rebuilds the partition when it is due (`VectorSlots.needsPartition`).
+    public mutating func updatePartition() {
+        guard storage.needsPartition(minimum: partitionLimit) else { return }
+        unshare()
+        storage.rebuildPartition()
+    }
+
+    /// Whether a partition is built (above `partitionLimit` items).
+    public var isPartitioned: Bool { storage.partition != nil }
+    /// The partition's list count, 0 without one.
+    public var partitionLists: Int { storage.partition?.lists ?? 0 }
 
     /// Removes an item's vector; false when it had none.
     @discardableResult
@@ -111,11 +135,15 @@ public struct VectorIndex: Sendable {
         unshare()
         storage.remove(rowid)
         if storage.needsCompaction { storage = storage.compacted() }
+        if buildsPartition { updatePartition() }
         return true
     }
 
     /// Rewrites the files in rowid order without dead slots (`compact`), now.
-    public mutating func compact() { storage = storage.compacted() }
+    public mutating func compact() {
+        storage = storage.compacted()
+        if buildsPartition { updatePartition() }
+    }
 
     /// A copy that is changed gets storage of its own (value semantics, as when the index was arrays).
     private mutating func unshare() {
@@ -136,7 +164,9 @@ public struct VectorIndex: Sendable {
         case .automatic: count <= exactLimit ? nil : max(minimumCandidates, Int(Double(count) * candidateFraction))
         }
         let slots: [Int]
-        if let candidates, candidates < count {
+        if let candidates, candidates < count, usesPartition, let partition = storage.partition {
+            slots = nearestInPartition(partition, q.codes, count: candidates)
+        } else if let candidates, candidates < count {
             slots = nearestInHamming(Self.signCode(q.codes), count: candidates)
         } else {
             slots = storage.liveSlots(allowed: allowed)
@@ -200,6 +230,51 @@ public struct VectorIndex: Sendable {
             }
         }
         return out
+    }
+
+    /// As `nearestInHamming`, among the items of the partition's `probes` nearest lists and those
+    /// outside its lists.
+    func nearestInPartition(_ partition: VectorPartition, _ codes: [Int8], count n: Int) -> [Int] {
+        let code = Self.signCode(codes)
+        var found: [(slot: Int32, distance: UInt16)] = []
+        var histogram = [Int](repeating: 0, count: words * 64 + 1)
+        codes.withUnsafeBufferPointer { qp in
+            code.withUnsafeBufferPointer { cp in
+                storage.partitionCandidates(partition, query: qp.baseAddress!, code: cp.baseAddress!, probes: probes) { s, d in
+                    found.append((Int32(s), d))
+                    histogram[Int(d)] += 1
+                }
+            }
+        }
+        var cut = 0, taken = 0
+        while cut < histogram.count && taken + histogram[cut] < n {
+            taken += histogram[cut]
+            cut += 1
+        }
+        var atCut = n - taken
+        var out: [Int] = []
+        out.reserveCapacity(min(n, found.count))
+        for f in found {
+            if Int(f.distance) < cut {
+                out.append(Int(f.slot))
+            } else if Int(f.distance) == cut && atCut > 0 {
+                out.append(Int(f.slot))
+                atCut -= 1
+            }
+        }
+        out.sort()
+        return out
+    }
+
+    /// Hamming distances of `count` sign codes to `code` (the kernel, or the portable loop).
+    static func hamming(_ signs: UnsafePointer<UInt64>, _ count: Int, _ words: Int, _ code: UnsafePointer<UInt64>, _ out: UnsafeMutablePointer<UInt16>) {
+        if usesKernels { return sl_hamming(signs, count, words, code, out) }
+        for i in 0..<count {
+            var d = 0
+            let row = signs + i * words
+            for w in 0..<words { d += (row[w] ^ code[w]).nonzeroBitCount }
+            out[i] = UInt16(d)
+        }
     }
 
     /// The int8 codes of live items, for `nearDuplicates`: nil for a rowid without a vector.

@@ -9,13 +9,18 @@ final class VectorSlots: @unchecked Sendable {
     let directory: String?
     /// Codes then the scale (Float32, native order): dimension + 4 bytes.
     let recordBytes: Int
-    private let signs: ByteRegion
-    private let records: ByteRegion
+    let signs: ByteRegion
+    let records: ByteRegion
 
     /// Slot → rowid, for live and dead slots (a dead slot keeps its rowid to be found again).
-    private var rowids: [Int64] = []
-    /// Slot → bit 0: live, bit 1: refined.
-    private var flags: [UInt8] = []
+    private(set) var rowids: [Int64] = []
+    /// Slot → bit 0: live, bit 1: refined, bit 2: moved (changed since the partition placed it).
+    private(set) var flags: [UInt8] = []
+    /// The coarse partition of the slots (`VectorPartition`), nil below its size.
+    var partition: VectorPartition?
+    /// Slots below the partition's `covered` changed since it was built (replaced or revived): not
+    /// in its lists as they are now, so searched beside them.
+    var movedSlots: [Int] = []
     /// Slots 0 ..< sortedPrefix have strictly increasing rowids (binary search).
     private var sortedPrefix = 0
     /// The slots after the sorted prefix, by rowid.
@@ -23,7 +28,7 @@ final class VectorSlots: @unchecked Sendable {
     private(set) var live = 0
     private(set) var refined = 0
 
-    static let liveFlag: UInt8 = 1, refinedFlag: UInt8 = 2
+    static let liveFlag: UInt8 = 1, refinedFlag: UInt8 = 2, movedFlag: UInt8 = 4
     /// Slots per chunk of a sign scan (48 bytes each at 384 dimensions: a 384 KiB buffer).
     static let signChunk = 8_192
     /// Most records per read when rescoring contiguous slots.
@@ -42,6 +47,7 @@ final class VectorSlots: @unchecked Sendable {
     /// What the slots hold on the heap: rowids, flags, the overflow table, the regions' buffers.
     var heapBytes: Int {
         rowids.capacity * 8 + flags.capacity + overflow.capacity * 16 + signs.heapBytes + records.heapBytes
+            + movedSlots.capacity * 8 + (partition?.heapBytes ?? 0)
     }
     var isFileBacked: Bool { signs.isFileBacked && records.isFileBacked }
     func rowid(_ slot: Int) -> Int64 { rowids[slot] }
@@ -92,6 +98,7 @@ final class VectorSlots: @unchecked Sendable {
                 let record = UnsafeRawBufferPointer(buffer)
                 if let s = slot(of: rowid) {
                     if isLive(s) { unflag(s) }
+                    markMoved(s)
                     records.write(record, at: s * recordBytes)
                     signs.write(signBytes, at: s * words * 8)
                     flag(s, newFlags)
@@ -113,8 +120,23 @@ final class VectorSlots: @unchecked Sendable {
         unflag(s)
     }
 
+    /// A slot the partition placed changes: its list entry is stale until the next rebuild.
+    private func markMoved(_ s: Int) {
+        guard let partition, s < partition.covered, flags[s] & Self.movedFlag == 0 else { return }
+        flags[s] |= Self.movedFlag
+        movedSlots.append(s)
+    }
+
+    /// Forgets the partition's placement of every slot (before a rebuild).
+    func clearMoved() {
+        for s in movedSlots { flags[s] &= ~Self.movedFlag }
+        movedSlots.removeAll()
+    }
+
+    func isMoved(_ slot: Int) -> Bool { flags[slot] & Self.movedFlag != 0 }
+
     private func flag(_ s: Int, _ f: UInt8) {
-        flags[s] = f
+        flags[s] = (flags[s] & Self.movedFlag) | f
         live += 1
         if f & Self.refinedFlag != 0 { refined += 1 }
     }
@@ -122,7 +144,7 @@ final class VectorSlots: @unchecked Sendable {
     private func unflag(_ s: Int) {
         if isRefined(s) { refined -= 1 }
         live -= 1
-        flags[s] = 0
+        flags[s] &= Self.movedFlag
     }
 
     /// Whether out-of-order or dead slots passed their share: an eighth of the live ones for the
@@ -154,7 +176,7 @@ final class VectorSlots: @unchecked Sendable {
             copy.signs.append(UnsafeRawBufferPointer(start: signBuffer, count: n * signBytes))
             for j in 0..<n {
                 copy.rowids.append(rowids[order[i + j]])
-                copy.flags.append(flags[order[i + j]])
+                copy.flags.append(flags[order[i + j]] & ~Self.movedFlag)
             }
             i += n
         }
@@ -168,13 +190,13 @@ final class VectorSlots: @unchecked Sendable {
 
     /// Calls `body(first slot, slots, their sign codes)` over every slot, in chunks read into one
     /// buffer.
-    func forEachSignChunk(_ body: (Int, Int, UnsafePointer<UInt64>) -> Void) {
+    func forEachSignChunk(from start: Int = 0, _ body: (Int, Int, UnsafePointer<UInt64>) -> Void) {
         let total = rowids.count
-        guard total > 0 else { return }
-        let chunk = min(Self.signChunk, total)
+        guard total > start else { return }
+        let chunk = min(Self.signChunk, total - start)
         let buffer = UnsafeMutablePointer<UInt64>.allocate(capacity: chunk * words)
         defer { buffer.deallocate() }
-        var first = 0
+        var first = start
         while first < total {
             let n = min(chunk, total - first)
             signs.read(into: buffer, count: n * words * 8, at: first * words * 8)

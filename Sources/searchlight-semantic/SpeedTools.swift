@@ -74,6 +74,7 @@ func indexSpeed(_ options: ToolOptions) throws {
     print("|---|---|---|---|---|---|---|")
     for size in options.counts("sizes", [64_000, 1_000_000]).sorted() {
         var index = VectorIndex(dimension: table.dimension)
+        index.buildsPartition = options["grow-partition"] != nil
         for i in 0..<size {
             let v: [Float]
             if i < base.count {
@@ -87,10 +88,16 @@ func indexSpeed(_ options: ToolOptions) throws {
             }
             try index.set(Int64(i), QuantizedVector(v))
         }
+        index.buildsPartition = true
+        let built = time { index.updatePartition() }
+        print("<!-- \(size): partition of \(index.partitionLists) lists built in \(format(built, 2)) s -->")
         let exact = queries.map { index.search($0, k: 10, mode: .exact) }
-        var modes: [(String, VectorIndex.Mode)] = [("exact", .exact), ("automatic", .automatic)]
-        for c in options.counts("candidates", []) { modes.append(("prefilter \(c)", .prefiltered(candidates: c))) }
-        for (name, mode) in modes {
+        var modes: [(String, VectorIndex.Mode, Int?)] = [("exact", .exact, nil), ("automatic, no partition", .automatic, nil)]
+        for p in options.counts("probes", [index.probes]) { modes.append(("automatic, \(p) probes", .automatic, p)) }
+        for c in options.counts("candidates", []) { modes.append(("prefilter \(c)", .prefiltered(candidates: c), nil)) }
+        for (name, mode, probes) in modes {
+            index.usesPartition = probes != nil
+            if let probes { index.probes = probes }
             var times: [Double] = [], cpus: [Double] = []
             var found = 0
             for (qi, q) in queries.enumerated() {
