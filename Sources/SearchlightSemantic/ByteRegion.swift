@@ -38,6 +38,15 @@ final class ByteRegion: @unchecked Sendable {
     func append(_ bytes: UnsafeRawBufferPointer) {
         if fd >= 0 && pending.count + bytes.count > Self.flushBytes {
             flush()
+            // A large block goes to the file at once, not through the buffer (which would keep
+            // its size on the heap).
+            if fd >= 0 && bytes.count > Self.flushBytes {
+                if writeFully(bytes.baseAddress!, bytes.count, flushed) {
+                    flushed += bytes.count
+                    return
+                }
+                degrade()
+            }
             if fd >= 0 && pending.capacity < Self.flushBytes { pending.reserveCapacity(Self.flushBytes) }
         }
         pending.append(contentsOf: bytes)

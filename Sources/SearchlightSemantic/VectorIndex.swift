@@ -62,9 +62,9 @@ public struct VectorIndex: Sendable {
     /// Above this many items the index keeps a coarse partition (`VectorPartition`) and a
     /// prefiltered search reads only the `probes` nearest of its lists (plus the items the
     /// lists do not hold yet); at or below, every sign code.
-    public var partitionLimit = 50_000
+    public var partitionLimit = 100_000
     /// Lists read by a partitioned search.
-    public var probes = 16
+    public var probes = 32
     /// False while many items are set at once (`load`): the partition is built once, by
     /// `updatePartition`, rather than as the index grows.
     public var buildsPartition = true

@@ -218,11 +218,11 @@ final class VectorPartition: @unchecked Sendable {
 extension VectorSlots {
     /// Whether the partition should be built or rebuilt: above `minimum` live items, none yet,
     /// or the slots outside its lists (appended or moved since) past an eighth of the live ones
-    /// (at least 16 384: a rebuild reads the sign codes a few times over).
+    /// (at least 16 384, or `minimum` when less: a rebuild reads the sign codes a few times over).
     func needsPartition(minimum: Int) -> Bool {
         guard live > minimum else { return false }
         guard let partition else { return true }
-        return (slotCount - partition.covered) + movedSlots.count > max(16_384, live / 8)
+        return (slotCount - partition.covered) + movedSlots.count > max(min(16_384, minimum), live / 8)
     }
 
     /// Builds the partition anew: the same centroids when the live count is within a factor 2 of
