@@ -45,22 +45,24 @@ public struct VanishedFileCheck: Sendable {
         /// The `stat`s made so far.
         public fileprivate(set) var checked = 0
         fileprivate let start: ContinuousClock.Instant
-        fileprivate let clock: ContinuousClock
+        fileprivate let now: @Sendable () -> ContinuousClock.Instant
     }
 
-    /// Starts a query's checks (and re-reads the mounts when they are old).
-    public mutating func begin(clock: ContinuousClock = ContinuousClock()) -> Query {
-        if clock.now - readAt > Self.mountsMaxAge {
+    /// Starts a query's checks (and re-reads the mounts when they are old). `now` is the clock the
+    /// budget is measured on (tests pass their own, so the bound is checked without wall time).
+    public mutating func begin(now: @escaping @Sendable () -> ContinuousClock.Instant = { ContinuousClock.now }) -> Query {
+        let start = now()
+        if start - readAt > Self.mountsMaxAge {
             remoteMounts = Self.remoteMountPoints(Self.read(mountinfo))
-            readAt = clock.now
+            readAt = start
         }
-        return Query(start: clock.now, clock: clock)
+        return Query(start: start, now: now)
     }
 
     /// True when `url` is a local `file:` URL whose file no longer exists; false when it exists,
     /// is not a local file, lies on a remote file system, or the query's bounds are spent.
     public func isGone(_ url: String?, in query: inout Query) -> Bool {
-        guard let url, query.checked < Self.maximumChecks, query.clock.now - query.start < Self.budget,
+        guard let url, query.checked < Self.maximumChecks, query.now() - query.start < Self.budget,
               let path = Self.localPath(url), !isRemote(path) else { return false }
         query.checked += 1
         return Self.vanished(path)

@@ -59,7 +59,10 @@ struct ItemSender {
                 break
             } catch is SearchlightConnection.ConnectionChanged {
                 // The daemon closed the connection the calls in flight went on: they go again
-                // first (in order, on a new connection), then this one.
+                // first (in order, on a new connection), then this one. Counted as a resend, so a
+                // daemon closing every connection at once ends the donation instead of looping.
+                guard resends < SearchlightConnection.maximumResends else { throw Self.closedAgain }
+                resends += 1
                 while !inFlight.isEmpty { try await completeOldest() }
             } catch let error as SearchlightError where error.code == .remoteConnection && resends < SearchlightConnection.maximumResends {
                 // The write failed: the connection is closing, and this call (a frame never
@@ -70,6 +73,11 @@ struct ItemSender {
             }
         }
         count = 0
+    }
+
+    /// The daemon kept closing the connections the donation went on.
+    static var closedAgain: SearchlightError {
+        SearchlightError(.remoteConnection, "searchlightd closed the connection again while the donation was sent again; retry")
     }
 
     private mutating func completeOldest() async throws {
@@ -89,9 +97,15 @@ struct ItemSender {
                 resends += 1
                 var again: [(call: SubmittedCall, params: [UInt8], items: Int)] = []
                 for pending in inFlight {
-                    let call = try await index.connection.submit(Method.indexItems, encodedParams: pending.params,
-                        sameConnectionAs: again.last?.call.connection)
-                    again.append((call, pending.params, pending.items))
+                    do {
+                        let call = try await index.connection.submit(Method.indexItems, encodedParams: pending.params,
+                            sameConnectionAs: again.last?.call.connection)
+                        again.append((call, pending.params, pending.items))
+                    } catch is SearchlightConnection.ConnectionChanged {
+                        // The new connection closed too before these went: an error of the
+                        // public kind, never the SDK's internal signal.
+                        throw Self.closedAgain
+                    }
                 }
                 inFlight = again
             }

@@ -117,7 +117,17 @@ public actor SearchlightConnection {
         if let previous, previous.isClosed || previous.closeAnnouncement != nil { throw ConnectionChanged() }
         let rpc = try await connected()
         if let previous, rpc !== previous { throw ConnectionChanged() }
-        return try rpc.submit(method, encodedParams: encodedParams)
+        do {
+            return try rpc.submit(method, encodedParams: encodedParams)
+        } catch let error as SearchlightError where error.code == .remoteConnection && reconnects {
+            // The write failed: the daemon may have closed the connection as idle, its
+            // `$/closing` still to be read (a write can fail before the reader reaches it). Once
+            // the reader has read to the end, an announced close is a changed connection (this
+            // call was never read; it goes again on a new one), else the failure stands.
+            await rpc.waitUntilClosed()
+            if rpc.closeAnnouncement != nil { throw ConnectionChanged() }
+            throw error
+        }
     }
 
     /// `submit` was asked for the connection of earlier calls, and that one is closed: nothing was sent.

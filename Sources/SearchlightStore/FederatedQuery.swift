@@ -61,25 +61,113 @@ public struct ShardCandidates: Sendable {
     public init() {}
 }
 
+/// What the first phase of a query across indexes read of the ranked index, for the second.
+enum KeptPreparation {
+    case prepared(RankedTopK.Prepared)
+    /// The ranked index cannot answer (the exhaustive SQL does).
+    case unavailable
+
+    var prepared: RankedTopK.Prepared? { if case .prepared(let p) = self { p } else { nil } }
+    var isUnavailable: Bool { if case .unavailable = self { true } else { false } }
+}
+
+/// One index's part of one user query across indexes (Docs/Architecture.md, "Queries"): a
+/// reader of the index held with one read transaction open, from its statistics to its items,
+/// so that every phase reads one snapshot (a ranked-index step or a write committed meanwhile
+/// is seen by none of them: the statistics summed and the candidates scored with them are of
+/// the same rows), and the ranked index is prepared once. `IndexStore.openSnapshot`; `close()`
+/// (or deinit) ends the transaction and gives the reader back. One thread at a time.
+public final class IndexSnapshot {
+    public let store: IndexStore
+    /// The query's time, one for every phase.
+    let now: Double
+    private var db: Database?
+    private let background: Bool
+    var kept: KeptPreparation?
+
+    init(store: IndexStore) throws(SearchlightError) {
+        self.store = store
+        now = store.options.clock().timeIntervalSince1970
+        background = BackgroundPriority.isCurrentThreadBackground
+        let db = try store.checkoutReader(background: background)
+        db.postingCache?.needsCheck = true
+        do {
+            // DEFERRED: the snapshot is taken at the first read (the statistics).
+            _ = try db.run("BEGIN DEFERRED")
+        } catch {
+            store.checkin(db, background: background)
+            throw SearchlightError(.indexUnavailable, "could not begin a read of index \(store.path): \(error)")
+        }
+        self.db = db
+    }
+
+    /// Runs `body` on the held reader, inside the transaction, with the budget.
+    func run<T>(budget: QueryBudget?, _ body: (Database) throws -> T) throws(SearchlightError) -> T {
+        guard let db else { throw SearchlightError(.internalError, "index snapshot used after close") }
+        return try store.run(on: db, budget: budget, body)
+    }
+
+    /// Ends the read transaction and gives the reader back. Idempotent.
+    public func close() {
+        guard let db else { return }
+        self.db = nil
+        kept = nil
+        db.unionScratch.reclaim()
+        if db.isInTransaction { _ = try? db.run("COMMIT") }
+        if db.isInTransaction { _ = try? db.run("ROLLBACK") }
+        store.checkin(db, background: background)
+    }
+
+    deinit { close() }
+}
+
+extension IndexStore {
+    /// A read of this index held for one query across indexes (`IndexSnapshot`). Vectors are
+    /// loaded first, never while the snapshot is held (loading them waits for the writer).
+    public func openSnapshot(semantic: Bool) throws(SearchlightError) -> IndexSnapshot {
+        if semantic, hasVectors { try loadVectors() }
+        return try IndexSnapshot(store: self)
+    }
+
+    /// `body` in `snapshot`'s transaction, else in a read transaction of its own.
+    func queryRead<T>(_ snapshot: IndexSnapshot?, budget: QueryBudget?, _ body: (Database) throws -> T) throws(SearchlightError) -> T {
+        if let snapshot { return try snapshot.run(budget: budget, body) }
+        return try read(budget: budget) { db in try db.transaction("DEFERRED") { try body(db) } }
+    }
+}
+
 extension IndexStore {
     /// The first phase of a query across indexes: this index's `CorpusStatistics` for the query,
     /// the same numbers bm25 would read here.
-    public func corpusStatistics(_ request: UserQueryRequest, budget: QueryBudget? = nil) throws(SearchlightError) -> CorpusStatistics {
+    /// With `snapshot` (of this index), read in its transaction, and what the ranked index
+    /// prepared is kept there for `userQueryCandidates`.
+    public func corpusStatistics(_ request: UserQueryRequest, budget: QueryBudget? = nil, snapshot: IndexSnapshot? = nil)
+        throws(SearchlightError) -> CorpusStatistics
+    {
         let terms = try request.terms(maxTerms: options.limits.maxQueryTerms)
-        let now = options.clock().timeIntervalSince1970
+        let now = snapshot?.now ?? options.clock().timeIntervalSince1970
         var counts = (vectors: 0, refined: 0)
         if hasVectors, request.semantic != nil {
-            try loadVectors()
+            // An open snapshot loaded them before its transaction began.
+            if snapshot == nil { try loadVectors() }
             counts = vectors.counts ?? (0, 0)
         }
-        var statistics = try read(budget: budget) { db in
-            try db.transaction("DEFERRED") { () throws -> CorpusStatistics in
+        var statistics = try queryRead(snapshot, budget: budget) { db throws -> CorpusStatistics in
+            do {
                 guard !terms.words.isEmpty else { return CorpusStatistics() }
                 if formatVersion >= RankWriter.firstFormat,
-                    let phrases = QueryPhrase.phrases(terms, tokenizer: try db.fullTextTokenizer()),
-                    let s = try RankedTopK(db: db, phrases: phrases, limit: 1, filter: nil, now: now, store: self).statistics()
+                    let phrases = QueryPhrase.phrases(terms, tokenizer: try db.fullTextTokenizer())
                 {
-                    return s
+                    let topK = RankedTopK(db: db, phrases: phrases, limit: 1, filter: nil, now: now, store: self)
+                    if let snapshot {
+                        if let p = try topK.prepareKept() {
+                            snapshot.kept = .prepared(p)
+                            return p.statistics
+                        }
+                        snapshot.kept = .unavailable
+                    } else if let s = try topK.statistics() {
+                        return s
+                    }
                 }
                 // FTS5's own: the table's totals and, per phrase, the rows it matches alone.
                 guard let totals = try RankedTopK.totals(db) else { return CorpusStatistics(hits: terms.terms.map { _ in 0 }) }
@@ -104,22 +192,30 @@ extension IndexStore {
     /// the indexes asked before it): the answer takes them in index order, so once the earlier
     /// indexes gave enough, this one's would be left out anyway. `vectorCut`: its vector hits
     /// below it are not checked (`FederatedUserQuery.vectorCut` of the indexes asked before).
+    /// With `snapshot`: in its transaction, from what `corpusStatistics` prepared there.
     public func userQueryCandidates(_ request: UserQueryRequest, statistics: CorpusStatistics, tuning: FusionTuning?,
-                                    budget: QueryBudget? = nil, completions: Bool = true, vectorCut: Float? = nil)
+                                    budget: QueryBudget? = nil, completions: Bool = true, vectorCut: Float? = nil,
+                                    snapshot: IndexSnapshot? = nil)
         throws(SearchlightError) -> ShardCandidates
     {
         let terms = try request.terms(maxTerms: options.limits.maxQueryTerms)
-        let now = options.clock().timeIntervalSince1970
+        let now = snapshot?.now ?? options.clock().timeIntervalSince1970
         let semantic = hasVectors ? request.semantic : nil
-        if semantic != nil { try loadVectors() }
-        return try read(budget: budget) { db in
-            try db.transaction("DEFERRED") { () throws -> ShardCandidates in
+        if semantic != nil, snapshot == nil { try loadVectors() }
+        return try queryRead(snapshot, budget: budget) { db throws -> ShardCandidates in
+            do {
                 var out = ShardCandidates()
+                // What the statistics prepared serves once: its unions go back to the connection below.
+                let kept = snapshot?.kept
+                snapshot?.kept = nil
                 if request.maxResultCount > 0 {
                     if !terms.words.isEmpty {
                         out.lexical = try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now,
-                            path: .automatic, statistics: statistics).candidates
+                            path: .automatic, statistics: statistics, kept: kept).candidates
                     }
+                }
+                if kept?.prepared != nil { db.unionScratch.reclaim() }
+                if request.maxResultCount > 0 {
                     if let semantic, let tuning {
                         var scores: [Int64: Float] = [:]
                         out.vector = try vectorCandidates(db, query: semantic.vector, limit: request.maxResultCount, filter: request.filter,
@@ -151,38 +247,35 @@ extension IndexStore {
     /// Asked only then, because an index with fewer than the limit is common where the union
     /// has enough, and the tail (FTS5's bm25 over an OR of the words) is the costly part.
     public func userQueryTail(_ request: UserQueryRequest, statistics: CorpusStatistics, after: [ScoredCandidate],
-                              budget: QueryBudget? = nil) throws(SearchlightError) -> [ScoredCandidate]
+                              budget: QueryBudget? = nil, snapshot: IndexSnapshot? = nil) throws(SearchlightError) -> [ScoredCandidate]
     {
         let terms = try request.terms(maxTerms: options.limits.maxQueryTerms)
-        let now = options.clock().timeIntervalSince1970
-        return try read(budget: budget) { db in
-            try db.transaction("DEFERRED") {
-                try bestMatchTail(db, terms: terms, after: after, limit: request.maxResultCount, filter: request.filter, now: now,
-                    statistics: statistics)
-            }
+        let now = snapshot?.now ?? options.clock().timeIntervalSince1970
+        return try queryRead(snapshot, budget: budget) { db in
+            try bestMatchTail(db, terms: terms, after: after, limit: request.maxResultCount, filter: request.filter, now: now,
+                statistics: statistics)
         }
     }
 
     /// Which of `rowids` are exact hits of the request's words (`exactHits`: the title or
     /// displayName is the words, or they stand together as a phrase), asked by
     /// `FederatedUserQuery.rank` for the lexical hits that a near miss passed in the fusion only.
-    public func exactHits(_ request: UserQueryRequest, among rowids: [Int64], budget: QueryBudget? = nil) throws(SearchlightError) -> Set<Int64> {
+    public func exactHits(_ request: UserQueryRequest, among rowids: [Int64], budget: QueryBudget? = nil,
+                          snapshot: IndexSnapshot? = nil) throws(SearchlightError) -> Set<Int64> {
         let terms = try request.terms(maxTerms: options.limits.maxQueryTerms)
-        return try read(budget: budget) { db in
-            try db.transaction("DEFERRED") { try exactHits(db, terms: terms, among: rowids) }
-        }
+        return try queryRead(snapshot, budget: budget) { db in try exactHits(db, terms: terms, among: rowids) }
     }
 
     /// The last phase: the items of `rowids`, in order, written as `userQuery` writes them;
     /// answers, per rowid, whether it was still there.
     public func writeUserQueryItems(_ rowids: [Int64], fetch: [String]?, budget: QueryBudget? = nil,
-                                    into items: inout EncodedItems) throws(SearchlightError) -> [Bool]
+                                    into items: inout EncodedItems, snapshot: IndexSnapshot? = nil) throws(SearchlightError) -> [Bool]
     {
         let fetch = fetch.map(Set.init)
         let sql = "SELECT \(ItemRecord.selectColumns(fetch: fetch)) FROM items WHERE items.rowid = ?"
         let writer = WireItemWriter(fetch: fetch)
-        let found = try read(budget: budget) { db in
-            try db.transaction("DEFERRED") { () throws -> [Bool] in
+        let found = try queryRead(snapshot, budget: budget) { db throws -> [Bool] in
+            do {
                 let s = try db.statement(sql)
                 var found: [Bool] = []
                 for rowid in rowids {

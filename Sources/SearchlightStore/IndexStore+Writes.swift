@@ -301,20 +301,23 @@ extension IndexStore {
 
     /// Records that the user engaged with an item or a suggestion (`query.engaged`); user queries
     /// rank engaged items and suggestions higher.
+    /// Adds to an item's engagement, on the writer inside its transaction.
+    func engage(_ identifier: String, weight: Double, at now: Double) throws {
+        // The engagement is part of the score: a segment that read the item needs it again.
+        for row in try writer.rows("UPDATE items SET engagement = engagement + ? WHERE uid = ? RETURNING rowid",
+            [.double(weight), .text(identifier)]) {
+            if let rowid = row.int(0) {
+                try rankWriter.touched(rowid, writer)
+                // Opened from results: refined before what the user has not met (`RefinementOrder`).
+                refinementHints.note([rowid], tier: .engaged, at: now)
+            }
+        }
+    }
+
     public func recordEngagement(identifier: String?, suggestion: String?, weight: Double) throws(SearchlightError) {
         let now = options.clock().timeIntervalSince1970
         _ = try writeSync { store in
-            if let identifier {
-                // The engagement is part of the score: a segment that read the item needs it again.
-                for row in try store.writer.rows("UPDATE items SET engagement = engagement + ? WHERE uid = ? RETURNING rowid",
-                    [.double(weight), .text(identifier)]) {
-                    if let rowid = row.int(0) {
-                        try store.rankWriter.touched(rowid, store.writer)
-                        // Opened from results: refined before what the user has not met (`RefinementOrder`).
-                        store.refinementHints.note([rowid], tier: .engaged, at: now)
-                    }
-                }
-            }
+            if let identifier { try store.engage(identifier, weight: weight, at: now) }
             if let suggestion {
                 try store.writer.run("""
                     INSERT INTO engagement(kind, key, count, last) VALUES ('suggestion', ?1, ?2, ?3)

@@ -270,13 +270,19 @@ public final class IndexStore: @unchecked Sendable {
     }
 
     /// The blocking form of `apply`, for callers on their own threads (the daemon's connections).
+    /// `engaging`: an item's engagement counted in the same transaction, after the mutations
+    /// (`recordEngagement`'s work; a user activity's `becomeCurrent()` is one commit).
     public func applySync(
-        _ mutations: [Mutation], expecting expectation: ClientStateExpectation = .any, newClientState: [UInt8]? = nil
+        _ mutations: [Mutation], expecting expectation: ClientStateExpectation = .any, newClientState: [UInt8]? = nil,
+        engaging: (identifier: String, weight: Double)? = nil
     ) throws(SearchlightError) -> ApplyResult {
         let prepared = prepare(mutations)
         let box = ResultBox()
+        let now = options.clock().timeIntervalSince1970
         enqueue(items: mutations.itemCount, { store in
-            try store.applyInTransaction(prepared, expectation: expectation, newClientState: newClientState)
+            let result = try store.applyInTransaction(prepared, expectation: expectation, newClientState: newClientState)
+            if let engaging { try store.engage(engaging.identifier, weight: engaging.weight, at: now) }
+            return result
         }) {
             box.set($0)
         }
@@ -334,13 +340,31 @@ public final class IndexStore: @unchecked Sendable {
 
     /// A donation's thread (`applySync`: the daemon's connections), after its commit: waits while
     /// the fresh segments lag by more than `rankedLagLimit` items, `rankedLagWait` at most.
+    /// Not while the fresh lane's builds fail (a persistent error, shown by `admin.status` as the
+    /// ranked index's `lastError`): no segment would end the wait, and every donation would pay
+    /// the whole of it.
     private func waitForRankedLag() {
         guard options.rankedIndexBuilds, options.rankedIndexFreshSegments else { return }
         let deadline = Date(timeIntervalSinceNow: Self.rankedLagWait)
         BlockingCheck.blocking("IndexStore: waiting for fresh segments")
-        lagCondition.withLock {
-            while rankedLag > Self.rankedLagLimit, !isClosing, lagCondition.wait(until: deadline) {}
+        let paced: Bool = lagCondition.withLock {
+            var paced = false
+            while rankedLag > Self.rankedLagLimit, !isClosing, !rankMaintainer.freshBuildsFailing {
+                paced = true
+                if !lagCondition.wait(until: deadline) { break }
+            }
+            return paced
         }
+        if paced { stateLock.withLock { pacedDonations += 1 } }
+    }
+
+    /// Donations whose answer waited for fresh segments (`waitForRankedLag`), since the store opened.
+    private var pacedDonations = 0
+    var pacedDonationCount: Int { stateLock.withLock { pacedDonations } }
+
+    /// The fresh lane's build failed: donations waiting for its segments stop waiting.
+    func rankedBuildsFailed() {
+        lagCondition.withLock { lagCondition.broadcast() }
     }
 
     private func writerLoop() {
@@ -525,6 +549,12 @@ public final class IndexStore: @unchecked Sendable {
         let db = try checkoutReader(background: background)
         defer { checkin(db, background: background) }
         db.postingCache?.needsCheck = true
+        return try run(on: db, budget: budget, body)
+    }
+
+    /// Runs `body` on a reader already checked out (`read`, `IndexSnapshot`), with the budget
+    /// and the error mapping of `read`.
+    func run<T>(on db: Database, budget: QueryBudget?, _ body: (Database) throws -> T) throws(SearchlightError) -> T {
         do {
             return try db.withBudget(budget) { try body(db) }
         } catch {
@@ -538,7 +568,7 @@ public final class IndexStore: @unchecked Sendable {
         }
     }
 
-    private func checkoutReader(background: Bool) throws(SearchlightError) -> Database {
+    func checkoutReader(background: Bool) throws(SearchlightError) -> Database {
         readers.lock()
         defer { readers.unlock() }
         while true {
@@ -575,7 +605,7 @@ public final class IndexStore: @unchecked Sendable {
         }
     }
 
-    private func checkin(_ db: Database, background: Bool) {
+    func checkin(_ db: Database, background: Bool) {
         db.clearFunctionCache()  // the query's compiled patterns by address go with it
         readers.lock()
         checkedOutReaders -= 1

@@ -420,11 +420,12 @@ extension IndexStore {
     /// `statistics`: the collection statistics to score with (`CorpusStatistics`, summed over
     /// every index a query across apps searches), else this index's own.
     func lexicalCandidates(_ db: Database, terms: UserQueryTerms, limit: Int, filter: SQLFilter?, now: Double, path: RankingPath,
-                           statistics: CorpusStatistics? = nil) throws -> LexicalCandidates
+                           statistics: CorpusStatistics? = nil, kept: KeptPreparation? = nil) throws -> LexicalCandidates
     {
-        if path == .automatic, formatVersion >= RankWriter.firstFormat,
+        if path == .automatic, formatVersion >= RankWriter.firstFormat, !(kept?.isUnavailable ?? false),
             let phrases = QueryPhrase.phrases(terms, tokenizer: try db.fullTextTokenizer()),
-            let ranked = try RankedTopK(db: db, phrases: phrases, limit: limit, filter: filter, now: now, store: self).run(statistics: statistics)
+            let ranked = try RankedTopK(db: db, phrases: phrases, limit: limit, filter: filter, now: now, store: self)
+                .run(statistics: statistics, prepared: kept?.prepared)
         {
             return LexicalCandidates(candidates: ranked, usedRankedIndex: true)
         }

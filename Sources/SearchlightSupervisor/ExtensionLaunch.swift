@@ -16,6 +16,8 @@ struct ProcessLauncher: ExtensionLauncher {
     /// The daemon's socket, handed to the extension as `SEARCHLIGHT_SOCKET` (its own is dropped:
     /// a runner's must never leak in): an extension that also acts as an app (the recent-files
     /// sample saves activities of other apps) reaches this daemon, not the user's default one.
+    /// Never to one a system daemon runs as root: as an app, root may write to any bundle, so a
+    /// root extension that reads untrusted input must not be pointed at the daemon as a client.
     var daemonSocket: String? = nil
 
     /// Environment variables that belong to the daemon's own relationship with systemd.
@@ -88,7 +90,6 @@ struct ProcessLauncher: ExtensionLauncher {
     /// `ProcessType`, its resource limits, and its user when the daemon is root.
     func spawnConfiguration(_ unit: ExtensionUnit) throws -> SpawnConfiguration {
         var env = ProcessInfo.processInfo.environment.filter { !Self.strippedEnvironment.contains($0.key) }
-        if let daemonSocket { env["SEARCHLIGHT_SOCKET"] = daemonSocket }
         for (k, v) in unit.environment { env[k] = v }
         env[ExtensionEnvironment.fd] = String(ExtensionEnvironment.descriptor)
         env[ExtensionEnvironment.label] = unit.label
@@ -121,8 +122,16 @@ struct ProcessLauncher: ExtensionLauncher {
             config.user = (uid: uid, gid: gid, groups: groups)
             env["HOME"] = Self.home(uid) ?? env["HOME"]
             env["USER"] = unit.userName ?? env["USER"]
-            config.environment = env
         }
+        // Not to an extension a system daemon runs as root (see `daemonSocket`). A user daemon's
+        // extensions run as its own user, who owns the socket and its bundles already (the tests'
+        // root-run user daemons included). A unit's own `EnvironmentVariables` still wins, as
+        // before (its file is the administrator's).
+        let root = system && (config.user?.uid ?? getuid()) == 0
+        if let daemonSocket, !root, unit.environment["SEARCHLIGHT_SOCKET"] == nil {
+            env["SEARCHLIGHT_SOCKET"] = daemonSocket
+        }
+        config.environment = env
         return config
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SearchlightStore
 import SearchlightWire
 
@@ -31,6 +32,23 @@ final class IndexRegistry: @unchecked Sendable {
     let log: Logger
     /// Open stores past which idle ones are closed.
     let maxOpen: Int
+    /// Indexes held open for a whole federated query (`IndexSnapshot`), over every query at once:
+    /// at most half the bound, so that many queries together (one user's, naming a different
+    /// index each) cannot hold the open stores past it. Past it a query leases an index per phase.
+    private let snapshotHolds = Mutex(0)
+    var maxSnapshotHolds: Int { max(1, maxOpen / 2) }
+
+    /// Takes one of the held-for-a-query places, if one is free; give it back with `releaseSnapshotHold`.
+    func reserveSnapshotHold() -> Bool {
+        snapshotHolds.withLock { held in
+            guard held < maxSnapshotHolds else { return false }
+            held += 1
+            return true
+        }
+    }
+
+    func releaseSnapshotHold() { snapshotHolds.withLock { $0 -= 1 } }
+
     /// Guards every table below; waited on while a file is being closed or read outside it.
     let lock = NSCondition()
     var openStores: [Key: OpenIndex] = [:]

@@ -54,6 +54,8 @@ final class Maintenance: Sendable {
     /// Runs by hand, one after the other, on a thread of their own at background priority (as the
     /// idle trigger's): never on the client's connection thread, which answers its later calls.
     private let byHandQueue = BackgroundQueue(label: "maintenance")
+    /// Set at the daemon's stop: every run, by hand or idle, gives way at its next step.
+    private let stopping = Atomic<Bool>(false)
 
     /// How far a run has got, for a client waiting on it (`admin.simulate idle`): an index begun
     /// (`completed`/`total` nil), or a refinement batch committed on it.
@@ -155,7 +157,25 @@ final class Maintenance: Sendable {
     /// and went to its end. Waits for a run already in progress.
     func run(bundle only: String?, trigger: String, yieldNow: @Sendable () -> Bool = { false },
              progress: ProgressSink? = nil) -> MaintenanceSummary {
-        runLock.withLock { _ in runAlone(bundle: only, trigger: trigger, yieldNow: yieldNow, progress: progress) }
+        runLock.withLock { _ in
+            runAlone(bundle: only, trigger: trigger, yieldNow: { self.stopping.load(ordering: .relaxed) || yieldNow() }, progress: progress)
+        }
+    }
+
+    /// At the daemon's stop, before the indexes close: every run gives way at its next step (a
+    /// transformer batch in progress ends first) and this waits, up to `timeout`, until none
+    /// runs. A run left inside OpenBLAS when the process exits dies in the library's exit-time
+    /// teardown (SIGSEGV), and a run by hand would otherwise go on over closing indexes.
+    /// Answers whether every run ended in time.
+    @discardableResult
+    func stop(timeout: TimeInterval) -> Bool {
+        stopping.store(true, ordering: .relaxed)
+        let deadline = Date().addingTimeInterval(timeout)
+        while state.withLock({ $0.running || $0.byHand > 0 }) {
+            if Date() >= deadline { return false }
+            usleep(10_000)  // the stop's one wait; a batch lasts far longer than this poll
+        }
+        return true
     }
 
     private func runAlone(bundle only: String?, trigger: String, yieldNow: @Sendable () -> Bool, progress: ProgressSink?) -> MaintenanceSummary {

@@ -122,6 +122,10 @@ public final class Supervisor: Sendable {
             // What the extensions left running dies with their cgroups.
             daemon.context.cgroups?.removeAll()
             daemon.server.stop()
+            // Runs by hand (`simulate idle`) end at their next step; the idle run has ended with the scheduler.
+            if daemon.context.maintenance?.stop(timeout: self.config.stopTimeout) == false {
+                self.log.warning("maintenance did not give way before the stop's deadline")
+            }
             daemon.migrator.drain()
             daemon.context.refinementShare?.stop()
             daemon.context.semantic.stop()

@@ -26,13 +26,26 @@ public enum DefaultPaths {
 
     /// The socket a client should use: `SEARCHLIGHT_SOCKET`, else the user daemon's socket if it
     /// exists, else the system daemon's.
+    /// The `/tmp` fallback is taken only from a folder this uid owns that no one else may write
+    /// (any local user can create `/tmp/searchlight-0` and listen in it for root's clients).
     public static func clientSocket() -> String {
         if let explicit = environment("SEARCHLIGHT_SOCKET") { return explicit }
         let user = socket(system: false)
-        if access(user, F_OK) == 0 { return user }
+        let inTmp = environment("XDG_RUNTIME_DIR") == nil
+        if access(user, F_OK) == 0 && (!inTmp || ownedPrivately(folder: (user as NSString).deletingLastPathComponent, uid: getuid())) {
+            return user
+        }
         let system = socket(system: true)
         if access(system, F_OK) == 0 { return system }
         return user
+    }
+
+    /// Whether `folder` is a real folder (not a link) owned by `uid` that neither its group nor
+    /// others may write.
+    static func ownedPrivately(folder: String, uid: uid_t) -> Bool {
+        var st = stat()
+        guard lstat(folder, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { return false }
+        return st.st_uid == uid && st.st_mode & 0o022 == 0
     }
 
     public static func stateDirectory(system: Bool) -> String {

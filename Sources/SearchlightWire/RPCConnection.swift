@@ -106,6 +106,13 @@ public final class RPCConnection: @unchecked Sendable {
     private var writerRunning = false
     /// Set when a write failed: nothing more is written.
     private var writeFailure: String?
+    /// A write failed because the peer closed (or shut down) its end: the reader reads on to the
+    /// end of what the peer sent before that, instead of stopping at the close this side then
+    /// requests. (The peer's last words, `$/closing` above all, were sent before it closed, and
+    /// are still in the socket: a reader that stopped at the close lost them, and the SDK then
+    /// gave up a donation it should have sent again.) Answers and notifications are handled;
+    /// requests are dropped, since no answer can be written any more. Guarded by `lock`.
+    private var drainingAfterWriteFailure = false
     /// `close()` was asked while frames were queued: the writer shuts the socket down once done.
     private var shutdownWhenFlushed = false
     /// Set by `finish` before it releases the descriptor: no writer starts after it (one that
@@ -257,7 +264,7 @@ public final class RPCConnection: @unchecked Sendable {
                         malformed += 1
                         if malformed >= Self.maxMalformedFramesInARow { return .malformedFrames(count: malformed) }
                     }
-                    if lock.withLock({ closeRequested }) { return closedHere() }
+                    if lock.withLock({ closeRequested && !drainingAfterWriteFailure }) { return closedHere() }
                 }
             } catch {
                 switch error {
@@ -345,6 +352,7 @@ public final class RPCConnection: @unchecked Sendable {
         if case .notification(let method, let params) = message, method == Method.closing {
             lock.withLock { announcedClose = params["reason"]?.stringValue ?? "unspecified" }
         }
+        if case .request = message, lock.withLock({ drainingAfterWriteFailure }) { return true }
         if case .response(let id, let result) = message {
             let (waiter, call) = lock.withLock { (pending.removeValue(forKey: id), submitted.removeValue(forKey: id)) }
             call?.complete(result.mapError { $0 as any Error })
@@ -485,6 +493,13 @@ public final class RPCConnection: @unchecked Sendable {
 
     /// A write failed: nothing more is written, and the connection closes (`unreadAnswers`).
     private func writeFailed(_ error: any Error) {
+        // The peer is gone (its end closed or shut down), not merely slow (a send timeout): what
+        // it sent before is read to the end (`drainingAfterWriteFailure`). The socket is shut
+        // down by the close below, so the reads end at what is buffered.
+        if let e = error as? SystemError, e.errno == EPIPE || e.errno == ECONNRESET {
+            // Not when this side chose to close (its own shutdown fails the writer's write too).
+            lock.withLock { if !closeRequested { drainingAfterWriteFailure = true } }
+        }
         outboxCondition.lock()
         writeFailure = "\(error)"
         outbox.removeAll()

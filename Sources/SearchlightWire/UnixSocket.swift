@@ -46,6 +46,9 @@ public final class UnixSocket: @unchecked Sendable {
 
     public var fd: Int32 { lock.withLock { _fd } }
 
+    /// `accept` calls waiting on this listener now (tests).
+    var acceptsWaiting: Int { lock.withLock { accepting } }
+
     public static func makeAddress(_ path: String) throws -> sockaddr_un {
         var addr = sockaddr_un()
         addr.sun_family = sa_family_t(AF_UNIX)
@@ -96,14 +99,22 @@ public final class UnixSocket: @unchecked Sendable {
         }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw SystemError("socket") }
-        let old = umask(0o777 & ~mode)
+        // The file bind creates is never more open than `mode`: Linux gives it the socket inode's
+        // mode less the umask, and fchmod sets that mode. Not by changing the umask around bind:
+        // the umask is the whole process's, and every file, folder and child process another
+        // thread made meanwhile got 0177 (a folder without search permission for its owner; the
+        // test process's helpers running as other users then could not create their files).
+        guard fchmod(fd, mode & 0o777) == 0 else {
+            let e = errno
+            Glibc.close(fd)
+            throw SystemError("fchmod(\(path))", errno: e)
+        }
         let rc = withUnsafePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                 bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size))
             }
         }
         let bindErrno = errno
-        umask(old)
         guard rc == 0 else {
             Glibc.close(fd)
             throw SystemError("bind(\(path))", errno: bindErrno)
@@ -309,10 +320,15 @@ public final class UnixSocket: @unchecked Sendable {
     }
 
     /// Closes this process's descriptor only, without shutting the socket down: for the end
-    /// handed to a child process, which keeps using its inherited copy.
+    /// handed to a child process, which keeps using its inherited copy. On a listener with an
+    /// `accept` waiting, it is `close()`: only a shutdown ends that wait (a listener this process
+    /// accepts on is not one it handed on), and without it the accept would wait for ever.
     public func closeDescriptor() {
         lock.withLock {
-            if _fd >= 0 { release(_fd) }
+            if _fd >= 0 {
+                if accepting > 0 { Glibc.shutdown(_fd, Int32(SHUT_RDWR)) }
+                release(_fd)
+            }
             _fd = -1
         }
     }

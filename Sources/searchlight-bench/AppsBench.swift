@@ -22,18 +22,8 @@ struct AppsBench {
     static let apps = 6
 
     func run() throws -> [Row] {
-        guard FileManager.default.fileExists(atPath: SemanticBench.staticTable) else {
-            progress("apps: skipped, no \(SemanticBench.staticTable) (run from the repository root)")
-            return []
-        }
-        let encoder = try StaticEncoder(file: SemanticBench.staticTable)
-        var storeOptions = StoreOptions()
-        storeOptions.fullSync = false
-        storeOptions.vectorEncoder = encoder
-        // Built once below, by this thread alone: the store's own background build after the
-        // writes ran beside the explicit one on the 64k-item index, and one run in two measured
-        // that index in a state where it answered no correction and other rankings.
-        storeOptions.rankedIndexBuilds = false
+        guard let stores = try InProcessStores(scenario: "apps") else { return [] }
+        let (encoder, storeOptions) = (stores.encoder, stores.options)
         // `--keep-state DIR`: the indexes are kept in DIR, and reused when an earlier run left them there.
         let dir = options.keepState ?? self.dir
         let reuse = options.keepState != nil && FileManager.default.fileExists(atPath: dir + "/complete")
@@ -42,11 +32,7 @@ struct AppsBench {
         let union = try IndexStore(path: dir + "/union/_default.sqlite", options: storeOptions)
         let shards = try (0..<Self.apps).map { try IndexStore(path: dir + "/app\($0)/_default.sqlite", options: storeOptions) }
         defer { for s in shards + [union] { s.close() } }
-        let items = corpus.entries.map { e -> SearchableItem in
-            var item = e.searchableItem
-            item.attributeSet.keywords = item.attributeSet.keywords?.filter { !$0.contains("::") }
-            return item
-        }
+        let items = corpus.untaggedItems
         if !reuse {
             for start in stride(from: 0, to: items.count, by: options.batch) {
                 let batch = Array(items[start..<min(start + options.batch, items.count)])
@@ -94,30 +80,37 @@ struct AppsBench {
         // the text again at each of its calls (5 % of the query's samples, perf).
         var r = r
         try r.check(limits: shards[0].options.limits)
+        // One snapshot per index, as the daemon reads them (`SEARCHLIGHT_BENCH_SNAPSHOTS=0`: a read
+        // per phase, as before issue 31's fix).
+        let snapshots = try shards.map { snapshotsOn ? try $0.openSnapshot(semantic: r.semantic != nil) : nil }
+        defer { for s in snapshots { s?.close() } }
         var statistics = CorpusStatistics()
-        for s in shards { statistics.add(try s.corpusStatistics(r)) }
+        for (s, snapshot) in zip(shards, snapshots) { statistics.add(try s.corpusStatistics(r, snapshot: snapshot)) }
         let tuning = FederatedUserQuery.tuning(r.semantic, statistics: statistics)
         var candidates: [ShardCandidates] = []
-        for s in shards {
+        for (s, snapshot) in zip(shards, snapshots) {
             candidates.append(try s.userQueryCandidates(r, statistics: statistics, tuning: tuning,
                 completions: FederatedUserQuery.wantsCompletions(candidates, request: r),
-                vectorCut: FederatedUserQuery.vectorCut(candidates, request: r)))
+                vectorCut: FederatedUserQuery.vectorCut(candidates, request: r), snapshot: snapshot))
         }
         if FederatedUserQuery.needsTail(candidates, request: r) {
-            for i in shards.indices { candidates[i].tail = try shards[i].userQueryTail(r, statistics: statistics, after: candidates[i].lexical) }
+            for i in shards.indices {
+                candidates[i].tail = try shards[i].userQueryTail(r, statistics: statistics, after: candidates[i].lexical, snapshot: snapshots[i])
+            }
         }
         let suggestions = FederatedUserQuery.suggestions(candidates, request: r)
         let hits = try FederatedUserQuery.rank(candidates, semantic: r.semantic, tuning: tuning, limit: r.maxResultCount) {
-            (shard, rowids) throws(SearchlightError) -> Set<Int64> in try shards[shard].exactHits(r, among: rowids)
+            (shard, rowids) throws(SearchlightError) -> Set<Int64> in try shards[shard].exactHits(r, among: rowids, snapshot: snapshots[shard])
         }
         var ids: [String] = []
         for (s, shard) in shards.enumerated() {
             let mine = hits.filter { $0.shard == s }
             guard !mine.isEmpty else { continue }
             var items = EncodedItems()
-            _ = try shard.writeUserQueryItems(mine.map(\.candidate.rowID), fetch: ["title"], into: &items)
+            _ = try shard.writeUserQueryItems(mine.map(\.candidate.rowID), fetch: ["title"], into: &items, snapshot: snapshots[s])
             _ = items
         }
+        for s in snapshots { s?.close() }
         // Identifiers in rank order (read apart: the timing above includes writing the items, as the daemon does).
         for h in hits {
             let id = try shards[h.shard].read { db in
@@ -127,6 +120,8 @@ struct AppsBench {
         }
         return (ids, suggestions)
     }
+
+    static let snapshotsOn = ProcessInfo.processInfo.environment["SEARCHLIGHT_BENCH_SNAPSHOTS"] != "0"
 
     /// The suggestions across apps as the daemon gave them before one ranking: each app's own,
     /// merged in app order.

@@ -68,6 +68,9 @@ struct Bench {
         if options.scenarios.contains(.refineOrder) {
             run.rows += try RefineOrderBench(options: options, corpus: corpus, dir: run.dir + "/refine-order-bench").run()
         }
+        if options.scenarios.contains(.refineOrderDaemon) {
+            run.rows += try await RefineOrderDaemonBench(options: options, corpus: corpus, dir: run.dir + "/refine-order-daemon-bench").run()
+        }
         if options.scenarios.contains(.delegate) {
             run.rows += try await DelegateBench(daemon: run.daemon, dir: run.dir, runs: options.runs).run()
         }

@@ -68,6 +68,23 @@ final class Daemon: @unchecked Sendable {
 
     var pid: Int32 { process.processIdentifier }
 
+    /// `--refine-boost`: the environment that keeps the daemon's background threads at the nice
+    /// they start with (`Options.refineBoost` says why).
+    static func boostEnvironment(_ options: Options) -> [String: String] {
+        options.refineBoost == nil ? [:] : ["SEARCHLIGHT_BACKGROUND_NICE": "0"]
+    }
+
+    /// `--refine-boost NICE`: the daemon's session (autogroup) at that nice.
+    func boost(_ options: Options) {
+        guard let nice = options.refineBoost else { return }
+        let path = "/proc/\(pid)/autogroup"
+        if (try? "\(nice)\n".write(toFile: path, atomically: false, encoding: .utf8)) != nil {
+            progress("--refine-boost: \(path) at nice \(nice), the daemon's background threads at its own nice")
+        } else {
+            progress("--refine-boost: cannot write \(path) (root only, kernels with autogroups): the daemon's share is the default")
+        }
+    }
+
     /// Stops the daemon (SIGTERM, graceful) and waits for it; `remove` deletes its directory.
     func stop(remove: Bool = true) {
         if process.isRunning {

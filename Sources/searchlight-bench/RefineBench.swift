@@ -51,19 +51,21 @@ struct RefineBench {
         }
         // The items as `searchlight-semantic tune` and the semantic bench's relevance rows donate
         // them: without the debtags tags (`a::b`, the relevance set's answer), the section kept.
-        let items = corpus.entries.prefix(count).map { e -> SearchableItem in
-            var item = e.searchableItem
-            item.attributeSet.keywords = item.attributeSet.keywords?.filter { !$0.contains("::") }
-            return item
-        }
-        // A kept directory from an earlier run: reused when it holds these items, all refined.
+        let items = Array(corpus.untaggedItems.prefix(count))
+        // A kept directory from an earlier run: reused when it holds these items, all refined;
+        // resumed when it holds them partly refined (a run stopped before the end).
         let kept = keep && FileManager.default.fileExists(atPath: dir + "/daemon/state")
         if !kept { try? FileManager.default.removeItem(atPath: dir) }
         try writePressure(cpu: 70)
-        var daemon = try Daemon(dir: dir + "/daemon", arguments: ["--model-dir", model.path, "--proc-root", procRoot,
-            "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1", "--model-idle", "10",
-            // Idle maintenance refines here (it is what the pauses measure), not the share of small indexes.
-            "--refine-share-items", "0"])
+        func startDaemon() throws -> Daemon {
+            let d = try Daemon(dir: dir + "/daemon", arguments: ["--model-dir", model.path, "--proc-root", procRoot,
+                "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1", "--model-idle", "10",
+                // Idle maintenance refines here (it is what the pauses measure), not the share of small indexes.
+                "--refine-share-items", "0"], environment: Daemon.boostEnvironment(options))
+            d.boost(options)
+            return d
+        }
+        var daemon = try startDaemon()
         defer {
             daemon.stop(remove: !keep)
             if keep { progress("semantic refinement: the daemon's directory kept in \(dir)") } else { try? FileManager.default.removeItem(atPath: dir) }
@@ -76,6 +78,7 @@ struct RefineBench {
         }
         let judged = full ? Self.restrict(try SemanticBench.loadJudgements(options), to: items) : []
         var rows: [Row] = []
+        var resumed = false
         if kept {
             let (vectors, refined) = try await counts()
             if vectors == items.count && refined == vectors {
@@ -83,6 +86,7 @@ struct RefineBench {
                 let index = SearchableIndex(bundleIdentifier: bundle, socketPath: daemon.socket)
                 if !judged.isEmpty {
                     let lexical = try await relevance(judged, index: index, name: "lexical", semantic: false, lexical: [], into: &rows)
+                    rows += loadStaticRows()
                     try await refinedRelevance(judged, index: index, lexical: lexical, into: &rows)
                     try await staticQueryRelevance(judged, index: index, lexical: lexical, admin: admin, into: &rows)
                 }
@@ -90,36 +94,46 @@ struct RefineBench {
                 await admin.close()
                 return rows
             }
-            progress("semantic refinement: \(dir) holds \(refined) of \(vectors) vectors refined, not the \(items.count) items all refined: "
-                + "starting over")
-            await admin.close()
-            daemon.stop(remove: true)
-            try? FileManager.default.removeItem(atPath: dir)
-            try writePressure(cpu: 70)
-            daemon = try Daemon(dir: dir + "/daemon", arguments: ["--model-dir", model.path, "--proc-root", procRoot,
-                "--resume-after", "1", "--idle-after", "1", "--maintenance-interval", "1", "--model-idle", "10",
-            // Idle maintenance refines here (it is what the pauses measure), not the share of small indexes.
-            "--refine-share-items", "0"])
-            admin = SearchlightConnection(role: .admin, socketPath: daemon.socket)
+            if vectors == items.count && FileManager.default.fileExists(atPath: staticRowsFile) {
+                progress("semantic refinement: \(dir) holds \(refined) of \(vectors) vectors refined: resuming the refinement")
+                resumed = true
+            } else {
+                progress("semantic refinement: \(dir) holds \(refined) of \(vectors) vectors refined, not the \(items.count) items: "
+                    + "starting over")
+                await admin.close()
+                daemon.stop(remove: true)
+                try? FileManager.default.removeItem(atPath: dir)
+                try writePressure(cpu: 70)
+                daemon = try startDaemon()
+                admin = SearchlightConnection(role: .admin, socketPath: daemon.socket)
+            }
         }
         let events = EventLog()
         let monitor = SearchlightConnection(role: .admin, socketPath: daemon.socket, onNotification: { events.record($0, $1) })
         _ = try await monitor.call("admin.monitor")
         defer { Task { [admin] in await monitor.close(); await admin.close() } }
 
-        _ = try await donate(Array(items), socket: daemon.socket, bundle: bundle, clients: 4, batch: options.batch)
+        if !resumed { _ = try await donate(Array(items), socket: daemon.socket, bundle: bundle, clients: 4, batch: options.batch) }
         let index = SearchableIndex(bundleIdentifier: bundle, socketPath: daemon.socket)
         var lexical: [Double] = []
         if !judged.isEmpty {
-            // Before any refinement, the transformer not loaded: static vectors, static query.
             lexical = try await relevance(judged, index: index, name: "lexical", semantic: false, lexical: [], into: &rows)
-            _ = try await relevance(judged, index: index, name: "hybrid, static table", semantic: true, lexical: lexical, into: &rows)
-            // The second of the four states (issue 37): the static index with the transformer's
-            // query, as after `prepare()` before refinement ran.
-            let prepared = try await UserQuery.prepare(index: index)
-            if prepared.state != "loaded" { fatal("semantic refinement: the transformer is not loaded (\(prepared))") }
-            _ = try await relevance(judged, index: index, name: "hybrid, static index, transformer query", semantic: true,
-                lexical: lexical, into: &rows)
+            if resumed {
+                // The static states were measured by the run that donated (the index is partly refined now).
+                rows += loadStaticRows()
+            } else {
+                var states: [Row] = []
+                // Before any refinement, the transformer not loaded: static vectors, static query.
+                _ = try await relevance(judged, index: index, name: "hybrid, static table", semantic: true, lexical: lexical, into: &states)
+                // The second of the four states (issue 37): the static index with the transformer's
+                // query, as after `prepare()` before refinement ran.
+                let prepared = try await UserQuery.prepare(index: index)
+                if prepared.state != "loaded" { fatal("semantic refinement: the transformer is not loaded (\(prepared))") }
+                _ = try await relevance(judged, index: index, name: "hybrid, static index, transformer query", semantic: true,
+                    lexical: lexical, into: &states)
+                rows += states
+                if keep { saveStaticRows(states) }
+            }
         }
 
         let total = try await counts().vectors
@@ -218,6 +232,28 @@ struct RefineBench {
         }
         await index.close()
         return rows
+    }
+
+    /// The two static-index states' rows, kept beside the daemon's directory (`--keep-state`), so
+    /// that a run resuming or reusing a refined index reports all four states.
+    var staticRowsFile: String { dir + "/static-states.tsv" }
+
+    func saveStaticRows(_ rows: [Row]) {
+        let text = rows.map { "\($0.scenario)\t\($0.figure.values.first ?? 0)" }.joined(separator: "\n") + "\n"
+        _ = FileManager.default.createFile(atPath: staticRowsFile, contents: Data(text.utf8))
+    }
+
+    func loadStaticRows() -> [Row] {
+        guard let text = try? String(contentsOfFile: staticRowsFile, encoding: .utf8) else {
+            progress("semantic refinement: no \(staticRowsFile): the static-index states are not reported")
+            return []
+        }
+        return text.split(separator: "\n").compactMap { line -> Row? in
+            let parts = line.split(separator: "\t", maxSplits: 1)
+            guard parts.count == 2, let value = Double(parts[1]) else { return nil }
+            progress(String(format: "semantic refinement, measured before refinement: %@ %.3f", String(parts[0]), value))
+            return Row(scenario: String(parts[0]), figure: Figure([value]), unit: "", higherIsBetter: true)
+        }
     }
 
     /// The judgements on a subset of the corpus (`--refine-items N`): each query's relevant items

@@ -22,27 +22,20 @@ struct RefineOrderBench {
 
     func run() throws -> [Row] {
         let model = ModelDirectory.resolve(systemMode: false)
-        guard model.hasTransformer, FileManager.default.fileExists(atPath: SemanticBench.staticTable) else {
-            progress("refinement order: skipped, no model in \(model.path) (make model) or no \(SemanticBench.staticTable)")
+        guard model.hasTransformer else {
+            progress("refinement order: skipped, no model in \(model.path) (make model)")
             return []
         }
+        guard let stores = try InProcessStores(scenario: "refinement order") else { return [] }
         let judged = try SemanticBench.loadJudgements(options)
         guard !judged.isEmpty else {
             progress("refinement order: skipped, no relevance set (\(options.judgements)) for the user session")
             return []
         }
-        let encoder = try StaticEncoder(file: SemanticBench.staticTable)
-        var storeOptions = StoreOptions()
-        storeOptions.fullSync = false
-        storeOptions.vectorEncoder = encoder
-        storeOptions.rankedIndexBuilds = false
+        let (encoder, storeOptions) = (stores.encoder, stores.options)
         try? FileManager.default.removeItem(atPath: dir)
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let items = corpus.entries.map { e -> SearchableItem in
-            var item = e.searchableItem
-            item.attributeSet.keywords = item.attributeSet.keywords?.filter { !$0.contains("::") }
-            return item
-        }
+        let items = corpus.untaggedItems
         let base = try IndexStore(path: dir + "/base/_default.sqlite", options: storeOptions)
         for start in stride(from: 0, to: items.count, by: options.batch) {
             _ = try base.applySync([.items(Array(items[start..<min(start + options.batch, items.count)]))])

@@ -301,11 +301,7 @@ struct SemanticBench {
     /// stays, as in `searchlight-semantic evaluate` and `tune`) in a bundle of its own; each
     /// judgement's query through `query.user`, top 100, lexical and hybrid.
     func quality(_ judged: [Judgement], socket: String) async throws -> [Row] {
-        let items = corpus.entries.map { e -> SearchableItem in
-            var item = e.searchableItem
-            item.attributeSet.keywords = item.attributeSet.keywords?.filter { !$0.contains("::") }
-            return item
-        }
+        let items = corpus.untaggedItems
         let bundle = "bench.semantic.relevance"
         _ = try await donate(items, socket: socket, bundle: bundle, clients: 4, batch: options.batch)
         let index = SearchableIndex(bundleIdentifier: bundle, socketPath: socket)

@@ -264,11 +264,11 @@ actor DesktopSearch {
 
     /// Tells the daemon the user opened a result, so that it ranks higher next time.
     func engaged(_ result: SearchResult, terms: [String]) async {
-        // An activity's engagement is its app's becomeCurrent(): `query.engaged` names items only.
-        guard result.activityURI == nil else { return }
+        // An activity result's engagement goes to its bundle's activity history (`activity: true`).
         do {
             _ = try await daemon.send(QueryEngaged(target: .identifier(result.item.uniqueIdentifier), interaction: .select,
-                                                   text: terms.joined(separator: " "), bundle: result.item.bundleIdentifier))
+                                                   text: terms.joined(separator: " "), bundle: result.item.bundleIdentifier,
+                                                   activity: result.activityURI != nil))
         } catch {
             Log.notice("engagement not recorded", ["id": result.id, "reason": "\(error)"])
         }

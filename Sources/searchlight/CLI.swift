@@ -122,7 +122,7 @@ enum CLI {
         ImportCommand.command, DeleteCommands.delete, DeleteCommands.erase, StatusCommands.check,
         ReindexCommands.simulate, ReindexCommands.units, ReindexCommands.requests, ReindexCommands.monitor,
         StatusCommands.indexing, StatusCommands.owner, DesktopCommands.desktop, DesktopCommands.register, DesktopCommands.open,
-        StatusCommands.version,
+        ActivityCommands.activity, StatusCommands.version,
     ]
 
     static func command(named name: String) -> Command? { commands.first { $0.spec.name == name } }

@@ -105,7 +105,7 @@ enum DesktopCommands {
                 An item of a bundle another user owns is not opened: what would run is printed, and --yes runs it
                 (as you: check it first). A desktop file the bundle's unit declares is an administrator's and exempt.
                 A user activity (no item with that identifier, or --activity) opens with its
-                searchlight-activity:BUNDLE/ID URI, else its webpageURL.
+                searchlight-activity:BUNDLE/ID URI, else its webpageURL; its engagement ranks it higher in the history.
                 """
         ),
         run: { args, context in
@@ -151,7 +151,7 @@ enum DesktopCommands {
                     return
                 }
                 let opened = try opener.open(activity, openWith: openWith, contentURL: contentURL, ownerUID: owner, fromUnit: fromUnit, uri: uri)
-                if uri == nil { _ = try await connection.send(QueryEngaged(target: .identifier(identifier), interaction: .select)) }
+                _ = try await connection.send(QueryEngaged(target: .identifier(identifier), interaction: .select, activity: uri != nil))
                 report(opened.action, command: opened.command, note: opened.note, context)
             } catch let failure as ItemOpener.Failure {
                 throw CLIFailure(failure.description)

@@ -224,7 +224,13 @@ enum QueryCommands {
             if sections > 0 { Console.out("") }
             sections += 1
             Console.out(title)
-            printItems(hits.map(\.item), extra: [], bundles: hits.map(\.bundle), notes: hits.map { $0.explain.map(explanation) })
+            // A user activity of an app's history (DESIGN §13) is marked as one (across apps, where
+            // the answer says each result's index; an app's own search, through UserQuery, does not).
+            let notes = hits.map { hit -> String? in
+                let parts = [hit.wire["index"]?.stringValue == Names.activityIndex ? "(activity)" : nil, hit.explain.map(explanation)].compactMap { $0 }
+                return parts.isEmpty ? nil : parts.joined(separator: " ")
+            }
+            printItems(hits.map(\.item), extra: [], bundles: hits.map(\.bundle), notes: notes)
         }
         section("Top hits:", answer.ranked)
         section(answer.ranked.isEmpty ? "Results:" : "Other results:", others)

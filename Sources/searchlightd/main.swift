@@ -233,4 +233,8 @@ Task.detached {
     served.signal()
 }
 served.wait()
-exit(exitStatus.withLock { $0 })
+// `_exit`, not `exit`: what the daemon owns is closed by now (stores, journal, log lines written
+// whole), and a thread a forced stop left running (inside OpenBLAS, say) must not meet the
+// libraries' exit-time teardown, which frees what that thread still uses.
+fflush(nil)
+_exit(exitStatus.withLock { $0 })

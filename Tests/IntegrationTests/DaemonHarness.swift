@@ -31,6 +31,26 @@ final class TempDir: @unchecked Sendable {
     deinit { try? FileManager.default.removeItem(atPath: path) }
 }
 
+/// Reads `handle` on a thread of its own until its end, handing each whole line (without its
+/// newline) to `line`, which returns false to stop reading; then calls `done`. The log readers
+/// of the daemon and of the sample processes the tests run.
+func readLines(_ handle: FileHandle, done: @escaping @Sendable () -> Void = {}, _ line: @escaping @Sendable (String) -> Bool) {
+    Thread.detachNewThread {
+        defer { done() }
+        var pending = Data()
+        while true {
+            let chunk = handle.availableData
+            if chunk.isEmpty { return }
+            pending.append(chunk)
+            while let nl = pending.firstIndex(of: 0x0A) {
+                let text = String(decoding: pending[pending.startIndex..<nl], as: UTF8.self)
+                pending = Data(pending[(nl + 1)...])
+                guard line(text) else { return }
+            }
+        }
+    }
+}
+
 /// A real `searchlightd` process on a temp socket and state directory.
 final class DaemonProcess: @unchecked Sendable {
     let dir: TempDir
@@ -107,23 +127,13 @@ final class DaemonProcess: @unchecked Sendable {
         // watching for its own.
         let drained = DispatchSemaphore(value: 0)
         lock.withLock { logDrained = drained }
-        Thread.detachNewThread { [weak self] in
-            defer { drained.signal() }
-            var pending = Data()
-            while true {
-                let chunk = handle.availableData
-                if chunk.isEmpty { break }
-                pending.append(chunk)
-                while let nl = pending.firstIndex(of: 0x0A) {
-                    let line = String(decoding: pending[pending.startIndex..<nl], as: UTF8.self)
-                    pending = Data(pending[(nl + 1)...])
-                    guard let self else { return }
-                    self.lock.withLock {
-                        self.logLines.append(line)
-                        self.lock.broadcast()
-                    }
-                }
+        readLines(handle, done: { drained.signal() }) { [weak self] line in
+            guard let self else { return false }
+            self.lock.withLock {
+                self.logLines.append(line)
+                self.lock.broadcast()
             }
+            return true
         }
         try p.run()
         process = p

@@ -134,6 +134,17 @@ struct ReadmeTourTests {
         #"searchlight query com.example.demo 'contentDescription == "*字体*" || textContent == "*검색*"'"#: { out, _ in
             out.lines.map { String($0.prefix { $0 != " " }) } == ["fonts-noto-cjk"] ? [] : ["not the CJK fonts alone"]
         },
+        #"searchlight activity save com.example.demo --type com.example.demo.view --title "JSON parser comparison" --id compare"#: { out, tour in
+            guard out.stdout == "saved activity compare of com.example.demo\n" else { return ["not saved"] }
+            let list = try await runCLI(["activity", "list", "com.example.demo"], socket: tour.daemon.socket)
+            return list.stdout.hasPrefix("compare  JSON parser comparison  last used ") ? [] : ["not in the app's history: \(list.stdout)"]
+        },
+        #"searchlight search "parser comparison""#: { out, _ in
+            // The activity, across apps: its app named, marked as an activity.
+            let activity = out.lines.filter { $0.hasPrefix("compare ") }
+            return activity.count == 1 && activity[0].contains("JSON parser comparison") && activity[0].contains("[com.example.demo]") && activity[0].hasSuffix("(activity)")
+                ? [] : ["the activity is not found, marked: \(out.lines)"]
+        },
         "searchlight status": { out, tour in
             let bundles = ["com.example.demo"] + ReadmeTourTests.samples.keys.sorted().map { "org.searchlight.sample.\($0)" }
             var problems: [String] = []

@@ -65,18 +65,9 @@ struct RecentFilesSampleTests {
             process.standardError = pipe
             process.standardOutput = FileHandle.nullDevice
             let handle = pipe.fileHandleForReading
-            Thread.detachNewThread { [self] in
-                var pending = Data()
-                while true {
-                    let chunk = handle.availableData
-                    if chunk.isEmpty { break }
-                    pending.append(chunk)
-                    while let nl = pending.firstIndex(of: 0x0A) {
-                        let line = String(decoding: pending[pending.startIndex..<nl], as: UTF8.self)
-                        pending = Data(pending[(nl + 1)...])
-                        lock.withLock { lines.append(line); lock.broadcast() }
-                    }
-                }
+            readLines(handle) { [self] line in
+                lock.withLock { lines.append(line); lock.broadcast() }
+                return true
             }
             try process.run()
         }
@@ -140,6 +131,37 @@ struct RecentFilesSampleTests {
         _ = try await watcher.wait(for: "recent files imported saved=0 deleted=1", after: mark)
         #expect(try await Self.activities(daemon, "lighthouse").isEmpty)
         #expect(try await Self.activities(daemon, "keepers").count == 1)
+    }
+
+    @Test("under a system daemon every recent file is saved to the sample's own bundle, claiming no other app's bundle")
+    func systemModeOwnBundleOnly() async throws {
+        let dir = TempDir()
+        chmod(dir.path, 0o755)
+        let daemon = try await DaemonProcess(arguments: ["--system"], dir: dir)
+        let home = try Home(dir)
+        try home.write([("lighthouse.txt", "2026-11-20T10:00:00Z", 1)])
+        let sync = try await blocking {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: RecentFilesSampleTests.program)
+            p.arguments = ["--sync"]
+            p.environment = ProcessInfo.processInfo.environment.merging(home.environment.merging(["SEARCHLIGHT_SOCKET": daemon.socket]) { $1 }) { $1 }
+            let err = Pipe()
+            p.standardError = err
+            p.standardOutput = FileHandle.nullDevice
+            try p.run()
+            let text = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            p.waitUntilExit()
+            return (p.terminationStatus, text)
+        }
+        #expect(sync.0 == 0 && sync.1.contains("saved=1"), "\(sync.1)")
+        #expect(try await Self.activities(daemon, "lighthouse").isEmpty, "saved as the editor")
+        let status = try await runCLI(["status", Self.editor], socket: daemon.socket)
+        #expect(!status.stdout.contains(Self.editor + " "), "the editor's bundle exists: \(status.stdout)")
+        let own = SearchlightConnection(role: .app(bundleIdentifier: "org.searchlight.sample.recentfiles"), socketPath: daemon.socket)
+        defer { Task { await own.close() } }
+        let answer = try await own.send(QueryUser(text: "lighthouse", context: .init(semanticSearch: false)))
+        #expect(answer.items.map { $0["uniqueIdentifier"]?.stringValue } == ["recent:file://\(dir.path)/files/lighthouse.txt"], "\(answer.items)")
+        #expect(answer.items.first?["attributeSet"]?["keywords"] == ["example-editor"], "still named by its app")
     }
 
     @Test("a hostile xbel (malformed, not UTF-8, over the size limit, a symbolic link) is refused with a clear error, and nothing imported is lost")

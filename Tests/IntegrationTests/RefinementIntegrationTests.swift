@@ -114,21 +114,24 @@ struct RefinementIntegrationTests {
         #expect(search.status == 0, "\(search.stderr)")
     }
 
-    @Test("the low-priority share waits for user queries on the transformer's threads, and goes on once they stop")
-    func shareWaitsForQueries() async throws {
-        guard let model = SemanticSearchTests.transformerModel else { return }
-        let dir = TempDir()
+    /// A daemon whose idle maintenance never runs (pressure from the start) and whose low-priority
+    /// share refines the `count` items imported; `dir` must outlive it.
+    static func shareDaemon(model: String, count: Int, dir: TempDir) async throws -> DaemonProcess {
         let proc = dir.path + "/proc"
         try ThrottleIntegrationTests.writePSI(proc, cpu: 70)  // busy: idle maintenance never runs
         let daemon = try await DaemonProcess(arguments: ["--model-dir", model, "--proc-root", proc, "--load-interval", "0.5",
             "--refine-share-items", "10000", "--refine-share-after", "1"], dir: dir)
-        // Enough that the share is still refining when the queries begin, on a fast machine.
-        let count = 3000
         try await SemanticSearchTests.importItems(Self.items(count: count), bundle: "com.example.refine", daemon: daemon, dir: dir) {
             try await runCLI($0, socket: daemon.socket)
         }
-        // Four clients one after another each ask a long query from the start (once the share has
-        // loaded the transformer, it embeds them on the query threads): the share's batches wait.
+        return daemon
+    }
+
+    /// Four clients each ask a long user query (embedded by the transformer on the query threads,
+    /// once the share has loaded it) over and over, while `watch` runs; they stop when it returns
+    /// or throws. Returns the queries' counters.
+    @discardableResult
+    static func flood(_ daemon: DaemonProcess, while watch: @escaping @Sendable (Flood) async throws -> Void) async throws -> Flood {
         let text = Array(repeating: "a music player that organizes audio files and playlists", count: 20).joined(separator: " ")
         let flood = Flood()
         try await withThrowingTaskGroup(of: Void.self) { group in
@@ -144,15 +147,29 @@ struct RefinementIntegrationTests {
             }
             group.addTask {
                 defer { flood.stop.store(true, ordering: .relaxed) }
-                try await Self.until("a batch of the share waited for a query", timeout: 300) {
-                    let status = try await Self.status(daemon)
-                    if status["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first?["refined"]?.intValue == count {
-                        throw HarnessError("every item refined before a batch waited for a query: use more items")
-                    }
-                    return status["refinementShare"]?["queryWaits"]?.intValue ?? 0 >= 1
-                }
+                try await watch(flood)
             }
             try await group.waitForAll()
+        }
+        return flood
+    }
+
+    @Test("the low-priority share waits for user queries on the transformer's threads, and goes on once they stop")
+    func shareWaitsForQueries() async throws {
+        guard let model = SemanticSearchTests.transformerModel else { return }
+        let dir = TempDir()
+        // Enough that the share is still refining when the queries begin, on a fast machine.
+        let count = 3000
+        let daemon = try await Self.shareDaemon(model: model, count: count, dir: dir)
+        // Four clients one after another each ask a long query from the start: the share's batches wait.
+        let flood = try await Self.flood(daemon) { _ in
+            try await Self.until("a batch of the share waited for a query", timeout: 300) {
+                let status = try await Self.status(daemon)
+                if status["bundles"]?.arrayValue?.first?["indexes"]?.arrayValue?.first?["refined"]?.intValue == count {
+                    throw HarnessError("every item refined before a batch waited for a query: use more items")
+                }
+                return status["refinementShare"]?["queryWaits"]?.intValue ?? 0 >= 1
+            }
         }
         #expect(flood.answered.load(ordering: .relaxed) > 0)
         // The queries gone, it goes on.
@@ -164,42 +181,20 @@ struct RefinementIntegrationTests {
     func queryStreamDoesNotHoldShare() async throws {
         guard let model = SemanticSearchTests.transformerModel else { return }
         let dir = TempDir()
-        let proc = dir.path + "/proc"
-        try ThrottleIntegrationTests.writePSI(proc, cpu: 70)  // busy: idle maintenance never runs
-        let daemon = try await DaemonProcess(arguments: ["--model-dir", model, "--proc-root", proc, "--load-interval", "0.5",
-            "--refine-share-items", "10000", "--refine-share-after", "1"], dir: dir)
         let count = 3000
-        try await SemanticSearchTests.importItems(Self.items(count: count), bundle: "com.example.refine", daemon: daemon, dir: dir) {
-            try await runCLI($0, socket: daemon.socket)
-        }
-        let text = Array(repeating: "a music player that organizes audio files and playlists", count: 20).joined(separator: " ")
-        let flood = Flood()
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            for _ in 0..<4 {
-                group.addTask {
-                    let index = daemon.index("com.example.refine")
-                    defer { Task { await index.close() } }
-                    while !flood.stop.load(ordering: .relaxed) {
-                        _ = try await UserQuery(userQueryString: text, userQueryContext: UserQueryContext(), index: index).run()
-                        flood.answered.add(1, ordering: .relaxed)
-                    }
-                }
+        let daemon = try await Self.shareDaemon(model: model, count: count, dir: dir)
+        try await Self.flood(daemon) { flood in
+            // The stream holds a batch first (the share waited), then the share goes on under it.
+            try await Self.until("a batch of the share waited for a query", timeout: 300) {
+                try await Self.status(daemon)["refinementShare"]?["queryWaits"]?.intValue ?? 0 >= 1
             }
-            group.addTask {
-                defer { flood.stop.store(true, ordering: .relaxed) }
-                // The stream holds a batch first (the share waited), then the share goes on under it.
-                try await Self.until("a batch of the share waited for a query", timeout: 300) {
-                    try await Self.status(daemon)["refinementShare"]?["queryWaits"]?.intValue ?? 0 >= 1
-                }
-                let (before, answeredBefore) = (try await Self.refined(daemon).refined, flood.answered.load(ordering: .relaxed))
-                try await Self.until("two batches refined while the queries kept coming", timeout: 300) {
-                    let now = try await Self.refined(daemon).refined
-                    if now == count { throw HarnessError("every item refined: use more items") }
-                    return now >= before + 16
-                }
-                #expect(flood.answered.load(ordering: .relaxed) > answeredBefore + 4, "the queries kept coming meanwhile")
+            let (before, answeredBefore) = (try await Self.refined(daemon).refined, flood.answered.load(ordering: .relaxed))
+            try await Self.until("two batches refined while the queries kept coming", timeout: 300) {
+                let now = try await Self.refined(daemon).refined
+                if now == count { throw HarnessError("every item refined: use more items") }
+                return now >= before + 16
             }
-            try await group.waitForAll()
+            #expect(flood.answered.load(ordering: .relaxed) > answeredBefore + 4, "the queries kept coming meanwhile")
         }
     }
 

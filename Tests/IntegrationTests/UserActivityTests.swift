@@ -286,6 +286,13 @@ struct UserActivityTests {
         }
         let still = try await rpc(as: alice, bundle: "com.alice.notes", [["method": "query.user", "params": ["text": "private"]]])
         #expect(still.first?["result"]?["items"]?.arrayValue?.first?["uniqueIdentifier"] == "secret-view", "\(still)")
+        // Root, who may write any bundle as an app, cannot forge Alice's history (the CLI speaks as
+        // the app); it may list it.
+        let forged = try await runCLI(["activity", "save", "com.alice.notes", "--type", "com.alice.view", "--title", "forged visit"],
+                                      socket: daemon.socket)
+        #expect(forged.status == 1 && forged.stderr.contains("owner"), "\(forged.status) \(forged.stderr)")
+        let listed = try await runCLI(["activity", "list", "com.alice.notes"], socket: daemon.socket)
+        #expect(listed.status == 0 && listed.stdout.hasPrefix("secret-view  alice private trip"), "\(listed.stdout) \(listed.stderr)")
     }
 
     @Test("GNOME Shell shows an activity as a result of its app and activating it launches the app with its URI",
@@ -313,6 +320,167 @@ struct UserActivityTests {
         #expect(gone.ok && !gone.stdout.contains("Bridges trip"), "\(gone.stdout)")
     }
 
+    @Test("opening an activity from GNOME Shell records its engagement: it ranks above an equally recent unopened one",
+          .enabled(if: SessionBusHarness.missingTools == nil))
+    func openedFromShellRanksHigher() async throws {
+        let daemon = try await DaemonProcess()
+        let app = Self.app(daemon)
+        defer { Task { await app.close() } }
+        // Saved, not current (no engagement), with the same time of use.
+        let used = Date().addingTimeInterval(-3600)
+        for id in ["view-a", "view-b"] {
+            let a = Self.activity(daemon, id, title: "Bridges walk")
+            var set = AttributeSet()
+            set.lastUsedDate = used
+            a.contentAttributeSet = set
+            #expect(try await app.send(try a.saveRequest(current: false)).shownAs == "activity")
+        }
+        let before = try await Self.search(daemon, "bridges walk").map(\.id)
+        #expect(Set(before) == ["view-a", "view-b"], "\(before)")
+        let opened = try #require(before.last)
+        let bus = try SessionBusHarness(daemonSocket: daemon.socket)
+        let record = try bus.installRecorder("org.example.Notes.desktop", name: "Notes")
+        let registered = try await runCLI(["register", Self.bundle, "--open-with", "org.example.Notes.desktop"], socket: daemon.socket)
+        #expect(registered.status == 0, "\(registered.stderr)")
+        let uri = "searchlight-activity:com.example.notes/\(opened)"
+        #expect(try bus.initialResults(["bridges"]).contains(uri))
+        let r = try bus.provider("ActivateResult", ["'\(uri)'", "['bridges']", "0"])
+        #expect(r.ok, "\(r.stderr)")
+        #expect(try bus.recorded(record) == [uri])
+        // The engagement is recorded after the launch: waited for, with a deadline.
+        let deadline = Date().addingTimeInterval(15)
+        while try await Self.storedRows(daemon, "SELECT engagement FROM items WHERE uid = '\(opened)'") != "1.0", Date() < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        #expect(try await Self.storedRows(daemon, "SELECT engagement FROM items WHERE uid = '\(opened)'") == "1.0")
+        let after = try await Self.search(daemon, "bridges walk").map(\.id)
+        #expect(after.first == opened, "before \(before), after \(after)")
+        // `searchlight open --activity` records it too.
+        let other = before.first!
+        let roles = OpenCommandTests()
+        let dir = daemon.dir
+        try roles.recorder(dir.path + "/bin/notes", record: dir.path + "/notes.record")
+        try FileManager.default.createDirectory(atPath: dir.path + "/data/applications", withIntermediateDirectories: true)
+        try "[Desktop Entry]\nType=Application\nName=Notes\nExec=\(dir.path)/bin/notes %u\n"
+            .write(toFile: dir.path + "/data/applications/org.example.Notes.desktop", atomically: true, encoding: .utf8)
+        let cli = try await roles.open(["open", Self.bundle, other, "--activity"], socket: daemon.socket, dir: dir)
+        #expect(cli.status == 0, "\(cli.stdout) \(cli.stderr)")
+        #expect(try await Self.storedRows(daemon, "SELECT engagement FROM items WHERE uid = '\(other)'") == "1.0")
+        // The desktop still cannot name the history as an index, nor engage with a bundle's
+        // activity history that does not exist.
+        let desktop = SearchlightConnection(role: .desktop, socketPath: daemon.socket)
+        defer { Task { await desktop.close() } }
+        await #expect(throws: SearchlightError.self) {
+            _ = try await desktop.call(Method.queryEngaged, ["bundle": .string(Self.bundle), "identifier": "view-a", "index": "_activities"])
+        }
+        await #expect(throws: SearchlightError.self) {
+            _ = try await desktop.send(QueryEngaged(target: .identifier("x"), bundle: "com.example.none", activity: true))
+        }
+    }
+
+    @Test("an activity saved before its related item exists is shown as that item once it is donated (both orders)")
+    func dedupeWhenItemArrivesLater() async throws {
+        let daemon = try await DaemonProcess()
+        let app = Self.app(daemon)
+        defer { Task { await app.close() } }
+        // The activity first: kept, as the item does not exist yet.
+        let a = Self.activity(daemon, "view-late", title: "Natural Bridges late")
+        var set = AttributeSet()
+        set.relatedUniqueIdentifier = "trip-late"
+        a.contentAttributeSet = set
+        try await a.becomeCurrent()
+        #expect(try await Self.search(daemon, "natural bridges").map(\.id) == ["view-late"])
+        // The item arrives, an old one (last used a year ago), beside an unrelated equal one.
+        try await importItems(Self.bundle, [
+            #"{"uniqueIdentifier":"trip-late","attributeSet":{"title":"Natural Bridges late","lastUsedDate":"2025-01-01T00:00:00Z"}}"#,
+            #"{"uniqueIdentifier":"trip-other","attributeSet":{"title":"Natural Bridges late","lastUsedDate":"2025-01-01T00:00:00Z"}}"#,
+        ], socket: daemon.socket, dir: daemon.dir)
+        let after = try await Self.search(daemon, "natural bridges")
+        #expect(after.map(\.id) == ["trip-late", "trip-other"], "shown once, as the item, first: \(after.map(\.id))")
+        #expect(after.allSatisfy { $0.index == nil }, "no activity result: \(after.map(\.item))")
+        let lastUsed = after.first?.item["attributeSet"]?["lastUsedDate"]?.stringValue.flatMap(ISO8601.parse)
+        #expect((lastUsed ?? .distantPast) > Date().addingTimeInterval(-600), "the activity's recency: \(String(describing: lastUsed))")
+        #expect(try await DesktopSearchTests().engagement(daemon, Self.bundle, "trip-late") == 1)
+        #expect(try await Self.storedRows(daemon, "SELECT count(*) FROM items") == "0", "the activity left the history")
+        // The other order (item first) still holds: a new save is shown as the item at once.
+        let again = Self.activity(daemon, "view-late-2", title: "Natural Bridges late")
+        again.contentAttributeSet = set
+        #expect(try await app.send(try again.saveRequest(current: true)).shownAs == "item")
+        #expect(try await Self.search(daemon, "natural bridges").map(\.id) == ["trip-late", "trip-other"])
+        #expect(try await DesktopSearchTests().engagement(daemon, Self.bundle, "trip-late") == 2)
+    }
+
+    @Test("an app that dies with a current activity has it resigned (kept in the history)",
+          .enabled(if: FileManager.default.isExecutableFile(atPath: Products.path("searchlight-test-client"))))
+    func disconnectResigns() async throws {
+        let daemon = try await DaemonProcess()
+        let process = Process()
+        let output = Pipe()
+        process.executableURL = URL(fileURLWithPath: Products.path("searchlight-test-client"))
+        process.arguments = ["current", daemon.socket, "held-view", Self.bundle]
+        process.standardInput = Pipe()
+        process.standardOutput = output
+        try process.run()
+        defer { if process.isRunning { process.terminate() } }
+        var line = Data()
+        while true {
+            let byte = output.fileHandleForReading.readData(ofLength: 1)
+            if byte.isEmpty || byte == Data([0x0A]) { break }
+            line.append(byte)
+        }
+        #expect(String(decoding: line, as: UTF8.self) == "current=ok")
+        var found = try await Self.search(daemon, "bridges view")
+        #expect(found.map(\.id) == ["held-view"] && found.first?.item["attributeSet"]?["custom"]?["activityCurrent"] == true)
+        // Killed (a crash): no resign from the app.
+        kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+        let deadline = Date().addingTimeInterval(15)
+        while try await Self.search(daemon, "bridges view").first?.item["attributeSet"]?["custom"]?["activityCurrent"] != false, Date() < deadline {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        found = try await Self.search(daemon, "bridges view")
+        #expect(found.map(\.id) == ["held-view"], "kept in the history")
+        #expect(found.first?.item["attributeSet"]?["custom"]?["activityCurrent"] == false, "\(found.map(\.item))")
+    }
+
+    @Test("searchlight activity save, list and delete, as the app")
+    func cli() async throws {
+        let daemon = try await DaemonProcess()
+        let saved = try await runCLI(["activity", "save", Self.bundle, "--type", "com.example.notes.view", "--title", "Bridges tour",
+                                      "--id", "tour-1", "--keywords", "utah", "arches", "--url", "https://example.org/tour"],
+                                     socket: daemon.socket)
+        #expect(saved.status == 0 && saved.stdout == "saved activity tour-1 of com.example.notes\n", "\(saved.stdout) \(saved.stderr)")
+        let found = try await Self.search(daemon, "arches")
+        #expect(found.map(\.id) == ["tour-1"] && found.first?.index == "_activities", "\(found.map(\.item))")
+        #expect(found.first?.item["attributeSet"]?["custom"]?["activityWebpageURL"] == "https://example.org/tour")
+        // --current: engagement, and resigned when the command exits (its connection closes).
+        let current = try await runCLI(["activity", "save", Self.bundle, "--type", "com.example.notes.view", "--title", "Bridges walk",
+                                        "--id", "walk-1", "--current"], socket: daemon.socket)
+        #expect(current.status == 0, "\(current.stderr)")
+        #expect(try await Self.storedRows(daemon, "SELECT engagement FROM items WHERE uid = 'walk-1'") == "1.0")
+        let listed = try await runCLI(["activity", "list", Self.bundle], socket: daemon.socket)
+        #expect(listed.status == 0, "\(listed.stderr)")
+        let lines = listed.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.count == 2 && lines[0].hasPrefix("walk-1  Bridges walk  last used ") && lines[1].hasPrefix("tour-1  Bridges tour"),
+                "\(listed.stdout)")
+        #expect(!listed.stdout.contains("(current)"), "resigned at exit: \(listed.stdout)")
+        let json = try await runCLI(["activity", "list", Self.bundle, "--limit", "1", "--json"], socket: daemon.socket)
+        #expect(try JSONValue.parse(json.stdout)["activities"]?.arrayValue?.count == 1, "\(json.stdout)")
+        let deleted = try await runCLI(["activity", "delete", Self.bundle, "--identifiers", "tour-1", "nosuch"], socket: daemon.socket)
+        #expect(deleted.status == 0 && deleted.stdout == "deleted 1 activity of com.example.notes\n", "\(deleted.stdout) \(deleted.stderr)")
+        #expect(try await Self.search(daemon, "bridges").map(\.id) == ["walk-1"])
+        let all = try await runCLI(["activity", "delete", Self.bundle, "--all"], socket: daemon.socket)
+        #expect(all.status == 0 && all.stdout.hasPrefix("deleted 1 "), "\(all.stdout)")
+        // Usage errors: exit 2, with what to give.
+        for (args, says) in [(["activity", "save", Self.bundle, "--title", "x"], "--type"),
+                             (["activity", "save", Self.bundle, "--type", "t.v", "--title", "x", "--url", "file:///etc/passwd"], "--url"),
+                             (["activity", "delete", Self.bundle], "--identifiers"),
+                             (["activity", "rename", Self.bundle], "'save'")] {
+            let r = try await runCLI(args, socket: daemon.socket)
+            #expect(r.status == 2 && r.stderr.contains(says), "\(args): \(r.status) \(r.stderr)")
+        }
+    }
+
     /// The cost of `becomeCurrent()` through the socket (issue 33's figure): run with
     /// SEARCHLIGHT_MEASURE_ACTIVITY=N (calls); prints p50/p99. A release daemon: build it
     /// (`swift build -c release --product searchlightd`) and point SEARCHLIGHT_PRODUCTS at a folder
@@ -325,6 +493,16 @@ struct UserActivityTests {
         var samples: [Double] = []
         let activities = (0..<10).map { Self.activity(daemon, "view-\($0)", title: "Natural Bridges note \($0)") }
         for a in activities { try await a.becomeCurrent() }  // the connection and the history's file exist
+        // The daemon's CPU time (utime + stime, /proc/PID/stat fields 14 and 15) across the loop.
+        let pid = daemon.process?.processIdentifier ?? 0
+        func daemonCPU() -> Double {
+            guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return 0 }
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            return (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0)  // clock ticks
+        }
+        let cpuBefore = daemonCPU()
+        let loadBefore = (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").prefix(3).joined(separator: " ") ?? "?"
         for i in 0..<n {
             let a = activities[i % activities.count]
             let start = ContinuousClock.now
@@ -332,8 +510,11 @@ struct UserActivityTests {
             let d = ContinuousClock.now - start
             samples.append(Double(d.components.seconds) * 1000 + Double(d.components.attoseconds) / 1e15)
         }
+        let cpuPerCall = (daemonCPU() - cpuBefore) / Double(sysconf(Int32(_SC_CLK_TCK))) * 1000 / Double(n)
+        let loadAfter = (try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8))?.split(separator: " ").prefix(3).joined(separator: " ") ?? "?"
         samples.sort()
         func p(_ q: Double) -> String { String(format: "%.2f", samples[min(samples.count - 1, Int(Double(samples.count) * q))]) }
-        print("becomeCurrent through the socket: n=\(n) p50=\(p(0.5)) ms p99=\(p(0.99)) ms max=\(p(1)) ms")
+        print("becomeCurrent through the socket: n=\(n) p50=\(p(0.5)) ms p99=\(p(0.99)) ms max=\(p(1)) ms daemon_cpu_per_call="
+              + String(format: "%.3f", cpuPerCall) + " ms load=\(loadBefore) -> \(loadAfter)")
     }
 }

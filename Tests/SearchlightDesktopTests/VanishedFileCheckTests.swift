@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import Synchronization
 import Testing
 import TestThreads
 @testable import SearchlightDesktop
@@ -53,10 +54,21 @@ struct VanishedFileCheckTests {
         #expect(VanishedFileCheck.vanished(dir + "/a/under-a-file"))  // ENOTDIR
     }
 
+    /// A clock the test moves: each reading advances it by `step`.
+    final class SteppingClock: Sendable {
+        let now = Mutex(ContinuousClock.now)
+        let step: Duration
+        init(step: Duration) { self.step = step }
+        func read() -> ContinuousClock.Instant { now.withLock { t in defer { t += step }; return t } }
+    }
+
+    // The bounds are checked on a clock the test owns: on the wall clock, 32 stats beside a
+    // release build once took more than the 20 ms budget, and the count came out short.
     @Test("at most maximumChecks stats per query; the rest are shown unchecked")
     func bounded() throws {
         var c = VanishedFileCheck(mountinfo: "/nonexistent")
-        var q = c.begin()
+        let frozen = SteppingClock(step: .zero)
+        var q = c.begin(now: { frozen.read() })
         let missing = "file:///nonexistent-\(UUID().uuidString)/"
         var gone = 0
         for i in 0..<(VanishedFileCheck.maximumChecks + 10) where c.isGone(missing + "\(i)", in: &q) { gone += 1 }
@@ -64,6 +76,20 @@ struct VanishedFileCheckTests {
         // Non-file URLs cost nothing.
         var q2 = c.begin()
         #expect(!c.isGone("https://example.org/x", in: &q2) && !c.isGone(nil, in: &q2) && q2.checked == 0)
+    }
+
+    @Test("at most budget of time per query; once spent, the rest are shown unchecked")
+    func timeBudget() throws {
+        var c = VanishedFileCheck(mountinfo: "/nonexistent")
+        // 3 ms a reading: the begin reads once, each check once; the fifth check reads 15 ms, the
+        // sixth 18 ms, the seventh 21 ms (> 20 ms budget): six stats, then nothing.
+        let clock = SteppingClock(step: .milliseconds(3))
+        var q = c.begin(now: { clock.read() })
+        let missing = "file:///nonexistent-\(UUID().uuidString)/"
+        var gone = 0
+        for i in 0..<VanishedFileCheck.maximumChecks where c.isGone(missing + "\(i)", in: &q) { gone += 1 }
+        #expect(VanishedFileCheck.budget == .milliseconds(20))
+        #expect(gone == 6 && q.checked == 6)
     }
 
     @Test("the cost of one check, for the figure in the notes", .enabled(if: ProcessInfo.processInfo.environment["VFC_MEASURE"] != nil))

@@ -252,17 +252,20 @@ struct IndexStoreWriteTests {
         #expect(try f.ids().count == 16)
     }
 
+    // Two stores on one file: the first never idles out (streamIdleSeconds one hour), so the
+    // larger cache is read while the stream surely runs; the second ends its stream after 50 ms
+    // idle, and the test waits for that end. (With one store at 50 ms, a test thread descheduled
+    // for 50 ms beside CPU hogs read the cache after the stream had already ended.)
     @Test("a stream of large calls gets the larger page cache, and gives it back once idle")
     func streams() throws {
         let f = try StoreFixture()
         var o = StoreFixture.options(f.clock, maxItems: nil)
         o.streamGroupItems = 10
         o.streamIndexItems = 3
-        o.streamIdleSeconds = 0.05
+        o.streamIdleSeconds = 3600
         f.store.close()
         f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: o)
-        let store = f.store
-        func writerCacheSize() throws -> Int {
+        func writerCacheSize(_ store: IndexStore) throws -> Int {
             let size = IntBox()
             _ = try store.writeSync { s in
                 size.set(try s.writer.intScalar("PRAGMA cache_size"))
@@ -270,15 +273,25 @@ struct IndexStoreWriteTests {
             }
             return size.value
         }
-        _ = try store.applySync([.items(try (0..<5).map { try f.item("small\($0)") })])
-        #expect(store.streamStatistics.started == 0, "5 items are no stream")
-        _ = try store.applySync([.items(try (0..<20).map { try f.item("large\($0)") })])
+        let large = try (0..<20).map { try f.item("large\($0)") }
+        _ = try f.store.applySync([.items(try (0..<5).map { try f.item("small\($0)") })])
+        #expect(f.store.streamStatistics.started == 0, "5 items are no stream")
+        _ = try f.store.applySync([.items(large)])
+        #expect(f.store.streamStatistics.started == 1)
+        #expect(try writerCacheSize(f.store) == -o.streamCacheKiB)
+        #expect(f.store.streamStatistics.ended == 0)
+
+        // The idle end, on a store whose stream ends 50 ms after the last call.
+        f.store.close()
+        o.streamIdleSeconds = 0.05
+        f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: o)
+        let store = f.store
+        _ = try store.applySync([.items(large)])
         #expect(store.streamStatistics.started == 1)
-        #expect(try writerCacheSize() == -o.streamCacheKiB)
         let deadline = Date(timeIntervalSinceNow: 30)
         while store.streamStatistics.ended < 1, Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
         #expect(store.streamStatistics.ended == 1, "the stream ends when no call came for streamIdleSeconds")
-        #expect(try writerCacheSize() == -o.cacheKiB)
+        #expect(try writerCacheSize(store) == -o.cacheKiB)
         #expect(try f.ids().count == 25)
     }
 

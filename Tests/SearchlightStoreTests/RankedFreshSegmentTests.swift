@@ -126,4 +126,64 @@ struct RankedFreshSegmentTests {
             #expect(tally.ranked[kind] ?? 0 == total, "\(kind): \(tally.ranked[kind] ?? 0) of \(total) by the ranked index")
         }
     }
+
+    @Test("a segment reservation that does not commit gives back its range and its claim")
+    func failedReservation() throws {
+        let f = try StoreFixture(rankedBuilds: false)
+        let fresh = RankMaintainer.freshSegmentDocs
+        _ = try f.store.applySync([.items(try Self.items(f, 0..<fresh))])
+        // Rolled back after the range was registered and the id claimed, as a failed commit is.
+        f.store.rankMaintainer.setReservationFault { throw SearchlightError(.indexUnavailable, "injected: disk full") }
+        #expect(throws: SearchlightError.self) { try f.store.buildRankedTail(all: false) }
+        #expect(f.store.rankMaintainer.segmentsInFlight.isEmpty, "the claim is given back")
+        final class Ranges: @unchecked Sendable { var value: [ClosedRange<Int64>] = [] }
+        let building = Ranges()
+        _ = try f.store.writeOutsideTransaction { store in
+            building.value = store.rankWriter.building  // read on the writer thread, which owns it
+            return ApplyResult()
+        }
+        #expect(building.value.isEmpty, "the range is no longer recorded")
+        // A new item above the coverage costs the writer nothing again (it was recorded as rewritten).
+        _ = try f.store.applySync([.items(try Self.items(f, fresh..<(fresh + 1)))])
+        #expect(try f.store.read { db in try db.intScalar("SELECT count(*) FROM rank_dirty") } == 0)
+        f.store.rankMaintainer.setReservationFault(nil)
+        #expect(try f.store.buildRankedTail(all: false))
+        let ranked = try #require(try f.store.summary().rankedIndex)
+        #expect(ranked.segments == 1 && ranked.pending == 0, "\(ranked)")
+    }
+
+    @Test("while fresh builds keep failing, donations are not paced (none would come to end the wait)")
+    func noPacingWhileBuildsFail() async throws {
+        let f = try StoreFixture(rankedBuilds: false)
+        var options = StoreFixture.options(f.clock, maxItems: nil, rankedBuilds: true)
+        options.rankedIndexIdleSeconds = 3600
+        options.rankedIndexFreshSegments = true
+        f.store.close()
+        f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: options)
+        f.store.rankMaintainer.setReservationFault { throw SearchlightError(.indexUnavailable, "injected: disk full") }
+        // More than the lag limit: the fresh lane is asked for a segment, and its build fails.
+        let limit = IndexStore.rankedLagLimit
+        _ = try f.store.applySync([.items(try Self.items(f, 0..<(limit + 300)))])
+        let deadline = Date().addingTimeInterval(60)
+        while !f.store.rankMaintainer.freshBuildsFailing, Date() < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        #expect(f.store.rankMaintainer.freshBuildsFailing)
+        #expect(try f.store.summary().rankedIndex?.lastError?.contains("injected") == true, "admin.status shows the failure")
+        let paced = f.store.pacedDonationCount
+        var start = limit + 300
+        for _ in 0..<3 {
+            _ = try f.store.applySync([.items(try Self.items(f, start..<(start + 100)))])
+            start += 100
+        }
+        #expect(f.store.pacedDonationCount == paced, "no donation waited while the builds failed")
+        // Builds that work again take the items in, and the lane is no longer failing.
+        f.store.rankMaintainer.setReservationFault(nil)
+        _ = try f.store.applySync([.items(try Self.items(f, start..<(start + 100)))])
+        let caughtUp = Date().addingTimeInterval(120)
+        func pending() throws -> Int { try f.store.summary().rankedIndex?.pending ?? .max }
+        while try f.store.rankMaintainer.freshBuildsFailing || pending() >= RankMaintainer.freshSegmentDocs, Date() < caughtUp {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(!f.store.rankMaintainer.freshBuildsFailing)
+        #expect(try pending() < RankMaintainer.freshSegmentDocs)
+    }
 }

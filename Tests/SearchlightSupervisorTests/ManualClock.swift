@@ -26,7 +26,21 @@ final class ManualClock: DaemonClock {
         state = Mutex(State(now: start))
     }
 
-    var now: Date { state.withLock { $0.now } }
+    /// A jump of the clock right after the first reading of it in a task (`$jump.withValue`): a
+    /// test that must move time between two steps of the daemon's code, whatever thread timing.
+    final class Jump: Sendable {
+        private let seconds: Mutex<TimeInterval?>
+        init(by seconds: TimeInterval) { self.seconds = Mutex(seconds) }
+        func take() -> TimeInterval? { seconds.withLock { s in defer { s = nil }; return s } }
+    }
+
+    @TaskLocal static var jump: Jump?
+
+    var now: Date {
+        let now = state.withLock { $0.now }
+        if let seconds = Self.jump?.take() { advance(by: seconds) }
+        return now
+    }
 
     func sleep(until deadline: Date) async throws {
         let id = state.withLock { s in

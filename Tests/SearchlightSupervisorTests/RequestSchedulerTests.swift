@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import Synchronization
 import Testing
 import TestThreads
 import SearchlightWire
@@ -294,6 +295,44 @@ struct RequestSchedulerTests {
         #expect(fake.signalsReceived.first.map { ($0.at.timeIntervalSince(asked) * 10).rounded() / 10 } == 5)
         let request = try #require(bench.context.journal.request(queued.id))
         #expect(request.state == .pending && request.attempts == 0, "\(request)")
+    }
+
+    // ExtensionHost.shutdown once read the clock for its kill deadline after sending
+    // extension.shutdown: time that passed between the two (a manual clock a test advanced as soon
+    // as it saw the ask) moved the deadline out of reach, and the stop hung. Here the clock jumps
+    // 5 s right after the stop's first reading of it, which forces that interleaving: with the
+    // deadline read after the ask, the SIGKILL waits for asked + 10 s, a time this clock never
+    // reaches (checked: this test fails on that order).
+    @Test("the graceful stop's kill deadline is fixed before the extension is asked: time passing after the ask does not move it")
+    func gracefulStopDeadlineBeforeAsk() async throws {
+        let bench = try SchedulerBench([.init(Self.label, bundle: Self.bundle)])
+        bench.launcher.answer { _ in .hang }
+        bench.launcher.setIgnoresTerm(true)
+        try bench.start()
+        _ = try bench.enqueue(Self.bundle)
+        try await bench.until("the request at the extension") { bench.launcher.received.count == 1 }
+        let fake = try #require(bench.launcher.launches.first)
+        let host = try bench.host(Self.label)
+        let asked = bench.clock.now
+
+        let jump = ManualClock.Jump(by: 5)
+        async let stopped: Void = ManualClock.$jump.withValue(jump) { await host.shutdown(deadline: 5) }
+        // Real time here only bounds the failure: on the right order the SIGKILL is due at once.
+        let killed = (try? await bench.until("the SIGKILL at the deadline", timeout: 60) { !fake.signalsReceived.isEmpty }) != nil
+        #expect(killed, "no SIGKILL with the clock at the deadline (asked + 5 s)")
+        if !killed { bench.clock.advance(by: 30) }  // the wrong order: let the host's own timer end it
+        await stopped
+        #expect(fake.signalsReceived.map(\.signal) == [SIGKILL])
+        #expect(fake.signalsReceived.first.map { ($0.at.timeIntervalSince(asked) * 10).rounded() / 10 } == 5)
+
+        // The bench's own stop, with the clock moving until it is done (a relaunched copy hangs too).
+        let done = Mutex(false)
+        let stopping = Task { await bench.stop(deadline: 5); done.withLock { $0 = true } }
+        try await bench.until("the bench's stop") {
+            if !done.withLock({ $0 }) { bench.clock.advance(by: 10) }
+            return done.withLock { $0 }
+        }
+        await stopping.value
     }
 
     @Test("the graceful stop closes an attached copy's connection, never signals it, and its request in flight stays journaled without an attempt")

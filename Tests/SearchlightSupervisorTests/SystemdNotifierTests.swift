@@ -108,7 +108,16 @@ struct SystemdNotifierTests {
 
         // Wedged: after the check that still sees the last poke's turn, no ping for as long as
         // five more checks take (counted by their pokes, not by the clock).
-        let pokesAtWedge = state.withLock { $0.wedged = true; return $0.pokes }
+        // The pings already queued are from before the wedge: read them under the probe's lock,
+        // so no check turns between the drain and the wedge. (Counted with the wedged ones, a
+        // test thread descheduled for a few 50 ms intervals beside CPU hogs saw 3.) From here at
+        // most two pings: the one a finished check is about to send, and the next check's, which
+        // still sees the last poke's turn.
+        let pokesAtWedge = state.withLock { s in
+            while next(within: 0) != nil {}
+            s.wedged = true
+            return s.pokes
+        }
         let deadline = Date().addingTimeInterval(30)
         var whileWedged: [String] = []
         while state.withLock({ $0.pokes }) < pokesAtWedge + 6, Date() < deadline {

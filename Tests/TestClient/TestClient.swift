@@ -21,6 +21,9 @@ import Synchronization
 /// - `ask SOCKET COUNT BUNDLE`: COUNT one-word `query.user` calls (semantic on) on one connection,
 ///   one after the other, each waited for 30 s at most; prints `answered=N cancelled=M failed=K
 ///   p50_ms=… p99_ms=… max_ms=…`.
+/// - `current SOCKET ID BUNDLE`: a `UserActivity` of BUNDLE with persistent identifier ID becomes
+///   current through the SDK; prints `current=ok` (or `current=failed message=…`), then waits until
+///   it is killed or its stdin closes (an app that quits or crashes with a current activity).
 /// - `probe SOCKET ROLE BUNDLE` (the sandbox tests run it inside `bwrap`): one connection that
 ///   sends `initialize` in ROLE (app, desktop, admin) for BUNDLE (`-` for none), then, when that
 ///   was answered, writes one item (role app) and searches (role app or desktop); prints
@@ -31,6 +34,10 @@ struct TestClient {
         let args = Array(CommandLine.arguments.dropFirst())
         if args.count == 4, args[0] == "probe" {
             probe(socket: args[1], role: args[2], bundle: args[3] == "-" ? nil : args[3])
+            return
+        }
+        if args.count == 4, args[0] == "current" {
+            await current(socket: args[1], identifier: args[2], bundle: args[3])
             return
         }
         guard args.count == 4, let count = Int(args[2]) else {
@@ -83,6 +90,28 @@ struct TestClient {
         FileHandle.standardOutput.write(Data(line.utf8))
         _ = FileHandle.standardInput.readDataToEndOfFile()
         withExtendedLifetime(held) {}
+    }
+
+    static func current(socket path: String, identifier: String, bundle: String) async {
+        let activity = UserActivity(activityType: bundle + ".view", configuration: .init(bundleIdentifier: bundle, socketPath: path))
+        activity.persistentIdentifier = identifier
+        activity.title = "Bridges view held by a client"
+        activity.isEligibleForSearch = true
+        var line = "current=ok\n"
+        do {
+            try await activity.becomeCurrent()
+        } catch {
+            line = "current=failed message=\(error)\n"
+        }
+        FileHandle.standardOutput.write(Data(line.utf8))
+        // Off the cooperative pool: the caller kills this process (or closes its stdin).
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            Thread.detachNewThread {
+                _ = FileHandle.standardInput.readDataToEndOfFile()
+                done.resume()
+            }
+        }
+        withExtendedLifetime(activity) {}
     }
 
     static func probe(socket path: String, role: String, bundle: String?) {

@@ -67,6 +67,9 @@ public final class RankMaintainer: @unchecked Sendable {
     /// numbers the waits, so the timer of an earlier one does nothing).
     private var waiting = false
     private var wake = 0
+    /// A request came while the fresh lane's turn was running (not waiting): the turn looks again
+    /// before it waits, so that request is not lost until the wait's timer (`rankedIndexIdleSeconds`).
+    private var askedDuringTurn = false
     /// The merge lane has a job queued or running.
     private var merging = false
     /// The fresh lane found that settling may run (the writes stopped, or a query waited long
@@ -76,6 +79,12 @@ public final class RankMaintainer: @unchecked Sendable {
     private var inFlight: Set<Int64> = []
     private var builds = 0
     private var lastError: String?
+    /// The fresh lane's last build failed (and none succeeded since): donations are not paced
+    /// then (`IndexStore.waitForRankedLag`), since no segment will come to end the wait.
+    private var freshFailing = false
+    /// Tests: runs in the transaction that reserves a build's segment, after its range is
+    /// registered and its id claimed; a throw rolls the reservation back, as a failed commit does.
+    private var reservationFault: (@Sendable () throws -> Void)?
 
     init(store: IndexStore) { self.store = store }
 
@@ -91,15 +100,40 @@ public final class RankMaintainer: @unchecked Sendable {
                 wake += 1
                 return true
             }
-            guard !freshRunning else { return false }
+            guard !freshRunning else {
+                askedDuringTurn = true
+                return false
+            }
             freshRunning = true
             return true
         }
         if start { Self.freshQueue.async { self.freshLane() } }
     }
 
+    /// Whether a build is asked for and not yet done, and whether a query asked (tests).
+    var buildRequest: (asked: Bool, byQuery: Bool) { lock.withLock { (requested != nil, byQuery) } }
+
+    /// The lanes' state, for a test's failure message.
+    var laneState: String {
+        lock.withLock {
+            "requested=\(requested.map { "\(-$0.timeIntervalSinceNow) s ago" } ?? "no") byQuery=\(byQuery) freshRunning=\(freshRunning) "
+                + "waiting=\(waiting) wake=\(wake) merging=\(merging) settleDue=\(settleDue) builds=\(builds)"
+        }
+    }
+
     /// Segments built since the store opened, and the last failure.
     public var statistics: (builds: Int, lastError: String?) { lock.withLock { (builds, lastError) } }
+
+    /// Whether the fresh lane's builds are failing now (its last one failed).
+    var freshBuildsFailing: Bool { lock.withLock { freshFailing } }
+
+    /// Tests: makes every segment reservation run `fault` (nil: none).
+    func setReservationFault(_ fault: (@Sendable () throws -> Void)?) { lock.withLock { reservationFault = fault } }
+
+    /// Called in a reservation's transaction (see `reservationFault`).
+    func checkReservationFault() throws {
+        try lock.withLock { reservationFault }?()
+    }
 
     /// The segments being built now (for the clean-up of interrupted builds' rows).
     var segmentsInFlight: Set<Int64> { lock.withLock { inFlight } }
@@ -118,13 +152,22 @@ public final class RankMaintainer: @unchecked Sendable {
         return (false, idle - quiet)
     }
 
-    private func recorded(_ body: () throws(SearchlightError) -> Bool) -> Bool {
+    private func recorded(fresh: Bool = false, _ body: () throws(SearchlightError) -> Bool) -> Bool {
         do {
             let did = try body()
-            if did { lock.withLock { builds += 1 } }
+            lock.withLock {
+                if did { builds += 1 }
+                if fresh { freshFailing = false }
+            }
             return did
         } catch {
-            lock.withLock { lastError = "\(error)" }
+            let first: Bool = lock.withLock {
+                lastError = "\(error)"
+                defer { if fresh { freshFailing = true } }
+                return fresh && !freshFailing
+            }
+            // Donations waiting for this lane's segments stop waiting: none is coming.
+            if first { store?.rankedBuildsFailed() }
             return false
         }
     }
@@ -133,9 +176,10 @@ public final class RankMaintainer: @unchecked Sendable {
     /// may run), the merge lane started after each, then a wait for the writes to stop.
     private func freshLane() {
         while let store, !store.isClosing {
+            lock.withLock { askedDuringTurn = false }
             let settle = settling(store).may
             if store.options.rankedIndexFreshSegments,
-               recorded({ () throws(SearchlightError) -> Bool in try store.buildRankedTail(all: settle) }) {
+               recorded(fresh: true, { () throws(SearchlightError) -> Bool in try store.buildRankedTail(all: settle) }) {
                 startMerging()
                 // One segment a turn: the lane is shared by every store, so a store whose writes
                 // outrun it (one user donating without pause) must not hold it from the others.
@@ -152,11 +196,15 @@ public final class RankMaintainer: @unchecked Sendable {
                 break
             }
             // Writes are coming in: look again at the next request, or when they may have stopped.
-            let token: Int = lock.withLock {
+            let token: Int? = lock.withLock {
+                // Asked again during this turn (say, after a failed build, by a write that a
+                // working build could now take): look again at once instead of waiting.
+                if askedDuringTurn { return nil }
                 waiting = true
                 wake += 1
                 return wake
             }
+            guard let token else { continue }
             Self.freshQueue.asyncAfter(deadline: .now() + max(0.001, wait)) {
                 let current: Bool = self.lock.withLock {
                     guard self.waiting, self.wake == token else { return false }
@@ -393,37 +441,51 @@ extension IndexStore {
         }
     }
 
+    /// A build of `range` under segment `id` is over (done, given up, or never reserved): writes
+    /// there are no longer recorded for it, and its id may be cleaned up. Outside a transaction,
+    /// so that a store whose commits fail still forgets it.
+    private func endBuild(_ range: ClosedRange<Int64>, _ id: Int64) {
+        _ = try? writeOutsideTransaction { store in
+            store.rankWriter.building.removeAll { $0 == range }
+            return ApplyResult()
+        }
+        rankMaintainer.release(id)
+    }
+
     private func buildSegment(lo: Int64, hi: Int64?, replacing: [Int64], now: Double, deleteReplaced: Bool) throws(SearchlightError) {
         // 1. Register the range with the writer and reserve the segment's id.
         let range = lo...(hi ?? Int64.max)
         let segmentDocs = options.rankedIndexSegmentDocs
         let reserved = Flag()
         let segmentID = Counter64()
-        _ = try maintenanceWrite { store in
-            let next = try store.writer.intScalar("SELECT coalesce(max(CAST(value AS INTEGER)), 0) FROM meta WHERE key = 'rank_next_segment'")
-            let id = Int64(max(next, try store.writer.intScalar("SELECT coalesce(max(id), 0) FROM rank_segments")) + 1)
-            try store.writer.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('rank_next_segment', ?)", [.integer(id)])
-            try store.writer.run("""
-                INSERT INTO rank_segments(id, lo, hi, docs, tokens, safe_until, max_static, latest_use, active)
-                VALUES (?, ?, ?, 0, 0, 0, 1, NULL, 0)
-                """, [.integer(id), .integer(lo), .integer(hi ?? lo)])
-            store.rankWriter.building.append(range)
-            // Claimed before the reservation commits, so no clean-up plan can take it for an
-            // interrupted build's (the other lane plans from a snapshot that may include it).
-            store.rankMaintainer.claim(id)
-            segmentID.value = id
-            reserved.value = true
-            return ApplyResult()
+        do {
+            _ = try maintenanceWrite { store in
+                let next = try store.writer.intScalar("SELECT coalesce(max(CAST(value AS INTEGER)), 0) FROM meta WHERE key = 'rank_next_segment'")
+                let id = Int64(max(next, try store.writer.intScalar("SELECT coalesce(max(id), 0) FROM rank_segments")) + 1)
+                try store.writer.run("INSERT OR REPLACE INTO meta(key, value) VALUES ('rank_next_segment', ?)", [.integer(id)])
+                try store.writer.run("""
+                    INSERT INTO rank_segments(id, lo, hi, docs, tokens, safe_until, max_static, latest_use, active)
+                    VALUES (?, ?, ?, 0, 0, 0, 1, NULL, 0)
+                    """, [.integer(id), .integer(lo), .integer(hi ?? lo)])
+                store.rankWriter.building.append(range)
+                // Claimed before the reservation commits, so no clean-up plan can take it for an
+                // interrupted build's (the other lane plans from a snapshot that may include it).
+                store.rankMaintainer.claim(id)
+                segmentID.value = id
+                reserved.value = true
+                try store.rankMaintainer.checkReservationFault()
+                return ApplyResult()
+            }
+        } catch {
+            // The reservation did not commit (its transaction rolled back, or the commit failed)
+            // after it had registered the range and claimed the id: both are given back, or every
+            // write in the range would be recorded in `rank_dirty` from now on.
+            if reserved.value { endBuild(range, segmentID.value) }
+            throw error
         }
         guard reserved.value else { return }
         let id = segmentID.value
-        defer {
-            _ = try? maintenanceWrite { store in
-                store.rankWriter.building.removeAll { $0 == range }
-                return ApplyResult()
-            }
-            rankMaintainer.release(id)
-        }
+        defer { endBuild(range, id) }
 
         // 2. Read and tokenize the items in one snapshot.
         let (content, sequence) = try read { db in

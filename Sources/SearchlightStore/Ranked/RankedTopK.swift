@@ -50,10 +50,12 @@ struct RankedTopK {
     /// a phrase it does not serve, a delta too large, a damaged blob): the caller then runs the
     /// exhaustive query. With `statistics` (summed over every index a query searches), the
     /// scores use them instead of this index's own: comparable across the indexes.
-    func run(statistics global: CorpusStatistics? = nil) throws -> [ScoredCandidate]? {
+    /// `prepared`: what `prepareKept` read earlier in the same read transaction (a query across
+    /// indexes reads its statistics and then its candidates from one snapshot, prepared once).
+    func run(statistics global: CorpusStatistics? = nil, prepared: Prepared? = nil) throws -> [ScoredCandidate]? {
         // Unions borrow the connection's scratch arrays until the query ends.
         defer { db.unionScratch.reclaim() }
-        guard let p = try prepare() else { return nil }
+        guard let p = try prepared ?? prepare() else { return nil }
         let statistics = global ?? p.statistics
         guard p.statistics.rows > 0, statistics.rows > 0, statistics.hits.count == phrases.count else { return [] }
         let bm25 = BM25(rows: statistics.rows, tokens: statistics.tokens)
@@ -68,6 +70,11 @@ struct RankedTopK {
         }
         return scorer.heap.sorted()
     }
+
+    /// `prepare`, its unions kept on the connection's scratch arrays for a `run(prepared:)` later
+    /// in the same read transaction (which gives them back), or nil where the ranked index cannot
+    /// answer.
+    func prepareKept() throws -> Prepared? { try prepare() }
 
     private func prepare() throws -> Prepared? {
         let snapshot = try RankSnapshot.current(db)

@@ -173,46 +173,85 @@ extension BundleCalls {
     }
 
     /// A user query across bundles as one ranking (Docs/Architecture.md, "Queries"): every
-    /// index's statistics summed (each leased while it is read), every index's candidates
-    /// scored with the sum, one fusion over the union, and only the chosen items read. `hits`
-    /// come best first; `targets` are the indexes read.
+    /// index's statistics summed, every index's candidates scored with the sum, one fusion over
+    /// the union, and only the chosen items read. Each index (while fewer than half the open-index
+    /// bound are held so by all queries together) is leased for the whole query and read in one
+    /// read transaction (`IndexSnapshot`): a
+    /// ranked-index step or a write landing between its statistics and its candidates would
+    /// shift its scores. Past that many, an index is leased only while each phase reads it, in a
+    /// transaction of its own. `hits` come best first; `targets` are the indexes read.
     private func federatedUserQuery(_ request: UserQueryRequest, bundle: String?, index: String, budget: QueryBudget,
                                     targets: inout [(bundle: String, index: String)], hits: inout [UserQueryHit],
                                     suggestions: inout [Suggestion], items: inout EncodedItems) throws(SearchlightError) -> Bool
     {
+        // Declared in this order so that the snapshots end before their leases are given back.
+        let lease = IndexLeases(context.registry)
+        defer { lease.release() }
+        var snapshots: [IndexSnapshot?] = []
+        defer {
+            for s in snapshots {
+                s?.close()
+                if s != nil { context.registry.releaseSnapshotHold() }
+            }
+        }
         var statistics = CorpusStatistics()
         let incomplete = try forEachQueryTarget(bundle: bundle, index: index, activities: index.isEmpty) { (bundle, index, store) throws(SearchlightError) -> Bool in
             targets.append((bundle, index))
-            statistics.add(try store.corpusStatistics(request, budget: budget))
+            // Every query visits the indexes in one order (bundles sorted, each one's activities after
+            // it), so two queries holding readers never wait for each other's.
+            if context.registry.reserveSnapshotHold() {
+                let snapshot: IndexSnapshot
+                do throws(SearchlightError) {
+                    guard let kept = try context.registry.store(bundle: bundle, index: index, create: false, lease: lease) else {
+                        context.registry.releaseSnapshotHold()
+                        snapshots.append(nil)
+                        statistics.add(try store.corpusStatistics(request, budget: budget))
+                        return true
+                    }
+                    snapshot = try kept.openSnapshot(semantic: request.semantic != nil)
+                } catch {
+                    context.registry.releaseSnapshotHold()
+                    throw error
+                }
+                snapshots.append(snapshot)
+                let kept = snapshot.store
+                statistics.add(try kept.corpusStatistics(request, budget: budget, snapshot: snapshot))
+            } else {
+                snapshots.append(nil)
+                statistics.add(try store.corpusStatistics(request, budget: budget))
+            }
             return true
+        }
+        /// `body` with index `i`'s store and snapshot (leased for the query), else leased for `body`.
+        func withTarget<T>(_ i: Int, _ body: (IndexStore?, IndexSnapshot?) throws(SearchlightError) -> T) throws(SearchlightError) -> T {
+            if let snapshot = snapshots[i] { return try body(snapshot.store, snapshot) }
+            return try context.registry.withStore(bundle: targets[i].bundle, index: targets[i].index, create: false) {
+                (store) throws(SearchlightError) -> T in try body(store, nil)
+            }
         }
         let tuning = FederatedUserQuery.tuning(request.semantic, statistics: statistics)
         var shards: [ShardCandidates] = []
-        for t in targets {
-            let shard = try context.registry.withStore(bundle: t.bundle, index: t.index, create: false) {
-                (store) throws(SearchlightError) -> ShardCandidates in
+        for i in targets.indices {
+            let shard = try withTarget(i) { (store, snapshot) throws(SearchlightError) -> ShardCandidates in
                 try store?.userQueryCandidates(request, statistics: statistics, tuning: tuning, budget: budget,
                     completions: FederatedUserQuery.wantsCompletions(shards, request: request),
-                    vectorCut: FederatedUserQuery.vectorCut(shards, request: request)) ?? ShardCandidates()
+                    vectorCut: FederatedUserQuery.vectorCut(shards, request: request), snapshot: snapshot) ?? ShardCandidates()
             }
             shards.append(shard)
         }
         // Best-match: the items with some of the words, when those with all of them are too few.
         if FederatedUserQuery.needsTail(shards, request: request) {
-            for (i, t) in targets.enumerated() {
-                shards[i].tail = try context.registry.withStore(bundle: t.bundle, index: t.index, create: false) {
-                    (store) throws(SearchlightError) -> [ScoredCandidate] in
-                    try store?.userQueryTail(request, statistics: statistics, after: shards[i].lexical, budget: budget) ?? []
+            for i in targets.indices {
+                shards[i].tail = try withTarget(i) { (store, snapshot) throws(SearchlightError) -> [ScoredCandidate] in
+                    try store?.userQueryTail(request, statistics: statistics, after: shards[i].lexical, budget: budget, snapshot: snapshot) ?? []
                 }
             }
         }
         suggestions = FederatedUserQuery.suggestions(shards, request: request)
         let ranked = try FederatedUserQuery.rank(shards, semantic: request.semantic, tuning: tuning, limit: request.maxResultCount) {
             (shard, rowids) throws(SearchlightError) -> Set<Int64> in
-            let t = targets[shard]
-            return try context.registry.withStore(bundle: t.bundle, index: t.index, create: false) {
-                (store) throws(SearchlightError) -> Set<Int64> in
-                try store?.exactHits(request, among: rowids, budget: budget) ?? []
+            try withTarget(shard) { (store, snapshot) throws(SearchlightError) -> Set<Int64> in
+                try store?.exactHits(request, among: rowids, budget: budget, snapshot: snapshot) ?? []
             }
         }
         // Each index read once more, for its chosen items only; an item deleted meanwhile is left out.
@@ -220,11 +259,10 @@ extension BundleCalls {
         for (shard, _) in targets.enumerated() {
             let mine = ranked.indices.filter { ranked[$0].shard == shard }
             guard !mine.isEmpty else { continue }
-            let t = targets[shard]
             let first = items.count
-            let found = try context.registry.withStore(bundle: t.bundle, index: t.index, create: false) { (store) throws(SearchlightError) -> [Bool] in
-                try store?.writeUserQueryItems(mine.map { ranked[$0].candidate.rowID }, fetch: request.fetch, budget: budget, into: &items)
-                    ?? mine.map { _ in false }
+            let found = try withTarget(shard) { (store, snapshot) throws(SearchlightError) -> [Bool] in
+                try store?.writeUserQueryItems(mine.map { ranked[$0].candidate.rowID }, fetch: request.fetch, budget: budget, into: &items,
+                    snapshot: snapshot) ?? mine.map { _ in false }
             }
             var n = first
             for (i, present) in zip(mine, found) where present {
@@ -257,7 +295,12 @@ extension BundleCalls {
     }
 
     func engaged(_ r: QueryEngaged) throws(SearchlightError) -> JSONResponse {
-        guard let store = try store(bundle: r.bundle, index: r.index, write: true).store else { return .empty }
+        // An activity result (`activity: true`): its bundle's history, which must exist (read
+        // access, as the desktop's engagement: the ranking signal is not the history's data; an
+        // engagement never creates the history nor claims the bundle).
+        let found = r.activity ? try store(bundle: r.bundle, index: Names.activityIndex, write: false).store
+                               : try store(bundle: r.bundle, index: r.index, write: true).store
+        guard let store = found else { return .empty }
         var identifier: String?, suggestion: String?
         switch r.target {
         case .identifier(let id): identifier = id

@@ -134,20 +134,22 @@ struct BundleCalls: Sendable {
     /// extension's `deleteAll` (the usual start of a reindex-all) goes to the shadow only: the old
     /// file keeps answering queries completely until the swap. An app's `deleteAll` goes to both.
     func apply(_ mutations: [Mutation], index: String, bundle requested: String?, expecting expectation: ClientStateExpectation = .any,
-               newClientState: [UInt8]? = nil) throws(SearchlightError) -> ApplyResult {
+               newClientState: [UInt8]? = nil, engaging: (identifier: String, weight: Double)? = nil) throws(SearchlightError) -> ApplyResult {
         let target = try store(bundle: requested, index: index, write: true)
         guard let store = target.store else { throw SearchlightError(.indexUnavailable, "index could not be opened") }
         guard let shadow = context.registry.shadow(bundle: target.bundle, index: target.index) else {
-            let result = try store.applySync(mutations, expecting: expectation, newClientState: newClientState)
+            let result = try store.applySync(mutations, expecting: expectation, newClientState: newClientState, engaging: engaging)
             if result.indexed > 0 { context.refinementShare?.donated(bundle: target.bundle, index: target.index) }
+            if result.indexed > 0, target.index.isEmpty { relatedItemsArrived(mutations, bundle: target.bundle, store: store) }
             return result
         }
         var forOld = mutations
         if case .extensionUnit = caller {
             forOld.removeAll { if case .deleteAll = $0 { true } else { false } }
         }
-        let result = try store.applySync(forOld, expecting: expectation, newClientState: newClientState)
+        let result = try store.applySync(forOld, expecting: expectation, newClientState: newClientState, engaging: engaging)
         if result.indexed > 0 { context.refinementShare?.donated(bundle: target.bundle, index: target.index) }
+        if result.indexed > 0, target.index.isEmpty { relatedItemsArrived(mutations, bundle: target.bundle, store: store) }
         do {
             _ = try shadow.applySync(mutations, newClientState: newClientState)
         } catch {
@@ -157,6 +159,21 @@ struct BundleCalls: Sendable {
             context.registry.noteShadowFault(bundle: target.bundle, index: target.index, error.message)
         }
         return result
+    }
+
+    /// Items donated to the default index that saved user activities name as their related item
+    /// (saved before the item existed): each such activity is now shown as its item, by the rule
+    /// of `activity.save` (`ActivityCalls.absorb`). A failure here never fails the donation.
+    private func relatedItemsArrived(_ mutations: [Mutation], bundle: String, store: IndexStore) {
+        guard ActivityCalls.historyExists(bundle, context: context) else { return }
+        var ids = Set<String>()
+        for case .items(let items) in mutations { for item in items { ids.insert(item.uniqueIdentifier) } }
+        guard !ids.isEmpty else { return }
+        do {
+            try ActivityCalls.absorb(relatedTo: ids, bundle: bundle, items: store, context: context)
+        } catch {
+            log.warning("activities of donated items not merged", ["bundle": bundle, "error": error.message])
+        }
     }
 
     // MARK: - Item data from the extension

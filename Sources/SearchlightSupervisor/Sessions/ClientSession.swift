@@ -91,12 +91,13 @@ final class ClientSession: Sendable {
     /// `--idle-timeout` (asked by its reader thread, which is then waiting for input, so no call
     /// is being handled). Never an extension's connection (spawned or attached: it waits for the
     /// daemon's requests), nor one with an open batch, a deferred call outstanding (item data, a
-    /// waited reindex) or an `admin.monitor` stream.
+    /// waited reindex), an `admin.monitor` stream or a current user activity (its close resigns it).
     var idle: Bool {
         if spawned { return false }
         if case .extensionHost? = role { return false }
         if batches.withLock({ !$0.isEmpty }) { return false }
         if deferredOutstanding.value > 0 { return false }
+        if ActivityCalls.holdsCurrent(ObjectIdentifier(connection)) { return false }
         return !context.events.isSubscribed(connection)
     }
 
@@ -112,11 +113,13 @@ final class ClientSession: Sendable {
     }
 
     /// The connection closed: an admin monitor stops receiving events, waiters of its reindex
-    /// requests go, and an extension attached by hand stops being sent requests.
+    /// requests go, an extension attached by hand stops being sent requests, and an app's current
+    /// user activities are resigned (`ActivityCalls.connectionClosed`).
     func closed(_ reason: RPCConnection.CloseReason) {
         context.events.unsubscribe(connection)
         context.scheduler?.removeWaiters(owner: ObjectIdentifier(connection))
         if case .extensionHost(let session)? = role { session.connectionClosed(reason) }
+        if case .app? = role { ActivityCalls.connectionClosed(ObjectIdentifier(connection), context: context) }
     }
 
     // MARK: - Messages
@@ -241,7 +244,10 @@ final class ClientSession: Sendable {
     private func handshakeAnswer(bundle: String?) -> Initialize.Response {
         Initialize.Response(
             serverVersion: Version.string,
-            capabilities: ["batches": true, "userQueries": true, "suggestions": true, "extensions": true],
+            // `mode`: under a system daemon an app's first write claims a bundle for its uid, so a
+            // client that writes for other apps (the RecentFiles sample) keeps to its own bundle.
+            capabilities: ["batches": true, "userQueries": true, "suggestions": true, "extensions": true,
+                           "mode": .string(context.config.system ? "system" : "user")],
             limits: [
                 "maxFrameBytes": .number(Double(limits.maxFrameBytes)),
                 "maxItemBytes": .number(Double(limits.maxItemBytes)),

@@ -11,7 +11,8 @@ import SearchlightWire
 /// engagement, so that what the user opens from the desktop ranks higher:
 /// - `query.user` without `bundle` searches every bundle it may show; with `bundle`, that one.
 ///   Every item carries `bundle`, and the answer's `bundles` says how each bundle's items open.
-/// - `query.engaged {bundle, identifier | suggestion, …}` on an index that exists.
+/// - `query.engaged {bundle, identifier | suggestion, …}` on an index that exists (`activity: true`:
+///   an activity result, in the bundle's activity history).
 /// - `desktop.resolve {bundle, identifier}`: the item and how it opens.
 /// - `desktop.staleItems {bundle, identifiers}`: items whose `file:` contentURL is gone
 ///   (`DesktopCalls.staleItems`).
@@ -53,7 +54,9 @@ final class DesktopSession: BundleSession {
             throw .invalidParams("\"bundle\" is required: the bundle of the item or suggestion engaged with")
         }
         try desktop.requireVisible(bundle)
-        guard let store = try calls.store(bundle: bundle, index: r.index, write: false).store else { throw BundleAccess.denied(bundle) }
+        // An activity result names the bundle's activity history, which no client names as an index.
+        let index = r.activity ? Names.activityIndex : r.index
+        guard let store = try calls.store(bundle: bundle, index: index, write: false).store else { throw BundleAccess.denied(bundle) }
         var identifier: String?, suggestion: String?
         switch r.target {
         case .identifier(let id): identifier = id

@@ -14,6 +14,8 @@ extension Method {
     public static let activityDeleteAll = "activity.deleteAll"
     /// `activity.resolve {persistentIdentifier, bundle?}`: the saved activity and how it opens.
     public static let activityResolve = "activity.resolve"
+    /// `activity.list {limit?}`: the app's saved history, most recently used first.
+    public static let activityList = "activity.list"
 }
 
 extension Names {
@@ -226,6 +228,21 @@ public struct ActivityResolve: WireRequest, Equatable {
         b.set("bundle", bundle)
         return b.json
     }
+}
+
+/// `activity.list {limit?}` -> `{activities: [item]}`: the bundle's saved activities (not
+/// expired), most recently used first, each as `activity.resolve`'s item (role app: its own).
+public struct ActivityList: WireRequest, Equatable {
+    public typealias Response = JSONResponse
+    public static let method = Method.activityList
+    public static let fields = ["limit?"]
+    public static let example = ActivityList(limit: 20)
+    public var limit: Int
+    public init(limit: Int = 100) { self.limit = limit }
+    public init(params p: WireParams) throws(SearchlightError) {
+        limit = try p.integer("limit", in: 1...1000, default: 100)
+    }
+    public var params: JSONValue { ["limit": .number(Double(limit))] }
 }
 
 /// Checks shared by the activity messages and the SDK.

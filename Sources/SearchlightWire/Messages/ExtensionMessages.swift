@@ -211,7 +211,7 @@ public enum WireMessages {
         AdminStatus.self, AdminReindex.self, AdminErase.self, AdminCheck.self, AdminSimulate.self, AdminUnits.self,
         AdminRequests.self, AdminMonitor.self, AdminSetIndexing.self, AdminSetOwner.self, AdminRestartExtension.self,
         DesktopSetHidden.self, DesktopRegister.self, DesktopResolve.self, DesktopSettings.self, DesktopStaleItems.self,
-        ActivitySave.self, ActivityResign.self, ActivityDelete.self, ActivityDeleteAll.self, ActivityResolve.self,
+        ActivitySave.self, ActivityResign.self, ActivityDelete.self, ActivityDeleteAll.self, ActivityResolve.self, ActivityList.self,
         ExtensionReindexAll.self, ExtensionReindexIdentifiers.self, ExtensionDataForItem.self, ExtensionFileURLForItem.self,
     ]
 

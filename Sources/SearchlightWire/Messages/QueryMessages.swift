@@ -259,12 +259,13 @@ public struct QueryUser: WireRequest, Equatable {
     }
 }
 
-/// `query.engaged {identifier | suggestion, interaction?, text?}`: the user chose or looked at a
-/// result or a suggestion; it ranks higher later.
+/// `query.engaged {identifier | suggestion, interaction?, text?, activity?}`: the user chose or looked at a
+/// result or a suggestion; it ranks higher later. `activity: true`: the identifier is a user
+/// activity's persistent identifier, an activity result of the bundle's history (no `index`).
 public struct QueryEngaged: WireRequest, Equatable {
     public typealias Response = JSONResponse
     public static let method = Method.queryEngaged
-    public static let fields = ["identifier?", "suggestion?", "interaction?", "text?", "index?", "bundle?"]
+    public static let fields = ["identifier?", "suggestion?", "interaction?", "text?", "index?", "bundle?", "activity?"]
     public static let example = QueryEngaged(target: .identifier("trip-1"), interaction: .select, text: "natural bri", index: "trips",
                                              bundle: "com.example.notes")
 
@@ -281,13 +282,17 @@ public struct QueryEngaged: WireRequest, Equatable {
     public var text: String?
     public var index: String
     public var bundle: String?
+    /// The identifier names a user activity of the bundle's history (DESIGN §13), not an item.
+    public var activity: Bool
 
-    public init(target: Target, interaction: Interaction = .select, text: String? = nil, index: String = "", bundle: String? = nil) {
+    public init(target: Target, interaction: Interaction = .select, text: String? = nil, index: String = "", bundle: String? = nil,
+                activity: Bool = false) {
         self.target = target
         self.interaction = interaction
         self.text = text
         self.index = index
         self.bundle = bundle
+        self.activity = activity
     }
 
     public init(params p: WireParams) throws(SearchlightError) {
@@ -305,6 +310,11 @@ public struct QueryEngaged: WireRequest, Equatable {
         text = try p.optionalString("text", maxBytes: p.limits.maxQueryBytes)
         index = try p.index()
         bundle = try p.optionalBundle()
+        activity = try p.bool("activity", default: false)
+        if activity {
+            guard case .identifier = target else { throw .invalidParams("\"activity\" engagement names an \"identifier\" (a persistent identifier), not a suggestion") }
+            guard index.isEmpty else { throw .invalidParams("\"activity\" engagement names no \"index\": activities are kept in the bundle's history") }
+        }
     }
 
     public var params: JSONValue {
@@ -317,6 +327,7 @@ public struct QueryEngaged: WireRequest, Equatable {
         b.set("text", text)
         b.setIndex(index)
         b.set("bundle", bundle)
+        if activity { b.set("activity", true) }
         return b.json
     }
 }

@@ -29,14 +29,16 @@ public struct RecentActivityPlan: Sendable {
         self.applications = applications
     }
 
-    public func activities(_ bookmarks: [RecentBookmark]) -> [RecentActivity] {
+    /// `ownBundleOnly`: every activity in `fallbackBundle` (under a system daemon, where saving to
+    /// another app's bundle would claim it for this user), one per file, its most recent use.
+    public func activities(_ bookmarks: [RecentBookmark], ownBundleOnly: Bool = false) -> [RecentActivity] {
         var out: [String: RecentActivity] = [:]
         for b in bookmarks {
             guard b.href.lowercased().hasPrefix("file:/"), b.href.utf8.count <= 4096, let url = URL(string: b.href), url.isFileURL else { continue }
             let title = url.lastPathComponent.isEmpty ? url.path : url.lastPathComponent
             let apps = b.applications.isEmpty ? [RecentApplication(name: "", exec: "")] : b.applications
             for app in apps {
-                let bundle = applications.bundle(for: app) ?? fallbackBundle
+                let bundle = ownBundleOnly ? fallbackBundle : applications.bundle(for: app) ?? fallbackBundle
                 let id = Self.identifier(b.href)
                 let used = app.modified ?? b.visited ?? b.modified ?? b.added ?? Date(timeIntervalSince1970: 0)
                 let activity = RecentActivity(bundle: bundle, persistentIdentifier: id, title: title, contentURL: b.href,

@@ -20,7 +20,12 @@ struct RecentFilesImporter: Sendable {
         var unchanged = 0
     }
 
+    /// The sample's own bundle: where an entry goes when no app is known for it, and where every
+    /// entry goes under a system daemon.
+    var fallbackBundle: String
+
     init(environment: [String: String], fallbackBundle: String, socketPath: String?) {
+        self.fallbackBundle = fallbackBundle
         xbelPath = environment["SEARCHLIGHT_RECENT_FILES"] ?? XBELReader.defaultPath(environment: environment)
         let stateHome = environment["XDG_STATE_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil }
             ?? (environment["HOME"] ?? NSHomeDirectory()) + "/.local/state"
@@ -32,7 +37,6 @@ struct RecentFilesImporter: Sendable {
     /// One pass. Throws (having changed nothing) when the file is refused or malformed.
     func sync() async throws -> Outcome {
         let bookmarks = try reader.read(path: xbelPath)
-        let wanted = plan.activities(bookmarks)
         var imported = loadState()
         var outcome = Outcome()
         var connections: [String: SearchlightConnection] = [:]
@@ -43,6 +47,11 @@ struct RecentFilesImporter: Sendable {
             return c
         }
         defer { for c in connections.values { Task { await c.close() } } }
+        // Under a system daemon an app connection's first write claims a bundle for its user:
+        // saving as other apps (org.gnome.gedit) would claim their bundles for this user. There,
+        // every entry is saved to the sample's own bundle (the unit's), never another app's.
+        let mode = try await connection(fallbackBundle).open()["capabilities"]?["mode"]?.stringValue
+        let wanted = plan.activities(bookmarks, ownBundleOnly: mode == "system")
         var keep: [String: [String: String]] = [:]
         for a in wanted {
             keep[a.bundle, default: [:]][a.persistentIdentifier] = a.fingerprint
@@ -62,6 +71,13 @@ struct RecentFilesImporter: Sendable {
             try saveState(imported)  // progress kept: an interrupted pass does not redo it
         }
         for (bundle, ids) in imported {
+            // Under a system daemon nothing is written to another app's bundle, deletes neither (a
+            // delete would claim it too): entries a user-mode run left in its state are forgotten
+            // (they were saved to the user daemon, not to this one).
+            if mode == "system" && bundle != fallbackBundle {
+                imported[bundle] = nil
+                continue
+            }
             let gone = ids.keys.filter { keep[bundle]?[$0] == nil }.sorted()
             guard !gone.isEmpty else { continue }
             for start in stride(from: 0, to: gone.count, by: ActivityLimits.deleteIdentifiers) {

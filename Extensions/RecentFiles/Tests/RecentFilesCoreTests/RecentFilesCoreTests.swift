@@ -53,6 +53,10 @@ struct RecentFilesCoreTests {
         #expect(activities[0].title == "trip plan.txt" && activities[0].contentType == "public.plain-text" && activities[0].count == 3)
         #expect(activities[0].persistentIdentifier == "recent:file:///home/u/trip%20plan.txt")
         #expect(activities[0].lastUsed == ISO8601DateFormatter().date(from: "2026-11-03T10:00:00Z"))
+        // Under a system daemon: every file in the sample's own bundle, none in another app's.
+        let own = plan.activities(try XBELReader().parse(Array(Self.sample.utf8)), ownBundleOnly: true)
+        #expect(!own.isEmpty && own.allSatisfy { $0.bundle == "org.searchlight.sample.recentfiles" }, "\(own)")
+        #expect(Set(own.map(\.persistentIdentifier)).count == own.count, "one activity per file: \(own)")
     }
 
     @Test("hostile files are refused with a clear error: malformed, not UTF-8, not XBEL, too many bookmarks, too large, a link, another user's")
