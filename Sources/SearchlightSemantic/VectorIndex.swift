@@ -123,6 +123,34 @@ public struct VectorIndex: Sendable {
         storage.rebuildPartition()
     }
 
+    /// Begins a build of the partition when one is due (`VectorSlots.needsPartition`), for a
+    /// caller that runs it without its lock: `PartitionBuild.run` on any thread (when
+    /// `isDetached`; else under the lock), then `finishPartitionBuild` under the lock. Until then
+    /// searches use the partition there was (or none: every sign code), and no other build is due.
+    public mutating func beginPartitionBuild(sampleSize: Int = 0, iterations: Int = 8) -> PartitionBuild? {
+        guard storage.needsPartition(minimum: partitionLimit) else { return nil }
+        unshare()
+        let build = storage.beginPartitionBuild()
+        build.sampleSize = sampleSize
+        build.iterations = iterations
+        return build
+    }
+
+    /// Puts a build that ran in place: false when the index was rewritten since it began (a
+    /// compaction renumbers the slots), so it is dropped and the next one is due.
+    @discardableResult
+    public mutating func finishPartitionBuild(_ build: PartitionBuild) -> Bool {
+        guard storage.pendingBuild === build else { return false }
+        unshare()
+        return storage.finishPartitionBuild(build)
+    }
+
+    /// Drops a build begun on this index without putting it in place.
+    public func cancelPartitionBuild(_ build: PartitionBuild) { storage.cancelPartitionBuild(build) }
+
+    /// Whether a build begun by `beginPartitionBuild` has not finished.
+    public var isBuildingPartition: Bool { storage.pendingBuild != nil }
+
     /// Whether a partition is built (above `partitionLimit` items).
     public var isPartitioned: Bool { storage.partition != nil }
     /// The partition's list count, 0 without one.

@@ -93,7 +93,7 @@ final class VectorPartition: @unchecked Sendable {
     /// Trains `lists` centroids on a sample of the live slots: spherical k-means (the mean of
     /// each cluster's unit vectors, renormalised), `iterations` rounds, seeded with evenly spaced
     /// sample items, an empty cluster reseeded with a sample item.
-    static func train(_ storage: VectorSlots, lists requested: Int, sampleSize: Int = 0, iterations: Int = 8) -> (centroids: [Int8], scales: [Float]) {
+    static func train(_ storage: PartitionSource, lists requested: Int, sampleSize: Int = 0, iterations: Int = 8) -> (centroids: [Int8], scales: [Float]) {
         let dim = storage.dimension
         let live = (0..<storage.slotCount).filter(storage.isLive)
         let want = sampleSize > 0 ? sampleSize : 48 * requested
@@ -157,7 +157,7 @@ final class VectorPartition: @unchecked Sendable {
     /// keeps its list (when the centroids are the same); the others go to their nearest centroid.
     /// The lists are written in list order, a group of lists at a time (`groupEntries` entries of
     /// buffer), each group from one scan of the sign codes.
-    func build(from storage: VectorSlots, previous: VectorPartition?, groupEntries: Int = 1 << 18) {
+    func build(from storage: PartitionSource, previous: VectorPartition?, groupEntries: Int = 1 << 18) {
         let total = storage.slotCount
         var assign = [UInt16](repeating: .max, count: total)
         if let previous, previous.lists == lists, previous.centroids == centroids {
@@ -219,29 +219,54 @@ extension VectorSlots {
     /// Whether the partition should be built or rebuilt: above `minimum` live items, none yet,
     /// or the slots outside its lists (appended or moved since) past an eighth of the live ones
     /// (at least 16 384, or `minimum` when less: a rebuild reads the sign codes a few times over).
+    /// False while a build is under way (`beginPartitionBuild`).
     func needsPartition(minimum: Int) -> Bool {
-        guard live > minimum else { return false }
+        guard live > minimum, pendingBuild == nil else { return false }
         guard let partition else { return true }
         return (slotCount - partition.covered) + movedSlots.count > max(min(16_384, minimum), live / 8)
     }
 
-    /// Builds the partition anew: the same centroids when the live count is within a factor 2 of
-    /// the one they were trained at (and the list count still fits), else trained again.
-    func rebuildPartition() {
+    /// Starts a build of the partition from the slots as they are now (`PartitionBuild`): the
+    /// same centroids when the live count is within a factor 2 of the one they were trained at
+    /// (and the list count still fits), else trained again. Slots set from now until
+    /// `finishPartitionBuild` are searched beside the new lists once it is in place.
+    func beginPartitionBuild() -> PartitionBuild {
         let old = partition
-        let lists = VectorPartition.listCount(live: live)
         let keep = old.map { $0.trainedLive <= live * 2 && live <= $0.trainedLive * 2 } ?? false
-        let next: VectorPartition
-        if let old, keep {
-            next = VectorPartition(dimension: dimension, words: words, centroids: old.centroids, scales: old.scales,
-                                   trainedLive: old.trainedLive, directory: directory)
-        } else {
-            let (c, s) = VectorPartition.train(self, lists: lists)
-            next = VectorPartition(dimension: dimension, words: words, centroids: c, scales: s, trainedLive: live, directory: directory)
-        }
-        next.build(from: self, previous: keep && old!.covered <= slotCount ? old : nil)
+        let source = PartitionSource(dimension: dimension, words: words, recordBytes: recordBytes, flags: flags,
+                                     signs: signs.frozen(), records: records.frozen())
+        let build = PartitionBuild(source: source, lists: VectorPartition.listCount(live: live), live: live,
+                                   previous: keep ? old : nil, directory: directory)
+        pendingBuild = build
+        changedDuringBuild.removeAll()
+        return build
+    }
+
+    /// Puts a finished build in place, unless these slots are not the ones it was begun on (then
+    /// false). The slots set while it ran are marked moved: searched beside its lists.
+    @discardableResult
+    func finishPartitionBuild(_ build: PartitionBuild) -> Bool {
+        guard pendingBuild === build, let next = build.result else { return false }
+        pendingBuild = nil
         clearMoved()
         partition = next
+        for s in changedDuringBuild { markMoved(s) }
+        changedDuringBuild.removeAll()
+        return true
+    }
+
+    /// Forgets a build begun on these slots (it failed, or was abandoned).
+    func cancelPartitionBuild(_ build: PartitionBuild) {
+        guard pendingBuild === build else { return }
+        pendingBuild = nil
+        changedDuringBuild.removeAll()
+    }
+
+    /// Builds the partition anew, now, on this thread.
+    func rebuildPartition() {
+        let build = beginPartitionBuild()
+        build.run()
+        finishPartitionBuild(build)
     }
 
     /// The live slots of the probed lists, of slots `partition.covered ..< slotCount` and of the
@@ -289,5 +314,81 @@ extension VectorIndex {
             }
         }
         return reached
+    }
+}
+
+/// What a partition is built from: the slots' flags and their files as they were when the build
+/// began (`VectorSlots.beginPartitionBuild`). With files, it reads its own descriptors of them, so
+/// the build runs without the index's lock while the index changes: appended slots are past its
+/// end, and a slot rewritten in place meanwhile is searched apart once the build is in place
+/// (`changedDuringBuild`), whatever list the build gave it.
+final class PartitionSource: @unchecked Sendable {
+    let dimension: Int
+    let words: Int
+    let recordBytes: Int
+    let flags: [UInt8]
+    let signs: FrozenRegion
+    let records: FrozenRegion
+
+    init(dimension: Int, words: Int, recordBytes: Int, flags: [UInt8], signs: FrozenRegion, records: FrozenRegion) {
+        self.dimension = dimension
+        self.words = words
+        self.recordBytes = recordBytes
+        self.flags = flags
+        self.signs = signs
+        self.records = records
+    }
+
+    var slotCount: Int { flags.count }
+    /// Whether it may be read beside changes to the index (both regions in files).
+    var isDetached: Bool { signs.isDetached && records.isDetached }
+    func isLive(_ slot: Int) -> Bool { flags[slot] & VectorSlots.liveFlag != 0 }
+    func isMoved(_ slot: Int) -> Bool { flags[slot] & VectorSlots.movedFlag != 0 }
+
+    func forEachSignChunk(from start: Int = 0, _ body: (Int, Int, UnsafePointer<UInt64>) -> Void) {
+        VectorSlots.forEachSignChunk(total: slotCount, from: start, words: words, read: { self.signs.read(into: $0, count: $1, at: $2) }, body)
+    }
+
+    func forEachRecord(_ slots: [Int], _ body: (Int, UnsafePointer<Int8>, Float) -> Void) {
+        VectorSlots.forEachRecord(slots, recordBytes: recordBytes, dimension: dimension, read: { self.records.read(into: $0, count: $1, at: $2) }, body)
+    }
+}
+
+/// One build of a partition (`VectorSlots.beginPartitionBuild`): `run` trains (or keeps) the
+/// centroids and writes the lists, on any thread, without the index's lock when its source is
+/// detached; `VectorSlots.finishPartitionBuild` then puts it in place under the lock.
+public final class PartitionBuild: @unchecked Sendable {
+    let source: PartitionSource
+    let lists: Int
+    let live: Int
+    let previous: VectorPartition?
+    let directory: String?
+    /// Sample size and k-means rounds of a training (0: 48 sample items a list).
+    var sampleSize = 0
+    var iterations = 8
+    private(set) var result: VectorPartition?
+
+    init(source: PartitionSource, lists: Int, live: Int, previous: VectorPartition?, directory: String?) {
+        self.source = source
+        self.lists = lists
+        self.live = live
+        self.previous = previous
+        self.directory = directory
+    }
+
+    /// Whether `run` may go without the index's lock (its files are read through descriptors of its own).
+    public var isDetached: Bool { source.isDetached }
+
+    public func run() {
+        let next: VectorPartition
+        if let previous {
+            next = VectorPartition(dimension: source.dimension, words: source.words, centroids: previous.centroids, scales: previous.scales,
+                                   trainedLive: previous.trainedLive, directory: directory)
+        } else {
+            let (c, s) = VectorPartition.train(source, lists: lists, sampleSize: sampleSize, iterations: iterations)
+            next = VectorPartition(dimension: source.dimension, words: source.words, centroids: c, scales: s, trainedLive: live, directory: directory)
+        }
+        next.build(from: source, previous: previous.flatMap { $0.covered <= source.slotCount ? $0 : nil })
+        result = next
     }
 }
