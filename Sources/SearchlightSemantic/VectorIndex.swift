@@ -63,8 +63,10 @@ public struct VectorIndex: Sendable {
     /// prefiltered search reads only the `probes` nearest of its lists (plus the items the
     /// lists do not hold yet); at or below, every sign code.
     public var partitionLimit = 100_000
-    /// Lists read by a partitioned search.
-    public var probes = 32
+    /// Lists read by a partitioned search. At 1M (250 lists) recall@10 against exact was 0.940
+    /// with 32, 0.964 with 48, 0.977 with 64 (CPU p50 5.6, 6.9, 8.4 ms; every sign code: 11.6
+    /// ms, 0.998); rescoring 3 000 or 4 000 candidates instead of 2 000 changed none of them.
+    public var probes = 48
     /// False while many items are set at once (`load`): the partition is built once, by
     /// `updatePartition`, rather than as the index grows.
     public var buildsPartition = true
