@@ -150,6 +150,9 @@ public struct VectorIndex: Sendable {
     /// Drops a build begun on this index without putting it in place.
     public func cancelPartitionBuild(_ build: PartitionBuild) { storage.cancelPartitionBuild(build) }
 
+    /// Whether `beginPartitionBuild` would begin one now.
+    public var isPartitionDue: Bool { storage.needsPartition(minimum: partitionLimit) }
+
     /// Whether a build begun by `beginPartitionBuild` has not finished.
     public var isBuildingPartition: Bool { storage.pendingBuild != nil }
 

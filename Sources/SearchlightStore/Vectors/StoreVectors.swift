@@ -91,6 +91,8 @@ final class StoreVectors: @unchecked Sendable {
     /// searched beside the new lists once the build is in place (a short exclusive hold). A
     /// build begun before a compaction (which renumbers the slots) is dropped and begun again.
     func schedulePartition() {
+        // Most commits make none due: no thread for them.
+        guard lock.reading({ loaded?.isPartitionDue ?? false }) else { return }
         let start = fillLock.withLock {
             if partitionRunning { return false }
             partitionRunning = true
