@@ -94,6 +94,19 @@ final class ByteRegion: @unchecked Sendable {
         }
     }
 
+    /// The region as it is now, to read from another thread while this one changes: its bytes
+    /// flushed and a duplicate of the file's descriptor (appends then go past `count`, and a
+    /// failed write that moves the region to memory closes only the original). Without a file,
+    /// a view of this region itself: to be read only while nothing changes it.
+    func frozen() -> FrozenRegion {
+        flush()
+        if fd >= 0 {
+            let copy = dup(fd)
+            if copy >= 0 { return FrozenRegion(fd: copy, count: flushed, region: nil) }
+        }
+        return FrozenRegion(fd: -1, count: count, region: self)
+    }
+
     /// Writes what is pending to the file.
     func flush() {
         guard fd >= 0, !pending.isEmpty else { return }
@@ -123,5 +136,37 @@ final class ByteRegion: @unchecked Sendable {
         fd = -1
         flushed = 0
         pending = all
+    }
+}
+
+/// A read-only view of a `ByteRegion`'s first `count` bytes (`ByteRegion.frozen`): its own
+/// descriptor of the region's file, closed with it.
+final class FrozenRegion: @unchecked Sendable {
+    let count: Int
+    private let fd: Int32
+    private let region: ByteRegion?
+
+    init(fd: Int32, count: Int, region: ByteRegion?) {
+        self.fd = fd
+        self.count = count
+        self.region = region
+    }
+
+    deinit { if fd >= 0 { close(fd) } }
+
+    /// Whether it reads its own descriptor (safe beside changes to the region).
+    var isDetached: Bool { fd >= 0 }
+
+    func read(into out: UnsafeMutableRawPointer, count n: Int, at offset: Int) {
+        precondition(offset >= 0 && n >= 0 && offset + n <= count, "a read past the end of a frozen vector region")
+        guard fd >= 0 else { return region!.read(into: out, count: n, at: offset) }
+        var done = 0
+        while done < n {
+            let r = pread(fd, out + done, n - done, off_t(offset + done))
+            if r > 0 { done += r; continue }
+            if r < 0 && errno == EINTR { continue }
+            (out + done).initializeMemory(as: UInt8.self, repeating: 0, count: n - done)
+            return
+        }
     }
 }

@@ -51,7 +51,7 @@ public struct VectorIndex: Sendable {
     let words: Int
     /// Where the index's unnamed files are made; nil keeps them in memory.
     public let directory: String?
-    private var storage: VectorSlots
+    var storage: VectorSlots
 
     /// Above this many items `automatic` search prefilters.
     public var exactLimit = 20_000
@@ -59,6 +59,19 @@ public struct VectorIndex: Sendable {
     /// `candidateFraction` of the index when that is more.
     public var minimumCandidates = 2_000
     public var candidateFraction = 0.002
+    /// Above this many items the index keeps a coarse partition (`VectorPartition`) and a
+    /// prefiltered search reads only the `probes` nearest of its lists (plus the items the
+    /// lists do not hold yet); at or below, every sign code.
+    public var partitionLimit = 100_000
+    /// Lists read by a partitioned search. At 1M (250 lists) recall@10 against exact was 0.940
+    /// with 32, 0.964 with 48, 0.977 with 64 (CPU p50 5.6, 6.9, 8.4 ms; every sign code: 11.6
+    /// ms, 0.998); rescoring 3 000 or 4 000 candidates instead of 2 000 changed none of them.
+    public var probes = 48
+    /// False while many items are set at once (`load`): the partition is built once, by
+    /// `updatePartition`, rather than as the index grows.
+    public var buildsPartition = true
+    /// False searches as if there were no partition (for comparisons).
+    public var usesPartition = true
 
     /// The directory of the files when none is given: $TMPDIR, else /tmp. The store passes its
     /// own directory (a tmpfs /tmp would keep the files in memory after all).
@@ -102,7 +115,51 @@ public struct VectorIndex: Sendable {
         unshare()
         storage.set(rowid, vector, sign: Self.signCode(vector.codes))
         if storage.needsCompaction { storage = storage.compacted() }
+        if buildsPartition { updatePartition() }
     }
+
+    /// Builds or rebuilds the partition when it is due (`VectorSlots.needsPartition`).
+    public mutating func updatePartition() {
+        guard storage.needsPartition(minimum: partitionLimit) else { return }
+        unshare()
+        storage.rebuildPartition()
+    }
+
+    /// Begins a build of the partition when one is due (`VectorSlots.needsPartition`), for a
+    /// caller that runs it without its lock: `PartitionBuild.run` on any thread (when
+    /// `isDetached`; else under the lock), then `finishPartitionBuild` under the lock. Until then
+    /// searches use the partition there was (or none: every sign code), and no other build is due.
+    public mutating func beginPartitionBuild(sampleSize: Int = 0, iterations: Int = 8) -> PartitionBuild? {
+        guard storage.needsPartition(minimum: partitionLimit) else { return nil }
+        unshare()
+        let build = storage.beginPartitionBuild()
+        build.sampleSize = sampleSize
+        build.iterations = iterations
+        return build
+    }
+
+    /// Puts a build that ran in place: false when the index was rewritten since it began (a
+    /// compaction renumbers the slots), so it is dropped and the next one is due.
+    @discardableResult
+    public mutating func finishPartitionBuild(_ build: PartitionBuild) -> Bool {
+        guard storage.pendingBuild === build else { return false }
+        unshare()
+        return storage.finishPartitionBuild(build)
+    }
+
+    /// Drops a build begun on this index without putting it in place.
+    public func cancelPartitionBuild(_ build: PartitionBuild) { storage.cancelPartitionBuild(build) }
+
+    /// Whether `beginPartitionBuild` would begin one now.
+    public var isPartitionDue: Bool { storage.needsPartition(minimum: partitionLimit) }
+
+    /// Whether a build begun by `beginPartitionBuild` has not finished.
+    public var isBuildingPartition: Bool { storage.pendingBuild != nil }
+
+    /// Whether a partition is built (above `partitionLimit` items).
+    public var isPartitioned: Bool { storage.partition != nil }
+    /// The partition's list count, 0 without one.
+    public var partitionLists: Int { storage.partition?.lists ?? 0 }
 
     /// Removes an item's vector; false when it had none.
     @discardableResult
@@ -111,11 +168,15 @@ public struct VectorIndex: Sendable {
         unshare()
         storage.remove(rowid)
         if storage.needsCompaction { storage = storage.compacted() }
+        if buildsPartition { updatePartition() }
         return true
     }
 
     /// Rewrites the files in rowid order without dead slots (`compact`), now.
-    public mutating func compact() { storage = storage.compacted() }
+    public mutating func compact() {
+        storage = storage.compacted()
+        if buildsPartition { updatePartition() }
+    }
 
     /// A copy that is changed gets storage of its own (value semantics, as when the index was arrays).
     private mutating func unshare() {
@@ -136,7 +197,9 @@ public struct VectorIndex: Sendable {
         case .automatic: count <= exactLimit ? nil : max(minimumCandidates, Int(Double(count) * candidateFraction))
         }
         let slots: [Int]
-        if let candidates, candidates < count {
+        if let candidates, candidates < count, usesPartition, let partition = storage.partition {
+            slots = nearestInPartition(partition, q.codes, count: candidates)
+        } else if let candidates, candidates < count {
             slots = nearestInHamming(Self.signCode(q.codes), count: candidates)
         } else {
             slots = storage.liveSlots(allowed: allowed)
@@ -200,6 +263,51 @@ public struct VectorIndex: Sendable {
             }
         }
         return out
+    }
+
+    /// As `nearestInHamming`, among the items of the partition's `probes` nearest lists and those
+    /// outside its lists.
+    func nearestInPartition(_ partition: VectorPartition, _ codes: [Int8], count n: Int) -> [Int] {
+        let code = Self.signCode(codes)
+        var found: [(slot: Int32, distance: UInt16)] = []
+        var histogram = [Int](repeating: 0, count: words * 64 + 1)
+        codes.withUnsafeBufferPointer { qp in
+            code.withUnsafeBufferPointer { cp in
+                storage.partitionCandidates(partition, query: qp.baseAddress!, code: cp.baseAddress!, probes: probes) { s, d in
+                    found.append((Int32(s), d))
+                    histogram[Int(d)] += 1
+                }
+            }
+        }
+        var cut = 0, taken = 0
+        while cut < histogram.count && taken + histogram[cut] < n {
+            taken += histogram[cut]
+            cut += 1
+        }
+        var atCut = n - taken
+        var out: [Int] = []
+        out.reserveCapacity(min(n, found.count))
+        for f in found {
+            if Int(f.distance) < cut {
+                out.append(Int(f.slot))
+            } else if Int(f.distance) == cut && atCut > 0 {
+                out.append(Int(f.slot))
+                atCut -= 1
+            }
+        }
+        out.sort()
+        return out
+    }
+
+    /// Hamming distances of `count` sign codes to `code` (the kernel, or the portable loop).
+    static func hamming(_ signs: UnsafePointer<UInt64>, _ count: Int, _ words: Int, _ code: UnsafePointer<UInt64>, _ out: UnsafeMutablePointer<UInt16>) {
+        if usesKernels { return sl_hamming(signs, count, words, code, out) }
+        for i in 0..<count {
+            var d = 0
+            let row = signs + i * words
+            for w in 0..<words { d += (row[w] ^ code[w]).nonzeroBitCount }
+            out[i] = UInt16(d)
+        }
     }
 
     /// The int8 codes of live items, for `nearDuplicates`: nil for a rowid without a vector.

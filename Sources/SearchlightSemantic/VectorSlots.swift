@@ -9,13 +9,22 @@ final class VectorSlots: @unchecked Sendable {
     let directory: String?
     /// Codes then the scale (Float32, native order): dimension + 4 bytes.
     let recordBytes: Int
-    private let signs: ByteRegion
-    private let records: ByteRegion
+    let signs: ByteRegion
+    let records: ByteRegion
 
     /// Slot → rowid, for live and dead slots (a dead slot keeps its rowid to be found again).
-    private var rowids: [Int64] = []
-    /// Slot → bit 0: live, bit 1: refined.
-    private var flags: [UInt8] = []
+    private(set) var rowids: [Int64] = []
+    /// Slot → bit 0: live, bit 1: refined, bit 2: moved (changed since the partition placed it).
+    private(set) var flags: [UInt8] = []
+    /// The coarse partition of the slots (`VectorPartition`), nil below its size.
+    var partition: VectorPartition?
+    /// Slots below the partition's `covered` changed since it was built (replaced or revived): not
+    /// in its lists as they are now, so searched beside them.
+    var movedSlots: [Int] = []
+    /// The partition build under way (`beginPartitionBuild`), and the slots below its end set
+    /// since it began (searched apart once it is in place).
+    var pendingBuild: PartitionBuild?
+    var changedDuringBuild: [Int] = []
     /// Slots 0 ..< sortedPrefix have strictly increasing rowids (binary search).
     private var sortedPrefix = 0
     /// The slots after the sorted prefix, by rowid.
@@ -23,7 +32,7 @@ final class VectorSlots: @unchecked Sendable {
     private(set) var live = 0
     private(set) var refined = 0
 
-    static let liveFlag: UInt8 = 1, refinedFlag: UInt8 = 2
+    static let liveFlag: UInt8 = 1, refinedFlag: UInt8 = 2, movedFlag: UInt8 = 4
     /// Slots per chunk of a sign scan (48 bytes each at 384 dimensions: a 384 KiB buffer).
     static let signChunk = 8_192
     /// Most records per read when rescoring contiguous slots.
@@ -42,6 +51,7 @@ final class VectorSlots: @unchecked Sendable {
     /// What the slots hold on the heap: rowids, flags, the overflow table, the regions' buffers.
     var heapBytes: Int {
         rowids.capacity * 8 + flags.capacity + overflow.capacity * 16 + signs.heapBytes + records.heapBytes
+            + movedSlots.capacity * 8 + changedDuringBuild.capacity * 8 + (partition?.heapBytes ?? 0)
     }
     var isFileBacked: Bool { signs.isFileBacked && records.isFileBacked }
     func rowid(_ slot: Int) -> Int64 { rowids[slot] }
@@ -92,6 +102,8 @@ final class VectorSlots: @unchecked Sendable {
                 let record = UnsafeRawBufferPointer(buffer)
                 if let s = slot(of: rowid) {
                     if isLive(s) { unflag(s) }
+                    markMoved(s)
+                    if let pendingBuild, s < pendingBuild.source.slotCount { changedDuringBuild.append(s) }
                     records.write(record, at: s * recordBytes)
                     signs.write(signBytes, at: s * words * 8)
                     flag(s, newFlags)
@@ -113,8 +125,23 @@ final class VectorSlots: @unchecked Sendable {
         unflag(s)
     }
 
+    /// A slot the partition placed changes: its list entry is stale until the next rebuild.
+    func markMoved(_ s: Int) {
+        guard let partition, s < partition.covered, flags[s] & Self.movedFlag == 0 else { return }
+        flags[s] |= Self.movedFlag
+        movedSlots.append(s)
+    }
+
+    /// Forgets the partition's placement of every slot (before a rebuild).
+    func clearMoved() {
+        for s in movedSlots { flags[s] &= ~Self.movedFlag }
+        movedSlots.removeAll()
+    }
+
+    func isMoved(_ slot: Int) -> Bool { flags[slot] & Self.movedFlag != 0 }
+
     private func flag(_ s: Int, _ f: UInt8) {
-        flags[s] = f
+        flags[s] = (flags[s] & Self.movedFlag) | f
         live += 1
         if f & Self.refinedFlag != 0 { refined += 1 }
     }
@@ -122,7 +149,7 @@ final class VectorSlots: @unchecked Sendable {
     private func unflag(_ s: Int) {
         if isRefined(s) { refined -= 1 }
         live -= 1
-        flags[s] = 0
+        flags[s] &= Self.movedFlag
     }
 
     /// Whether out-of-order or dead slots passed their share: an eighth of the live ones for the
@@ -154,7 +181,7 @@ final class VectorSlots: @unchecked Sendable {
             copy.signs.append(UnsafeRawBufferPointer(start: signBuffer, count: n * signBytes))
             for j in 0..<n {
                 copy.rowids.append(rowids[order[i + j]])
-                copy.flags.append(flags[order[i + j]])
+                copy.flags.append(flags[order[i + j]] & ~Self.movedFlag)
             }
             i += n
         }
@@ -168,26 +195,35 @@ final class VectorSlots: @unchecked Sendable {
 
     /// Calls `body(first slot, slots, their sign codes)` over every slot, in chunks read into one
     /// buffer.
-    func forEachSignChunk(_ body: (Int, Int, UnsafePointer<UInt64>) -> Void) {
-        let total = rowids.count
-        guard total > 0 else { return }
-        let chunk = min(Self.signChunk, total)
-        let buffer = UnsafeMutablePointer<UInt64>.allocate(capacity: chunk * words)
-        defer { buffer.deallocate() }
-        var first = 0
-        while first < total {
-            let n = min(chunk, total - first)
-            signs.read(into: buffer, count: n * words * 8, at: first * words * 8)
-            body(first, n, buffer)
-            first += n
-        }
+    func forEachSignChunk(from start: Int = 0, _ body: (Int, Int, UnsafePointer<UInt64>) -> Void) {
+        Self.forEachSignChunk(total: rowids.count, from: start, words: words, read: { signs.read(into: $0, count: $1, at: $2) }, body)
     }
 
     /// Calls `body(slot, codes, scale)` for each of `slots` (ascending), reading runs of nearby
     /// slots at once.
     func forEachRecord(_ slots: [Int], _ body: (Int, UnsafePointer<Int8>, Float) -> Void) {
+        Self.forEachRecord(slots, recordBytes: recordBytes, dimension: dimension, read: { records.read(into: $0, count: $1, at: $2) }, body)
+    }
+
+    static func forEachSignChunk(total: Int, from start: Int, words: Int, read: (UnsafeMutableRawPointer, Int, Int) -> Void,
+                                 _ body: (Int, Int, UnsafePointer<UInt64>) -> Void) {
+        guard total > start else { return }
+        let chunk = min(signChunk, total - start)
+        let buffer = UnsafeMutablePointer<UInt64>.allocate(capacity: chunk * words)
+        defer { buffer.deallocate() }
+        var first = start
+        while first < total {
+            let n = min(chunk, total - first)
+            read(buffer, n * words * 8, first * words * 8)
+            body(first, n, buffer)
+            first += n
+        }
+    }
+
+    static func forEachRecord(_ slots: [Int], recordBytes: Int, dimension: Int, read: (UnsafeMutableRawPointer, Int, Int) -> Void,
+                              _ body: (Int, UnsafePointer<Int8>, Float) -> Void) {
         guard !slots.isEmpty else { return }
-        let buffer = UnsafeMutableRawPointer.allocate(byteCount: Self.recordRun * recordBytes, alignment: 8)
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: recordRun * recordBytes, alignment: 8)
         defer { buffer.deallocate() }
         var i = 0
         while i < slots.count {
@@ -195,9 +231,9 @@ final class VectorSlots: @unchecked Sendable {
             // cost less than a call each).
             let first = slots[i]
             var j = i + 1
-            while j < slots.count && slots[j] - first < Self.recordRun && slots[j] - slots[j - 1] <= 4 { j += 1 }
+            while j < slots.count && slots[j] - first < recordRun && slots[j] - slots[j - 1] <= 4 { j += 1 }
             let span = slots[j - 1] - first + 1
-            records.read(into: buffer, count: span * recordBytes, at: first * recordBytes)
+            read(buffer, span * recordBytes, first * recordBytes)
             for s in slots[i..<j] {
                 let p = buffer + (s - first) * recordBytes
                 body(s, p.assumingMemoryBound(to: Int8.self), p.loadUnaligned(fromByteOffset: dimension, as: Float.self))

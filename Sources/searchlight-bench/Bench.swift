@@ -34,8 +34,9 @@ struct Bench {
         }
         let run = try BenchRun(options: options, corpus: corpus)
         defer {
-            run.daemon.stop(remove: !options.keep)
-            if options.keep { print("kept \(run.dir)") }
+            let keep = options.keep || options.daemonState != nil
+            run.daemon.stop(remove: !keep)
+            if keep { print("kept \(run.dir)") }
         }
         if options.scenarios.contains(.store) { try run.storeOnly() }
         if options.scenarios.contains(.fill) { run.rows += try StoreFill.run(options: options, corpus: corpus) }

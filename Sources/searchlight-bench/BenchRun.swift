@@ -18,8 +18,8 @@ final class BenchRun {
     init(options: Options, corpus: Corpus) throws {
         self.options = options
         self.corpus = corpus
-        dir = "/tmp/slbench-\(getpid())"
-        try? FileManager.default.removeItem(atPath: dir)
+        dir = options.daemonState ?? "/tmp/slbench-\(getpid())"
+        if options.daemonState == nil { try? FileManager.default.removeItem(atPath: dir) }
         try FileManager.default.createDirectory(atPath: dir + "/units", withIntermediateDirectories: true)
         let extensionPath = URL(fileURLWithPath: options.packagesExtension).standardizedFileURL.path
         if options.scenarios.contains(.reindex) {

@@ -140,6 +140,8 @@ struct ProcessSample {
     /// VmRSS, bytes.
     var residentBytes: Int
     var threads = 0
+    /// RssAnon, RssFile and RssShmem of /proc/PID/status and the thread count, for a progress line.
+    var memoryBreakdown = ""
 
     init?(pid: Int32) {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
@@ -163,6 +165,9 @@ struct ProcessSample {
             let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
         {
             residentBytes = (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
+            memoryBreakdown = status.split(separator: "\n").filter { $0.hasPrefix("Rss") }
+                .map { $0.split(whereSeparator: { $0 == " " || $0 == "\t" }).joined(separator: " ") }.joined(separator: ", ")
+                + ", \(threads) threads"
         }
     }
 }

@@ -90,6 +90,9 @@ struct Options {
     /// `--scenarios refined`: the daemon's directory to keep (its refined index), and to reuse when
     /// it is there and fully refined (no donation, no refinement: the relevance rows in minutes).
     var keepState: String?
+    /// `--daemon-state DIR`: the main daemon's directory, kept and reused (the reindex of a size
+    /// whose index already holds that many items is skipped), so that the 1M rows come in minutes.
+    var daemonState: String?
     /// `--scenarios refined`: the first N corpus items only (a check of the scenario end to end).
     var refineItems: Int?
     /// `--refine-boost NICE` (hidden: for measuring on a machine shared with other sessions): the
@@ -121,7 +124,7 @@ struct Options {
     static let usage = """
         usage: searchlight-bench [--corpus FILE.jsonl[.gz]] [--synthetic N] [--sizes 10k,100k,1m] [--runs N]
                                  [--large-runs N] [--queries N] [--clients 1,4,16] [--scenarios donation,query,reindex,daemon,throttle,maintenance,delegate,store,fill,ranked,semantic,relevance,refined,background,apps,refine-order,refine-order-daemon,fresh]
-                                 [--idle-seconds S] [--quick] [--keep] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--no-check] [--ranked-items N] [--ranked-parts term,prefix,top,suggest]
+                                 [--idle-seconds S] [--quick] [--keep] [--daemon-state DIR] [--index FILE] [--user-query TEXT]... [--no-exhaustive] [--no-check] [--ranked-items N] [--ranked-parts term,prefix,top,suggest]
                                  [--keep-state DIR] [--refine-items N] [--refine-minutes M] [--judgements FILE.jsonl] [--misspellings FILE] [--misspelling-sample N] [--apps-parts relevance,latency,corrections] [--apps-modes lexical,hybrid,desktop] [--extension PATH] [--output FILE.json] [--chart FILE.svg]
                                  [--compare-priority] [--compare-fresh]
 
@@ -132,6 +135,9 @@ struct Options {
                         with --scenarios fresh, the sizes donated (default: the corpus)
           --quick       1 run, sizes 10k,100k, 100 queries, 5 s idle window: for iterating
           --keep        leave the daemon's state directory (its indexes) in /tmp and print its path
+          --daemon-state  the daemon's directory: kept, and reused by the next run (a reindex-all whose index
+                        already holds that many items is skipped). The 1M rows in minutes:
+                        --scenarios reindex,query,daemon --sizes 1m --daemon-state DIR
           --index       with --scenarios ranked: an index file to open (written to) instead of filling one
           --user-query  a user query of the query and ranked scenarios instead of the default set (repeatable)
           --no-exhaustive  with --scenarios ranked: time the ranked index alone (for profiling)
@@ -198,6 +204,7 @@ struct Options {
             case "--no-check": o.exhaustiveBaseline = false; o.exhaustiveCheck = false
             case "--ranked-items": o.rankedItems = count(a)
             case "--keep-state": o.keepState = value(a)
+            case "--daemon-state": o.daemonState = value(a)
             case "--refine-items": o.refineItems = count(a)
             case "--refine-boost":
                 guard let n = Int(value(a)), (-20...19).contains(n) else { fatal("--refine-boost takes a nice value from -20 to 19") }

@@ -74,6 +74,7 @@ func indexSpeed(_ options: ToolOptions) throws {
     print("|---|---|---|---|---|---|---|")
     for size in options.counts("sizes", [64_000, 1_000_000]).sorted() {
         var index = VectorIndex(dimension: table.dimension)
+        index.buildsPartition = options["grow-partition"] != nil
         for i in 0..<size {
             let v: [Float]
             if i < base.count {
@@ -87,10 +88,33 @@ func indexSpeed(_ options: ToolOptions) throws {
             }
             try index.set(Int64(i), QuantizedVector(v))
         }
+        index.buildsPartition = true
+        // The build as the store runs it (off the lock): --train-sample N (0: 48 a list), --train-iterations N.
+        var builtCPU = 0.0
+        let built = time {
+            builtCPU = cpuTime {
+                if let build = index.beginPartitionBuild(sampleSize: options.counts("train-sample", [0])[0],
+                    iterations: options.counts("train-iterations", [8])[0]) {
+                    build.run()
+                    index.finishPartitionBuild(build)
+                }
+            }
+        }
+        print("<!-- \(size): partition of \(index.partitionLists) lists built in \(format(built, 2)) s wall, \(format(builtCPU, 2)) s CPU -->")
         let exact = queries.map { index.search($0, k: 10, mode: .exact) }
-        var modes: [(String, VectorIndex.Mode)] = [("exact", .exact), ("automatic", .automatic)]
-        for c in options.counts("candidates", []) { modes.append(("prefilter \(c)", .prefiltered(candidates: c))) }
-        for (name, mode) in modes {
+        var modes: [(String, VectorIndex.Mode, Int?)] = [("exact", .exact, nil), ("automatic, no partition", .automatic, nil)]
+        let automaticDepth = max(index.minimumCandidates, Int(Double(index.count) * index.candidateFraction))
+        for p in options.counts("probes", [index.probes]) {
+            modes.append(("automatic, \(p) probes", .automatic, p))
+            // --depths N,…: the partitioned search rescoring N candidates instead.
+            for d in options.counts("depths", []) where d != automaticDepth {
+                modes.append(("\(p) probes, rescoring \(d)", .prefiltered(candidates: d), p))
+            }
+        }
+        for c in options.counts("candidates", []) { modes.append(("prefilter \(c)", .prefiltered(candidates: c), nil)) }
+        for (name, mode, probes) in modes {
+            index.usesPartition = probes != nil
+            if let probes { index.probes = probes }
             var times: [Double] = [], cpus: [Double] = []
             var found = 0
             for (qi, q) in queries.enumerated() {

@@ -50,7 +50,9 @@ extension IndexStore {
                 guard !store.vectors.isLoaded else { return ApplyResult() }
                 // The index's files go beside the store's (never a tmpfs /tmp: they would be memory again).
                 let directory = (store.path as NSString).deletingLastPathComponent
-                let (index, unreadable) = try VectorTable().load(dimension: encoder.dimension, directory: directory, from: store.writer)
+                // The partition is built after, in the background (`StoreVectors.schedulePartition`).
+                let (index, unreadable) = try VectorTable().load(dimension: encoder.dimension, directory: directory, partitioned: false,
+                    from: store.writer)
                 // A row that does not decode is deleted, so the fill embeds its item again.
                 for rowid in unreadable { try store.writer.run("DELETE FROM item_vectors WHERE rowid = ?", [.integer(rowid)]) }
                 store.vectors.install(index)

@@ -1,5 +1,6 @@
 import Foundation
 import SearchlightSemantic
+import SearchlightWire
 
 /// The loaded vector index of one store (`VectorIndex`: a rowid and a flags byte per item in
 /// memory, the vectors in unnamed files beside the store's file), following what commits to its
@@ -27,6 +28,8 @@ final class StoreVectors: @unchecked Sendable {
     /// Whether the background fill of items without a vector ran since the file was opened.
     private var fillStarted = false
     private var filling = false
+    /// Whether the partition's build thread runs (guarded by `fillLock`).
+    private var partitionRunning = false
 
     // Owned by the writer thread.
     private var journal: [(rowid: Int64, vector: QuantizedVector?)] = []
@@ -57,7 +60,10 @@ final class StoreVectors: @unchecked Sendable {
             guard var index = loaded else { return }
             loaded = nil  // released while it is patched, so the patch does not copy its arrays
             guard clean else { return }
-            if cleared { index = VectorIndex(dimension: index.dimension, directory: index.directory) }
+            if cleared {
+                index = VectorIndex(dimension: index.dimension, directory: index.directory)
+                index.buildsPartition = false
+            }
             for entry in journal {
                 if let v = entry.vector { try? index.set(entry.rowid, v) } else { _ = index.remove(entry.rowid) }
             }
@@ -65,9 +71,57 @@ final class StoreVectors: @unchecked Sendable {
         }
         journal.removeAll(keepingCapacity: true)
         cleared = false
+        schedulePartition()
     }
 
-    func install(_ index: VectorIndex) { lock.writing { loaded = index } }
+    /// Installs a loaded index; its partition is built in the background (`schedulePartition`).
+    func install(_ index: VectorIndex) {
+        var index = index
+        index.buildsPartition = false
+        lock.writing { loaded = index }
+        schedulePartition()
+    }
+
+    // MARK: The partition, off the lock
+
+    /// Starts the build of the loaded index's coarse partition (`VectorPartition`) on a
+    /// background thread when one is due and none runs. The build reads its own descriptors of
+    /// the index's files, without the lock: queries meanwhile search the partition there was, or
+    /// every sign code, and the writer goes on patching the index; the slots it sets meanwhile are
+    /// searched beside the new lists once the build is in place (a short exclusive hold). A
+    /// build begun before a compaction (which renumbers the slots) is dropped and begun again.
+    func schedulePartition() {
+        // Most commits make none due: no thread for them.
+        guard lock.reading({ loaded?.isPartitionDue ?? false }) else { return }
+        let start = fillLock.withLock {
+            if partitionRunning { return false }
+            partitionRunning = true
+            return true
+        }
+        guard start else { return }
+        let thread = Thread { [self] in
+            BackgroundPriority.lowerCurrentThread(name: "vector-partition")
+            buildPartitions()
+        }
+        thread.name = "vector-partition"
+        thread.start()
+    }
+
+    private func buildPartitions() {
+        while true {
+            // Checked and begun under the lock, and the thread marked ended there, so a commit
+            // that makes a build due after this check finds the thread ended and starts one.
+            let build: PartitionBuild? = lock.writing {
+                let build = loaded?.beginPartitionBuild()
+                if build == nil { fillLock.withLock { partitionRunning = false } }
+                return build
+            }
+            guard let build else { return }
+            if build.isDetached { build.run() } else { lock.writing { build.run() } }
+            lock.writing { _ = loaded?.finishPartitionBuild(build) }
+        }
+    }
+
     func drop() { lock.writing { loaded = nil } }
 
     /// The `k` nearest vectors (nil when not loaded); `allowed` restricts them.

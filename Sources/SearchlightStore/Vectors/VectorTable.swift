@@ -34,10 +34,11 @@ public struct VectorTable: Sendable {
     /// Every stored vector into a new index, whose files are made in `directory`
     /// (`VectorIndex.directory`). Rows that do not decode, or whose dimension is not `dimension`,
     /// are not loaded and are returned, so the caller re-embeds those items.
-    public func load(dimension: Int, directory: String? = VectorIndex.temporaryDirectory, from db: Database) throws(DatabaseError)
+    public func load(dimension: Int, directory: String? = VectorIndex.temporaryDirectory, partitioned: Bool = true, from db: Database) throws(DatabaseError)
         -> (index: VectorIndex, unreadable: [Int64])
     {
         var index = VectorIndex(dimension: dimension, directory: directory)
+        index.buildsPartition = false
         var unreadable: [Int64] = []
         let statement = try db.statement("SELECT rowid, vector FROM \(name)")
         while try statement.step() {
@@ -49,6 +50,9 @@ public struct VectorTable: Sendable {
                 continue
             }
         }
+        // The partition once, from the whole index (not rebuilt as it grows row by row).
+        index.buildsPartition = true
+        if partitioned { index.updatePartition() }
         return (index, unreadable)
     }
 
@@ -56,7 +60,7 @@ public struct VectorTable: Sendable {
     /// is the truth, and the in-memory index follows it. Returns how many entries changed.
     @discardableResult
     public func reconcile(_ index: inout VectorIndex, from db: Database) throws(DatabaseError) -> Int {
-        let (fresh, _) = try load(dimension: index.dimension, directory: index.directory, from: db)
+        let (fresh, _) = try load(dimension: index.dimension, directory: index.directory, partitioned: false, from: db)
         var changes = 0
         for rowid in index.rowids where !fresh.contains(rowid) {
             index.remove(rowid)
