@@ -42,9 +42,12 @@ struct Bench {
         if options.scenarios.contains(.donation) { try await run.donation() }
         if options.scenarios.contains(.query) { try await run.corpusQueries() }
         if options.scenarios.contains(.fresh) {
-            run.rows += try await FreshBench(options: options, corpus: corpus, daemon: run.daemon).run()
+            // A daemon of its own, that logs each user query's thread-CPU time.
+            let fresh = try Daemon(environment: ["SEARCHLIGHT_QUERY_CPU_LOG": "1"])
+            defer { fresh.stop() }
+            run.rows += try await FreshBench(options: options, corpus: corpus, daemon: fresh).run()
             if options.compareFresh {
-                let before = try Daemon(environment: ["SEARCHLIGHT_RANKED_FRESH": "0"])
+                let before = try Daemon(environment: ["SEARCHLIGHT_RANKED_FRESH": "0", "SEARCHLIGHT_QUERY_CPU_LOG": "1"])
                 defer { before.stop() }
                 run.rows += try await FreshBench(options: options, corpus: corpus, daemon: before, label: " (no fresh segments: before)").run()
             }
