@@ -15,6 +15,8 @@ struct FreshBench {
     let daemon: Daemon
     /// Added to the rows' names (the `--compare-fresh` daemon's).
     var label = ""
+    /// The bundles' names begin with this (two daemons alternated must not share a name).
+    var bundlePrefix = "bench."
     /// The fresh window holds at least this many queries, however soon the index settles.
     static let minimumFresh = 200
 
@@ -34,7 +36,7 @@ struct FreshBench {
         for size in sizes {
             var runs: [Measured] = []
             for run in 0..<(size > 100_000 ? options.largeRuns : options.runs) {
-                let m = try await measure(size: size, bundle: "bench.fresh\(size).r\(run)")
+                let m = try await measure(size: size, bundle: "\(bundlePrefix)fresh\(size).r\(run)")
                 runs.append(m)
                 let f = Figure(m.fresh), s = Figure(m.settled), fc = Figure(m.freshCPU), sc = Figure(m.settledCPU)
                 progress(String(format: "fresh%@ %@ run %d: donated in %.1f s; fresh p50/p99 %.3f / %.3f ms (%d queries) vs settled "
