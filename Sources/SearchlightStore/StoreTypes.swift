@@ -45,6 +45,11 @@ public struct StoreOptions: Sendable {
     /// `SEARCHLIGHT_RANKED_FRESH=0` in the daemon's environment turns it off (the bench's
     /// `--compare-fresh` runs both in one binary).
     public var rankedIndexFreshSegments = ProcessInfo.processInfo.environment["SEARCHLIGHT_RANKED_FRESH"] != "0"
+    /// Whether tier merges while writes come in also take runs with smaller segments stranded
+    /// between larger ones (`IndexStore.planTierMerge`). Off by default: measured at 64k it cut
+    /// the segments after a donation (15 to 9-14) but showed no thread-CPU gain and settled later
+    /// under load. `SEARCHLIGHT_RANKED_STRANDED=1` in the daemon's environment turns it on.
+    public var rankedIndexMergesStranded = ProcessInfo.processInfo.environment["SEARCHLIGHT_RANKED_STRANDED"] == "1"
     /// Documents per segment of the ranked index, at most (tests make it small to get many).
     public var rankedIndexSegmentDocs = 65_536
     /// Whether `query.search` pages driven by a whole word always walk the ranked index

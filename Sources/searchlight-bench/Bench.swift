@@ -43,9 +43,29 @@ struct Bench {
         if options.scenarios.contains(.donation) { try await run.donation() }
         if options.scenarios.contains(.query) { try await run.corpusQueries() }
         if options.scenarios.contains(.fresh) {
-            run.rows += try await FreshBench(options: options, corpus: corpus, daemon: run.daemon).run()
+            // A daemon of its own, that logs each user query's thread-CPU time.
+            let fresh = try Daemon(environment: ["SEARCHLIGHT_QUERY_CPU_LOG": "1"])
+            defer { fresh.stop() }
+            if let compare = ProcessInfo.processInfo.environment["SEARCHLIGHT_BENCH_FRESH_BEFORE"] {
+                // A measuring aid: `NAME=VALUE` for a second daemon, the two alternated run by run
+                // (the rows of each run apart, the progress lines give every figure).
+                let parts = compare.split(separator: "=", maxSplits: 1).map(String.init)
+                let before = try Daemon(environment: ["SEARCHLIGHT_QUERY_CPU_LOG": "1", parts[0]: parts.count > 1 ? parts[1] : ""])
+                defer { before.stop() }
+                var one = options
+                one.runs = 1
+                for r in 0..<options.runs {
+                    var a = FreshBench(options: one, corpus: corpus, daemon: fresh, label: " (after, round \(r + 1))")
+                    var b = FreshBench(options: one, corpus: corpus, daemon: before, label: " (before: \(compare), round \(r + 1))")
+                    a.bundlePrefix = "bench.after\(r)."
+                    b.bundlePrefix = "bench.before\(r)."
+                    if r % 2 == 0 { run.rows += try await b.run() + a.run() } else { run.rows += try await a.run() + b.run() }
+                }
+            } else {
+                run.rows += try await FreshBench(options: options, corpus: corpus, daemon: fresh).run()
+            }
             if options.compareFresh {
-                let before = try Daemon(environment: ["SEARCHLIGHT_RANKED_FRESH": "0"])
+                let before = try Daemon(environment: ["SEARCHLIGHT_RANKED_FRESH": "0", "SEARCHLIGHT_QUERY_CPU_LOG": "1"])
                 defer { before.stop() }
                 run.rows += try await FreshBench(options: options, corpus: corpus, daemon: before, label: " (no fresh segments: before)").run()
             }

@@ -68,6 +68,9 @@ final class Daemon: @unchecked Sendable {
 
     var pid: Int32 { process.processIdentifier }
 
+    /// See `LogTail.takeQueryCPU`.
+    func takeQueryCPU(count: Int) -> [(cpu: Double, wall: Double)] { lines.takeQueryCPU(count: count) }
+
     /// `--refine-boost`: the environment that keeps the daemon's background threads at the nice
     /// they start with (`Options.refineBoost` says why).
     static func boostEnvironment(_ options: Options) -> [String: String] {
@@ -107,7 +110,15 @@ final class LogTail: @unchecked Sendable {
     private var lines: [(String, Double)] = []
     private var isClosed = false
 
+    /// The daemon's `query cpu` lines (`SEARCHLIGHT_QUERY_CPU_LOG=1`): thread-CPU and wall ms per
+    /// `query.user`, in the order answered.
+    private var queryCPU: [(cpu: Double, wall: Double)] = []
+
     func add(_ line: String, at time: Double) {
+        if line.contains(" query cpu "), let cpu = Self.field("cpu_us", line), let wall = Self.field("wall_us", line) {
+            condition.withLock { queryCPU.append((cpu / 1000, wall / 1000)); condition.broadcast() }
+            return
+        }
         condition.withLock {
             lines.append((line, time))
             if lines.count > 200 { lines.removeFirst(100) }
@@ -125,6 +136,21 @@ final class LogTail: @unchecked Sendable {
                 if let hit = lines.first(where: { $0.0.contains(text) }) { return hit.1 }
                 if isClosed || !condition.wait(until: deadline) { return nil }
             }
+        }
+    }
+
+    private static func field(_ key: String, _ line: String) -> Double? {
+        guard let r = line.range(of: " \(key)=") else { return nil }
+        return Double(line[r.upperBound...].prefix { $0.isNumber })
+    }
+
+    /// The `query cpu` figures received so far (waiting up to 2 s for `count` of them), removed.
+    func takeQueryCPU(count: Int) -> [(cpu: Double, wall: Double)] {
+        let deadline = Date(timeIntervalSinceNow: 2)
+        return condition.withLock {
+            while queryCPU.count < count, !isClosed, condition.wait(until: deadline) {}
+            defer { queryCPU.removeAll() }
+            return queryCPU
         }
     }
 

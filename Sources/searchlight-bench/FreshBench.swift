@@ -15,12 +15,17 @@ struct FreshBench {
     let daemon: Daemon
     /// Added to the rows' names (the `--compare-fresh` daemon's).
     var label = ""
+    /// The bundles' names begin with this (two daemons alternated must not share a name).
+    var bundlePrefix = "bench."
     /// The fresh window holds at least this many queries, however soon the index settles.
     static let minimumFresh = 200
 
     struct Measured {
         var fresh: [Double] = []
         var settled: [Double] = []
+        /// The daemon's thread-CPU ms of each query (`SEARCHLIGHT_QUERY_CPU_LOG`), fresh and settled.
+        var freshCPU: [Double] = []
+        var settledCPU: [Double] = []
         var settleSeconds = 0.0
         var donateSeconds = 0.0
     }
@@ -31,12 +36,14 @@ struct FreshBench {
         for size in sizes {
             var runs: [Measured] = []
             for run in 0..<(size > 100_000 ? options.largeRuns : options.runs) {
-                let m = try await measure(size: size, bundle: "bench.fresh\(size).r\(run)")
+                let m = try await measure(size: size, bundle: "\(bundlePrefix)fresh\(size).r\(run)")
                 runs.append(m)
-                let f = Figure(m.fresh), s = Figure(m.settled)
+                let f = Figure(m.fresh), s = Figure(m.settled), fc = Figure(m.freshCPU), sc = Figure(m.settledCPU)
                 progress(String(format: "fresh%@ %@ run %d: donated in %.1f s; fresh p50/p99 %.3f / %.3f ms (%d queries) vs settled "
-                    + "p50/p99 %.3f / %.3f ms; settled %.2f s after the last donation", self.label, sizeLabel(size), run + 1, m.donateSeconds,
-                    f.percentile(0.5), f.percentile(0.99), m.fresh.count, s.percentile(0.5), s.percentile(0.99), m.settleSeconds))
+                    + "p50/p99 %.3f / %.3f ms; daemon thread CPU fresh p50/p99 %.3f / %.3f ms vs settled %.3f / %.3f ms; "
+                    + "settled %.2f s after the last donation; load %@", self.label, sizeLabel(size), run + 1, m.donateSeconds,
+                    f.percentile(0.5), f.percentile(0.99), m.fresh.count, s.percentile(0.5), s.percentile(0.99),
+                    fc.percentile(0.5), fc.percentile(0.99), sc.percentile(0.5), sc.percentile(0.99), m.settleSeconds, loadAverage()))
             }
             let label = sizeLabel(size)
             for (name, p) in [("p50", 0.5), ("p99", 0.99)] {
@@ -51,6 +58,18 @@ struct FreshBench {
                     row.met = fresh.median <= 3 * settled.median
                 }
                 rows.append(row)
+                guard runs.allSatisfy({ !$0.freshCPU.isEmpty && !$0.settledCPU.isEmpty }) else { continue }
+                let freshCPU = Figure(runs.map { Figure($0.freshCPU).percentile(p) })
+                let settledCPU = Figure(runs.map { Figure($0.settledCPU).percentile(p) })
+                rows.append(Row(scenario: "user query top 20 lexical at \(label), settled index, daemon thread CPU \(name)\(self.label)",
+                    figure: settledCPU, unit: "ms", higherIsBetter: false, size: size, series: "settled CPU \(name)"))
+                var cpuRow = Row(scenario: "user query top 20 lexical at \(label), fresh, daemon thread CPU \(name)\(self.label)",
+                    figure: freshCPU, unit: "ms", baseline: settledCPU, higherIsBetter: false, size: size, series: "fresh CPU \(name)")
+                if size < 200_000 {
+                    cpuRow.target = "≤ 3× settled"
+                    cpuRow.met = freshCPU.median <= 3 * settledCPU.median
+                }
+                rows.append(cpuRow)
             }
             rows.append(Row(scenario: "time until settled at \(label) (last donation acknowledged → ranked index complete)\(self.label)",
                 figure: Figure(runs.map(\.settleSeconds)), unit: "s", higherIsBetter: false, size: size, series: "time until settled"))
@@ -63,6 +82,8 @@ struct FreshBench {
         let start = now()
         try await donate(count: size, bundle: bundle)
         let donated = now()
+        hook("fresh")
+        _ = daemon.takeQueryCPU(count: 0)
         m.donateSeconds = donated - start
         let index = SearchableIndex(bundleIdentifier: bundle, socketPath: daemon.socket)
         let admin = SearchlightConnection(role: .admin, socketPath: daemon.socket)
@@ -105,8 +126,22 @@ struct FreshBench {
             if now() - donated > 3600 { fatal("the ranked index of \(bundle) did not settle within an hour") }
         }
         m.settleSeconds = settledAt! - donated
+        m.freshCPU = daemon.takeQueryCPU(count: m.fresh.count).map(\.cpu)
+        hook("settled")
         for _ in 0..<(options.queries * texts.count / 2) { m.settled.append(try await query()) }
+        m.settledCPU = daemon.takeQueryCPU(count: m.settled.count).map(\.cpu)
+        hook("done")
         return m
+    }
+
+    /// `SEARCHLIGHT_BENCH_FRESH_HOOK`: a shell command run (and waited for) with the phase that
+    /// starts, `fresh`, `settled` or `done`: say, `callgrind_control` to profile each phase alone.
+    private func hook(_ phase: String) {
+        guard let command = ProcessInfo.processInfo.environment["SEARCHLIGHT_BENCH_FRESH_HOOK"] else { return }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/bin/sh")
+        p.arguments = ["-c", command + " " + phase]
+        do { try p.run(); p.waitUntilExit() } catch { progress("the fresh hook did not run: \(error)") }
     }
 
     /// `settled`: every item in the ranked index and nothing left for the maintainer to build,

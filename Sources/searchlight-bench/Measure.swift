@@ -87,3 +87,9 @@ func progress(_ message: String) {
     print(message)
     fflush(nil)  // all streams: a pipe to `tee` sees each line as it happens
 }
+
+/// The 1, 5 and 15-minute load averages (`/proc/loadavg`), for a figure's line.
+func loadAverage() -> String {
+    guard let text = try? String(contentsOfFile: "/proc/loadavg", encoding: .utf8) else { return "?" }
+    return text.split(separator: " ").prefix(3).joined(separator: " ")
+}

@@ -39,10 +39,22 @@ enum RankedBench {
             progress("filled the store with \(total) items")
         }
         var rows: [Row] = []
-        let build = try milliseconds { try store.buildRankedIndex() }
-        progress(String(format: "ranked index of %d items built in %.0f ms", store.count, build))
-        rows.append(Row(scenario: "ranked index build, \(sizeLabel(store.count)) items (in-process)", figure: Figure([build / 1000]),
-            unit: "s", higherIsBetter: false))
+        // SEARCHLIGHT_BENCH_RANKED_AS_IS=1: the index file's ranked index as it is (say, a copy of
+        // a daemon's index taken while fresh segments were still settling), not built first.
+        let env = ProcessInfo.processInfo.environment
+        if env["SEARCHLIGHT_BENCH_RANKED_AS_IS"] == "1" {
+            progress("ranked index as it is (not built)")
+        } else {
+            let build = try milliseconds { try store.buildRankedIndex() }
+            progress(String(format: "ranked index of %d items built in %.0f ms", store.count, build))
+            rows.append(Row(scenario: "ranked index build, \(sizeLabel(store.count)) items (in-process)", figure: Figure([build / 1000]),
+                unit: "s", higherIsBetter: false))
+        }
+        // SEARCHLIGHT_BENCH_RANKED_POKE=1: a commit by another connection before each user query,
+        // as while a build writes (a reader's caches start over after a commit).
+        let poke: Database? = env["SEARCHLIGHT_BENCH_RANKED_POKE"] == "1" ? try Database(path: path) : nil
+        try poke?.execute("CREATE TABLE IF NOT EXISTS bench_poke(x)")
+        func pokeCommit() throws { _ = try poke?.run("INSERT INTO bench_poke VALUES (1)") }
         // query.search's first page in-process: the query parsed and compiled, the page read, its
         // answer serialized: what the daemon does for one call besides reading and writing the socket.
         for (name, query) in [("term", "textContent == \"\(corpus.term)\"cdw"), ("prefix", "title == \"\(corpus.prefix)*\"cdw")]
@@ -97,6 +109,7 @@ enum RankedBench {
             var withSuggestions: [Double] = [], exhaustiveSuggestions: [Double] = []
             for k in 0..<(options.queries + 10) {
                 var a: UserQueryResult?, b: UserQueryResult?
+                try pokeCommit()
                 let t1 = try milliseconds { a = try store.userQuery(request) }
                 let t2 = options.exhaustiveBaseline || (k == 0 && options.exhaustiveCheck) ? try milliseconds { b = try store.userQuery(request, path: .exhaustive) } : 0
                 if let b, a!.suggestions != b.suggestions || a!.scores != b.scores {

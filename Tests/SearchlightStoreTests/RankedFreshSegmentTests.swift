@@ -45,6 +45,34 @@ struct RankedFreshSegmentTests {
         }
     }
 
+    @Test("small segments stranded between larger ones are merged with them while writes come in, answers unchanged")
+    func strandedSegmentsMerge() throws {
+        let f = try StoreFixture(rankedBuilds: false)
+        var options = StoreFixture.options(f.clock, maxItems: nil, rankedBuilds: false)
+        options.rankedIndexMergesStranded = true
+        f.store.close()
+        f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: options)
+        // Tiers 1, 0, 1, 0 (a fresh segment built while a merge ran lands between merged ones):
+        // no run of one tier, but two segments of the run's top tier.
+        let large = RankMaintainer.freshSegmentDocs * RankMaintainer.tierWidth, small = RankMaintainer.freshSegmentDocs
+        var next = 0
+        for size in [large, small, large, small] {
+            _ = try f.store.applySync([.items(try Self.items(f, next..<(next + size)))])
+            next += size
+            #expect(try f.store.buildRankedTail(all: false))
+        }
+        #expect(try f.store.summary().rankedIndex?.segments == 4)
+        #expect(try f.store.buildRankedIndexStep(mode: .fresh), "the stranded run is merged")
+        let merged = try #require(try f.store.summary().rankedIndex)
+        #expect(merged.segments == 1 && merged.items == next && merged.pending == 0, "\(merged)")
+        for text in ["alpha report", "bravo", "charlie delta", "notes"] {
+            let fast = try f.store.lexicalCandidates(text, limit: 20, filter: nil)
+            let exhaustive = try f.store.lexicalCandidates(text, limit: 20, filter: nil, path: .exhaustive)
+            #expect(fast.usedRankedIndex, "\(text)")
+            #expect(fast.candidates == exhaustive.candidates, "\(text)")
+        }
+    }
+
     @Test("four fresh segments of one tier are merged into one, and settling deletes what the merge replaced")
     func tierMerge() throws {
         let f = try StoreFixture(rankedBuilds: false)

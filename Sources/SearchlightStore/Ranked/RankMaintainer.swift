@@ -318,8 +318,11 @@ extension IndexStore {
         let now = options.clock().timeIntervalSince1970
         let segmentDocs = options.rankedIndexSegmentDocs
         let busy = rankMaintainer.segmentsInFlight
+        let stranded = options.rankedIndexMergesStranded
         let plan = try read { db in
-            try db.transaction("DEFERRED") { try Self.planRankBuild(db, now: now, segmentDocs: segmentDocs, mode: mode, busy: busy) }
+            try db.transaction("DEFERRED") {
+                try Self.planRankBuild(db, now: now, segmentDocs: segmentDocs, mode: mode, busy: busy, stranded: stranded)
+            }
         }
         return try run(plan, now: now, deleteReplaced: mode != .fresh)
     }
@@ -365,8 +368,8 @@ extension IndexStore {
     /// What a step of `mode` does next. `busy`: the segments being built now, whose rows are
     /// not an interrupted build's.
     static func planRankBuild(_ db: Database, now: Double, segmentDocs: Int, mode: RankBuildMode = .all,
-                              busy: Set<Int64> = []) throws -> RankBuildPlan? {
-        if mode == .fresh { return try planTierMerge(db, segmentDocs: segmentDocs) }
+                              busy: Set<Int64> = [], stranded: Bool = false) throws -> RankBuildPlan? {
+        if mode == .fresh { return try planTierMerge(db, segmentDocs: segmentDocs, stranded: stranded) }
         for row in try db.rows("SELECT id FROM rank_segments WHERE active = 0") {
             if let id = row.int(0), !busy.contains(id) { return .cleanUp(segment: id) }
         }
@@ -419,8 +422,15 @@ extension IndexStore {
     }
 
     /// While writes come in: the last run of `tierWidth` adjacent segments of one tier, merged,
-    /// if they fit in one segment.
-    static func planTierMerge(_ db: Database, segmentDocs: Int) throws -> RankBuildPlan? {
+    /// if they fit in one segment. Failing that, the last run of `tierWidth` adjacent segments
+    /// holding two or more of its highest tier (`stranded`: `rankedIndexMergesStranded`, off by
+    /// default): segments are rowid ranges, so a
+    /// fresh segment built while a merge ran lands between that merge's result and the next, and
+    /// the same-tier rule alone never takes it (a 64k donation left 17 segments, tiers
+    /// 2,0,2,0,2,0,2,0,1,2,1,0,1,1,1,0,1, for the 45 s until settling replaced them: every query
+    /// read and scored each). Each merge still takes two segments of its top tier at least, so a
+    /// document is rewritten about twice per tier, not at every fresh segment.
+    static func planTierMerge(_ db: Database, segmentDocs: Int, stranded: Bool = false) throws -> RankBuildPlan? {
         let segments = try RankSnapshot.read(db).segments
         let width = RankMaintainer.tierWidth
         guard segments.count >= width else { return nil }
@@ -428,6 +438,14 @@ extension IndexStore {
             let run = segments[(end - width)..<end]
             let t = tier(run.first!.docs)
             guard run.allSatisfy({ tier($0.docs) == t }), run.reduce(0, { $0 + $1.docs }) <= segmentDocs else { continue }
+            return .build(lo: run.first!.lo, hi: run.last!.hi, replacing: run.map(\.id))
+        }
+        guard stranded else { return nil }
+        for end in stride(from: segments.count, through: width, by: -1) {
+            let run = segments[(end - width)..<end]
+            let tiers = run.map { tier($0.docs) }
+            let top = tiers.max()!
+            guard tiers.filter({ $0 == top }).count >= 2, run.reduce(0, { $0 + $1.docs }) <= segmentDocs else { continue }
             return .build(lo: run.first!.lo, hi: run.last!.hi, replacing: run.map(\.id))
         }
         return nil

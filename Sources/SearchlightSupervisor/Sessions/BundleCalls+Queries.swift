@@ -169,8 +169,16 @@ extension BundleCalls {
             (QueryUser.Response(items: [], rankedItems: [], suggestions: [], bundles: bundles).result["bundles"] ?? [:]).write(to: &out)
         }
         out.append(UInt8(ascii: "}"))
+        if Self.logQueryCPU {
+            log.notice("query cpu", ["method": Method.queryUser, "cpu_us": String(Int(budget.worked * 1e6)),
+                "wall_us": String(Int(budget.elapsed * 1e6))])
+        }
         return .encoded(out)
     }
+
+    /// `SEARCHLIGHT_QUERY_CPU_LOG=1` (the bench's fresh scenario): a log line per `query.user`
+    /// with its thread-CPU and wall time in the daemon (the query runs on one thread).
+    static let logQueryCPU = ProcessInfo.processInfo.environment["SEARCHLIGHT_QUERY_CPU_LOG"] == "1"
 
     /// A user query across bundles as one ranking (Docs/Architecture.md, "Queries"): every
     /// index's statistics summed, every index's candidates scored with the sum, one fusion over
