@@ -244,12 +244,7 @@ public struct VectorIndex: Sendable {
                 }
             }
         }
-        var cut = 0, taken = 0
-        while cut < histogram.count && taken + histogram[cut] < n {
-            taken += histogram[cut]
-            cut += 1
-        }
-        var atCut = n - taken
+        var (cut, atCut) = Self.cut(histogram, count: n)
         var out: [Int] = []
         out.reserveCapacity(n)
         for i in 0..<total {
@@ -263,6 +258,17 @@ public struct VectorIndex: Sendable {
             }
         }
         return out
+    }
+
+    /// The distance below which a histogram of distances holds fewer than `n` items, and how
+    /// many of those at that distance complete the `n` nearest (ties: the first met).
+    static func cut(_ histogram: [Int], count n: Int) -> (cut: Int, atCut: Int) {
+        var cut = 0, taken = 0
+        while cut < histogram.count && taken + histogram[cut] < n {
+            taken += histogram[cut]
+            cut += 1
+        }
+        return (cut, n - taken)
     }
 
     /// As `nearestInHamming`, among the items of the partition's `probes` nearest lists and those
@@ -279,12 +285,7 @@ public struct VectorIndex: Sendable {
                 }
             }
         }
-        var cut = 0, taken = 0
-        while cut < histogram.count && taken + histogram[cut] < n {
-            taken += histogram[cut]
-            cut += 1
-        }
-        var atCut = n - taken
+        var (cut, atCut) = Self.cut(histogram, count: n)
         var out: [Int] = []
         out.reserveCapacity(min(n, found.count))
         for f in found {
