@@ -669,6 +669,7 @@ public final class IndexStore: @unchecked Sendable {
 
     /// Finishes queued writes, then stops the writer. Idempotent.
     public func close() {
+        vectors.close()
         queue.lock()
         let wasStopping = stopping
         stopping = true

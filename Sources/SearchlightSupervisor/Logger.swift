@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import SearchlightWire
 
 /// Operator logs, shaped like swift-log's `Logger`: one line per event, a constant message, then
 /// `key=value` metadata. When stderr is the journal (`JOURNAL_STREAM`), lines carry the sd-daemon
@@ -53,13 +54,10 @@ public struct Logger: Sendable {
 
     private func write(_ level: Level, _ message: String, _ fields: [(String, String)]) {
         var line = journal ? "<\(level.rawValue)>" : "\(ISO8601Short.now()) \(level.name) "
-        line += message
-        for (k, s) in fields {
-            // A value a client chose cannot end its quotes early: `\` is escaped before `"`.
-            let needsQuotes = s.isEmpty || s.contains(where: { $0 == " " || $0 == "\"" || $0 == "=" || $0 == "\\" })
-            line += " \(k)=" + (needsQuotes ? "\"\(s.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\""))\"" : s)
-        }
-        line = line.replacingOccurrences(of: "\n", with: "\\n") + "\n"
+        line += LogText.line(message)
+        // A value a client chose can add no field and no line (`LogText`).
+        for (k, s) in fields { line += " \(k)=" + LogText.value(s) }
+        line += "\n"
         if let sink { return sink(line) }
         let bytes = Array(line.utf8)
         // One write(2) per line so concurrent lines never interleave.

@@ -86,9 +86,9 @@ public final class Supervisor: Sendable {
         var forced = false
         // Graceful, in a task of its own too, so that its deadline holds even over a call that blocks.
         let stopped = Promise<Void>()
-        // The graceful stop's own waits end 5 s before the forced stop would begin, so that what
-        // follows them (the stores and the journal closed) still runs.
-        let waitsEnd = Date().addingTimeInterval(max(config.stopTimeout - 5, config.stopTimeout / 2))
+        // The wait for a maintenance run ends 10 s before the forced stop would begin, so that
+        // what follows it (reads given 5 s as the stores close, the journal closed) still runs.
+        let waitsEnd = Date().addingTimeInterval(max(config.stopTimeout - 10, config.stopTimeout / 2))
         Task(executorPreference: ControlThread.executor) {
             await self.stopGracefully(daemon, schedulerEnded: schedulerEnded, waitsEnd: waitsEnd)
             stopped.fulfil(())
@@ -133,9 +133,10 @@ public final class Supervisor: Sendable {
             daemon.context.cgroups?.removeAll()
             daemon.server.stop()
             // Runs by hand (`simulate idle`) end at their next step; the idle run has ended with
-            // the scheduler. One still in a step is closed under (its store calls then fail).
+            // the scheduler. A read step still running gets the stores' 5 s grace as they close; a
+            // write step (the full-text optimize) is waited for, up to the forced stop.
             if daemon.context.maintenance?.waitForRuns(until: waitsEnd) == false {
-                self.log.warning("maintenance did not give way in time; its indexes are closed under it")
+                self.log.warning("maintenance did not give way in time; closing its indexes under it")
             }
             daemon.migrator.drain()
             daemon.context.refinementShare?.stop()

@@ -1,4 +1,5 @@
 import Foundation
+import SearchlightWire
 
 /// One line per event on stderr (the journal, when the session bus started us): a constant
 /// message, then `key=value`, with the journald priority prefix (`<5>`) the daemon's logs use.
@@ -12,14 +13,9 @@ enum Log {
     static func error(_ message: String, _ fields: [String: Any] = [:]) { write(3, message, fields) }
 
     private static func write(_ priority: Int, _ message: String, _ fields: [String: Any]) {
-        var line = "<\(priority)>searchlight-desktop: \(message)"
-        for (key, value) in fields.sorted(by: { $0.key < $1.key }) {
-            var text = "\(value)"
-            if text.contains(where: { $0 == " " || $0 == "\"" || $0 == "=" }) || text.isEmpty {
-                text = "\"" + text.replacingOccurrences(of: "\\", with: "\\\\").replacingOccurrences(of: "\"", with: "\\\"") + "\""
-            }
-            line += " \(key)=\(text.replacingOccurrences(of: "\n", with: "\\n"))"
-        }
+        var line = "<\(priority)>searchlight-desktop: " + LogText.line(message)
+        // What the Shell or a search term put in a value can add no field and no line (`LogText`).
+        for (key, value) in fields.sorted(by: { $0.key < $1.key }) { line += " \(key)=" + LogText.value("\(value)") }
         FileHandle.standardError.write(Data((line + "\n").utf8))
     }
 }

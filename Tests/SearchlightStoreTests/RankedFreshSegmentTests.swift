@@ -190,6 +190,36 @@ struct RankedFreshSegmentTests {
         #expect(try Self.activeRanges(f.store) == [1...400])
     }
 
+    @Test("a build that gives way at its switch keeps the segments it meant to replace, rows and all")
+    func givenWayKeepsReplaced() throws {
+        // A whole build plans to absorb segment A (1...300) and the tail (301...400) into one;
+        // the fresh lane switches in a segment of the tail first, so the whole build gives way.
+        // It must not delete A's rows: A stays active, and its items would drop out of every
+        // ranked answer while still counted in the statistics.
+        let f = try StoreFixture(rankedBuilds: false)
+        _ = try f.store.applySync([.items(try Self.items(f, 0..<300))])
+        _ = try f.store.buildRankedTail(all: true)
+        #expect(try Self.activeRanges(f.store) == [1...300])
+        _ = try f.store.applySync([.items(try Self.items(f, 300..<400))])
+        final class Once: @unchecked Sendable { let lock = NSLock(); var fired = false }
+        let once = Once()
+        f.store.rankMaintainer.setBeforeSwitch { store in
+            guard once.lock.withLock({ () -> Bool in defer { once.fired = true }; return !once.fired }) else { return }
+            _ = try? store.buildRankedTail(all: true)
+        }
+        _ = try f.store.buildRankedIndexStep(mode: .all)
+        f.store.rankMaintainer.setBeforeSwitch(nil)
+        #expect(once.fired, "the fresh lane ran before the switch")
+        let ranges = try Self.activeRanges(f.store)
+        #expect(ranges == [1...300, 301...400], "\(ranges)")
+        for text in ["alpha report", "bravo", "charlie delta", "notes"] {
+            let fast = try f.store.lexicalCandidates(text, limit: 10, filter: nil)
+            let exhaustive = try f.store.lexicalCandidates(text, limit: 10, filter: nil, path: .exhaustive)
+            #expect(fast.usedRankedIndex, "\(text)")
+            #expect(fast.candidates == exhaustive.candidates, "\(text)")
+        }
+    }
+
     @Test("a segment reservation that does not commit gives back its range and its claim")
     func failedReservation() throws {
         let f = try StoreFixture(rankedBuilds: false)

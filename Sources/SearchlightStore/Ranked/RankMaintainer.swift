@@ -576,8 +576,9 @@ extension IndexStore {
             start += RankMaintainer.batchTerms
         }
 
-        // 4. Switch it in.
+        // 4. Switch it in. The segments it replaces lose their rows only if it did.
         rankMaintainer.runBeforeSwitch(self)
+        let switched = Flag()
         _ = try maintenanceWrite { store in
             let w = store.writer
             guard try w.scalar("SELECT 1 FROM rank_segments WHERE id = ? AND active = 0", [.integer(id)]) != nil else { return ApplyResult() }
@@ -605,9 +606,11 @@ extension IndexStore {
             try w.run("DELETE FROM rank_dirty WHERE rowid >= ? AND rowid <= ? AND seq <= ?",
                 [.integer(lo), .integer(content.hi), .integer(sequence)])
             if content.hi > store.rankWriter.covered { try store.rankWriter.setCovered(content.hi, w) }
+            switched.value = true
             return ApplyResult()
         }
-        if deleteReplaced { for r in replacing { try deleteSegmentRows(r) } }
+        // A build that gave way leaves the segments it meant to replace active, with their rows.
+        if deleteReplaced, switched.value { for r in replacing { try deleteSegmentRows(r) } }
     }
 }
 

@@ -30,6 +30,9 @@ final class StoreVectors: @unchecked Sendable {
     private var filling = false
     /// Whether the partition's build thread runs (guarded by `fillLock`).
     private var partitionRunning = false
+    /// Set when the store closes (guarded by `fillLock`): no partition build begins after it, and
+    /// one under way is thrown away when it ends (it cannot be stopped inside a k-means round).
+    private var closed = false
 
     // Owned by the writer thread.
     private var journal: [(rowid: Int64, vector: QuantizedVector?)] = []
@@ -94,7 +97,7 @@ final class StoreVectors: @unchecked Sendable {
         // Most commits make none due: no thread for them.
         guard lock.reading({ loaded?.isPartitionDue ?? false }) else { return }
         let start = fillLock.withLock {
-            if partitionRunning { return false }
+            if partitionRunning || closed { return false }
             partitionRunning = true
             return true
         }
@@ -112,17 +115,20 @@ final class StoreVectors: @unchecked Sendable {
             // Checked and begun under the lock, and the thread marked ended there, so a commit
             // that makes a build due after this check finds the thread ended and starts one.
             let build: PartitionBuild? = lock.writing {
-                let build = loaded?.beginPartitionBuild()
+                let build = fillLock.withLock { closed } ? nil : loaded?.beginPartitionBuild()
                 if build == nil { fillLock.withLock { partitionRunning = false } }
                 return build
             }
             guard let build else { return }
             if build.isDetached { build.run() } else { lock.writing { build.run() } }
-            lock.writing { _ = loaded?.finishPartitionBuild(build) }
+            lock.writing { if !fillLock.withLock({ closed }) { _ = loaded?.finishPartitionBuild(build) } }
         }
     }
 
     func drop() { lock.writing { loaded = nil } }
+
+    /// The store closes: no partition build begins from now on.
+    func close() { fillLock.withLock { closed = true } }
 
     /// The `k` nearest vectors (nil when not loaded); `allowed` restricts them.
     func search(_ query: [Float], k: Int, mode: VectorIndex.Mode = .automatic, allowed: ((Int64) -> Bool)? = nil)
