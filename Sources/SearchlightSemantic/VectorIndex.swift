@@ -150,6 +150,24 @@ public struct VectorIndex: Sendable {
     /// Drops a build begun on this index without putting it in place.
     public func cancelPartitionBuild(_ build: PartitionBuild) { storage.cancelPartitionBuild(build) }
 
+    /// Puts the partition saved at `path` (`PartitionBuild.save`) in place when none is and the
+    /// index is above `partitionLimit`: what of it still matches the index is used, the rest is
+    /// searched beside it (`VectorSlots.restorePartition`); a file that is missing, truncated,
+    /// corrupt or too stale is ignored, and the partition is built as before.
+    @discardableResult
+    public mutating func restorePartition(from path: String) -> PartitionRestore {
+        guard storage.partition == nil, storage.pendingBuild == nil else { return .ignored("the index already has a partition") }
+        guard count > partitionLimit else { return .ignored("the index is below the partition's size") }
+        // Room for the entries of items deleted since it was saved, bounded by this index's size.
+        let contents: PartitionFile.Contents
+        switch PartitionFile.read(path, dimension: dimension, words: words, maxEntries: 2 * storage.slotCount + 65_536) {
+        case .failure(let e): return .ignored(e.reason)
+        case .success(let c): contents = c
+        }
+        unshare()
+        return storage.restorePartition(contents, minimum: partitionLimit)
+    }
+
     /// Whether `beginPartitionBuild` would begin one now.
     public var isPartitionDue: Bool { storage.needsPartition(minimum: partitionLimit) }
 
