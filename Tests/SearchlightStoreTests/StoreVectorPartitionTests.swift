@@ -101,3 +101,61 @@ struct StoreVectorPartitionTests {
         #expect(f.store.vectorPartitionRestore == .restored(placed: 600, unplaced: 0))
     }
 }
+
+/// A partition build under way when its store closes (`StoreVectors.close`).
+@Suite("Vector partition build at close", .onOwnThreads)
+struct StoreVectorPartitionCloseTests {
+    @Test("closing the store stops the build under way at its next check: nothing put in place, nothing saved, no more rounds")
+    func closeStopsTheBuild() throws {
+        let dir = NSTemporaryDirectory() + "sl-partclose-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let file = dir + "/index.sqlite-partition"
+        var index = VectorIndex(dimension: 16, directory: dir)
+        index.partitionLimit = 1_000
+        index.buildsPartition = false
+        var seed: UInt64 = 9
+        for i in 0..<3_000 {
+            let v = (0..<16).map { _ in
+                seed = seed &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                return Float(Int(seed >> 40) % 2_001 - 1_000) / 1_000
+            }
+            try index.set(Int64(i + 1), QuantizedVector(v))
+        }
+        // The build's first round waits until the store has closed; the round after must not begin.
+        let vectors = StoreVectors()
+        let begun = DispatchSemaphore(value: 0), closed = DispatchSemaphore(value: 0)
+        let builds = BuildBox()
+        vectors.onBuildBegun = { build in
+            builds.set(build)
+            build.onRound = { round in
+                if round == 0 {
+                    begun.signal()
+                    closed.wait()
+                }
+            }
+        }
+        vectors.install(index, partitionPath: file)
+        #expect(begun.wait(timeout: .now() + 60) == .success, "the build began")
+        vectors.close()
+        closed.signal()
+        // The thread ends once the build gives up: wait for it, with a bound.
+        let deadline = Date(timeIntervalSinceNow: 60)
+        while vectors.isBuildingPartition && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(!vectors.isBuildingPartition)
+        let build = try #require(builds.value)
+        #expect(build.isCancelled)
+        #expect(build.roundsRun == 1)
+        #expect(!build.hasResult)
+        #expect(!vectors.isPartitioned)
+        #expect(vectors.partitionSaves == 0)
+        #expect(!FileManager.default.fileExists(atPath: file))
+    }
+}
+
+final class BuildBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var build: PartitionBuild?
+    var value: PartitionBuild? { lock.withLock { build } }
+    func set(_ b: PartitionBuild) { lock.withLock { build = b } }
+}

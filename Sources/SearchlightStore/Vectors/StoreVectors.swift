@@ -41,6 +41,8 @@ final class StoreVectors: @unchecked Sendable {
     private var restore: PartitionRestore?
     /// Partitions saved since the store opened (guarded by `fillLock`).
     private var saves = 0
+    /// A test seam: called on the partition thread with each build it begins, before it runs.
+    var onBuildBegun: ((PartitionBuild) -> Void)?
 
     // Owned by the writer thread.
     private var journal: [(rowid: Int64, vector: QuantizedVector?)] = []
@@ -148,6 +150,7 @@ final class StoreVectors: @unchecked Sendable {
                 return build
             }
             guard let build else { return }
+            onBuildBegun?(build)
             // A close between the begin and here: `close` saw no build to cancel.
             if fillLock.withLock({ closed }) { build.cancel() }
             if build.isDetached { build.run() } else { lock.writing { build.run() } }
