@@ -84,7 +84,7 @@ enum PartitionFile {
         defer { buffer.deallocate() }
         var at = headerBytes
         func put<T>(_ a: [T]) {
-            a.withUnsafeBytes { (buffer + at).copyMemory(from: $0.baseAddress!, byteCount: $0.count) }
+            a.withUnsafeBytes { if let p = $0.baseAddress { (buffer + at).copyMemory(from: p, byteCount: $0.count) } }
             at += a.count * MemoryLayout<T>.stride
         }
         put(c.rowids)
@@ -161,7 +161,7 @@ enum PartitionFile {
         var at = headerBytes
         func take<T>(_ count: Int, _ zero: T) -> [T] {
             var a = [T](repeating: zero, count: count)
-            a.withUnsafeMutableBytes { $0.baseAddress!.copyMemory(from: buffer + at, byteCount: $0.count) }
+            a.withUnsafeMutableBytes { if let p = $0.baseAddress { p.copyMemory(from: buffer + at, byteCount: $0.count) } }
             at += count * MemoryLayout<T>.stride
             return a
         }

@@ -156,6 +156,11 @@ struct VectorPartitionFileTests {
         _ = try saved(otherModel)
         let other = try Data(contentsOf: URL(fileURLWithPath: file))
         try expectIgnored(other, "changed since the partition was saved")
+        // A well-formed file that places nothing.
+        let empty = PartitionFile.Contents(dimension: 32, words: 1, trainedLive: 4_000, centroids: [Int8](repeating: 1, count: 16 * 32),
+                                           scales: [Float](repeating: 0.01, count: 16), rowids: [], lists: [], hashes: [])
+        #expect(PartitionFile.write(empty, to: file))
+        try expectIgnored(try Data(contentsOf: URL(fileURLWithPath: file)), "changed since the partition was saved")
         // Another dimension.
         var wide = VectorIndex(dimension: 64, directory: dir)
         wide.partitionLimit = 1_000
