@@ -165,6 +165,9 @@ final class StoreVectors: @unchecked Sendable {
             if placed, let path = fillLock.withLock({ closed ? nil : partitionPath }), build.save(to: path) {
                 fillLock.withLock { saves += 1 }
             }
+            // Not kept past its end: its source holds a copy of the flags and rowids (9 MB at 1M)
+            // and descriptors of the index's files.
+            fillLock.withLock { if runningBuild === build { runningBuild = nil } }
         }
     }
 
