@@ -93,7 +93,8 @@ final class VectorPartition: @unchecked Sendable {
     /// Trains `lists` centroids on a sample of the live slots: spherical k-means (the mean of
     /// each cluster's unit vectors, renormalised), `iterations` rounds, seeded with evenly spaced
     /// sample items, an empty cluster reseeded with a sample item.
-    static func train(_ storage: PartitionSource, lists requested: Int, sampleSize: Int = 0, iterations: Int = 8) -> (centroids: [Int8], scales: [Float]) {
+    static func train(_ storage: PartitionSource, lists requested: Int, sampleSize: Int = 0, iterations: Int = 8,
+                      cancel: BuildCancellation? = nil) -> (centroids: [Int8], scales: [Float])? {
         let dim = storage.dimension
         let live = (0..<storage.slotCount).filter(storage.isLive)
         let want = sampleSize > 0 ? sampleSize : 48 * requested
@@ -127,6 +128,10 @@ final class VectorPartition: @unchecked Sendable {
         }
         var assign = [Int](repeating: 0, count: n)
         for round in 0..<iterations {
+            // Stopped between rounds (a round at 1M: 12 000 samples × 250 centroids, a few ms).
+            if cancel?.isCancelled ?? false { return nil }
+            cancel?.roundsRun += 1
+            cancel?.onRound?(round)
             let partition = VectorPartition(dimension: dim, words: storage.words, centroids: centroids, scales: scales, trainedLive: 0, directory: nil)
             codes.withUnsafeBufferPointer { cp in
                 for s in 0..<n { assign[s] = partition.nearestList(cp.baseAddress! + s * dim) }
@@ -157,7 +162,9 @@ final class VectorPartition: @unchecked Sendable {
     /// keeps its list (when the centroids are the same); the others go to their nearest centroid.
     /// The lists are written in list order, a group of lists at a time (`groupEntries` entries of
     /// buffer), each group from one scan of the sign codes.
-    func build(from storage: PartitionSource, previous: VectorPartition?, groupEntries: Int = 1 << 18) {
+    /// Returns false when `cancel` stopped it (the lists are then unfinished: not to be used).
+    @discardableResult
+    func build(from storage: PartitionSource, previous: VectorPartition?, groupEntries: Int = 1 << 18, cancel: BuildCancellation? = nil) -> Bool {
         let total = storage.slotCount
         var assign = [UInt16](repeating: .max, count: total)
         if let previous, previous.lists == lists, previous.centroids == centroids {
@@ -177,7 +184,22 @@ final class VectorPartition: @unchecked Sendable {
             }
         }
         let unplaced = (0..<total).filter { storage.isLive($0) && assign[$0] == .max }
-        storage.forEachRecord(unplaced) { s, codes, _ in assign[s] = UInt16(nearestList(codes)) }
+        // The costly part (every record against every centroid: most of the 3.3 s at 1M), in
+        // steps that a cancellation can stop between.
+        var from = 0
+        while from < unplaced.count {
+            if cancel?.isCancelled ?? false { return false }
+            let to = min(from + 16_384, unplaced.count)
+            storage.forEachRecord(Array(unplaced[from..<to])) { s, codes, _ in assign[s] = UInt16(nearestList(codes)) }
+            from = to
+        }
+        return writeLists(assign, from: storage, groupEntries: groupEntries, cancel: cancel)
+    }
+
+    /// Writes the lists of `assign` (slot → list, `.max` for none) from the sign codes of
+    /// `storage`, in list order. False when `cancel` stopped it.
+    func writeLists(_ assign: [UInt16], from storage: PartitionSource, groupEntries: Int = 1 << 18, cancel: BuildCancellation? = nil) -> Bool {
+        let total = storage.slotCount
         var counts = [Int](repeating: 0, count: lists)
         for a in assign where a != .max { counts[Int(a)] += 1 }
         start = [0]
@@ -186,6 +208,7 @@ final class VectorPartition: @unchecked Sendable {
         let signBytes = words * 8
         var firstList = 0
         while firstList < lists {
+            if cancel?.isCancelled ?? false { return false }
             var lastList = firstList + 1
             while lastList < lists && start[lastList + 1] - start[firstList] <= groupEntries { lastList += 1 }
             let base = start[firstList], n = start[lastList] - base
@@ -212,6 +235,64 @@ final class VectorPartition: @unchecked Sendable {
         signs.flush()
         slots.flush()
         covered = total
+        return true
+    }
+
+    /// What `PartitionFile` saves of these lists: for each entry, the rowid of its slot
+    /// (`rowid`), its list and the hash of the sign code the list holds for it, by rowid.
+    func fileContents(trainedLive: Int, rowid: (Int) -> Int64) -> PartitionFile.Contents {
+        let n = start.last ?? 0
+        var rowids = [Int64](), entryLists = [UInt16](), hashes = [UInt32]()
+        rowids.reserveCapacity(n)
+        entryLists.reserveCapacity(n)
+        hashes.reserveCapacity(n)
+        let chunk = VectorSlots.signChunk
+        let signBuffer = UnsafeMutablePointer<UInt64>.allocate(capacity: chunk * words)
+        let slotBuffer = UnsafeMutablePointer<UInt32>.allocate(capacity: chunk)
+        defer { signBuffer.deallocate(); slotBuffer.deallocate() }
+        for l in 0..<lists {
+            forEachEntryChunk(of: l, signBuffer: signBuffer, slotBuffer: slotBuffer, chunk: chunk) { slots, signs, count in
+                for i in 0..<count {
+                    rowids.append(rowid(Int(slots[i])))
+                    entryLists.append(UInt16(l))
+                    hashes.append(PartitionFile.signHash(signs + i * words, words: words))
+                }
+            }
+        }
+        let order = rowids.indices.sorted { rowids[$0] < rowids[$1] }
+        return PartitionFile.Contents(dimension: dimension, words: words, trainedLive: trainedLive, centroids: centroids, scales: scales,
+                                      rowids: order.map { rowids[$0] }, lists: order.map { entryLists[$0] }, hashes: order.map { hashes[$0] })
+    }
+}
+
+/// Asks a partition build under way to stop (`PartitionBuild.cancel`): checked between k-means
+/// rounds, between steps of the placement and between groups of lists written.
+final class BuildCancellation: @unchecked Sendable {
+    private let lock = NSLockLite()
+    private var cancelled = false
+    /// k-means rounds begun, and a call at the start of each (for tests).
+    var roundsRun = 0
+    var onRound: ((Int) -> Void)?
+
+    var isCancelled: Bool { lock.withLock { cancelled } }
+    func cancel() { lock.withLock { cancelled = true } }
+}
+
+/// A pthread mutex (this module does not import Foundation).
+final class NSLockLite: @unchecked Sendable {
+    private let m: UnsafeMutablePointer<pthread_mutex_t>
+    init() {
+        m = .allocate(capacity: 1)
+        pthread_mutex_init(m, nil)
+    }
+    deinit {
+        pthread_mutex_destroy(m)
+        m.deallocate()
+    }
+    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_mutex_lock(m)
+        defer { pthread_mutex_unlock(m) }
+        return try body()
     }
 }
 
@@ -233,13 +314,52 @@ extension VectorSlots {
     func beginPartitionBuild() -> PartitionBuild {
         let old = partition
         let keep = old.map { $0.trainedLive <= live * 2 && live <= $0.trainedLive * 2 } ?? false
-        let source = PartitionSource(dimension: dimension, words: words, recordBytes: recordBytes, flags: flags,
-                                     signs: signs.frozen(), records: records.frozen())
+        let source = partitionSource()
         let build = PartitionBuild(source: source, lists: VectorPartition.listCount(live: live), live: live,
                                    previous: keep ? old : nil, directory: directory)
         pendingBuild = build
         changedDuringBuild.removeAll()
         return build
+    }
+
+    /// The slots as they are now, to read beside later changes (`PartitionSource`).
+    func partitionSource() -> PartitionSource {
+        PartitionSource(dimension: dimension, words: words, recordBytes: recordBytes, flags: flags, rowids: rowids,
+                        signs: signs.frozen(), records: records.frozen())
+    }
+
+    /// Puts a saved partition (`PartitionFile`) in place when none is: each saved entry whose
+    /// rowid has a live slot with the sign code it was saved with keeps its list; the other live
+    /// slots are searched beside the lists (moved). Ignored when those are more than a rebuild
+    /// would allow (`needsPartition`): the index would then scan them one read each.
+    func restorePartition(_ c: PartitionFile.Contents, minimum: Int) -> PartitionRestore {
+        guard partition == nil, pendingBuild == nil else { return .ignored("the index already has a partition") }
+        guard live > minimum else { return .ignored("the index is below the partition's size") }
+        let total = slotCount
+        var assign = [UInt16](repeating: .max, count: total)
+        var expected = [UInt32](repeating: 0, count: total)
+        for i in c.rowids.indices {
+            guard let s = liveSlot(of: c.rowids[i]) else { continue }
+            assign[s] = c.lists[i]
+            expected[s] = c.hashes[i]
+        }
+        var placed = 0
+        forEachSignChunk { first, n, chunk in
+            for i in 0..<n where assign[first + i] != .max {
+                if PartitionFile.signHash(chunk + i * words, words: words) == expected[first + i] { placed += 1 } else { assign[first + i] = .max }
+            }
+        }
+        let unplaced = live - placed
+        guard unplaced <= max(min(16_384, minimum), live / 8) else {
+            return .ignored("\(unplaced) of \(live) vectors changed since the partition was saved")
+        }
+        let next = VectorPartition(dimension: dimension, words: words, centroids: c.centroids, scales: c.scales, trainedLive: c.trainedLive,
+                                   directory: directory)
+        guard next.writeLists(assign, from: partitionSource()) else { return .ignored("the lists could not be written") }
+        clearMoved()
+        partition = next
+        for s in 0..<total where isLive(s) && assign[s] == .max { markMoved(s) }
+        return .restored(placed: placed, unplaced: unplaced)
     }
 
     /// Puts a finished build in place, unless these slots are not the ones it was begun on (then
@@ -327,14 +447,17 @@ final class PartitionSource: @unchecked Sendable {
     let words: Int
     let recordBytes: Int
     let flags: [UInt8]
+    /// Slot → rowid (a slot keeps its rowid until a compaction, which drops the build).
+    let rowids: [Int64]
     let signs: FrozenRegion
     let records: FrozenRegion
 
-    init(dimension: Int, words: Int, recordBytes: Int, flags: [UInt8], signs: FrozenRegion, records: FrozenRegion) {
+    init(dimension: Int, words: Int, recordBytes: Int, flags: [UInt8], rowids: [Int64], signs: FrozenRegion, records: FrozenRegion) {
         self.dimension = dimension
         self.words = words
         self.recordBytes = recordBytes
         self.flags = flags
+        self.rowids = rowids
         self.signs = signs
         self.records = records
     }
@@ -367,6 +490,7 @@ public final class PartitionBuild: @unchecked Sendable {
     var sampleSize = 0
     var iterations = 8
     private(set) var result: VectorPartition?
+    let cancellation = BuildCancellation()
 
     init(source: PartitionSource, lists: Int, live: Int, previous: VectorPartition?, directory: String?) {
         self.source = source
@@ -379,16 +503,41 @@ public final class PartitionBuild: @unchecked Sendable {
     /// Whether `run` may go without the index's lock (its files are read through descriptors of its own).
     public var isDetached: Bool { source.isDetached }
 
+    /// Trains and places; leaves `result` nil when cancelled (`cancel`) before it ended.
     public func run() {
         let next: VectorPartition
         if let previous {
             next = VectorPartition(dimension: source.dimension, words: source.words, centroids: previous.centroids, scales: previous.scales,
                                    trainedLive: previous.trainedLive, directory: directory)
         } else {
-            let (c, s) = VectorPartition.train(source, lists: lists, sampleSize: sampleSize, iterations: iterations)
+            guard let (c, s) = VectorPartition.train(source, lists: lists, sampleSize: sampleSize, iterations: iterations, cancel: cancellation)
+            else { return }
             next = VectorPartition(dimension: source.dimension, words: source.words, centroids: c, scales: s, trainedLive: live, directory: directory)
         }
-        next.build(from: source, previous: previous.flatMap { $0.covered <= source.slotCount ? $0 : nil })
+        guard next.build(from: source, previous: previous.flatMap { $0.covered <= source.slotCount ? $0 : nil }, cancel: cancellation)
+        else { return }
         result = next
+    }
+
+    /// Asks `run` to stop at its next check (between k-means rounds, placement steps and list
+    /// writes); from any thread. A cancelled build leaves no result and is never put in place.
+    public func cancel() { cancellation.cancel() }
+    public var isCancelled: Bool { cancellation.isCancelled }
+    /// Whether `run` ended with lists to put in place.
+    public var hasResult: Bool { result != nil }
+    /// k-means rounds begun by `run`, and a call at the start of each, on `run`'s thread (for tests).
+    public var roundsRun: Int { cancellation.roundsRun }
+    public var onRound: ((Int) -> Void)? {
+        get { cancellation.onRound }
+        set { cancellation.onRound = newValue }
+    }
+
+    /// Saves the lists `run` made (`PartitionFile`) to `path`; false when there are none or the
+    /// file could not be written.
+    @discardableResult
+    public func save(to path: String) -> Bool {
+        guard let result else { return false }
+        let rowids = source.rowids
+        return PartitionFile.write(result.fileContents(trainedLive: result.trainedLive) { rowids[$0] }, to: path)
     }
 }

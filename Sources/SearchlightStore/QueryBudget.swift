@@ -74,7 +74,7 @@ public final class QueryBudget: @unchecked Sendable {
     }
 
     /// The calling thread's CPU nanoseconds.
-    static func threadCPUTime() -> UInt64 {
+    public static func threadCPUTime() -> UInt64 {
         var ts = timespec()
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts)
         return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
@@ -125,6 +125,35 @@ public final class QueryBudget: @unchecked Sendable {
             onSlow?(seconds)
         }
         return false
+    }
+
+    /// Thread-CPU and wall nanoseconds per named phase, summed (nil: not recorded). Set to `[:]`
+    /// to record them (`SEARCHLIGHT_QUERY_CPU_LOG=1`: the daemon's `query cpu` line).
+    public var phases: [String: (cpu: UInt64, wall: UInt64)]?
+
+    /// `body`, its thread-CPU and wall time added to phase `name` when phases are recorded.
+    public func phase<T, E: Error>(_ name: String, _ body: () throws(E) -> T) throws(E) -> T {
+        guard phases != nil else { return try body() }
+        let cpu = Self.threadCPUTime(), wall = Self.now()
+        defer {
+            let c = Self.threadCPUTime() &- cpu, w = Self.now() &- wall
+            let old = phases?[name] ?? (0, 0)
+            phases?[name] = (old.cpu + c, old.wall + w)
+        }
+        return try body()
+    }
+
+    /// `body` timed as phase `name` of `budget` (`phase`), or just run without one.
+    public static func phase<T, E: Error>(_ budget: QueryBudget?, _ name: String, _ body: () throws(E) -> T) throws(E) -> T {
+        guard let budget else { return try body() }
+        return try budget.phase(name, body)
+    }
+
+    /// Adds the time since `cpuSince`/`wallSince` (`threadCPUTime`, `now`) to phase `name`.
+    public func add(_ name: String, cpuSince: UInt64, wallSince: UInt64) {
+        guard phases != nil else { return }
+        let old = phases?[name] ?? (0, 0)
+        phases?[name] = (old.cpu + (Self.threadCPUTime() &- cpuSince), old.wall + (Self.now() &- wallSince))
     }
 
     /// For Swift loops: throws the `cancelled` error once the query must stop.

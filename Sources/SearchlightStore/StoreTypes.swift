@@ -33,6 +33,12 @@ public struct StoreOptions: Sendable {
     /// The static encoder of semantic search (Docs/SemanticSearch.md): with it, every donated
     /// item's vector is written with its text, and user queries can search the vectors.
     public var vectorEncoder: StaticEncoder?
+    /// Above this many vectors the loaded index keeps a coarse partition (`VectorIndex.partitionLimit`),
+    /// saved beside the store; tests lower it.
+    public var vectorPartitionLimit = 100_000
+    /// Whether the partition is saved beside the store and restored on the next load
+    /// (`SEARCHLIGHT_VECTOR_PARTITION_FILE=0` turns it off, for the bench's side-by-side rows).
+    public var vectorPartitionFile = ProcessInfo.processInfo.environment["SEARCHLIGHT_VECTOR_PARTITION_FILE"] != "0"
     /// Whether queries start background builds of the ranked index (`RankMaintainer`); tests that
     /// want to decide when it is built turn it off and call `buildRankedIndex()`.
     public var rankedIndexBuilds = true

@@ -282,28 +282,38 @@ extension IndexStore {
         let terms = try request.terms(maxTerms: options.limits.maxQueryTerms)
         let now = options.clock().timeIntervalSince1970
         let semantic = hasVectors ? request.semantic : nil
-        if semantic != nil { try loadVectors() }
+        if semantic != nil { try QueryBudget.phase(budget, "load") { () throws(SearchlightError) in try loadVectors() } }
         let answer = try read(budget: budget) { db in
             try db.transaction("DEFERRED") {
                 var found: [FusedCandidate] = []
                 var ranking: [FusedCandidate] = []
                 if request.maxResultCount > 0 {
-                    let strict = terms.words.isEmpty ? []
-                        : try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now, path: path).candidates
+                    let strict = terms.words.isEmpty ? [] : try QueryBudget.phase(budget, "lexical") {
+                        try lexicalCandidates(db, terms: terms, limit: request.maxResultCount, filter: request.filter, now: now, path: path).candidates
+                    }
                     // Best-match: the items with every word first, then those with some of them.
                     let lexical = strict.count >= request.maxResultCount || request.allWords ? strict
-                        : strict + (try bestMatchTail(db, terms: terms, after: strict, limit: request.maxResultCount - strict.count,
-                            filter: request.filter, now: now))
+                        : strict + (try QueryBudget.phase(budget, "tail") {
+                            try bestMatchTail(db, terms: terms, after: strict, limit: request.maxResultCount - strict.count,
+                                filter: request.filter, now: now)
+                        })
                     if let semantic {
-                        let (query, tuning) = semantic.resolved(counts: { vectors.counts ?? (0, 0) },
-                            staticEmbedding: { options.vectorEncoder?.embed(request.text) })
-                        let nearest = try vectorCandidates(db, query: query, limit: request.maxResultCount, filter: request.filter,
-                            now: now, minimumSimilarity: tuning.minimumSimilarity, relativeFloor: tuning.relativeFloor, budget: budget)
+                        let (query, tuning) = QueryBudget.phase(budget, "encode") {
+                            semantic.resolved(counts: { vectors.counts ?? (0, 0) }, staticEmbedding: { options.vectorEncoder?.embed(request.text) })
+                        }
+                        let nearest = try QueryBudget.phase(budget, "vector") {
+                            try vectorCandidates(db, query: query, limit: request.maxResultCount, filter: request.filter,
+                                now: now, minimumSimilarity: tuning.minimumSimilarity, relativeFloor: tuning.relativeFloor, budget: budget)
+                        }
                         // Confidence counts the items with every word: a tail of items with one
                         // word of several says the words alone do not answer.
                         let weight = tuning.weight(semantic.weight, lexicalHits: strict.count, limit: request.maxResultCount)
                         // Near-duplicate vector hits (a library's -dev and -doc siblings) demoted before fusion.
-                        let folded = tuning.fold.map { vectors.nearDuplicates(nearest.map(\.rowid), threshold: $0.similarity, depth: $0.depth) } ?? []
+                        let folded = QueryBudget.phase(budget, "fold") {
+                            tuning.fold.map { vectors.nearDuplicates(nearest.map(\.rowid), threshold: $0.similarity, depth: $0.depth) } ?? []
+                        }
+                        let fusionStarted = budget?.phases != nil ? QueryBudget.threadCPUTime() : 0
+                        let fusionWall = budget?.phases != nil ? QueryBudget.now() : 0
                         let fused = HybridFusion.fuse(lexical: lexical.map(\.rowID), vector: nearest, weight: weight,
                             limit: .max, k: tuning.rrfK, folded: folded, fold: tuning.fold?.demotion)
                         // Only a lexical hit ranked below a near miss can be moved: the others need no check.
@@ -315,21 +325,26 @@ extension IndexStore {
                         // A lower score is better across indexes (the lexical convention): the fused score negated.
                         ranking = HybridFusion.demoteNearMisses(fused, exact: exact, exactFirst: semantic.exactFirst).prefix(request.maxResultCount)
                             .map { var c = $0; c.score = -c.score; return c }
+                        budget?.add("fusion", cpuSince: fusionStarted, wallSince: fusionWall)
                     } else {
                         ranking = lexical.enumerated().map {
                             FusedCandidate(rowID: $1.rowID, lexicalRank: $0 + 1, vectorRank: nil, similarity: nil, score: $1.score)
                         }
                     }
                     found.reserveCapacity(ranking.count)
-                    for c in ranking {
-                        try budget?.check()
-                        if try item(db, c) { found.append(c) }
+                    try QueryBudget.phase(budget, "items") {
+                        for c in ranking {
+                            try budget?.check()
+                            if try item(db, c) { found.append(c) }
+                        }
                     }
                 }
                 var suggestions: [Suggestion] = []
                 if request.maxSuggestionCount > 0 {
-                    suggestions = try self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db,
-                        path: path, budget: budget, rare: request.rareCorrections)
+                    suggestions = try QueryBudget.phase(budget, "suggestions") {
+                        try self.suggestions(for: request.text, terms: terms, limit: request.maxSuggestionCount, db: db,
+                            path: path, budget: budget, rare: request.rareCorrections)
+                    }
                 }
                 return (found, suggestions)
             }

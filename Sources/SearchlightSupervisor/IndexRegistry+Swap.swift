@@ -111,9 +111,13 @@ extension IndexRegistry {
                 log.warning("old index WAL left after shutdown; removed", ["bundle": bundle, "bytes": Int(st.st_size)])
             }
             Self.removeDatabaseFiles(path, mainFile: false)
+            // The old index's saved vector partition goes; the shadow's, if it saved one, follows
+            // its file (a load checks each entry against the vectors it finds anyway).
+            unlink(path + IndexStore.partitionFileSuffix)
             guard rename(shadow.path, path) == 0 else {
                 throw SearchlightError(.indexUnavailable, "cannot rename \(shadow.path) to \(path): \(String(cString: strerror(errno)))")
             }
+            _ = rename(shadow.path + IndexStore.partitionFileSuffix, path + IndexStore.partitionFileSuffix)
             _ = Self.fsync(path: (path as NSString).deletingLastPathComponent)
         }
         let pause = Date().timeIntervalSince(started)
@@ -130,9 +134,9 @@ extension IndexRegistry {
         db.close()
     }
 
-    /// Removes a SQLite file with its -wal and -shm (with `mainFile: false`, only those two).
+    /// Removes a SQLite file with its -wal, -shm and saved vector partition (with `mainFile: false`, only the -wal and -shm).
     static func removeDatabaseFiles(_ file: String, mainFile: Bool = true) {
-        for suffix in mainFile ? ["", "-wal", "-shm", "-journal"] : ["-wal", "-shm", "-journal"] { unlink(file + suffix) }
+        for suffix in mainFile ? ["", "-wal", "-shm", "-journal", "-partition", "-partition.tmp"] : ["-wal", "-shm", "-journal"] { unlink(file + suffix) }
     }
 
     /// fsync of a file or directory; false when it cannot be opened or synced.

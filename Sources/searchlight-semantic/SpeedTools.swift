@@ -72,9 +72,22 @@ func indexSpeed(_ options: ToolOptions) throws {
     var random = SplitMix(state: 18)
     print("| index size | mode | wall p50 | wall p99 | CPU p50 | CPU p99 | recall@10 vs exact |")
     print("|---|---|---|---|---|---|---|")
-    for size in options.counts("sizes", [64_000, 1_000_000]).sorted() {
+    // --index FILE: a store's own vectors (a daemon's index file), loaded as the daemon loads
+    // them after a restart, with the partition saved beside it when it is there.
+    let sizes = options["index"] != nil ? [0] : options.counts("sizes", [64_000, 1_000_000]).sorted()
+    for size in sizes {
         var index = VectorIndex(dimension: table.dimension)
         index.buildsPartition = options["grow-partition"] != nil
+        if let file = options["index"] {
+            let db = try Database(path: file, readOnly: true)
+            var loadedCPU = 0.0
+            let loaded = time { loadedCPU = cpuTime { index = (try? VectorTable().load(dimension: table.dimension, partitioned: false, from: db))?.index ?? index } }
+            db.close()
+            var restore = PartitionRestore.ignored("")
+            let restored = time { restore = index.restorePartition(from: file + "-partition") }
+            print("<!-- \(file): \(index.count) vectors loaded in \(format(loaded, 2)) s wall, \(format(loadedCPU, 2)) s CPU; "
+                + "saved partition: \(restore) in \(format(restored * 1000, 1)) ms -->")
+        }
         for i in 0..<size {
             let v: [Float]
             if i < base.count {
@@ -100,7 +113,7 @@ func indexSpeed(_ options: ToolOptions) throws {
                 }
             }
         }
-        print("<!-- \(size): partition of \(index.partitionLists) lists built in \(format(built, 2)) s wall, \(format(builtCPU, 2)) s CPU -->")
+        print("<!-- \(index.count): partition of \(index.partitionLists) lists, built in \(format(built, 2)) s wall, \(format(builtCPU, 2)) s CPU (0: restored) -->")
         let exact = queries.map { index.search($0, k: 10, mode: .exact) }
         var modes: [(String, VectorIndex.Mode, Int?)] = [("exact", .exact, nil), ("automatic, no partition", .automatic, nil)]
         let automaticDepth = max(index.minimumCandidates, Int(Double(index.count) * index.candidateFraction))
@@ -125,7 +138,7 @@ func indexSpeed(_ options: ToolOptions) throws {
                 let truth = Set(exact[qi].map(\.rowid))
                 found += hits.filter { truth.contains($0.rowid) }.count
             }
-            print("| \(size) | \(name) | \(format(median(times) * 1000, 2)) ms | \(format(percentile(times, 0.99) * 1000, 2)) ms | "
+            print("| \(index.count) | \(name) | \(format(median(times) * 1000, 2)) ms | \(format(percentile(times, 0.99) * 1000, 2)) ms | "
                 + "\(format(median(cpus) * 1000, 2)) ms | \(format(percentile(cpus, 0.99) * 1000, 2)) ms | "
                 + "\(format(Double(found) / Double(queries.count * 10))) |")
         }
@@ -140,7 +153,7 @@ func indexSpeed(_ options: ToolOptions) throws {
                 cpus.append(cpuTime { wall = time { _ = index.nearDuplicates(hits, threshold: fold.similarity, depth: depth) } })
                 times.append(wall)
             }
-            print("| \(size) | fold, top \(depth) of 100 | \(format(median(times) * 1e6, 1)) µs | \(format(percentile(times, 0.99) * 1e6, 1)) µs | "
+            print("| \(index.count) | fold, top \(depth) of 100 | \(format(median(times) * 1e6, 1)) µs | \(format(percentile(times, 0.99) * 1e6, 1)) µs | "
                 + "\(format(median(cpus) * 1e6, 1)) µs | \(format(percentile(cpus, 0.99) * 1e6, 1)) µs | |")
         }
     }

@@ -13,7 +13,7 @@ let usage = """
                                                  query embedding wall and CPU time, documents/s, per weights form
       static-speed [--table FILE]                static encoder documents/s on one core, and its
                                                  cosine to the transformer on held-out corpus documents
-      index-speed [--sizes 64k,1m] [--probes 32,48] [--depths 2000,4000] [--train-sample N] [--train-iterations N]
+      index-speed [--sizes 64k,1m | --index FILE] [--probes 32,48] [--depths 2000,4000] [--train-sample N] [--train-iterations N]
                                                  vector search time and recall@10 of the prefilter (with
                                                  the partition: probes, rescoring depths; its build time),
                                                  and the fold of near-duplicates on each query's 100 nearest

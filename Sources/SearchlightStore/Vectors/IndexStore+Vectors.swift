@@ -51,11 +51,16 @@ extension IndexStore {
                 // The index's files go beside the store's (never a tmpfs /tmp: they would be memory again).
                 let directory = (store.path as NSString).deletingLastPathComponent
                 // The partition is built after, in the background (`StoreVectors.schedulePartition`).
-                let (index, unreadable) = try VectorTable().load(dimension: encoder.dimension, directory: directory, partitioned: false,
+                var (index, unreadable) = try VectorTable().load(dimension: encoder.dimension, directory: directory, partitioned: false,
                     from: store.writer)
                 // A row that does not decode is deleted, so the fill embeds its item again.
                 for rowid in unreadable { try store.writer.run("DELETE FROM item_vectors WHERE rowid = ?", [.integer(rowid)]) }
-                store.vectors.install(index)
+                index.partitionLimit = store.options.vectorPartitionLimit
+                // The saved partition, restored here where the index has one owner (a copy
+                // would be unshared first: every vector file copied).
+                let path = store.options.vectorPartitionFile ? store.path + Self.partitionFileSuffix : nil
+                let restored = path.map { index.restorePartition(from: $0) }
+                store.vectors.install(index, partitionPath: path, restored: restored)
                 return ApplyResult()
             }
         }
@@ -69,6 +74,18 @@ extension IndexStore {
             thread.start()
         }
     }
+
+    /// The saved partition of the vector index (`PartitionFile`), beside the store's file.
+    public static let partitionFileSuffix = "-partition"
+
+    /// What the last load of the vector index did with its saved partition (nil before a load).
+    public var vectorPartitionRestore: PartitionRestore? { vectors.partitionRestore }
+    /// Partitions of the vector index saved since the store opened.
+    public var vectorPartitionSaves: Int { vectors.partitionSaves }
+    /// Whether the loaded vector index is partitioned now.
+    public var isVectorIndexPartitioned: Bool { vectors.isPartitioned }
+    /// Whether a partition build of the vector index runs.
+    public var isBuildingVectorPartition: Bool { vectors.isBuildingPartition }
 
     /// Items per batch of the background fill: one batch is a few milliseconds of the writer.
     static let vectorFillBatch = 256
@@ -319,7 +336,7 @@ extension IndexStore {
         while true {
             try budget?.check()
             let mode = unionVectors.map { vectors.mode(k: k, unionCount: $0) } ?? .automatic
-            guard let (found, total) = vectors.search(query, k: k, mode: mode) else { return [] }
+            guard let (found, total) = QueryBudget.phase(budget, "vector.search", { vectors.search(query, k: k, mode: mode) }) else { return [] }
             searched?(found.map(\.similarity))
             if let relativeFloor, let best = found.first?.similarity {
                 minimumSimilarity = relativeFloor.floor(best: best, absolute: minimumSimilarity)

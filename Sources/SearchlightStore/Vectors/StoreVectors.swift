@@ -31,8 +31,18 @@ final class StoreVectors: @unchecked Sendable {
     /// Whether the partition's build thread runs (guarded by `fillLock`).
     private var partitionRunning = false
     /// Set when the store closes (guarded by `fillLock`): no partition build begins after it, and
-    /// one under way is thrown away when it ends (it cannot be stopped inside a k-means round).
+    /// one under way is cancelled (`PartitionBuild.cancel`: it stops at its next check).
     private var closed = false
+    /// The build the partition thread runs (guarded by `fillLock`).
+    private var runningBuild: PartitionBuild?
+    /// Where the partition is saved beside the store (`PartitionFile`), set by `install`.
+    private var partitionPath: String?
+    /// What the last load did with the saved partition (guarded by `fillLock`).
+    private var restore: PartitionRestore?
+    /// Partitions saved since the store opened (guarded by `fillLock`).
+    private var saves = 0
+    /// A test seam: called on the partition thread with each build it begins, before it runs.
+    var onBuildBegun: ((PartitionBuild) -> Void)?
 
     // Owned by the writer thread.
     private var journal: [(rowid: Int64, vector: QuantizedVector?)] = []
@@ -64,7 +74,9 @@ final class StoreVectors: @unchecked Sendable {
             loaded = nil  // released while it is patched, so the patch does not copy its arrays
             guard clean else { return }
             if cleared {
+                let limit = index.partitionLimit
                 index = VectorIndex(dimension: index.dimension, directory: index.directory)
+                index.partitionLimit = limit
                 index.buildsPartition = false
             }
             for entry in journal {
@@ -77,13 +89,28 @@ final class StoreVectors: @unchecked Sendable {
         schedulePartition()
     }
 
-    /// Installs a loaded index; its partition is built in the background (`schedulePartition`).
-    func install(_ index: VectorIndex) {
+    /// Installs a loaded index, `restored` what its load did with the partition saved at
+    /// `partitionPath` (`VectorIndex.restorePartition`); without one in place the partition is
+    /// built in the background (`schedulePartition`), and saved there once built.
+    func install(_ index: VectorIndex, partitionPath: String? = nil, restored: PartitionRestore? = nil) {
         var index = index
         index.buildsPartition = false
+        fillLock.withLock {
+            self.partitionPath = partitionPath
+            restore = restored
+        }
         lock.writing { loaded = index }
         schedulePartition()
     }
+
+    /// What the last load did with the saved partition (nil: no path, or not loaded yet).
+    var partitionRestore: PartitionRestore? { fillLock.withLock { restore } }
+    /// Partitions saved since the store opened.
+    var partitionSaves: Int { fillLock.withLock { saves } }
+    /// Whether the loaded index is partitioned now.
+    var isPartitioned: Bool { lock.reading { loaded?.isPartitioned ?? false } }
+    /// Whether a partition build runs.
+    var isBuildingPartition: Bool { fillLock.withLock { partitionRunning } }
 
     // MARK: The partition, off the lock
 
@@ -116,19 +143,44 @@ final class StoreVectors: @unchecked Sendable {
             // that makes a build due after this check finds the thread ended and starts one.
             let build: PartitionBuild? = lock.writing {
                 let build = fillLock.withLock { closed } ? nil : loaded?.beginPartitionBuild()
-                if build == nil { fillLock.withLock { partitionRunning = false } }
+                fillLock.withLock {
+                    if build == nil { partitionRunning = false }
+                    runningBuild = build
+                }
                 return build
             }
             guard let build else { return }
+            onBuildBegun?(build)
+            // A close between the begin and here: `close` saw no build to cancel.
+            if fillLock.withLock({ closed }) { build.cancel() }
             if build.isDetached { build.run() } else { lock.writing { build.run() } }
-            lock.writing { if !fillLock.withLock({ closed }) { _ = loaded?.finishPartitionBuild(build) } }
+            let placed = lock.writing {
+                guard !build.isCancelled, !fillLock.withLock({ closed }) else {
+                    loaded?.cancelPartitionBuild(build)
+                    return false
+                }
+                return loaded?.finishPartitionBuild(build) ?? false
+            }
+            // Saved off the lock (the lists are read-only once built): the next load restores it.
+            if placed, let path = fillLock.withLock({ closed ? nil : partitionPath }), build.save(to: path) {
+                fillLock.withLock { saves += 1 }
+            }
+            // Not kept past its end: its source holds a copy of the flags and rowids (9 MB at 1M)
+            // and descriptors of the index's files.
+            fillLock.withLock { if runningBuild === build { runningBuild = nil } }
         }
     }
 
     func drop() { lock.writing { loaded = nil } }
 
-    /// The store closes: no partition build begins from now on.
-    func close() { fillLock.withLock { closed = true } }
+    /// The store closes: no partition build begins from now on, and one under way stops at its
+    /// next check (`PartitionBuild.cancel`).
+    func close() {
+        fillLock.withLock {
+            closed = true
+            runningBuild?.cancel()
+        }
+    }
 
     /// The `k` nearest vectors (nil when not loaded); `allowed` restricts them.
     func search(_ query: [Float], k: Int, mode: VectorIndex.Mode = .automatic, allowed: ((Int64) -> Bool)? = nil)

@@ -89,6 +89,7 @@ extension BundleCalls {
         }
         request.explain = r.context.explain
         let budget = queryBudget(Method.queryUser)
+        if Self.logQueryCPU { budget.phases = [:] }
         // The desktop shells' terms narrow: every word (an app's user query is best-match).
         request.allWords = desktop != nil
         // Semantic search (hybrid ranking): on unless asked off, where the static table is there;
@@ -98,7 +99,9 @@ extension BundleCalls {
            !r.text.allSatisfy({ $0.isWhitespace }) {
             let semantic = context.semantic, uid = client.peer.uid
             request.semantic = try budgeted(Method.queryUser, budget) { () throws(SearchlightError) -> SemanticRequest? in
-                try semantic.request(r.text, weight: r.context.semanticWeight, owner: uid, budget: budget)
+                try budget.phase("embed") { () throws(SearchlightError) in
+                    try semantic.request(r.text, weight: r.context.semanticWeight, owner: uid, budget: budget)
+                }
             }
         }
         // A bundle's activity history is searched with its default index, as one ranking
@@ -170,8 +173,10 @@ extension BundleCalls {
         }
         out.append(UInt8(ascii: "}"))
         if Self.logQueryCPU {
+            // Each phase's thread-CPU and wall microseconds: "lexical=cpu/wall vector=cpu/wall ...".
+            let phases = (budget.phases ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value.cpu / 1000)/\($0.value.wall / 1000)" }
             log.notice("query cpu", ["method": Method.queryUser, "cpu_us": String(Int(budget.worked * 1e6)),
-                "wall_us": String(Int(budget.elapsed * 1e6))])
+                "wall_us": String(Int(budget.elapsed * 1e6)), "phases_us": phases.joined(separator: " ")])
         }
         return .encoded(out)
     }

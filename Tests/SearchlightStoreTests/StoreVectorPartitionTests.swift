@@ -1,0 +1,161 @@
+import Foundation
+import SearchlightSemantic
+import Testing
+import TestThreads
+@testable import SearchlightStore
+import SearchlightWire
+
+/// The vector index's partition saved beside the store (`<index>.sqlite-partition`) and in place
+/// from the first query after a restart; a file that does not fit the store is not trusted.
+@Suite("Vector partition saved beside the store", .onOwnThreads)
+struct StoreVectorPartitionTests {
+    static let words = ["music", "chess", "mail", "compiler", "image", "editor", "network", "game", "font", "database", "kernel", "shell"]
+
+    /// The store reopened partitioning above 200 vectors (600 here: 16 lists).
+    func reopen(_ f: StoreFixture) throws {
+        f.store.close()
+        var o = StoreFixture.options(f.clock, maxItems: nil, rankedBuilds: false, vectors: true)
+        o.vectorPartitionLimit = 200
+        f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: o)
+    }
+
+    func donate(_ f: StoreFixture, _ range: Range<Int>, variant: String = "") throws {
+        let w = Self.words
+        let items = try range.map { i in
+            try f.item("p\(i)", ["title": .string("\(w[i % w.count]) \(w[(i / 12) % w.count]) tool \(i)\(variant)"),
+                                 "textContent": .string("a \(w[(i / 7) % w.count]) program for \(w[(i / 3) % w.count]) \(variant)")])
+        }
+        _ = try f.store.applySync([.items(items)])
+    }
+
+    /// Waits (on this test's own thread) until the store has saved `n` partitions.
+    func awaitSaves(_ f: StoreFixture, _ n: Int) throws {
+        let deadline = Date(timeIntervalSinceNow: 120)
+        while f.store.vectorPartitionSaves < n {
+            try #require(Date() < deadline, "no partition saved")
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+    }
+
+    /// A partitioned search of every list with every item rescored is the exact search.
+    func expectExact(_ f: StoreFixture, _ comment: Comment? = nil) {
+        for text in ["listen to music", "play chess", "compile kernel"] {
+            let q = staticEncoder.embed(text)
+            let probed = f.store.vectors.search(q, k: 10, mode: .prefiltered(candidates: 599))?.matches.map(\.rowid)
+            let exact = f.store.vectors.search(q, k: 10, mode: .exact)?.matches.map(\.rowid)
+            #expect(probed != nil && probed == exact, comment)
+        }
+    }
+
+    @Test("a restart finds the partition in place at its first query; vectors changed since it was saved (the crash window) are searched beside it; a corrupt or truncated file is ignored, rebuilt and saved again")
+    func restart() throws {
+        let f = try StoreFixture(rankedBuilds: false, vectors: true)
+        try reopen(f)
+        let file = f.dir + "/b/_default.sqlite" + IndexStore.partitionFileSuffix
+        try donate(f, 0..<600)
+        _ = try f.hybrid("listen to music")
+        #expect(f.store.vectorPartitionRestore == .ignored("no saved partition"))
+        try awaitSaves(f, 1)
+        #expect(FileManager.default.fileExists(atPath: file))
+
+        try reopen(f)
+        #expect(f.store.vectorPartitionRestore == nil)
+        _ = try f.hybrid("listen to music")
+        #expect(f.store.vectorPartitionRestore == .restored(placed: 600, unplaced: 0))
+        #expect(f.store.isVectorIndexPartitioned)
+        #expect(!f.store.isBuildingVectorPartition)
+        expectExact(f)
+
+        // 20 items change after the file was written, and the store restarts before any rebuild
+        // (20 is below what makes one due): a crash between the store's commit and the file's.
+        try donate(f, 100..<120, variant: " changed meaning entirely with other words")
+        try reopen(f)
+        _ = try f.hybrid("listen to music")
+        #expect(f.store.vectorPartitionRestore == .restored(placed: 580, unplaced: 20))
+        #expect(f.store.isVectorIndexPartitioned)
+        expectExact(f, "changed since saved")
+
+        // A corrupt file, then a truncated one: ignored, the partition built again and saved.
+        var bytes = try Data(contentsOf: URL(fileURLWithPath: file))
+        bytes[bytes.count / 2] ^= 0x01
+        try bytes.write(to: URL(fileURLWithPath: file))
+        try reopen(f)
+        _ = try f.hybrid("listen to music")
+        #expect(f.store.vectorPartitionRestore == .ignored("the saved partition is corrupt (checksum)"))
+        expectExact(f, "corrupt")
+        try awaitSaves(f, 1)
+        expectExact(f, "corrupt, rebuilt")
+        try reopen(f)
+        _ = try f.hybrid("listen to music")
+        #expect(f.store.vectorPartitionRestore == .restored(placed: 600, unplaced: 0))
+
+        let saved = try Data(contentsOf: URL(fileURLWithPath: file))
+        try saved.prefix(saved.count - 100).write(to: URL(fileURLWithPath: file))
+        try reopen(f)
+        _ = try f.hybrid("listen to music")
+        #expect(f.store.vectorPartitionRestore == .ignored("the saved partition is cut short or too long"))
+        expectExact(f, "truncated")
+        try awaitSaves(f, 1)
+        try reopen(f)
+        _ = try f.hybrid("listen to music")
+        #expect(f.store.vectorPartitionRestore == .restored(placed: 600, unplaced: 0))
+    }
+}
+
+/// A partition build under way when its store closes (`StoreVectors.close`).
+@Suite("Vector partition build at close", .onOwnThreads)
+struct StoreVectorPartitionCloseTests {
+    @Test("closing the store stops the build under way at its next check: nothing put in place, nothing saved, no more rounds")
+    func closeStopsTheBuild() throws {
+        let dir = NSTemporaryDirectory() + "sl-partclose-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let file = dir + "/index.sqlite-partition"
+        var index = VectorIndex(dimension: 16, directory: dir)
+        index.partitionLimit = 1_000
+        index.buildsPartition = false
+        var seed: UInt64 = 9
+        for i in 0..<3_000 {
+            let v = (0..<16).map { _ in
+                seed = seed &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                return Float(Int(seed >> 40) % 2_001 - 1_000) / 1_000
+            }
+            try index.set(Int64(i + 1), QuantizedVector(v))
+        }
+        // The build's first round waits until the store has closed; the round after must not begin.
+        let vectors = StoreVectors()
+        let begun = DispatchSemaphore(value: 0), closed = DispatchSemaphore(value: 0)
+        let builds = BuildBox()
+        vectors.onBuildBegun = { build in
+            builds.set(build)
+            build.onRound = { round in
+                if round == 0 {
+                    begun.signal()
+                    closed.wait()
+                }
+            }
+        }
+        vectors.install(index, partitionPath: file)
+        #expect(begun.wait(timeout: .now() + 60) == .success, "the build began")
+        vectors.close()
+        closed.signal()
+        // The thread ends once the build gives up: wait for it, with a bound.
+        let deadline = Date(timeIntervalSinceNow: 60)
+        while vectors.isBuildingPartition && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(!vectors.isBuildingPartition)
+        let build = try #require(builds.value)
+        #expect(build.isCancelled)
+        #expect(build.roundsRun == 1)
+        #expect(!build.hasResult)
+        #expect(!vectors.isPartitioned)
+        #expect(vectors.partitionSaves == 0)
+        #expect(!FileManager.default.fileExists(atPath: file))
+    }
+}
+
+final class BuildBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var build: PartitionBuild?
+    var value: PartitionBuild? { lock.withLock { build } }
+    func set(_ b: PartitionBuild) { lock.withLock { build = b } }
+}
