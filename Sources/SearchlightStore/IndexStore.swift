@@ -622,6 +622,7 @@ public final class IndexStore: @unchecked Sendable {
         }
         readers.broadcast()
         readers.unlock()
+        HeapTrimmer.shared.noteActivity()
     }
 
     /// Where this store's memory is, for `admin.status`: reader connections open, the page cache

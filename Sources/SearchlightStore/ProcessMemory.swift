@@ -18,6 +18,8 @@ public struct ProcessMemory: Sendable, Equatable {
     public var sqliteBytes = 0
     public var sqliteHighwaterBytes = 0
     public var sqlitePageCacheBytes = 0
+    /// Heap trims since the start once reads went quiet (`HeapTrimmer`).
+    public var quietTrims = 0
 
     public static func current() -> ProcessMemory {
         var m = ProcessMemory()
@@ -43,6 +45,7 @@ public struct ProcessMemory: Sendable, Equatable {
         m.sqliteBytes = Int(used)
         m.sqliteHighwaterBytes = Int(high)
         m.sqlitePageCacheBytes = Int(cache)
+        m.quietTrims = HeapTrimmer.shared.trims
         return m
     }
 

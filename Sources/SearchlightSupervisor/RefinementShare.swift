@@ -321,6 +321,8 @@ final class RefinementShare: Sendable {
         if let (summary, open) = try? context.registry.summary(bundle: key.bundle, index: key.index), open == nil,
            summary.refined >= summary.vectors || summary.vectors > maxItems
         {
+            log.debug("refinement share: closed index left closed", ["bundle": key.bundle, "index": key.index,
+                "vectors": summary.vectors, "refined": summary.refined, "max_items": maxItems])
             return nil
         }
         let lease = IndexLeases(context.registry)

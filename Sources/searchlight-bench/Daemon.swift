@@ -166,6 +166,9 @@ struct ProcessSample {
     /// VmRSS, bytes.
     var residentBytes: Int
     var threads = 0
+    /// RssAnon and RssFile, bytes.
+    var anonymousBytes = 0
+    var fileBytes = 0
     /// RssAnon, RssFile and RssShmem of /proc/PID/status and the thread count, for a progress line.
     var memoryBreakdown = ""
 
@@ -191,6 +194,12 @@ struct ProcessSample {
             let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
         {
             residentBytes = (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
+            func kib(_ key: String) -> Int {
+                guard let l = status.split(separator: "\n").first(where: { $0.hasPrefix(key) }) else { return 0 }
+                return (Int(l.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "") ?? 0) * 1024
+            }
+            anonymousBytes = kib("RssAnon:")
+            fileBytes = kib("RssFile:")
             memoryBreakdown = status.split(separator: "\n").filter { $0.hasPrefix("Rss") }
                 .map { $0.split(whereSeparator: { $0 == " " || $0 == "\t" }).joined(separator: " ") }.joined(separator: ", ")
                 + ", \(threads) threads"

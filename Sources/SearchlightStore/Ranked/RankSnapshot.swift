@@ -247,7 +247,8 @@ final class UnionScratch {
     private(set) var capacity = 0
 
     /// Bytes held: two 32-bit arrays and a bitmap of `capacity` documents.
-    var bytes: Int { capacity * 8 + ((capacity + 63) >> 6) * 8 }
+    var bytes: Int { Self.bytes(capacity: capacity) }
+    static func bytes(capacity: Int) -> Int { capacity * 8 + ((capacity + 63) >> 6) * 8 }
 
     func prepare(span: Int) {
         guard capacity < span else { return }

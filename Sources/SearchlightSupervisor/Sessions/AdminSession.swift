@@ -51,6 +51,7 @@ final class AdminSession: BundleSession {
             "malloc": [
                 "arenaBytes": .number(Double(m.mallocArenaBytes)), "mmapBytes": .number(Double(m.mallocMmapBytes)),
                 "inUseBytes": .number(Double(m.mallocInUseBytes)), "freeBytes": .number(Double(m.mallocFreeBytes)),
+                "quietTrims": .number(Double(m.quietTrims)),
             ],
             "sqlite": [
                 "usedBytes": .number(Double(m.sqliteBytes)), "highwaterBytes": .number(Double(m.sqliteHighwaterBytes)),
