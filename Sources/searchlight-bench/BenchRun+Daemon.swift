@@ -79,6 +79,22 @@ extension BenchRun {
         }
     }
 
+    /// Waits for the daemon's next heap trim after reads went quiet (admin.status's
+    /// `memory.malloc.quietTrims` growing): the resident set a user's idle daemon has between
+    /// searches. A status reads the index's summary too (a read), so it is asked 2.5 s apart.
+    static func awaitQuietTrim(socket: String) async throws -> Double {
+        let admin = SearchlightConnection(role: .admin, socketPath: socket)
+        defer { Task { await admin.close() } }
+        let start = now()
+        func trims() async throws -> Int? { try await admin.call("admin.status", [:])["memory"]?["malloc"]?["quietTrims"]?.intValue }
+        guard let before = try await trims() else { return 0 }  // a daemon without the trimmer
+        while now() - start < 60 {
+            try await Task.sleep(nanoseconds: 2_500_000_000)
+            if let n = try await trims(), n > before { break }
+        }
+        return now() - start
+    }
+
     /// admin.status's memory figures in one line: the heap and SQLite's share, and per open index
     /// its readers' caches and vector heap (MiB).
     static func memoryStatus(socket: String) async throws -> String {
@@ -140,7 +156,8 @@ extension BenchRun {
         /// vector partition build after the load, a ranked build): the issue's figure is the
         /// settled daemon's, not a build's peak.
         func memoryRow(_ suffix: String, target: String, limitMiB: Double, progressLabel: String) async throws {
-            let waited = try await Self.awaitNoBuild(socket: daemon.socket)
+            var waited = try await Self.awaitNoBuild(socket: daemon.socket)
+            waited += try await Self.awaitQuietTrim(socket: daemon.socket)
             guard let sample = ProcessSample(pid: daemon.pid) else { return }
             let mib = Double(sample.residentBytes) / 1_048_576
             let scenario = "resident memory, restarted, \(sizeLabel(largest))-item index open and queried\(suffix)"
@@ -149,7 +166,7 @@ extension BenchRun {
                 higherIsBetter: false))
             rows.append(Row(scenario: scenario + ": file-backed", figure: Figure([Double(sample.fileBytes) / 1_048_576]), unit: "MiB",
                 higherIsBetter: false))
-            progress(String(format: "%@: %@ (after waiting %.1f s for background builds); %@", progressLabel, sample.memoryBreakdown, waited,
+            progress(String(format: "%@: %@ (after waiting %.1f s for background builds and a quiet heap trim); %@", progressLabel, sample.memoryBreakdown, waited,
                 try await Self.memoryStatus(socket: daemon.socket)))
         }
         try await memoryRow("", target: "< 100 MiB with semantic search (static tier; issue 32)", limitMiB: 100,
