@@ -195,10 +195,10 @@ extension BenchRun {
         let minutes = (now() - start) / 60
         let cpu = (after.cpuSeconds - before.cpuSeconds) / minutes
         progress(String(format: "idle: %.3f CPU-s/min, %.0f wakeups/min over %.0f s (%d context switches since start, %d threads)", cpu,
-            Double(after.contextSwitches - before.contextSwitches) / minutes, options.idleSeconds, after.contextSwitches, after.threads))
+            Double(after.switches(since: before)) / minutes, options.idleSeconds, after.contextSwitches, after.threads))
         rows.append(Row(scenario: "idle daemon CPU (over \(Int(options.idleSeconds)) s, scaled)", figure: Figure([cpu]), unit: "CPU-s/min",
             higherIsBetter: false, target: "< 0.1", met: cpu < 0.1))
         rows.append(Row(scenario: "idle daemon wakeups (context switches, all threads)",
-            figure: Figure([Double(after.contextSwitches - before.contextSwitches) / minutes]), unit: "wakeups/min", higherIsBetter: false))
+            figure: Figure([Double(after.switches(since: before)) / minutes]), unit: "wakeups/min", higherIsBetter: false))
     }
 }
