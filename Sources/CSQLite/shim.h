@@ -7,6 +7,34 @@ static inline sqlite3_destructor_type csqlite_transient(void) { return SQLITE_TR
 // glibc's malloc_trim, to hand freed heap back to the system after a large stream of writes.
 static inline void csqlite_release_heap(void) { malloc_trim(0); }
 
+/// glibc's allocator figures over every arena (mallinfo2): bytes taken from the system by sbrk
+/// and by mmap, in use, and free but kept.
+typedef struct csqlite_malloc_figures {
+    size_t arena, mmapped, inUse, free, releasable;
+} csqlite_malloc_figures;
+
+static inline csqlite_malloc_figures csqlite_malloc_stats(void) {
+    struct mallinfo2 m = mallinfo2();
+    csqlite_malloc_figures f = {m.arena, m.hblkhd, m.uordblks + m.hblkhd, m.fordblks, m.keepcost};
+    return f;
+}
+
+/// SQLite's own heap (every connection's page cache, schemas and statements), bytes now and at most.
+static inline void csqlite_memory(sqlite3_int64 *used, sqlite3_int64 *highwater, sqlite3_int64 *pageCache) {
+    *used = sqlite3_memory_used();
+    *highwater = sqlite3_memory_highwater(0);
+    sqlite3_int64 current = 0, high = 0;
+    sqlite3_status64(SQLITE_STATUS_PAGECACHE_OVERFLOW, &current, &high, 0);
+    *pageCache = current;
+}
+
+/// The page cache of one connection, bytes (SQLITE_DBSTATUS_CACHE_USED).
+static inline int csqlite_cache_used(sqlite3 *db) {
+    int current = 0, high = 0;
+    sqlite3_db_status(db, SQLITE_DBSTATUS_CACHE_USED, &current, &high, 0);
+    return current;
+}
+
 // MARK: - FTS5's own tokenizer and statistics, through its public API (fts5_api)
 //
 // The ranked index (SearchlightStore/Ranked) must see exactly the tokens FTS5 indexed and the

@@ -65,6 +65,9 @@ public final class Database {
 
     deinit { close() }
 
+    /// Bytes in this connection's page cache (the caller owns the connection, as for every use).
+    var pageCacheBytes: Int { isClosed ? 0 : Int(csqlite_cache_used(handle)) }
+
     /// Closes the connection now (idempotent); it must not be used afterwards. The owner calls it
     /// when the file is about to be moved: SQLite deletes `<path>-wal` by name when the last
     /// connection closes, which must never hit the file that replaced it.

@@ -622,6 +622,26 @@ public final class IndexStore: @unchecked Sendable {
         }
         readers.broadcast()
         readers.unlock()
+        HeapTrimmer.shared.noteActivity()
+    }
+
+    /// Where this store's memory is, for `admin.status`: reader connections open, the page cache
+    /// and kept posting lists of the idle ones (a reader in use is its thread's alone, so it is
+    /// counted but not read), and the loaded vector index's heap.
+    public var memoryFigures: StoreMemory {
+        var m = StoreMemory()
+        readers.lock()
+        m.readers = openReaders
+        m.busyReaders = checkedOutReaders
+        for db in idleReaders {
+            m.readerPageCacheBytes += db.pageCacheBytes
+            m.postingCacheBytes += db.postingCache?.bytes ?? 0
+            m.unionScratchBytes += db.unionScratch.freeBytes
+        }
+        readers.unlock()
+        m.vectorHeapBytes = vectors.heapBytes ?? 0
+        m.partitionBuilding = vectors.isPartitionBuilding
+        return m
     }
 
     // MARK: - Lifecycle

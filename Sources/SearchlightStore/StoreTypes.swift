@@ -140,3 +140,15 @@ public struct CheckReport: Sendable {
     public var problems: [String]
     public var repaired: [String]
 }
+
+/// One store's memory, as `IndexStore.memoryFigures` reads it.
+public struct StoreMemory: Sendable, Equatable {
+    public var readers = 0
+    public var busyReaders = 0
+    public var readerPageCacheBytes = 0
+    public var postingCacheBytes = 0
+    public var unionScratchBytes = 0
+    public var vectorHeapBytes = 0
+    public var partitionBuilding = false
+    public init() {}
+}

@@ -315,6 +315,16 @@ final class RefinementShare: Sendable {
             // Rebuilt by another trigger (migration, recovery): its donations bring it back.
             return Date().addingTimeInterval(settle)
         }
+        // A closed index is judged on its summary first (read without opening it, and kept by
+        // the registry): opening every index a restart finds just to count its vectors left
+        // each open, with its connections and caches, in the daemon's memory (issue 32).
+        if let (summary, open) = try? context.registry.summary(bundle: key.bundle, index: key.index), open == nil,
+           summary.refined >= summary.vectors || summary.vectors > maxItems
+        {
+            log.debug("refinement share: closed index left closed", ["bundle": key.bundle, "index": key.index,
+                "vectors": summary.vectors, "refined": summary.refined, "max_items": maxItems])
+            return nil
+        }
         let lease = IndexLeases(context.registry)
         defer { lease.release() }
         let store: IndexStore

@@ -163,11 +163,23 @@ struct ProcessSample {
     var cpuSeconds: Double
     /// voluntary + nonvoluntary context switches summed over every thread.
     var contextSwitches: Int
+    /// The same per thread (task id): a thread that ended between two samples takes its count
+    /// with it, so a difference is taken over the threads in both (`switches(since:)`).
+    var switchesByTask: [String: Int] = [:]
     /// VmRSS, bytes.
     var residentBytes: Int
     var threads = 0
+    /// RssAnon and RssFile, bytes.
+    var anonymousBytes = 0
+    var fileBytes = 0
     /// RssAnon, RssFile and RssShmem of /proc/PID/status and the thread count, for a progress line.
     var memoryBreakdown = ""
+
+    /// Context switches since `earlier`: of the threads in both samples, plus every switch of a
+    /// thread that started after it.
+    func switches(since earlier: ProcessSample) -> Int {
+        switchesByTask.reduce(0) { $0 + $1.value - (earlier.switchesByTask[$1.key] ?? 0) }
+    }
 
     init?(pid: Int32) {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
@@ -183,7 +195,9 @@ struct ProcessSample {
         for task in tasks {
             guard let status = try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8) else { continue }
             for line in status.split(separator: "\n") where line.hasPrefix("voluntary_ctxt_switches") || line.hasPrefix("nonvoluntary_ctxt_switches") {
-                contextSwitches += Int(line.split(separator: "\t").last.map { $0.trimmingCharacters(in: .whitespaces) } ?? "") ?? 0
+                let n = Int(line.split(separator: "\t").last.map { $0.trimmingCharacters(in: .whitespaces) } ?? "") ?? 0
+                contextSwitches += n
+                switchesByTask[task, default: 0] += n
             }
         }
         residentBytes = 0
@@ -191,6 +205,12 @@ struct ProcessSample {
             let line = status.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") })
         {
             residentBytes = (Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0) * 1024
+            func kib(_ key: String) -> Int {
+                guard let l = status.split(separator: "\n").first(where: { $0.hasPrefix(key) }) else { return 0 }
+                return (Int(l.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "") ?? 0) * 1024
+            }
+            anonymousBytes = kib("RssAnon:")
+            fileBytes = kib("RssFile:")
             memoryBreakdown = status.split(separator: "\n").filter { $0.hasPrefix("Rss") }
                 .map { $0.split(whereSeparator: { $0 == " " || $0 == "\t" }).joined(separator: " ") }.joined(separator: ", ")
                 + ", \(threads) threads"

@@ -244,7 +244,11 @@ final class UnionScratch {
     private(set) var frequency = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
     private(set) var lengthAndExtra = UnsafeMutablePointer<UInt32>.allocate(capacity: 1)
     private(set) var seen = UnsafeMutablePointer<UInt64>.allocate(capacity: 1)
-    private var capacity = 0
+    private(set) var capacity = 0
+
+    /// Bytes held: two 32-bit arrays and a bitmap of `capacity` documents.
+    var bytes: Int { Self.bytes(capacity: capacity) }
+    static func bytes(capacity: Int) -> Int { capacity * 8 + ((capacity + 63) >> 6) * 8 }
 
     func prepare(span: Int) {
         guard capacity < span else { return }
@@ -268,23 +272,60 @@ final class UnionScratch {
 }
 
 /// A connection's `UnionScratch`es: a query takes one per union and gives them all back at its end.
+///
+/// A query holds one union per segment and prefix phrase at once (the statistics need them all
+/// before scoring), so at 1M items in 319 segments it borrows ~8 MB. The pool used to keep every
+/// scratch it ever lent, each grown to the largest segment it served: a reader connection's pool
+/// only grew, ~190 KB a query at 1M, 115 MB in the bench's query forms (issue 32). It now lends
+/// the smallest free scratch that fits (none is grown for a small segment), and keeps at most
+/// `retainedBytes` between queries; the rest goes back to the allocator.
 final class UnionScratchPool {
+    /// Free scratches, by capacity ascending.
     private var free: [UnionScratch] = []
     private var lent: [UnionPostings] = []
+    let retainedBytes: Int
+
+    /// The default budget kept between queries (`SEARCHLIGHT_UNION_SCRATCH_KIB`, KiB; -1 keeps
+    /// everything, as before, for comparisons): 1 MiB, the unions of a 64k-item index.
+    static let defaultRetainedBytes: Int = {
+        guard let v = ProcessInfo.processInfo.environment["SEARCHLIGHT_UNION_SCRATCH_KIB"], let k = Int(v) else { return 1 << 20 }
+        return k < 0 ? Int.max : k * 1024
+    }()
+
+    init(retainedBytes: Int = UnionScratchPool.defaultRetainedBytes) { self.retainedBytes = retainedBytes }
+
+    /// Bytes held by the free scratches (between queries: all the pool holds).
+    var freeBytes: Int { free.reduce(0) { $0 + $1.bytes } }
+    var freeCount: Int { free.count }
 
     func union(_ lists: [PostingList], span: Int) -> UnionPostings {
-        let u = UnionPostings(lists, span: span, scratch: free.popLast() ?? UnionScratch())
+        let scratch: UnionScratch
+        if let i = free.firstIndex(where: { $0.capacity >= span }) {
+            scratch = free.remove(at: i)
+        } else {
+            scratch = free.popLast() ?? UnionScratch()  // the largest, grown
+        }
+        let u = UnionPostings(lists, span: span, scratch: scratch)
         lent.append(u)
         return u
     }
 
-    /// Takes back every union's scratch, zeroed.
+    /// Takes back every union's scratch, zeroed, keeping the smallest within `retainedBytes`.
     func reclaim() {
+        guard !lent.isEmpty else { return }
         for u in lent {
             u.clear()
             free.append(u.scratch)
         }
         lent.removeAll()
+        free.sort { $0.capacity < $1.capacity }
+        var kept = 0, total = 0
+        for s in free {
+            total += s.bytes
+            if total > retainedBytes { break }
+            kept += 1
+        }
+        if kept < free.count { free.removeSubrange(kept...) }
     }
 }
 
@@ -306,7 +347,7 @@ final class PostingListCache {
     var needsCheck = true
     private var version = -1
     private var lists: [Key: PostingList] = [:]
-    private var bytes = 0
+    private(set) var bytes = 0
     /// The ranked index's segments and rewritten rows as of `version` (`RankSnapshot.current`):
     /// reading them was 20 k instructions of every prefix page.
     var snapshot: RankSnapshot?

@@ -56,6 +56,9 @@ extension IndexStore {
                 // A row that does not decode is deleted, so the fill embeds its item again.
                 for rowid in unreadable { try store.writer.run("DELETE FROM item_vectors WHERE rowid = ?", [.integer(rowid)]) }
                 index.partitionLimit = store.options.vectorPartitionLimit
+                // The load read every row through the writer's page cache (8 MB at 1M items):
+                // given back, since queries read through the readers' (issue 32).
+                try? store.writer.execute("PRAGMA shrink_memory")
                 // The saved partition, restored here where the index has one owner (a copy
                 // would be unshared first: every vector file copied).
                 let path = store.options.vectorPartitionFile ? store.path + Self.partitionFileSuffix : nil

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import SearchlightSemantic
 import SearchlightWire
 
@@ -53,6 +54,12 @@ final class StoreVectors: @unchecked Sendable {
     /// Whether the loaded index keeps its vectors in files (nil when not loaded).
     var isFileBacked: Bool? { lock.reading { loaded?.isFileBacked } }
 
+    /// The loaded index's heap bytes (nil when not loaded).
+    var heapBytes: Int? { lock.reading { loaded?.heapBytes } }
+
+    /// Whether a partition build runs (its thread, with the frozen copy it reads).
+    var isPartitionBuilding: Bool { fillLock.withLock { partitionRunning } }
+
     /// (vectors, refined) of the loaded index, nil when it is not loaded.
     var counts: (vectors: Int, refined: Int)? {
         lock.reading { loaded.map { ($0.count, $0.refinedCount) } }
@@ -100,6 +107,7 @@ final class StoreVectors: @unchecked Sendable {
             restore = restored
         }
         lock.writing { loaded = index }
+        Self.releaseFreeHeap()  // the load's row buffers and statements
         schedulePartition()
     }
 
@@ -149,7 +157,12 @@ final class StoreVectors: @unchecked Sendable {
                 }
                 return build
             }
-            guard let build else { return }
+            guard let build else {
+                // The build's frozen copy and k-means temporaries are freed by now; without a trim
+                // they stay resident, free but kept by the arena of this thread (issue 32).
+                Self.releaseFreeHeap()
+                return
+            }
             onBuildBegun?(build)
             // A close between the begin and here: `close` saw no build to cancel.
             if fillLock.withLock({ closed }) { build.cancel() }
@@ -170,6 +183,18 @@ final class StoreVectors: @unchecked Sendable {
             fillLock.withLock { if runningBuild === build { runningBuild = nil } }
         }
     }
+
+    /// Trims the heap (`ProcessMemory.releaseFreeHeap`) unless `SEARCHLIGHT_HEAP_TRIM=0` (for
+    /// measuring it against no trim); counts the trims for tests.
+    static func releaseFreeHeap() {
+        guard trimsHeap else { return }
+        ProcessMemory.releaseFreeHeap()
+        heapTrims.withLock { $0 += 1 }
+    }
+
+    static let trimsHeap = ProcessInfo.processInfo.environment["SEARCHLIGHT_HEAP_TRIM"] != "0"
+    /// Heap trims after loads and partition builds, since the start.
+    static let heapTrims = Mutex(0)
 
     func drop() { lock.writing { loaded = nil } }
 

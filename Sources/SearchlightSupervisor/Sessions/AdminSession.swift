@@ -43,6 +43,23 @@ final class AdminSession: BundleSession {
         return table
     }()
 
+    /// `admin.status`'s `memory`: resident (anonymous, file), glibc's heap, SQLite's share; bytes.
+    static func memoryJSON(_ m: ProcessMemory) -> JSONValue {
+        [
+            "residentBytes": .number(Double(m.residentBytes)), "anonymousBytes": .number(Double(m.anonymousBytes)),
+            "fileBytes": .number(Double(m.fileBytes)),
+            "malloc": [
+                "arenaBytes": .number(Double(m.mallocArenaBytes)), "mmapBytes": .number(Double(m.mallocMmapBytes)),
+                "inUseBytes": .number(Double(m.mallocInUseBytes)), "freeBytes": .number(Double(m.mallocFreeBytes)),
+                "quietTrims": .number(Double(m.quietTrims)),
+            ],
+            "sqlite": [
+                "usedBytes": .number(Double(m.sqliteBytes)), "highwaterBytes": .number(Double(m.sqliteHighwaterBytes)),
+                "pageCacheBytes": .number(Double(m.sqlitePageCacheBytes)),
+            ],
+        ]
+    }
+
     private func status(_ r: AdminStatus) throws(SearchlightError) -> JSONValue {
         let only = r.bundle
         let records = Dictionary(uniqueKeysWithValues: context.state.allBundles().map { ($0.bundle, $0) })
@@ -92,6 +109,15 @@ final class AdminSession: BundleSession {
                         if let e = r.lastError { ranked["lastError"] = .string(e) }
                         entry["rankedIndex"] = .object(ranked)
                     }
+                    if let m = store?.memoryFigures {
+                        entry["memory"] = [
+                            "readers": .number(Double(m.readers)), "busyReaders": .number(Double(m.busyReaders)),
+                            "readerPageCacheBytes": .number(Double(m.readerPageCacheBytes)),
+                            "postingCacheBytes": .number(Double(m.postingCacheBytes)),
+                            "unionScratchBytes": .number(Double(m.unionScratchBytes)),
+                            "vectorHeapBytes": .number(Double(m.vectorHeapBytes)), "partitionBuilding": .bool(m.partitionBuilding),
+                        ]
+                    }
                     let w = store?.writeStatistics ?? (commits: 0, calls: 0)
                     entry["commits"] = .number(Double(w.commits))
                     entry["committedCalls"] = .number(Double(w.calls))
@@ -135,6 +161,7 @@ final class AdminSession: BundleSession {
             "quarantine": context.recovery.quarantineStatus(),
             "semantic": context.semantic.status,
             "staleItems": context.staleItems.statusJSON,
+            "memory": Self.memoryJSON(ProcessMemory.current()),
         ]
     }
 
