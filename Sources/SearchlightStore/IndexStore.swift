@@ -42,10 +42,6 @@ public final class IndexStore: @unchecked Sendable {
         var refused: SearchlightError?
     }
 
-    /// Whether a background-priority thread's maintenance writes run on that thread, the writer
-    /// parked meanwhile (`SEARCHLIGHT_WRITER_LEND=0` turns it off: the bench compares both).
-    static let lendsWriter = ProcessInfo.processInfo.environment["SEARCHLIGHT_WRITER_LEND"] != "0"
-
     let writer: Database
     private let queue = NSCondition()
     private var pending: [PendingWrite] = []
@@ -321,13 +317,13 @@ public final class IndexStore: @unchecked Sendable {
 
     /// Runs the ranked index's work through the group-commit queue (not counted as client activity).
     ///
-    /// From a thread at background priority (settling: `RankMaintainer`'s background queue), the
-    /// work runs on that thread, in a transaction of its own, while the writer waits for it in its
+    /// With `lendWriterToBackground`, from a thread at background priority (settling:
+    /// `RankMaintainer`'s background queue), the work runs on that thread, in a transaction of its own, while the writer waits for it in its
     /// turn: the writer thread runs at the normal priority, and settling's term batches run there
     /// took the CPU from the queries of an app that had just donated (a query's thread waited up
     /// to 3 ms on the run queue to wake up, p99, while the settled index's waited 0.08 ms).
     func maintenanceWrite(_ work: @escaping (IndexStore) throws -> ApplyResult) throws(SearchlightError) -> ApplyResult {
-        if Self.lendsWriter, !options.backgroundWriter, BackgroundPriority.isCurrentThreadBackground {
+        if options.lendWriterToBackground, !options.backgroundWriter, BackgroundPriority.isCurrentThreadBackground {
             let turn = LentTurn()
             enqueue({ _ in ApplyResult() }, maintenance: true, lent: turn) { result in
                 // Only a refused write is answered: a lent turn is otherwise never completed.

@@ -22,10 +22,19 @@ struct WriterLendTests {
         return try result!.get()
     }
 
+    /// A store with `lendWriterToBackground` on (off by default).
+    static func lendingFixture() throws -> StoreFixture {
+        let f = try StoreFixture(rankedBuilds: false)
+        var options = StoreFixture.options(f.clock, maxItems: nil, rankedBuilds: false)
+        options.lendWriterToBackground = true
+        f.store.close()
+        f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: options)
+        return f
+    }
+
     @Test("from a background thread the work runs on that thread, and a query answers while its transaction is open")
     func lentToBackgroundThread() throws {
-        guard IndexStore.lendsWriter else { return }  // SEARCHLIGHT_WRITER_LEND=0
-        let f = try StoreFixture(rankedBuilds: false)
+        let f = try Self.lendingFixture()
         _ = try f.store.applySync([.items([try f.item("a", ["title": .string("alpha report")])])])
         let inWork = DispatchSemaphore(value: 0), queried = DispatchSemaphore(value: 0)
         let store = f.store
@@ -61,7 +70,7 @@ struct WriterLendTests {
 
     @Test("from a normal-priority thread the work runs on the writer thread, as before")
     func normalThreadUsesWriter() throws {
-        let f = try StoreFixture(rankedBuilds: false)
+        let f = try Self.lendingFixture()
         let caller = pthread_self()
         nonisolated(unsafe) var worker: pthread_t?
         _ = try f.store.maintenanceWrite { _ in
@@ -71,10 +80,25 @@ struct WriterLendTests {
         #expect(worker.map { pthread_equal($0, caller) == 0 } == true)
     }
 
+    @Test("off by default: a background thread's write runs on the writer thread")
+    func offByDefault() throws {
+        let f = try StoreFixture(rankedBuilds: false)
+        let store = f.store
+        let seen = try Self.onBackgroundThread { () -> Bool in
+            let caller = pthread_self()
+            nonisolated(unsafe) var worker: pthread_t?
+            _ = try store.maintenanceWrite { _ in
+                worker = pthread_self()
+                return ApplyResult()
+            }
+            return worker.map { pthread_equal($0, caller) == 0 } == true
+        }
+        #expect(seen)
+    }
+
     @Test("a lent write that fails rolls back and answers its error; the writer goes on")
     func lentFailure() throws {
-        guard IndexStore.lendsWriter else { return }
-        let f = try StoreFixture(rankedBuilds: false)
+        let f = try Self.lendingFixture()
         let store = f.store
         let failed = try Self.onBackgroundThread { () -> Bool in
             do {
@@ -96,8 +120,7 @@ struct WriterLendTests {
 
     @Test("a store closed while a background thread waits for the writer refuses its write instead of hanging")
     func closedStoreRefuses() throws {
-        guard IndexStore.lendsWriter else { return }
-        let f = try StoreFixture(rankedBuilds: false)
+        let f = try Self.lendingFixture()
         let store = f.store
         f.store.close()
         let refused = try Self.onBackgroundThread { () -> Bool in
