@@ -2,6 +2,9 @@
 #include "CSignalPipe.h"
 
 #include <errno.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
@@ -65,4 +68,43 @@ int sl_signal_pipe_restore(int signal) {
     if (sigaction(signal, &sl_previous[signal], NULL) != 0) return -1;
     sl_saved[signal] = 0;
     return 0;
+}
+
+// sched_setattr(2) has no glibc wrapper before 2.41; the kernel's struct sched_attr (version 1).
+struct sl_sched_attr {
+    uint32_t size, sched_policy;
+    uint64_t sched_flags;
+    int32_t sched_nice;
+    uint32_t sched_priority;
+    uint64_t sched_runtime, sched_deadline, sched_period;
+};
+
+int sl_thread_set_slice(unsigned long long nanoseconds) {
+#ifdef SYS_sched_setattr
+    errno = 0;
+    int nice = getpriority(PRIO_PROCESS, 0);  // the calling thread's (Linux)
+    if (nice == -1 && errno != 0) return -1;
+    struct sl_sched_attr attr;
+    memset(&attr, 0, sizeof attr);
+    attr.size = sizeof attr;
+    attr.sched_policy = 0;  // SCHED_OTHER
+    attr.sched_nice = nice;
+    attr.sched_runtime = nanoseconds;
+    return (int)syscall(SYS_sched_setattr, 0, &attr, 0);
+#else
+    (void)nanoseconds;
+    errno = ENOSYS;
+    return -1;
+#endif
+}
+
+unsigned long long sl_thread_slice(void) {
+#ifdef SYS_sched_getattr
+    struct sl_sched_attr attr;
+    memset(&attr, 0, sizeof attr);
+    if (syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) != 0) return 0;
+    return attr.sched_runtime;
+#else
+    return 0;
+#endif
 }

@@ -236,7 +236,15 @@ public final class RPCConnection: @unchecked Sendable {
     /// Starts the reader thread. `onMessage` receives requests, notifications and undecodable
     /// frames already answered; `onClose` runs once, after every outstanding call has failed.
     public func start(name: String = "rpc", onMessage: @escaping MessageHandler, onClose: CloseHandler? = nil) {
+        start(name: name, answersQueries: false, onMessage: onMessage, onClose: onClose)
+    }
+
+    /// `answersQueries`: the thread answers a client's queries (the daemon's side): a short time
+    /// slice, so it wakes up at once (`QueryLatency`).
+    public func start(name: String, answersQueries: Bool, onMessage: @escaping MessageHandler, onClose: CloseHandler? = nil) {
         let thread = Thread { [self] in
+            BackgroundPriority.nameCurrentThread(name)  // what top -H shows
+            if answersQueries { QueryLatency.shortenCurrentThreadSlice() }
             let reason = self.readLoop(onMessage: onMessage)
             self.finish(reason)
             onClose?(self, reason)

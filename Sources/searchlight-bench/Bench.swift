@@ -43,15 +43,22 @@ struct Bench {
         if options.scenarios.contains(.donation) { try await run.donation() }
         if options.scenarios.contains(.query) { try await run.corpusQueries() }
         if options.scenarios.contains(.fresh) {
-            // A daemon of its own, that logs each user query's thread-CPU time.
-            let fresh = try Daemon(environment: ["SEARCHLIGHT_QUERY_CPU_LOG": "1"])
-            defer { fresh.stop() }
+            // A daemon of its own, that logs each user query's thread-CPU time. Its directory is a
+            // new one in /tmp, or SEARCHLIGHT_BENCH_FRESH_DIR (kept: a 1M run's index is large).
+            let freshDir = ProcessInfo.processInfo.environment["SEARCHLIGHT_BENCH_FRESH_DIR"]
+            let fresh = try Daemon(dir: freshDir, environment: ["SEARCHLIGHT_QUERY_CPU_LOG": "1"])
+            defer { fresh.stop(remove: freshDir == nil) }
             if let compare = ProcessInfo.processInfo.environment["SEARCHLIGHT_BENCH_FRESH_BEFORE"] {
                 // A measuring aid: `NAME=VALUE` for a second daemon, the two alternated run by run
                 // (the rows of each run apart, the progress lines give every figure).
-                let parts = compare.split(separator: "=", maxSplits: 1).map(String.init)
-                let before = try Daemon(environment: ["SEARCHLIGHT_QUERY_CPU_LOG": "1", parts[0]: parts.count > 1 ? parts[1] : ""])
-                defer { before.stop() }
+                // `NAME=VALUE[,NAME=VALUE…]`.
+                var environment = ["SEARCHLIGHT_QUERY_CPU_LOG": "1"]
+                for pair in compare.split(separator: ",") {
+                    let parts = pair.split(separator: "=", maxSplits: 1).map(String.init)
+                    environment[parts[0]] = parts.count > 1 ? parts[1] : ""
+                }
+                let before = try Daemon(dir: freshDir.map { $0 + "-before" }, environment: environment)
+                defer { before.stop(remove: freshDir == nil) }
                 var one = options
                 one.runs = 1
                 for r in 0..<options.runs {

@@ -69,7 +69,7 @@ final class Daemon: @unchecked Sendable {
     var pid: Int32 { process.processIdentifier }
 
     /// See `LogTail.takeQueryCPU`.
-    func takeQueryCPU(count: Int) -> [(cpu: Double, wall: Double)] { lines.takeQueryCPU(count: count) }
+    func takeQueryCPU(count: Int) -> [QueryCPU] { lines.takeQueryCPU(count: count) }
 
     /// `--refine-boost`: the environment that keeps the daemon's background threads at the nice
     /// they start with (`Options.refineBoost` says why).
@@ -104,6 +104,17 @@ final class Daemon: @unchecked Sendable {
     func lastLines(_ n: Int) -> [String] { lines.last(n) }
 }
 
+/// One `query cpu` line, in ms: the query's thread CPU and wall time inside the daemon, the time
+/// its thread waited on the run queue meanwhile, and how often it went to sleep (a lock, I/O).
+struct QueryCPU {
+    var cpu: Double
+    var wall: Double
+    var runQueue: Double
+    var voluntary: Int
+    /// The thread's run-queue wait since its previous query ended (its wake-up for this one).
+    var runQueueBefore: Double
+}
+
 /// The last lines a daemon logged, and a wait for one of them.
 final class LogTail: @unchecked Sendable {
     private let condition = NSCondition()
@@ -112,11 +123,13 @@ final class LogTail: @unchecked Sendable {
 
     /// The daemon's `query cpu` lines (`SEARCHLIGHT_QUERY_CPU_LOG=1`): thread-CPU and wall ms per
     /// `query.user`, in the order answered.
-    private var queryCPU: [(cpu: Double, wall: Double)] = []
+    private var queryCPU: [QueryCPU] = []
 
     func add(_ line: String, at time: Double) {
         if line.contains(" query cpu "), let cpu = Self.field("cpu_us", line), let wall = Self.field("wall_us", line) {
-            condition.withLock { queryCPU.append((cpu / 1000, wall / 1000)); condition.broadcast() }
+            let q = QueryCPU(cpu: cpu / 1000, wall: wall / 1000, runQueue: (Self.field("runq_us", line) ?? 0) / 1000,
+                             voluntary: Int(Self.field("vcs", line) ?? 0), runQueueBefore: (Self.field("runq_before_us", line) ?? 0) / 1000)
+            condition.withLock { queryCPU.append(q); condition.broadcast() }
             return
         }
         condition.withLock {
@@ -145,7 +158,7 @@ final class LogTail: @unchecked Sendable {
     }
 
     /// The `query cpu` figures received so far (waiting up to 2 s for `count` of them), removed.
-    func takeQueryCPU(count: Int) -> [(cpu: Double, wall: Double)] {
+    func takeQueryCPU(count: Int) -> [QueryCPU] {
         let deadline = Date(timeIntervalSinceNow: 2)
         return condition.withLock {
             while queryCPU.count < count, !isClosed, condition.wait(until: deadline) {}

@@ -26,6 +26,9 @@ struct FreshBench {
         /// The daemon's thread-CPU ms of each query (`SEARCHLIGHT_QUERY_CPU_LOG`), fresh and settled.
         var freshCPU: [Double] = []
         var settledCPU: [Double] = []
+        /// The `query cpu` lines in full (daemon-side wall, run-queue wait, sleeps).
+        var freshLines: [QueryCPU] = []
+        var settledLines: [QueryCPU] = []
         var settleSeconds = 0.0
         var donateSeconds = 0.0
     }
@@ -44,6 +47,18 @@ struct FreshBench {
                     + "settled %.2f s after the last donation; load %@", self.label, sizeLabel(size), run + 1, m.donateSeconds,
                     f.percentile(0.5), f.percentile(0.99), m.fresh.count, s.percentile(0.5), s.percentile(0.99),
                     fc.percentile(0.5), fc.percentile(0.99), sc.percentile(0.5), sc.percentile(0.99), m.settleSeconds, loadAverage()))
+                // Where the wall clock went: inside the daemon (its wall, the run-queue wait, the
+                // sleeps) or outside it (the socket, the client's own scheduling).
+                for (phase, lines) in [("fresh", m.freshLines), ("settled", m.settledLines)] where !lines.isEmpty {
+                    let wall = Figure(lines.map(\.wall)), runq = Figure(lines.map(\.runQueue)), wake = Figure(lines.map(\.runQueueBefore))
+                    let asleep = Figure(lines.map { max(0, $0.wall - $0.cpu - $0.runQueue) })
+                    progress(String(format: "  %@: in the daemon wall p50/p99 %.3f / %.3f ms, run-queue wait p50/p99 %.3f / %.3f ms, "
+                        + "asleep p50/p99 %.3f / %.3f ms; the thread's run-queue wait before it (wake-up) p50/p99 %.3f / %.3f ms; "
+                        + "%.1f %% of queries slept", phase, wall.percentile(0.5), wall.percentile(0.99),
+                        runq.percentile(0.5), runq.percentile(0.99), asleep.percentile(0.5), asleep.percentile(0.99),
+                        wake.percentile(0.5), wake.percentile(0.99),
+                        100 * Double(lines.filter { $0.voluntary > 0 }.count) / Double(lines.count)))
+                }
             }
             let label = sizeLabel(size)
             for (name, p) in [("p50", 0.5), ("p99", 0.99)] {
@@ -120,10 +135,12 @@ struct FreshBench {
             if now() - donated > 3600 { fatal("the ranked index of \(bundle) did not settle within an hour") }
         }
         m.settleSeconds = settledAt! - donated
-        m.freshCPU = daemon.takeQueryCPU(count: m.fresh.count).map(\.cpu)
+        m.freshLines = daemon.takeQueryCPU(count: m.fresh.count)
+        m.freshCPU = m.freshLines.map(\.cpu)
         hook("settled")
         for _ in 0..<(options.queries * texts.count / 2) { m.settled.append(try await query()) }
-        m.settledCPU = daemon.takeQueryCPU(count: m.settled.count).map(\.cpu)
+        m.settledLines = daemon.takeQueryCPU(count: m.settled.count)
+        m.settledCPU = m.settledLines.map(\.cpu)
         hook("done")
         return m
     }

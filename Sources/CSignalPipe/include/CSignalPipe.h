@@ -21,4 +21,17 @@ int sl_signal_pipe_install(int signal);
 /// Puts back the action `sl_signal_pipe_install` replaced. 0, or -1 with errno.
 int sl_signal_pipe_restore(int signal);
 
+/// Linux 6.12 and later (EEVDF): asks for a time slice of `nanoseconds` (the kernel keeps it
+/// within 0.1 to 100 ms) for the calling thread, keeping its policy (SCHED_OTHER) and its nice.
+/// A thread with a shorter slice than the running one preempts it when it wakes up, instead of
+/// waiting for the running thread's slice (1.4 ms by default on two cores) to end; its share of
+/// the CPU is unchanged. No privilege needed. 0, or -1 with errno (ENOSYS, EINVAL on older kernels).
+/// 0 nanoseconds puts back the kernel's default. Here with the signal pipe only because it needs
+/// C too (`syscall` is variadic).
+int sl_thread_set_slice(unsigned long long nanoseconds);
+
+/// The calling thread's time slice in nanoseconds (sched_getattr's sched_runtime), 0 where the
+/// kernel does not say.
+unsigned long long sl_thread_slice(void);
+
 #endif

@@ -1,3 +1,6 @@
+#if canImport(Glibc)
+import Glibc
+#endif
 import Foundation
 import SearchlightStore
 import SearchlightWire
@@ -75,6 +78,7 @@ extension BundleCalls {
     /// JSON written straight from the rows. `desktop`: the desktop role's answer, where every
     /// item names its bundle and `bundles` says how each bundle's items open.
     func userQuery(_ r: QueryUser, desktop: DesktopCalls? = nil) throws(SearchlightError) -> WireAnswer {
+        let sched = Self.logQueryCPU ? ThreadSched.sample() : nil
         var request = UserQueryRequest(text: r.text)
         // Checked before any index is read; the stores take the words parsed here.
         try request.check(limits: limits)
@@ -172,13 +176,50 @@ extension BundleCalls {
             (QueryUser.Response(items: [], rankedItems: [], suggestions: [], bundles: bundles).result["bundles"] ?? [:]).write(to: &out)
         }
         out.append(UInt8(ascii: "}"))
-        if Self.logQueryCPU {
+        if let sched {
+            // Where the wall clock went off the CPU: waiting for a CPU (the run queue) or asleep
+            // (a lock, I/O), and how often the thread gave way (voluntary) or was preempted.
+            // And before it, since this thread's previous query ended: the run-queue wait of the
+            // thread's wake-up when the request arrived (and of the reply to the previous one).
+            let end = ThreadSched.sample()
+            let before = ThreadSched.previous.map { sched.runQueueNanos &- $0.runQueueNanos } ?? 0
+            ThreadSched.previous = end
             // Each phase's thread-CPU and wall microseconds: "lexical=cpu/wall vector=cpu/wall ...".
             let phases = (budget.phases ?? [:]).sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value.cpu / 1000)/\($0.value.wall / 1000)" }
             log.notice("query cpu", ["method": Method.queryUser, "cpu_us": String(Int(budget.worked * 1e6)),
-                "wall_us": String(Int(budget.elapsed * 1e6)), "phases_us": phases.joined(separator: " ")])
+                "wall_us": String(Int(budget.elapsed * 1e6)), "runq_us": String((end.runQueueNanos &- sched.runQueueNanos) / 1000),
+                "vcs": String(end.voluntary - sched.voluntary), "ivcs": String(end.involuntary - sched.involuntary),
+                "runq_before_us": String(before / 1000), "phases_us": phases.joined(separator: " ")])
         }
         return .encoded(out)
+    }
+
+    /// The calling thread's time waiting on the run queue (/proc/thread-self/schedstat, 0 where
+    /// the kernel does not keep it) and its context switches (RUSAGE_THREAD).
+    struct ThreadSched {
+        var runQueueNanos: UInt64 = 0
+        var voluntary = 0
+        var involuntary = 0
+
+        /// This thread's sample at the end of its last logged query.
+        static var previous: ThreadSched? {
+            get { Thread.current.threadDictionary["searchlight.sched"] as? ThreadSched }
+            set { Thread.current.threadDictionary["searchlight.sched"] = newValue }
+        }
+
+        static func sample() -> ThreadSched {
+            var s = ThreadSched()
+            if let text = try? String(contentsOfFile: "/proc/thread-self/schedstat", encoding: .utf8) {
+                let fields = text.split(separator: " ")
+                if fields.count >= 2, let n = UInt64(fields[1]) { s.runQueueNanos = n }
+            }
+            var usage = rusage()
+            if getrusage(__rusage_who_t(1), &usage) == 0 {  // RUSAGE_THREAD
+                s.voluntary = usage.ru_nvcsw
+                s.involuntary = usage.ru_nivcsw
+            }
+            return s
+        }
     }
 
     /// `SEARCHLIGHT_QUERY_CPU_LOG=1` (the bench's fresh scenario): a log line per `query.user`

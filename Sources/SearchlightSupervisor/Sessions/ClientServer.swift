@@ -76,7 +76,7 @@ final class ClientServer: Sendable {
         connection.setIdlePolicy(.init(seconds: config.idleTimeout, mayClose: { [weak session] in session?.idle ?? true }))
         let key = ObjectIdentifier(connection)
         lock.withLock { $0.sessions[key] = session }
-        connection.start(name: "client-\(peer.pid)", onMessage: { _, message in session.handle(message) }) { [self] _, reason in
+        connection.start(name: "client-\(peer.pid)", answersQueries: true, onMessage: { _, message in session.handle(message) }) { [self] _, reason in
             switch reason {
             case .frameTooLarge, .incompleteFrame, .readError, .unreadAnswers, .malformedFrames, .outboxFull:
                 log.warning("client connection closed", ["pid": peer.pid, "uid": peer.uid, "reason": reason])
