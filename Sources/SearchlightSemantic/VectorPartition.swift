@@ -532,12 +532,15 @@ public final class PartitionBuild: @unchecked Sendable {
         set { cancellation.onRound = newValue }
     }
 
-    /// Saves the lists `run` made (`PartitionFile`) to `path`; false when there are none or the
-    /// file could not be written.
+    /// Saves the lists `run` made (`PartitionFile`) to `path`; false when there are none, the
+    /// build is cancelled (`cancel`) before the file is in place, or it could not be written.
+    /// `publish` is given the final rename (`PartitionFile.write`): a caller runs it under its own
+    /// lock, or not at all (its store closed), and then the new file is removed.
     @discardableResult
-    public func save(to path: String) -> Bool {
-        guard let result else { return false }
+    public func save(to path: String, publish: (_ rename: () -> Bool) -> Bool = { $0() }) -> Bool {
+        guard let result, !isCancelled else { return false }
         let rowids = source.rowids
-        return PartitionFile.write(result.fileContents(trainedLive: result.trainedLive) { rowids[$0] }, to: path)
+        let contents = result.fileContents(trainedLive: result.trainedLive) { rowids[$0] }
+        return PartitionFile.write(contents, to: path, cancelled: { isCancelled }, publish: publish)
     }
 }

@@ -43,6 +43,13 @@ final class StoreVectors: @unchecked Sendable {
     private var saves = 0
     /// A test seam: called on the partition thread with each build it begins, before it runs.
     var onBuildBegun: ((PartitionBuild) -> Void)?
+    /// A test seam: called on the partition thread once a save has written its `.tmp`, before the rename.
+    var onSaveWritten: ((PartitionBuild) -> Void)?
+    /// Entered while the partition thread runs (with `partitionRunning`): `close` waits on it.
+    private let partitionThread = DispatchGroup()
+    /// How long `close` waits for the partition thread to end (it stops at its next check, or
+    /// after the step under way: at 1M a save sorts 1M rowids and writes 14 MB).
+    static let closeWait: TimeInterval = 10
 
     // Owned by the writer thread.
     private var journal: [(rowid: Int64, vector: QuantizedVector?)] = []
@@ -126,6 +133,7 @@ final class StoreVectors: @unchecked Sendable {
         let start = fillLock.withLock {
             if partitionRunning || closed { return false }
             partitionRunning = true
+            partitionThread.enter()
             return true
         }
         guard start else { return }
@@ -144,7 +152,10 @@ final class StoreVectors: @unchecked Sendable {
             let build: PartitionBuild? = lock.writing {
                 let build = fillLock.withLock { closed } ? nil : loaded?.beginPartitionBuild()
                 fillLock.withLock {
-                    if build == nil { partitionRunning = false }
+                    if build == nil {
+                        partitionRunning = false
+                        partitionThread.leave()
+                    }
                     runningBuild = build
                 }
                 return build
@@ -162,8 +173,15 @@ final class StoreVectors: @unchecked Sendable {
                 return loaded?.finishPartitionBuild(build) ?? false
             }
             // Saved off the lock (the lists are read-only once built): the next load restores it.
-            if placed, let path = fillLock.withLock({ closed ? nil : partitionPath }), build.save(to: path) {
-                fillLock.withLock { saves += 1 }
+            // Renamed into place under `fillLock` and only while the store is open: once `close`
+            // has run, the registry may move, replace or erase the store's files, and a late
+            // rename would put this file back among them (its `.tmp` is removed instead).
+            if placed, let path = fillLock.withLock({ closed ? nil : partitionPath }) {
+                let saved = build.save(to: path) { rename in
+                    onSaveWritten?(build)
+                    return fillLock.withLock { closed ? false : rename() }
+                }
+                if saved { fillLock.withLock { saves += 1 } }
             }
             // Not kept past its end: its source holds a copy of the flags and rowids (9 MB at 1M)
             // and descriptors of the index's files.
@@ -173,13 +191,17 @@ final class StoreVectors: @unchecked Sendable {
 
     func drop() { lock.writing { loaded = nil } }
 
-    /// The store closes: no partition build begins from now on, and one under way stops at its
-    /// next check (`PartitionBuild.cancel`).
-    func close() {
+    /// The store closes: no partition build begins from now on, one under way stops at its next
+    /// check (`PartitionBuild.cancel`), and a save under way is not put in place. Waits, at most
+    /// `closeWait`, for the partition thread to end, so that once the store is closed nothing
+    /// writes beside its files (false when the wait ran out: the thread still renames nothing).
+    @discardableResult
+    func close() -> Bool {
         fillLock.withLock {
             closed = true
             runningBuild?.cancel()
         }
+        return partitionThread.wait(timeout: .now() + Self.closeWait) == .success
     }
 
     /// The `k` nearest vectors (nil when not loaded); `allowed` restricts them.
