@@ -27,7 +27,7 @@ public enum PartitionRestore: Sendable, Equatable {
 /// The file is read by the daemon, root in system mode: it is opened without following a link,
 /// must be a regular file, and is read whole only once its size matches what its header says,
 /// within bounds set by the index it is restored into.
-enum PartitionFile {
+public enum PartitionFile {
     static let magic: UInt64 = 0x3154_5241_5056_4C53  // "SLVPART1", little-endian
     static let version: UInt32 = 1
     static let headerBytes = 48

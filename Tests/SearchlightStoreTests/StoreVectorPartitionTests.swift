@@ -100,6 +100,29 @@ struct StoreVectorPartitionTests {
         _ = try f.hybrid("listen to music")
         #expect(f.store.vectorPartitionRestore == .restored(placed: 600, unplaced: 0))
     }
+
+    @Test("a delete-all removes the saved partition with the vectors it placed, loaded or not")
+    func deleteAllRemovesTheFile() throws {
+        let f = try StoreFixture(rankedBuilds: false, vectors: true)
+        try reopen(f)
+        let file = f.dir + "/b/_default.sqlite" + IndexStore.partitionFileSuffix
+        try donate(f, 0..<600)
+        _ = try f.hybrid("listen to music")
+        try awaitSaves(f, 1)
+        #expect(FileManager.default.fileExists(atPath: file))
+        _ = try f.store.applySync([.deleteAll])
+        #expect(!FileManager.default.fileExists(atPath: file))
+        #expect(!FileManager.default.fileExists(atPath: file + PartitionFile.temporarySuffix))
+        // Not loaded: a store reopened and emptied before any semantic query.
+        try donate(f, 0..<600)
+        _ = try f.hybrid("listen to music")
+        try awaitSaves(f, 2)
+        #expect(FileManager.default.fileExists(atPath: file))
+        try reopen(f)
+        #expect(!f.store.vectors.isLoaded)
+        _ = try f.store.applySync([.deleteAll])
+        #expect(!FileManager.default.fileExists(atPath: file))
+    }
 }
 
 /// A partition build under way when its store closes (`StoreVectors.close`).

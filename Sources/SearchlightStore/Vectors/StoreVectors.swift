@@ -41,6 +41,9 @@ final class StoreVectors: @unchecked Sendable {
     private var restore: PartitionRestore?
     /// Partitions saved since the store opened (guarded by `fillLock`).
     private var saves = 0
+    /// Delete-alls committed (guarded by `fillLock`): a save of a build begun before one is not
+    /// put in place (the file was removed with the vectors it described).
+    private var clears = 0
     /// A test seam: called on the partition thread with each build it begins, before it runs.
     var onBuildBegun: ((PartitionBuild) -> Void)?
     /// A test seam: called on the partition thread once a save has written its `.tmp`, before the rename.
@@ -76,6 +79,7 @@ final class StoreVectors: @unchecked Sendable {
     /// of the group did not commit.
     func writerCommitted(clean: Bool) {
         guard !journal.isEmpty || cleared else { return }
+        if cleared && clean { removeSavedPartition() }
         lock.writing {
             guard var index = loaded else { return }
             loaded = nil  // released while it is patched, so the patch does not copy its arrays
@@ -108,6 +112,22 @@ final class StoreVectors: @unchecked Sendable {
         }
         lock.writing { loaded = index }
         schedulePartition()
+    }
+
+    /// Where the partition is saved (`IndexStore.partitionFileSuffix`), known before a load so
+    /// that a delete-all removes the file of an index not loaded.
+    func usePartitionPath(_ path: String?) { fillLock.withLock { partitionPath = path } }
+
+    /// The index was emptied (a delete-all committed): its saved partition, and one being saved,
+    /// go; the build under way, of vectors that are gone, stops.
+    private func removeSavedPartition() {
+        fillLock.withLock {
+            clears += 1
+            runningBuild?.cancel()
+            guard let partitionPath else { return }
+            // A save renames under this lock and checks `clears`: it cannot put its file back.
+            for suffix in ["", PartitionFile.temporarySuffix] { unlink(partitionPath + suffix) }
+        }
     }
 
     /// What the last load did with the saved partition (nil: no path, or not loaded yet).
@@ -149,9 +169,11 @@ final class StoreVectors: @unchecked Sendable {
         while true {
             // Checked and begun under the lock, and the thread marked ended there, so a commit
             // that makes a build due after this check finds the thread ended and starts one.
+            var generation = 0
             let build: PartitionBuild? = lock.writing {
                 let build = fillLock.withLock { closed } ? nil : loaded?.beginPartitionBuild()
                 fillLock.withLock {
+                    generation = clears
                     if build == nil {
                         partitionRunning = false
                         partitionThread.leave()
@@ -179,7 +201,7 @@ final class StoreVectors: @unchecked Sendable {
             if placed, let path = fillLock.withLock({ closed ? nil : partitionPath }) {
                 let saved = build.save(to: path) { rename in
                     onSaveWritten?(build)
-                    return fillLock.withLock { closed ? false : rename() }
+                    return fillLock.withLock { closed || clears != generation ? false : rename() }
                 }
                 if saved { fillLock.withLock { saves += 1 } }
             }
