@@ -244,9 +244,9 @@ final class StoreVectors: @unchecked Sendable {
     /// a query where one index of their 64 000 items rescores 2 000 (issue 31).
     func mode(k: Int, unionCount: Int) -> VectorIndex.Mode {
         lock.reading {
-            guard let index = loaded, unionCount > index.exactLimit, index.count > 0 else { return .automatic }
+            guard let index = loaded, index.count > 0 else { return .automatic }
             let union = max(unionCount, index.count)
-            let candidates = max(index.minimumCandidates, Int(Double(union) * index.candidateFraction))
+            guard let candidates = index.automaticCandidates(count: union) else { return .automatic }
             let share = max(k, Int((Double(candidates) * Double(index.count) / Double(union)).rounded(.up)))
             return share >= index.count ? .exact : .prefiltered(candidates: share)
         }
