@@ -213,6 +213,9 @@ final class StoreVectors: @unchecked Sendable {
 
     func drop() { lock.writing { loaded = nil } }
 
+    /// `body` with the loaded index under the shared lock (for tests: `VectorIndex.partitionReach`).
+    func withLoaded<T>(_ body: (VectorIndex?) -> T) -> T { lock.reading { body(loaded) } }
+
     /// The store closes: no partition build begins from now on, one under way stops at its next
     /// check (`PartitionBuild.cancel`), and a save under way is not put in place. Waits, at most
     /// `closeWait`, for the partition thread to end, so that once the store is closed nothing
