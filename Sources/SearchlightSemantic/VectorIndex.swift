@@ -162,8 +162,7 @@ public struct VectorIndex: Sendable {
     /// corrupt or too stale is ignored, and the partition is built as before.
     @discardableResult
     public mutating func restorePartition(from path: String) -> PartitionRestore {
-        guard storage.partition == nil, storage.pendingBuild == nil else { return .ignored("the index already has a partition") }
-        guard count > partitionLimit else { return .ignored("the index is below the partition's size") }
+        if let refusal = storage.restoreRefusal(minimum: partitionLimit) { return refusal }
         // Room for the entries of items deleted since it was saved, bounded by this index's size.
         let contents: PartitionFile.Contents
         switch PartitionFile.read(path, dimension: dimension, words: words, maxEntries: 2 * storage.slotCount + 65_536) {
@@ -207,6 +206,16 @@ public struct VectorIndex: Sendable {
         if !isKnownUniquelyReferenced(&storage) { storage = storage.compacted() }
     }
 
+    /// The candidates an automatic search rescores where `count` items are searched (nil: every
+    /// one, at or below `exactLimit`): `partitionCandidates` or half `candidateFraction` when this
+    /// index searches its partition, else `minimumCandidates` or `candidateFraction`. The one rule,
+    /// for a search of this index and for its share of a search across indexes (the store's `mode`).
+    public func automaticCandidates(count: Int) -> Int? {
+        if count <= exactLimit { return nil }
+        if usesPartition && storage.partition != nil { return max(partitionCandidates, Int(Double(count) * candidateFraction / 2)) }
+        return max(minimumCandidates, Int(Double(count) * candidateFraction))
+    }
+
     /// The `k` items most similar to `query` (any scale; cosine is computed on directions), best
     /// first. `allowed` restricts the hits (filter queries, expiration) before they are counted.
     public func search(_ query: [Float], k: Int, mode: Mode = .automatic, allowed: ((Int64) -> Bool)? = nil) -> [VectorMatch] {
@@ -218,10 +227,7 @@ public struct VectorIndex: Sendable {
         let candidates: Int? = switch mode {
         case .exact: nil
         case .prefiltered(let c): c
-        case .automatic:
-            count <= exactLimit ? nil
-                : usesPartition && storage.partition != nil ? max(partitionCandidates, Int(Double(count) * candidateFraction / 2))
-                : max(minimumCandidates, Int(Double(count) * candidateFraction))
+        case .automatic: automaticCandidates(count: count)
         }
         let slots: [Int]
         if let candidates, candidates < count, usesPartition, let partition = storage.partition {

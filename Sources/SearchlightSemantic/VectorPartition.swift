@@ -1,5 +1,6 @@
 import CSemanticKernels
 import Glibc
+import Synchronization
 
 /// A coarse partition of a large index's slots (an inverted file, IVF, as FAISS's `IndexIVF`
 /// and pgvector's ivfflat): `lists` centroids trained by spherical k-means on a sample, each slot
@@ -268,32 +269,13 @@ final class VectorPartition: @unchecked Sendable {
 /// Asks a partition build under way to stop (`PartitionBuild.cancel`): checked between k-means
 /// rounds, between steps of the placement and between groups of lists written.
 final class BuildCancellation: @unchecked Sendable {
-    private let lock = NSLockLite()
-    private var cancelled = false
+    private let cancelled = Atomic<Bool>(false)
     /// k-means rounds begun, and a call at the start of each (for tests).
     var roundsRun = 0
     var onRound: ((Int) -> Void)?
 
-    var isCancelled: Bool { lock.withLock { cancelled } }
-    func cancel() { lock.withLock { cancelled = true } }
-}
-
-/// A pthread mutex (this module does not import Foundation).
-final class NSLockLite: @unchecked Sendable {
-    private let m: UnsafeMutablePointer<pthread_mutex_t>
-    init() {
-        m = .allocate(capacity: 1)
-        pthread_mutex_init(m, nil)
-    }
-    deinit {
-        pthread_mutex_destroy(m)
-        m.deallocate()
-    }
-    func withLock<T>(_ body: () throws -> T) rethrows -> T {
-        pthread_mutex_lock(m)
-        defer { pthread_mutex_unlock(m) }
-        return try body()
-    }
+    var isCancelled: Bool { cancelled.load(ordering: .acquiring) }
+    func cancel() { cancelled.store(true, ordering: .releasing) }
 }
 
 extension VectorSlots {
@@ -332,9 +314,16 @@ extension VectorSlots {
     /// rowid has a live slot with the sign code it was saved with keeps its list; the other live
     /// slots are searched beside the lists (moved). Ignored when those are more than a rebuild
     /// would allow (`needsPartition`): the index would then scan them one read each.
+    /// Why a saved partition is not to be restored into these slots now (nil: it may be);
+    /// checked before the file is read (`VectorIndex.restorePartition`) and again here.
+    func restoreRefusal(minimum: Int) -> PartitionRestore? {
+        if partition != nil || pendingBuild != nil { return .ignored("the index already has a partition") }
+        if live <= minimum { return .ignored("the index is below the partition's size") }
+        return nil
+    }
+
     func restorePartition(_ c: PartitionFile.Contents, minimum: Int) -> PartitionRestore {
-        guard partition == nil, pendingBuild == nil else { return .ignored("the index already has a partition") }
-        guard live > minimum else { return .ignored("the index is below the partition's size") }
+        if let refusal = restoreRefusal(minimum: minimum) { return refusal }
         let total = slotCount
         var assign = [UInt16](repeating: .max, count: total)
         var expected = [UInt32](repeating: 0, count: total)
@@ -532,12 +521,15 @@ public final class PartitionBuild: @unchecked Sendable {
         set { cancellation.onRound = newValue }
     }
 
-    /// Saves the lists `run` made (`PartitionFile`) to `path`; false when there are none or the
-    /// file could not be written.
+    /// Saves the lists `run` made (`PartitionFile`) to `path`; false when there are none, the
+    /// build is cancelled (`cancel`) before the file is in place, or it could not be written.
+    /// `publish` is given the final rename (`PartitionFile.write`): a caller runs it under its own
+    /// lock, or not at all (its store closed), and then the new file is removed.
     @discardableResult
-    public func save(to path: String) -> Bool {
-        guard let result else { return false }
+    public func save(to path: String, publish: (_ rename: () -> Bool) -> Bool = { $0() }) -> Bool {
+        guard let result, !isCancelled else { return false }
         let rowids = source.rowids
-        return PartitionFile.write(result.fileContents(trainedLive: result.trainedLive) { rowids[$0] }, to: path)
+        let contents = result.fileContents(trainedLive: result.trainedLive) { rowids[$0] }
+        return PartitionFile.write(contents, to: path, cancelled: { isCancelled }, publish: publish)
     }
 }

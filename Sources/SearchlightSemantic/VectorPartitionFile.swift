@@ -27,7 +27,7 @@ public enum PartitionRestore: Sendable, Equatable {
 /// The file is read by the daemon, root in system mode: it is opened without following a link,
 /// must be a regular file, and is read whole only once its size matches what its header says,
 /// within bounds set by the index it is restored into.
-enum PartitionFile {
+public enum PartitionFile {
     static let magic: UInt64 = 0x3154_5241_5056_4C53  // "SLVPART1", little-endian
     static let version: UInt32 = 1
     static let headerBytes = 48
@@ -75,9 +75,19 @@ enum PartitionFile {
         headerBytes + lists * dimension + lists * 4 + entries * (8 + 4 + 2)
     }
 
-    /// Writes `contents` to `path` by a new file renamed over it (a reader sees the old file or
-    /// the new one whole; a crash may leave a partial `.tmp`, never read). False on any failure.
-    static func write(_ c: Contents, to path: String) -> Bool {
+    /// The suffix of the file a save writes before renaming it over the saved one.
+    public static let temporarySuffix = ".tmp"
+
+    /// Writes `contents` to `path` by a new file, fsynced, renamed over it (a reader sees the old
+    /// file or the new one whole; a crash may leave a partial `.tmp`, never read). False on any
+    /// failure, or when `cancelled` turns true before the rename, or `publish` (given the rename,
+    /// to run under its caller's lock, or not) does not rename: the `.tmp` is removed then.
+    ///
+    /// The `.tmp` is made anew (`O_EXCL`, after removing what was there, not following a link):
+    /// a file planted at that path (a hard link to another file) is never opened and overwritten.
+    /// It is renamed or removed only while it is still the file this call made.
+    static func write(_ c: Contents, to path: String, cancelled: () -> Bool = { false },
+                      publish: (_ rename: () -> Bool) -> Bool = { $0() }) -> Bool {
         let lists = c.scales.count, n = c.rowids.count
         let total = size(dimension: c.dimension, lists: lists, entries: n)
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: total, alignment: 8)
@@ -101,9 +111,22 @@ enum PartitionFile {
         buffer.storeBytes(of: UInt64(c.trainedLive), toByteOffset: 24, as: UInt64.self)
         buffer.storeBytes(of: UInt64(n), toByteOffset: 32, as: UInt64.self)
         buffer.storeBytes(of: checksum(buffer + headerBytes, total - headerBytes, seed: checksum(buffer, 40)), toByteOffset: 40, as: UInt64.self)
-        let temporary = path + ".tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        if cancelled() { return false }
+        let temporary = path + temporarySuffix
+        unlink(temporary)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { return false }
+        var made = stat()
+        guard fstat(fd, &made) == 0 else {
+            close(fd)
+            return false
+        }
+        /// Whether the `.tmp` is still the file this call made (another save of the same path,
+        /// a store closed and reopened meanwhile, may have replaced it).
+        func isOurs() -> Bool {
+            var st = stat()
+            return lstat(temporary, &st) == 0 && st.st_dev == made.st_dev && st.st_ino == made.st_ino
+        }
         var done = 0
         while done < total {
             let w = Glibc.write(fd, buffer + done, total - done)
@@ -111,9 +134,10 @@ enum PartitionFile {
             if w < 0 && errno == EINTR { continue }
             break
         }
+        let synced = done == total && fsync(fd) == 0
         close(fd)
-        guard done == total, rename(temporary, path) == 0 else {
-            unlink(temporary)
+        guard synced, !cancelled(), isOurs(), publish({ rename(temporary, path) == 0 }) else {
+            if isOurs() { unlink(temporary) }
             return false
         }
         return true
@@ -122,7 +146,9 @@ enum PartitionFile {
     /// The contents of the file at `path`, checked whole; or why it is not to be trusted.
     /// `maxEntries` bounds what is read (the caller's live items, with room for deleted ones).
     static func read(_ path: String, dimension: Int, words: Int, maxEntries: Int) -> Result<Contents, PartitionFileError> {
-        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        // Without blocking: a FIFO planted at the path would otherwise hold the opening thread (the
+        // store's writer, where the load runs) until something writes to it.
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return .failure(.init(errno == ENOENT ? "no saved partition" : "the saved partition cannot be opened")) }
         defer { close(fd) }
         var st = stat()

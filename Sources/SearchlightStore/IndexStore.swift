@@ -108,6 +108,7 @@ public final class IndexStore: @unchecked Sendable {
     public init(path: String, options: StoreOptions = StoreOptions()) throws(SearchlightError) {
         self.path = path
         self.options = options
+        vectors.usePartitionPath(options.vectorPartitionFile ? path + Self.partitionFileSuffix : nil)
         let dir = (path as NSString).deletingLastPathComponent
         do {
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])

@@ -149,6 +149,19 @@ public final class QueryBudget: @unchecked Sendable {
         return try budget.phase(name, body)
     }
 
+    /// Thread-CPU nanoseconds spent for this query on other threads (the transformer's embedding
+    /// on `QueryCompute`'s), added by `addOffThread`; not counted against the limit (`worked`).
+    public private(set) var offThreadCPU: UInt64 = 0
+
+    /// Adds `nanoseconds` of another thread's CPU, spent for this query, to phase `name` (CPU
+    /// only: its wall time is the waiting phase's) and to `offThreadCPU`, when phases are recorded.
+    public func addOffThread(_ name: String, cpu nanoseconds: UInt64) {
+        guard phases != nil else { return }
+        offThreadCPU += nanoseconds
+        let old = phases?[name] ?? (0, 0)
+        phases?[name] = (old.cpu + nanoseconds, old.wall)
+    }
+
     /// Adds the time since `cpuSince`/`wallSince` (`threadCPUTime`, `now`) to phase `name`.
     public func add(_ name: String, cpuSince: UInt64, wallSince: UInt64) {
         guard phases != nil else { return }

@@ -113,11 +113,12 @@ extension IndexRegistry {
             Self.removeDatabaseFiles(path, mainFile: false)
             // The old index's saved vector partition goes; the shadow's, if it saved one, follows
             // its file (a load checks each entry against the vectors it finds anyway).
-            unlink(path + IndexStore.partitionFileSuffix)
+            for suffix in IndexStore.partitionFileSuffixes { unlink(path + suffix) }
             guard rename(shadow.path, path) == 0 else {
                 throw SearchlightError(.indexUnavailable, "cannot rename \(shadow.path) to \(path): \(String(cString: strerror(errno)))")
             }
             _ = rename(shadow.path + IndexStore.partitionFileSuffix, path + IndexStore.partitionFileSuffix)
+            for suffix in IndexStore.partitionFileSuffixes { unlink(shadow.path + suffix) }  // a .tmp left by a crash
             _ = Self.fsync(path: (path as NSString).deletingLastPathComponent)
         }
         let pause = Date().timeIntervalSince(started)
@@ -136,7 +137,8 @@ extension IndexRegistry {
 
     /// Removes a SQLite file with its -wal, -shm and saved vector partition (with `mainFile: false`, only the -wal and -shm).
     static func removeDatabaseFiles(_ file: String, mainFile: Bool = true) {
-        for suffix in mainFile ? ["", "-wal", "-shm", "-journal", "-partition", "-partition.tmp"] : ["-wal", "-shm", "-journal"] { unlink(file + suffix) }
+        let suffixes = mainFile ? [""] + IndexStore.sqliteFileSuffixes + IndexStore.partitionFileSuffixes : IndexStore.sqliteFileSuffixes
+        for suffix in suffixes { unlink(file + suffix) }
     }
 
     /// fsync of a file or directory; false when it cannot be opened or synced.

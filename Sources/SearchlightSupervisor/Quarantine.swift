@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import Foundation
+import SearchlightStore
 import SearchlightWire
 
 /// `<state>/quarantine/` (DESIGN §2): damaged index files set aside for diagnosis and salvage,
@@ -79,6 +80,9 @@ struct Quarantine: Sendable {
                 throw SearchlightError(.indexUnavailable, "cannot move the damaged index file \(path + suffix) into \(directory): \(reason); move or delete it by hand and restart searchlightd")
             }
         }
+        // The saved vector partition is made from the file's vectors, of no use for diagnosis or
+        // salvage: removed, not carried (left, it would lie beside the fresh index for good).
+        for suffix in IndexStore.partitionFileSuffixes { unlink(path + suffix) }
         Self.syncDirectory(directory)
         Self.syncDirectory((path as NSString).deletingLastPathComponent)
     }

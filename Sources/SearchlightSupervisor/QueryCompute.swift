@@ -19,6 +19,8 @@ final class QueryCompute: @unchecked Sendable {
         let done = DispatchSemaphore(value: 0)
         /// Written by the worker before `done` is signalled, read by the caller after.
         let result = Mutex<[Float]?>(nil)
+        /// The worker thread's CPU nanoseconds on the job, written before `done` is signalled.
+        let cpu = Atomic<UInt64>(0)
         init(_ work: @escaping @Sendable (_ shouldStop: @Sendable () -> Bool) -> [Float]?) { self.work = work }
     }
 
@@ -73,7 +75,11 @@ final class QueryCompute: @unchecked Sendable {
             }
             throw budget.error
         }
-        if let result = ticket.result.withLock({ $0 }) { return result }
+        if let result = ticket.result.withLock({ $0 }) {
+            // The session thread only waited: the embedding's CPU is the worker's.
+            budget.addOffThread("embed-compute", cpu: ticket.cpu.load(ordering: .relaxed))
+            return result
+        }
         // Stopped or expired in the queue: the budget says why (its deadline, at the latest now).
         if budget.shouldStop() { throw budget.error }
         throw SearchlightError(.cancelled, "the query's embedding waited past searchlightd's query limit and was stopped; retry",
@@ -109,7 +115,9 @@ final class QueryCompute: @unchecked Sendable {
             condition.unlock()
             guard let job else { return }
             let ticket = job.job
+            let cpuBefore = QueryBudget.threadCPUTime()
             let result: [Float]? = ticket.stop.load(ordering: .relaxed) ? nil : ticket.work { ticket.stop.load(ordering: .relaxed) }
+            ticket.cpu.store(QueryBudget.threadCPUTime() &- cpuBefore, ordering: .relaxed)
             ticket.result.withLock { $0 = result }
             condition.withLock {
                 state.finished(owner: job.owner)

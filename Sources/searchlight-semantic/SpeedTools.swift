@@ -63,6 +63,9 @@ func staticSpeed(_ options: ToolOptions) throws {
 /// the corpus's static vectors; larger ones add mixtures of two corpus vectors plus noise
 /// (normalize(a + 0.3·b + 0.05·g)), so that they keep the corpus's clustering.
 func indexSpeed(_ options: ToolOptions) throws {
+    if options["index"] != nil, options["sizes"] != nil {
+        fail("--sizes and --index do not go together: --index measures the index file's own vectors")
+    }
     let table = try StaticEncoder(file: options.staticTablePath)
     let docs = try loadCorpus(options.corpusPath)
     let judgements = (try? loadJudgements(defaultJudgements)) ?? []
@@ -73,7 +76,7 @@ func indexSpeed(_ options: ToolOptions) throws {
     print("| index size | mode | wall p50 | wall p99 | CPU p50 | CPU p99 | recall@10 vs exact |")
     print("|---|---|---|---|---|---|---|")
     // --index FILE: a store's own vectors (a daemon's index file), loaded as the daemon loads
-    // them after a restart, with the partition saved beside it when it is there.
+    // them after a restart (their files beside it), with the partition saved beside it when it is there.
     let sizes = options["index"] != nil ? [0] : options.counts("sizes", [64_000, 1_000_000]).sorted()
     for size in sizes {
         var index = VectorIndex(dimension: table.dimension)
@@ -81,10 +84,16 @@ func indexSpeed(_ options: ToolOptions) throws {
         if let file = options["index"] {
             let db = try Database(path: file, readOnly: true)
             var loadedCPU = 0.0
-            let loaded = time { loadedCPU = cpuTime { index = (try? VectorTable().load(dimension: table.dimension, partitioned: false, from: db))?.index ?? index } }
-            db.close()
+            defer { db.close() }
+            var loadError: Error?
+            let directory = (file as NSString).deletingLastPathComponent
+            let loaded = time { loadedCPU = cpuTime {
+                do { index = try VectorTable().load(dimension: table.dimension, directory: directory, partitioned: false, from: db).index }
+                catch { loadError = error }
+            } }
+            if let loadError { fail("cannot load the vectors of \(file): \(loadError)") }
             var restore = PartitionRestore.ignored("")
-            let restored = time { restore = index.restorePartition(from: file + "-partition") }
+            let restored = time { restore = index.restorePartition(from: file + IndexStore.partitionFileSuffix) }
             print("<!-- \(file): \(index.count) vectors loaded in \(format(loaded, 2)) s wall, \(format(loadedCPU, 2)) s CPU; "
                 + "saved partition: \(restore) in \(format(restored * 1000, 1)) ms -->")
         }
@@ -116,7 +125,10 @@ func indexSpeed(_ options: ToolOptions) throws {
         print("<!-- \(index.count): partition of \(index.partitionLists) lists, built in \(format(built, 2)) s wall, \(format(builtCPU, 2)) s CPU (0: restored) -->")
         let exact = queries.map { index.search($0, k: 10, mode: .exact) }
         var modes: [(String, VectorIndex.Mode, Int?)] = [("exact", .exact, nil), ("automatic, no partition", .automatic, nil)]
-        let automaticDepth = max(index.minimumCandidates, Int(Double(index.count) * index.candidateFraction))
+        // What an automatic search of the partition rescores (`VectorIndex.automaticCandidates`).
+        var partitioned = index
+        partitioned.usesPartition = true
+        let automaticDepth = partitioned.automaticCandidates(count: index.count) ?? index.count
         for p in options.counts("probes", [index.probes]) {
             modes.append(("automatic, \(p) probes", .automatic, p))
             // --depths N,…: the partitioned search rescoring N candidates instead.

@@ -207,4 +207,55 @@ struct VectorPartitionFileTests {
         #expect(finished5)
         #expect(index.isPartitioned)
     }
+    @Test("a FIFO planted at the file's path is refused without blocking the reading thread; a hard link planted at the .tmp path is not written through")
+    func plantedFiles() throws {
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        // The read runs on a thread of its own, waited for with a bound: the test fails, never hangs.
+        #expect(mkfifo(file, 0o600) == 0)
+        let answered = DispatchSemaphore(value: 0)
+        let outcome = ResultBox()
+        let path = file
+        Thread {
+            outcome.set(PartitionFile.read(path, dimension: 32, words: 1, maxEntries: 10_000))
+            answered.signal()
+        }.start()
+        let inTime = answered.wait(timeout: .now() + 30) == .success
+        #expect(inTime, "reading a FIFO blocked")
+        if !inTime {
+            // Frees the blocked reader: a writer opening the FIFO lets its open return.
+            let w = open(file, O_WRONLY | O_NONBLOCK)
+            if w >= 0 { close(w) }
+            _ = answered.wait(timeout: .now() + 30)
+        }
+        if case .failure(let error)? = outcome.value {
+            #expect(error.reason == "the saved partition is not a regular file")
+        } else {
+            Issue.record("a FIFO was read as a partition")
+        }
+        unlink(file)
+
+        // A hard link at the .tmp path to another file: the save makes a new file instead.
+        let victim = dir + "/victim"
+        try Data("keep".utf8).write(to: URL(fileURLWithPath: victim))
+        #expect(link(victim, file + PartitionFile.temporarySuffix) == 0)
+        let contents = PartitionFile.Contents(dimension: 32, words: 1, trainedLive: 4_000, centroids: [Int8](repeating: 1, count: 16 * 32),
+                                              scales: [Float](repeating: 0.01, count: 16), rowids: [1, 2], lists: [0, 1], hashes: [7, 8])
+        #expect(PartitionFile.write(contents, to: file))
+        #expect(try Data(contentsOf: URL(fileURLWithPath: victim)) == Data("keep".utf8))
+        #expect(!FileManager.default.fileExists(atPath: file + PartitionFile.temporarySuffix))
+        let back = PartitionFile.read(file, dimension: 32, words: 1, maxEntries: 10_000)
+        #expect((try? back.get())?.rowids == [1, 2])
+        // A save whose publish declines leaves neither file nor .tmp.
+        unlink(file)
+        #expect(!PartitionFile.write(contents, to: file, publish: { _ in false }))
+        #expect(!FileManager.default.fileExists(atPath: file))
+        #expect(!FileManager.default.fileExists(atPath: file + PartitionFile.temporarySuffix))
+    }
+}
+
+private final class ResultBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var result: Result<PartitionFile.Contents, PartitionFileError>?
+    var value: Result<PartitionFile.Contents, PartitionFileError>? { lock.withLock { result } }
+    func set(_ r: Result<PartitionFile.Contents, PartitionFileError>) { lock.withLock { result = r } }
 }

@@ -1,5 +1,5 @@
 import Foundation
-import SearchlightSemantic
+@testable import SearchlightSemantic
 import Testing
 import TestThreads
 @testable import SearchlightStore
@@ -37,8 +37,18 @@ struct StoreVectorPartitionTests {
         }
     }
 
-    /// A partitioned search of every list with every item rescored is the exact search.
+    /// A partition in place reaches every live vector once (`partitionReach`: a probe of every list
+    /// plus the slots searched beside them), and a partitioned search of every list with every
+    /// item rescored is the exact search. (The search alone passes with a vector missing from the
+    /// lists unless it lands in the top 10.)
     func expectExact(_ f: StoreFixture, _ comment: Comment? = nil) {
+        // Without a partition (a file ignored, the build not done yet) every sign code is searched.
+        if f.store.isVectorIndexPartitioned {
+            let reach = f.store.vectors.withLoaded { $0?.partitionReach() }
+            let live = f.store.vectors.counts?.vectors
+            #expect(reach != nil && reach?.count == live, comment)
+            #expect(reach?.values.allSatisfy { $0 == 1 } ?? false, comment)
+        }
         for text in ["listen to music", "play chess", "compile kernel"] {
             let q = staticEncoder.embed(text)
             let probed = f.store.vectors.search(q, k: 10, mode: .prefiltered(candidates: 599))?.matches.map(\.rowid)
@@ -100,17 +110,36 @@ struct StoreVectorPartitionTests {
         _ = try f.hybrid("listen to music")
         #expect(f.store.vectorPartitionRestore == .restored(placed: 600, unplaced: 0))
     }
+
+    @Test("a delete-all removes the saved partition with the vectors it placed, loaded or not")
+    func deleteAllRemovesTheFile() throws {
+        let f = try StoreFixture(rankedBuilds: false, vectors: true)
+        try reopen(f)
+        let file = f.dir + "/b/_default.sqlite" + IndexStore.partitionFileSuffix
+        try donate(f, 0..<600)
+        _ = try f.hybrid("listen to music")
+        try awaitSaves(f, 1)
+        #expect(FileManager.default.fileExists(atPath: file))
+        _ = try f.store.applySync([.deleteAll])
+        #expect(!FileManager.default.fileExists(atPath: file))
+        #expect(!FileManager.default.fileExists(atPath: file + PartitionFile.temporarySuffix))
+        // Not loaded: a store reopened and emptied before any semantic query.
+        try donate(f, 0..<600)
+        _ = try f.hybrid("listen to music")
+        try awaitSaves(f, 2)
+        #expect(FileManager.default.fileExists(atPath: file))
+        try reopen(f)
+        #expect(!f.store.vectors.isLoaded)
+        _ = try f.store.applySync([.deleteAll])
+        #expect(!FileManager.default.fileExists(atPath: file))
+    }
 }
 
 /// A partition build under way when its store closes (`StoreVectors.close`).
 @Suite("Vector partition build at close", .onOwnThreads)
 struct StoreVectorPartitionCloseTests {
-    @Test("closing the store stops the build under way at its next check: nothing put in place, nothing saved, no more rounds")
-    func closeStopsTheBuild() throws {
-        let dir = NSTemporaryDirectory() + "sl-partclose-" + UUID().uuidString
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let file = dir + "/index.sqlite-partition"
+    /// 3 000 random vectors of 16 dimensions, partitioned above 1 000.
+    static func index(_ dir: String) throws -> VectorIndex {
         var index = VectorIndex(dimension: 16, directory: dir)
         index.partitionLimit = 1_000
         index.buildsPartition = false
@@ -122,6 +151,27 @@ struct StoreVectorPartitionCloseTests {
             }
             try index.set(Int64(i + 1), QuantizedVector(v))
         }
+        return index
+    }
+
+    /// Calls `vectors.close()` on a thread of its own (it waits for the partition thread), and
+    /// returns once `build` has been cancelled by it; `done` is signalled when close returns.
+    static func closeAside(_ vectors: StoreVectors, _ builds: BuildBox, done: DispatchSemaphore) throws {
+        Thread { _ = vectors.close(); done.signal() }.start()
+        let deadline = Date(timeIntervalSinceNow: 60)
+        while !(builds.value?.isCancelled ?? false) {
+            try #require(Date() < deadline, "close cancelled the build")
+            Thread.sleep(forTimeInterval: 0.005)
+        }
+    }
+
+    @Test("closing the store stops the build under way at its next check: nothing put in place, nothing saved, no more rounds")
+    func closeStopsTheBuild() throws {
+        let dir = NSTemporaryDirectory() + "sl-partclose-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let file = dir + "/index.sqlite-partition"
+        let index = try Self.index(dir)
         // The build's first round waits until the store has closed; the round after must not begin.
         let vectors = StoreVectors()
         let begun = DispatchSemaphore(value: 0), closed = DispatchSemaphore(value: 0)
@@ -137,11 +187,12 @@ struct StoreVectorPartitionCloseTests {
         }
         vectors.install(index, partitionPath: file)
         #expect(begun.wait(timeout: .now() + 60) == .success, "the build began")
-        vectors.close()
+        // close waits for the partition thread: the round is let go once close has cancelled it.
+        let closeReturned = DispatchSemaphore(value: 0)
+        try Self.closeAside(vectors, builds, done: closeReturned)
         closed.signal()
-        // The thread ends once the build gives up: wait for it, with a bound.
-        let deadline = Date(timeIntervalSinceNow: 60)
-        while vectors.isBuildingPartition && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(closeReturned.wait(timeout: .now() + 60) == .success, "close returned")
+        // close returned once the thread ended (the build gave up).
         #expect(!vectors.isBuildingPartition)
         let build = try #require(builds.value)
         #expect(build.isCancelled)
@@ -150,6 +201,37 @@ struct StoreVectorPartitionCloseTests {
         #expect(!vectors.isPartitioned)
         #expect(vectors.partitionSaves == 0)
         #expect(!FileManager.default.fileExists(atPath: file))
+    }
+    @Test("a save under way when the store closes puts no file in place (the registry may have moved or erased the store's files by then), leaves no .tmp, and close waits for it")
+    func closeDuringTheSave() throws {
+        let dir = NSTemporaryDirectory() + "sl-partclose-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let file = dir + "/index.sqlite-partition"
+        let vectors = StoreVectors()
+        let builds = BuildBox()
+        let written = DispatchSemaphore(value: 0), release = DispatchSemaphore(value: 0)
+        vectors.onBuildBegun = { builds.set($0) }
+        // The save waits, its .tmp written, until the store has closed (and the file was unlinked).
+        vectors.onSaveWritten = { _ in
+            written.signal()
+            release.wait()
+        }
+        vectors.install(try Self.index(dir), partitionPath: file)
+        #expect(written.wait(timeout: .now() + 120) == .success, "the save began")
+        #expect(FileManager.default.fileExists(atPath: file + ".tmp"))
+        let closeReturned = DispatchSemaphore(value: 0)
+        try Self.closeAside(vectors, builds, done: closeReturned)
+        unlink(file)  // as a swap or an erase does once the store is closed
+        release.signal()
+        #expect(closeReturned.wait(timeout: .now() + 60) == .success, "close returned")
+        // close returned once the thread ended; without the wait, give the thread its time.
+        let deadline = Date(timeIntervalSinceNow: 60)
+        while vectors.isBuildingPartition && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(!vectors.isBuildingPartition)
+        #expect(!FileManager.default.fileExists(atPath: file), "the save put its file back after close")
+        #expect(!FileManager.default.fileExists(atPath: file + ".tmp"))
+        #expect(vectors.partitionSaves == 0)
     }
 }
 

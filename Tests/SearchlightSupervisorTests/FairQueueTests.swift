@@ -214,4 +214,26 @@ struct QueryComputeTests {
         #expect(try first.wait().get() == [1])
         #expect(try sameUID.wait().get() == [5])
     }
+    @Test("the embedding's CPU, spent on a compute thread, is counted in the query's phases (the query cpu log), not lost as the waiting thread's")
+    func workerCPUCounted() throws {
+        let compute = QueryCompute(slots: 1, perOwner: 1)
+        defer { compute.stop() }
+        let budget = QueryBudget(timeout: 60)
+        budget.phases = [:]
+        let result = try budget.phase("embed") { () throws(SearchlightError) -> [Float] in
+            try compute.run(owner: 1, budget: budget) { _ in
+                // 30 ms of this thread's CPU.
+                let start = QueryBudget.threadCPUTime()
+                var x: Float = 1
+                while QueryBudget.threadCPUTime() &- start < 30_000_000 { x = x * 1.000001 + 0.5 }
+                return [x.isNaN ? 0 : 1]
+            }
+        }
+        #expect(result == [1])
+        let worker = try #require(budget.phases?["embed-compute"])
+        #expect(worker.cpu >= 30_000_000)
+        #expect(budget.offThreadCPU == worker.cpu)
+        // The caller's thread waited: its "embed" CPU is far below the worker's.
+        #expect((budget.phases?["embed"]?.cpu ?? .max) < worker.cpu)
+    }
 }

@@ -209,6 +209,49 @@ struct IndexReplaceTests {
         salvaged.close()
     }
 
+    @Test("the saved vector partition follows the file: a swap removes the old one and moves the shadow's, dropShadow, recovery's quarantine and erase leave no -partition or -partition.tmp")
+    func partitionFilesFollowTheIndex() throws {
+        let f = try Fixture()
+        try f.donate(Fixture.items("old", 5))
+        let fm = FileManager.default
+        func plant(_ file: String, _ text: String) throws {
+            for suffix in IndexStore.partitionFileSuffixes { try Data((text + suffix).utf8).write(to: URL(fileURLWithPath: file + suffix)) }
+        }
+        func leftovers(_ file: String) -> [String] { IndexStore.partitionFileSuffixes.filter { fm.fileExists(atPath: file + $0) } }
+
+        // A swap: the old index's partition (and a .tmp) go, the shadow's moves beside the file.
+        try plant(f.path, "old")
+        let shadow = try f.registry.beginShadow(bundle: f.bundle, index: "", resume: false)
+        _ = try shadow.applySync([.items(try Fixture.items("new", 3))])
+        try plant(shadow.path, "new")
+        _ = try f.registry.swapInShadow(bundle: f.bundle, index: "", shadow: shadow)
+        #expect(fm.contents(atPath: f.path + IndexStore.partitionFileSuffix) == Data("new-partition".utf8))
+        #expect(!fm.fileExists(atPath: f.path + IndexStore.partitionFileSuffixes[1]))
+        #expect(leftovers(shadow.path).isEmpty)
+
+        // A rebuild that ends without a swap.
+        let dropped = try f.registry.beginShadow(bundle: f.bundle, index: "", resume: false)
+        try plant(dropped.path, "dropped")
+        f.registry.dropShadow(bundle: f.bundle, index: "")
+        #expect(leftovers(dropped.path).isEmpty)
+
+        // Recovery: the damaged file set aside; its partition neither beside the fresh file nor in the quarantine.
+        try plant(f.path, "damaged")
+        let quarantine = Quarantine(stateDirectory: f.dir, limit: 5)
+        let name = quarantine.newName(bundle: f.bundle, index: "")
+        _ = try f.registry.replace(bundle: f.bundle, index: "") { (path) throws(SearchlightError) in
+            try quarantine.setAside(path: path, as: name, bundle: f.bundle, index: "", reason: "test")
+        }
+        #expect(leftovers(f.path).isEmpty)
+        #expect(leftovers(quarantine.directory + "/" + name).isEmpty)
+        #expect(quarantine.contains(name))
+
+        // Erase: the bundle's directory goes whole.
+        try plant(f.path, "erased")
+        _ = f.registry.erase(bundle: f.bundle)
+        #expect(!fm.fileExists(atPath: (f.path as NSString).deletingLastPathComponent))
+    }
+
     @Test("opening an index purges its expired items without holding other bundles' calls")
     func purgeOnOpenDoesNotBlockOthers() async throws {
         let f = try Fixture()

@@ -80,6 +80,11 @@ extension IndexStore {
 
     /// The saved partition of the vector index (`PartitionFile`), beside the store's file.
     public static let partitionFileSuffix = "-partition"
+    /// The saved partition and the `.tmp` a save writes before renaming it: removed with the
+    /// store's file, by a swap, a recovery and a delete-all.
+    public static let partitionFileSuffixes = [partitionFileSuffix, partitionFileSuffix + PartitionFile.temporarySuffix]
+    /// SQLite's files beside a store's own (a rollback journal only from older versions).
+    public static let sqliteFileSuffixes = ["-wal", "-shm", "-journal"]
 
     /// What the last load of the vector index did with its saved partition (nil before a load).
     public var vectorPartitionRestore: PartitionRestore? { vectors.partitionRestore }

@@ -42,8 +42,18 @@ final class StoreVectors: @unchecked Sendable {
     private var restore: PartitionRestore?
     /// Partitions saved since the store opened (guarded by `fillLock`).
     private var saves = 0
+    /// Delete-alls committed (guarded by `fillLock`): a save of a build begun before one is not
+    /// put in place (the file was removed with the vectors it described).
+    private var clears = 0
     /// A test seam: called on the partition thread with each build it begins, before it runs.
     var onBuildBegun: ((PartitionBuild) -> Void)?
+    /// A test seam: called on the partition thread once a save has written its `.tmp`, before the rename.
+    var onSaveWritten: ((PartitionBuild) -> Void)?
+    /// Entered while the partition thread runs (with `partitionRunning`): `close` waits on it.
+    private let partitionThread = DispatchGroup()
+    /// How long `close` waits for the partition thread to end (it stops at its next check, or
+    /// after the step under way: at 1M a save sorts 1M rowids and writes 14 MB).
+    static let closeWait: TimeInterval = 10
 
     // Owned by the writer thread.
     private var journal: [(rowid: Int64, vector: QuantizedVector?)] = []
@@ -76,6 +86,7 @@ final class StoreVectors: @unchecked Sendable {
     /// of the group did not commit.
     func writerCommitted(clean: Bool) {
         guard !journal.isEmpty || cleared else { return }
+        if cleared && clean { removeSavedPartition() }
         lock.writing {
             guard var index = loaded else { return }
             loaded = nil  // released while it is patched, so the patch does not copy its arrays
@@ -111,6 +122,22 @@ final class StoreVectors: @unchecked Sendable {
         schedulePartition()
     }
 
+    /// Where the partition is saved (`IndexStore.partitionFileSuffix`), known before a load so
+    /// that a delete-all removes the file of an index not loaded.
+    func usePartitionPath(_ path: String?) { fillLock.withLock { partitionPath = path } }
+
+    /// The index was emptied (a delete-all committed): its saved partition, and one being saved,
+    /// go; the build under way, of vectors that are gone, stops.
+    private func removeSavedPartition() {
+        fillLock.withLock {
+            clears += 1
+            runningBuild?.cancel()
+            guard let partitionPath else { return }
+            // A save renames under this lock and checks `clears`: it cannot put its file back.
+            for suffix in ["", PartitionFile.temporarySuffix] { unlink(partitionPath + suffix) }
+        }
+    }
+
     /// What the last load did with the saved partition (nil: no path, or not loaded yet).
     var partitionRestore: PartitionRestore? { fillLock.withLock { restore } }
     /// Partitions saved since the store opened.
@@ -134,6 +161,7 @@ final class StoreVectors: @unchecked Sendable {
         let start = fillLock.withLock {
             if partitionRunning || closed { return false }
             partitionRunning = true
+            partitionThread.enter()
             return true
         }
         guard start else { return }
@@ -149,10 +177,15 @@ final class StoreVectors: @unchecked Sendable {
         while true {
             // Checked and begun under the lock, and the thread marked ended there, so a commit
             // that makes a build due after this check finds the thread ended and starts one.
+            var generation = 0
             let build: PartitionBuild? = lock.writing {
                 let build = fillLock.withLock { closed } ? nil : loaded?.beginPartitionBuild()
                 fillLock.withLock {
-                    if build == nil { partitionRunning = false }
+                    generation = clears
+                    if build == nil {
+                        partitionRunning = false
+                        partitionThread.leave()
+                    }
                     runningBuild = build
                 }
                 return build
@@ -175,8 +208,15 @@ final class StoreVectors: @unchecked Sendable {
                 return loaded?.finishPartitionBuild(build) ?? false
             }
             // Saved off the lock (the lists are read-only once built): the next load restores it.
-            if placed, let path = fillLock.withLock({ closed ? nil : partitionPath }), build.save(to: path) {
-                fillLock.withLock { saves += 1 }
+            // Renamed into place under `fillLock` and only while the store is open: once `close`
+            // has run, the registry may move, replace or erase the store's files, and a late
+            // rename would put this file back among them (its `.tmp` is removed instead).
+            if placed, let path = fillLock.withLock({ closed ? nil : partitionPath }) {
+                let saved = build.save(to: path) { rename in
+                    onSaveWritten?(build)
+                    return fillLock.withLock { closed || clears != generation ? false : rename() }
+                }
+                if saved { fillLock.withLock { saves += 1 } }
             }
             // Not kept past its end: its source holds a copy of the flags and rowids (9 MB at 1M)
             // and descriptors of the index's files.
@@ -198,13 +238,20 @@ final class StoreVectors: @unchecked Sendable {
 
     func drop() { lock.writing { loaded = nil } }
 
-    /// The store closes: no partition build begins from now on, and one under way stops at its
-    /// next check (`PartitionBuild.cancel`).
-    func close() {
+    /// `body` with the loaded index under the shared lock (for tests: `VectorIndex.partitionReach`).
+    func withLoaded<T>(_ body: (VectorIndex?) -> T) -> T { lock.reading { body(loaded) } }
+
+    /// The store closes: no partition build begins from now on, one under way stops at its next
+    /// check (`PartitionBuild.cancel`), and a save under way is not put in place. Waits, at most
+    /// `closeWait`, for the partition thread to end, so that once the store is closed nothing
+    /// writes beside its files (false when the wait ran out: the thread still renames nothing).
+    @discardableResult
+    func close() -> Bool {
         fillLock.withLock {
             closed = true
             runningBuild?.cancel()
         }
+        return partitionThread.wait(timeout: .now() + Self.closeWait) == .success
     }
 
     /// The `k` nearest vectors (nil when not loaded); `allowed` restricts them.
@@ -225,9 +272,9 @@ final class StoreVectors: @unchecked Sendable {
     /// a query where one index of their 64 000 items rescores 2 000 (issue 31).
     func mode(k: Int, unionCount: Int) -> VectorIndex.Mode {
         lock.reading {
-            guard let index = loaded, unionCount > index.exactLimit, index.count > 0 else { return .automatic }
+            guard let index = loaded, index.count > 0 else { return .automatic }
             let union = max(unionCount, index.count)
-            let candidates = max(index.minimumCandidates, Int(Double(union) * index.candidateFraction))
+            guard let candidates = index.automaticCandidates(count: union) else { return .automatic }
             let share = max(k, Int((Double(candidates) * Double(index.count) / Double(union)).rounded(.up)))
             return share >= index.count ? .exact : .prefiltered(candidates: share)
         }
