@@ -694,6 +694,9 @@ public final class IndexStore: @unchecked Sendable {
         let writes = writing || !pending.isEmpty
         queue.unlock()
         if writes { return false }
+        // A partition build under way is background work closing would throw away (a 1M index
+        // spends seconds of CPU on it): not idle.
+        if vectors.isPartitionBuilding { return false }
         readers.lock()
         defer { readers.unlock() }
         return checkedOutReaders == 0
@@ -728,7 +731,15 @@ public final class IndexStore: @unchecked Sendable {
         }
     }
 
-    /// Finishes queued writes, then stops the writer. Idempotent.
+    /// Waits, at most `timeout`, for the store's background file writes (the vector partition's
+    /// save) to end after `close`: before its directory is removed. False when the wait ran out.
+    @discardableResult
+    public func waitForBackgroundFiles(timeout: TimeInterval) -> Bool {
+        vectors.close(waitingUpTo: timeout)
+    }
+
+    /// Finishes queued writes, then stops the writer. Idempotent. Does not wait for a partition
+    /// build (it stops at its next check; `shutDown` and `waitForBackgroundFiles` wait).
     public func close() {
         vectors.close()
         queue.lock()
@@ -756,13 +767,17 @@ public final class IndexStore: @unchecked Sendable {
     /// still waited for.
     @discardableResult
     public func shutDown(timeout: TimeInterval = 10, interruptingReads: Bool = false) -> Bool {
+        let start = Date()
         close()
+        // Before the files are moved or removed: the partition thread ends (it stops at its next
+        // check once closed), within the same deadline as the reads.
+        vectors.close(waitingUpTo: max(0, timeout - Date().timeIntervalSince(start)))
         readers.lock()
         retired = true
         if interruptingReads {
             for db in checkedOut.values { sqlite3_interrupt(db.handle) }
         }
-        let deadline = Date().addingTimeInterval(timeout)
+        let deadline = start.addingTimeInterval(timeout)
         while checkedOutReaders > 0, readers.wait(until: deadline) {}
         let drained = checkedOutReaders == 0
         let idle = idleReaders

@@ -36,7 +36,8 @@ final class IndexLeases: @unchecked Sendable {
 /// outside the lock, its file marked as settling meanwhile so that nobody opens, moves or
 /// replaces it until its connections are gone. Never closed:
 /// - a store with a lease (a call, a maintenance step, a migration or recovery step using it);
-/// - a store with a write queued or running, or a read in progress (`IndexStore.isIdle`);
+/// - a store with a write queued or running, a read in progress or a vector partition build under
+///   way (`IndexStore.isIdle`);
 /// - an index with a shadow (migration) or a condition (migrating, recovering), or whose store
 ///   found damage (recovery diagnoses that very store);
 /// - shadows themselves (not in `open`).

@@ -260,6 +260,9 @@ final class IndexRegistry: @unchecked Sendable {
         conditions = conditions.filter { $0.key.bundle != bundle }
         closedSummaries = closedSummaries.filter { $0.key.bundle != bundle }
         for o in doomed.values { o.store.close() }
+        // A partition save under way stops at its next check and removes its .tmp: waited for,
+        // so the directory's removal does not meet a file appearing in it.
+        for o in doomed.values { o.store.waitForBackgroundFiles(timeout: shutDownTimeout) }
         let dir = "\(root)/\(bundle)"
         let count = indexes(of: bundle).count
         try? FileManager.default.removeItem(atPath: dir)

@@ -97,6 +97,13 @@ public enum QueryLatency {
         _ = sl_thread_set_slice(UInt64(sliceMicroseconds) * 1000)
     }
 
+    /// Sets the calling thread's slice to `microseconds` (tests probe the kernel with it); false
+    /// where the kernel refused.
+    @discardableResult
+    public static func setCurrentThreadSlice(microseconds: Int) -> Bool {
+        sl_thread_set_slice(UInt64(max(0, microseconds)) * 1000) == 0
+    }
+
     /// The calling thread's slice in microseconds; 0 where the kernel does not say.
     public static var currentThreadSliceMicroseconds: Int { Int(sl_thread_slice() / 1000) }
 }

@@ -154,10 +154,10 @@ struct StoreVectorPartitionCloseTests {
         return index
     }
 
-    /// Calls `vectors.close()` on a thread of its own (it waits for the partition thread), and
+    /// Calls `vectors.close(waitingUpTo:)` on a thread of its own (it waits for the partition thread), and
     /// returns once `build` has been cancelled by it; `done` is signalled when close returns.
     static func closeAside(_ vectors: StoreVectors, _ builds: BuildBox, done: DispatchSemaphore) throws {
-        Thread { _ = vectors.close(); done.signal() }.start()
+        Thread { _ = vectors.close(waitingUpTo: StoreVectors.closeWait); done.signal() }.start()
         let deadline = Date(timeIntervalSinceNow: 60)
         while !(builds.value?.isCancelled ?? false) {
             try #require(Date() < deadline, "close cancelled the build")

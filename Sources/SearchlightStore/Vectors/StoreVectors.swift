@@ -242,16 +242,19 @@ final class StoreVectors: @unchecked Sendable {
     func withLoaded<T>(_ body: (VectorIndex?) -> T) -> T { lock.reading { body(loaded) } }
 
     /// The store closes: no partition build begins from now on, one under way stops at its next
-    /// check (`PartitionBuild.cancel`), and a save under way is not put in place. Waits, at most
-    /// `closeWait`, for the partition thread to end, so that once the store is closed nothing
-    /// writes beside its files (false when the wait ran out: the thread still renames nothing).
+    /// check (`PartitionBuild.cancel`), and a save under way is not put in place (its rename is
+    /// checked under `fillLock`, its `.tmp` removed). With `timeout`, waits that long at most for
+    /// the partition thread to end, so that nothing is written beside the store's files after
+    /// (false when the wait ran out). Without, returns at once: `close` runs under the daemon's
+    /// registry lock and on clients' threads, which must not wait for a background build.
     @discardableResult
-    func close() -> Bool {
+    func close(waitingUpTo timeout: TimeInterval? = nil) -> Bool {
         fillLock.withLock {
             closed = true
             runningBuild?.cancel()
         }
-        return partitionThread.wait(timeout: .now() + Self.closeWait) == .success
+        guard let timeout else { return !isPartitionBuilding }
+        return partitionThread.wait(timeout: .now() + timeout) == .success
     }
 
     /// The `k` nearest vectors (nil when not loaded); `allowed` restricts them.
