@@ -103,6 +103,8 @@ public final class IndexStore: @unchecked Sendable {
     var backgroundReaderLimit: Int { max(1, options.maxReaders / 2) }
     /// Set by `shutDown`: every connection is closed and no new one is opened.
     private var retired = false
+    /// The ranked index needed settling when the store opened (`init`).
+    private var unsettledAtOpen = false
 
     /// Opens (creating if needed) the index file at `path`, in a 0700 directory with mode 0600.
     public init(path: String, options: StoreOptions = StoreOptions()) throws(SearchlightError) {
@@ -123,7 +125,15 @@ public final class IndexStore: @unchecked Sendable {
             try writer.execute("PRAGMA cache_size=-\(options.cacheKiB); PRAGMA journal_size_limit=\(Self.walSizeLimit);")
             formatVersion = try Self.prepareSchema(writer, path: path)
             itemCount = try writer.intScalar("SELECT count(*) FROM items")
-            if formatVersion >= RankWriter.firstFormat { try rankWriter.load(writer) }
+            if formatVersion >= RankWriter.firstFormat {
+                try rankWriter.load(writer)
+                // A store stopped mid-settle (a reboot, `systemctl stop`) reopens with its small
+                // segments, and nothing else asks for settling until a write or a large delta.
+                if options.rankedIndexBuilds {
+                    unsettledAtOpen = try Self.planRankBuild(writer, now: options.clock().timeIntervalSince1970,
+                        segmentDocs: options.rankedIndexSegmentDocs, mode: .settle) != nil
+                }
+            }
         } catch let e as DatabaseError {
             throw Self.map(e, path: path)
         } catch let e as SearchlightError {
@@ -139,6 +149,8 @@ public final class IndexStore: @unchecked Sendable {
         thread.name = "index-writer"
         writerThread = thread
         thread.start()
+        // Settling at background priority, as when the writes stop (no query waits for it).
+        if unsettledAtOpen { rankMaintainer.request(byQuery: false) }
     }
 
     static func configure(_ db: Database, fullSync: Bool) throws {

@@ -275,4 +275,72 @@ struct RankedFreshSegmentTests {
         #expect(!f.store.rankMaintainer.freshBuildsFailing)
         #expect(try pending() < RankMaintainer.freshSegmentDocs)
     }
+
+    /// Segments of `segmentDocs` documents each, with the small ones a stop mid-settle leaves
+    /// between them (issue 32: a kept 1M state had 319 segments, 270 of 1 000 documents, where
+    /// settling lays out 16): 1024, eight of 128, 1024, 128 (11 segments, 3 200 documents;
+    /// 4 segments of 1 024 hold them). Built with the builds off; returns the document count.
+    static let raggedSegmentDocs = 1024
+    static func makeRaggedLayout(_ f: StoreFixture) throws -> Int {
+        var options = StoreFixture.options(f.clock, maxItems: nil, rankedBuilds: false)
+        options.rankedIndexSegmentDocs = raggedSegmentDocs
+        f.store.close()
+        f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: options)
+        var next = 0
+        for size in [1024] + Array(repeating: 128, count: 8) + [1024, 128] {
+            _ = try f.store.applySync([.items(try Self.items(f, next..<(next + size)))])
+            next += size
+            #expect(try f.store.buildRankedTail(all: true))
+        }
+        let ranked = try #require(try f.store.summary().rankedIndex)
+        #expect(ranked.segments == 11 && ranked.pending == 0, "\(ranked)")
+        return next
+    }
+
+    static func expectExhaustiveAnswers(_ f: StoreFixture) throws {
+        for text in ["alpha report", "bravo", "charlie delta", "notes"] {
+            let fast = try f.store.lexicalCandidates(text, limit: 20, filter: nil)
+            let exhaustive = try f.store.lexicalCandidates(text, limit: 20, filter: nil, path: .exhaustive)
+            #expect(fast.usedRankedIndex, "\(text)")
+            #expect(fast.candidates == exhaustive.candidates, "\(text)")
+        }
+    }
+
+    @Test("settling merges small segments between larger ones, not only the trailing ones")
+    func raggedSegmentsSettle() throws {
+        let f = try StoreFixture(rankedBuilds: false)
+        let count = try Self.makeRaggedLayout(f)
+        let before = try #require(try f.store.summary().rankedIndex)
+        #expect(!before.settled, "a ragged layout is not settled: \(before)")
+        try f.store.buildRankedIndex()
+        let after = try #require(try f.store.summary().rankedIndex)
+        let needed = (count + Self.raggedSegmentDocs - 1) / Self.raggedSegmentDocs
+        #expect(after.settled && after.items == count && after.pending == 0, "\(after)")
+        #expect(after.segments <= needed + RankMaintainer.tierWidth, "\(after)")
+        #expect(try Self.inactiveSegments(f.store) == 0)
+        try Self.expectExhaustiveAnswers(f)
+    }
+
+    @Test("a store reopened with a ragged layout settles it with no write (a stop mid-settle left it)")
+    func raggedLayoutSettlesAfterReopen() async throws {
+        let f = try StoreFixture(rankedBuilds: false)
+        let count = try Self.makeRaggedLayout(f)
+        var options = StoreFixture.options(f.clock, maxItems: nil, rankedBuilds: true)
+        options.rankedIndexSegmentDocs = Self.raggedSegmentDocs
+        options.rankedIndexFreshSegments = true
+        f.store.close()
+        f.store = try IndexStore(path: f.dir + "/b/_default.sqlite", options: options)
+        let needed = (count + Self.raggedSegmentDocs - 1) / Self.raggedSegmentDocs
+        // Queries only (their delta is empty, so none asks for a build): settling must start by itself.
+        let deadline = Date().addingTimeInterval(60)
+        var ranked = try #require(try f.store.summary().rankedIndex)
+        while !(ranked.settled && ranked.segments <= needed + RankMaintainer.tierWidth), Date() < deadline {
+            try Self.expectExhaustiveAnswers(f)
+            try await Task.sleep(for: .milliseconds(20))
+            ranked = try #require(try f.store.summary().rankedIndex)
+        }
+        #expect(ranked.settled && ranked.segments <= needed + RankMaintainer.tierWidth && ranked.items == count,
+                "\(ranked) \(f.store.rankMaintainer.laneState)")
+        try Self.expectExhaustiveAnswers(f)
+    }
 }

@@ -391,6 +391,9 @@ extension IndexStore {
             let (lo, replacing) = absorbedTail(snapshot.segments.dropLast(), adding: last.docs, segmentDocs: segmentDocs)
             if let lo { return .build(lo: lo, hi: last.hi, replacing: replacing + [last.id]) }
         }
+        if let run = raggedRun(snapshot.segments, segmentDocs: segmentDocs) {
+            return .build(lo: run.first!.lo, hi: run.last!.hi, replacing: run.map(\.id))
+        }
         // A query scores the rewritten documents one by one, and past `RankedTopK.deltaLimit`
         // of them it leaves the ranked index for the exhaustive SQL. Rewrites (updates, deletes,
         // engagement) spread over large segments can pass that while no segment reaches its own
@@ -419,6 +422,33 @@ extension IndexStore {
             replacing.append(segment.id)
         }
         return (lo, replacing)
+    }
+
+    /// Ragged segments anywhere in the layout (not only the trailing ones): when there are more
+    /// than `tierWidth` segments beyond what the documents fill (a segment per
+    /// `segmentDocs`), the longest run of adjacent segments that fits in one, if it has two or
+    /// more. A store stopped mid-settle (or whose merges left small segments between large ones:
+    /// 319 segments, 270 of them of 1 000 documents, in a kept 1M state that settling called
+    /// settled, since the tail rule only absorbs the last segments) is laid out again; a few
+    /// extra segments are left alone, so a small tail is not merged into a large segment at
+    /// every settle.
+    static func raggedRun(_ segments: [RankSnapshot.Segment], segmentDocs: Int) -> ArraySlice<RankSnapshot.Segment>? {
+        let docs = segments.reduce(0) { $0 + $1.docs }
+        let needed = (docs + segmentDocs - 1) / max(1, segmentDocs)
+        guard segments.count > needed + RankMaintainer.tierWidth else { return nil }
+        var best: Range<Int>?
+        var start = 0
+        while start < segments.count {
+            var end = start, total = 0
+            while end < segments.count, total + segments[end].docs <= segmentDocs {
+                total += segments[end].docs
+                end += 1
+            }
+            end = max(end, start + 1)
+            if end - start >= 2, end - start > (best?.count ?? 0) { best = start..<end }
+            start = end
+        }
+        return best.map { segments[$0] }
     }
 
     /// While writes come in: the last run of `tierWidth` adjacent segments of one tier, merged,
