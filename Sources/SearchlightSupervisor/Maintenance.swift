@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import SearchlightSemantic
 import SearchlightStore
 import SearchlightUnits
 import SearchlightWire
@@ -308,7 +309,13 @@ final class Maintenance: Sendable {
             context.semantic.touch()
             // On the idle run's background thread, one thread: a split would run on pool threads at the normal priority.
             let threads = BackgroundPriority.isCurrentThreadBackground ? 1 : SemanticEngine.refinementThreads
-            return encoder.embed(texts, threads: threads, meter: context.semantic.refinementWork)
+            do throws(SemanticError) {
+                return try encoder.embedding(texts, threads: threads, meter: context.semantic.refinementWork)
+            } catch {
+                // The model file changed after loading: nothing is refined with it.
+                context.semantic.transformerFailed(encoder, error)
+                return []
+            }
         }, yieldNow: {
             let sample = throttle?.sampleCount ?? -1
             if yieldNow() {

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import SearchlightSemantic
 import SearchlightStore
 import SearchlightWire
 
@@ -357,7 +358,13 @@ final class RefinementShare: Sendable {
             n = try store.refineVectors(batch: Self.batch, embed: { texts in
                 if waitForQueries() { queryWaits += 1 }
                 context.semantic.touch()
-                return encoder.embed(texts, threads: 1, meter: context.semantic.refinementWork)
+                do throws(SemanticError) {
+                    return try encoder.embedding(texts, threads: 1, meter: context.semantic.refinementWork)
+                } catch {
+                    // The model file changed after loading: nothing is refined with it.
+                    context.semantic.transformerFailed(encoder, error)
+                    return []
+                }
             }, yieldNow: {
                 yielded = pauseReason()
                 return yielded != nil
