@@ -124,7 +124,12 @@ public struct SafetensorsFile: Sendable {
     func rows(_ name: String, shape: [Int]) throws(SemanticError) -> TensorRows {
         guard shape.count == 2 else { throw SemanticError(.invalidArgument, "rows of \(name) need a 2-dimensional shape, not \(shape)") }
         let t = try checked(name, shape: shape)
-        guard let file else { return TensorRows(path: path, values: FloatTensor(try floats(name, shape: shape)), rows: shape[0], width: shape[1]) }
+        // SEARCHLIGHT_WORD_TABLE_ON_HEAP=1: the rows copied to the heap as before, to compare the two
+        // (`searchlight-semantic word-table`).
+        if file == nil || ProcessInfo.processInfo.environment["SEARCHLIGHT_WORD_TABLE_ON_HEAP"] == "1" {
+            return TensorRows(path: path, values: FloatTensor(try floats(name, shape: shape)), rows: shape[0], width: shape[1])
+        }
+        guard let file else { preconditionFailure() }
         let copy = fcntl(file.fd, F_DUPFD_CLOEXEC, 0)
         guard copy >= 0 else {
             throw SemanticError(.modelMissing, "cannot keep \(path) open (\(String(cString: strerror(errno))))")
