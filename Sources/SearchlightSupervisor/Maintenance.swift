@@ -304,7 +304,7 @@ final class Maintenance: Sendable {
         guard let encoder = context.semantic.transformerForRefinement() else { return 0 }
         let throttle = context.scheduler?.throttle
         let started = Date()
-        var lastBatchSample = -1, yielded = false
+        var lastBatchSample = -1, yielded = false, failed = false
         let n = try store.refineVectors(embed: { texts in
             context.semantic.touch()
             // On the idle run's background thread, one thread: a split would run on pool threads at the normal priority.
@@ -314,9 +314,11 @@ final class Maintenance: Sendable {
             } catch {
                 // The model file changed after loading: nothing is refined with it.
                 context.semantic.transformerFailed(encoder, error)
+                failed = true
                 return []
             }
         }, yieldNow: {
+            if failed { return true }
             let sample = throttle?.sampleCount ?? -1
             if yieldNow() {
                 yielded = true

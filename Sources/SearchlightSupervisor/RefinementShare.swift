@@ -353,6 +353,7 @@ final class RefinementShare: Sendable {
         let cpuStart = context.semantic.refinementWork.seconds
         var yielded: String?
         var queryWaits = 0
+        var failed = false
         let n: Int
         do {
             n = try store.refineVectors(batch: Self.batch, embed: { texts in
@@ -363,9 +364,12 @@ final class RefinementShare: Sendable {
                 } catch {
                     // The model file changed after loading: nothing is refined with it.
                     context.semantic.transformerFailed(encoder, error)
+                    failed = true
                     return []
                 }
             }, yieldNow: {
+                // The model failed: stop this pass (nothing more can be refined with it).
+                if failed { return true }
                 yielded = pauseReason()
                 return yielded != nil
             }, committed: { total in

@@ -179,11 +179,14 @@ final class SemanticEngine: Sendable {
     /// unloaded, and `status` says why until a `query.prepare` loads the model again.
     func transformerFailed(_ encoder: TransformerEncoder, _ error: SemanticError) {
         let reason = "the model in \(directory.path) failed after loading (\(error.message)); run `\(ModelDirectory.installCommand)` again"
-        lock.withLock {
-            if $0.transformer === encoder { $0.transformer = nil }
+        // Once per loaded encoder: every query or batch in flight with it fails the same way.
+        let dropped: Bool = lock.withLock {
+            guard $0.transformer === encoder else { return false }
+            $0.transformer = nil
             $0.transformerError = reason
+            return true
         }
-        log.warning("semantic model unloaded after a failure", ["reason": reason])
+        if dropped { log.warning("semantic model unloaded after a failure", ["reason": reason]) }
     }
 
     /// The vector side of a user query at `weight`: the query embedded once (`embedQuery`) for
