@@ -41,7 +41,10 @@ struct MiniLMLayer: Sendable {
 
 struct MiniLMWeights: Sendable {
     let configuration: MiniLMConfiguration
-    let wordEmbeddings, positionEmbeddings, tokenTypeEmbeddings: FloatTensor
+    /// 30 522 × 384 floats (47 MB), of which a query reads a few rows: read from the model file
+    /// as needed (`TensorRows`), not kept on the heap.
+    let wordEmbeddings: TensorRows
+    let positionEmbeddings, tokenTypeEmbeddings: FloatTensor
     let embeddingNormWeight, embeddingNormBias: FloatTensor
     let layers: [MiniLMLayer]
 
@@ -57,7 +60,7 @@ struct MiniLMWeights: Sendable {
             LinearWeight(weight: try file.floats(name + ".weight", shape: [outputs, inputs]), bias: try file.floats(name + ".bias", shape: [outputs]),
                          outputs: outputs, inputs: inputs, packed: packed)
         }
-        wordEmbeddings = try t("embeddings.word_embeddings.weight", [c.vocabularySize, h])
+        wordEmbeddings = try file.rows("embeddings.word_embeddings.weight", shape: [c.vocabularySize, h])
         positionEmbeddings = try t("embeddings.position_embeddings.weight", [c.maxPositions, h])
         tokenTypeEmbeddings = try t("embeddings.token_type_embeddings.weight", [2, h])
         embeddingNormWeight = try t("embeddings.LayerNorm.weight", [h])

@@ -80,9 +80,11 @@ public final class TransformerEncoder: Sendable {
     /// One text's unit vector, or nil when `shouldStop` said stop (asked before each of the six
     /// layers: a 256-token text stops within a layer's time, tens of milliseconds). The text
     /// costs at most `maxLength` tokens however long it is (`WordPieceTokenizer.encode` stops there).
-    public func embed(_ text: String, shouldStop: () -> Bool) -> [Float]? {
+    /// Throws when the model file cannot be read (it changed after loading: the word embeddings
+    /// are read from it as needed).
+    public func embed(_ text: String, shouldStop: () -> Bool) throws(SemanticError) -> [Float]? {
         if shouldStop() { return nil }
-        return forward([tokenizer.encode(text, maxLength: maxLength)], shouldStop: shouldStop)?[0]
+        return try forward([tokenizer.encode(text, maxLength: maxLength)], shouldStop: shouldStop)?[0]
     }
 
     /// One unit vector per text, in order.
@@ -98,10 +100,16 @@ public final class TransformerEncoder: Sendable {
     ///
     /// `meter` counts the CPU time of every thread taking part (the caller's included), live.
     public func embed(_ texts: [String], threads: Int, meter: WorkMeter? = nil) -> [[Float]] {
+        (try? embedding(texts, threads: threads, meter: meter)) ?? texts.map { _ in failedVector }
+    }
+
+    /// `embed(_:threads:meter:)`, throwing when the model file cannot be read (it changed after
+    /// loading).
+    public func embedding(_ texts: [String], threads: Int, meter: WorkMeter? = nil) throws(SemanticError) -> [[Float]] {
         @Sendable func measured<R>(_ body: () -> R) -> R { meter.map { $0.measure(body) } ?? body() }
         let ids = measured { texts.map { tokenizer.encode($0, maxLength: maxLength) } }
         let parts = max(1, min(threads, ids.count))
-        if parts == 1 { return measured { embed(tokenIDs: ids) } }
+        if parts == 1 { return try measured { Result { () throws(SemanticError) in try embedding(tokenIDs: ids) } }.get() }
         // Cut where the running token count passes each part's share.
         let total = ids.reduce(0) { $0 + $1.count }
         var bounds = [0], running = 0
@@ -111,17 +119,31 @@ public final class TransformerEncoder: Sendable {
         }
         bounds.append(ids.count)
         let cuts = bounds
-        let results = Mutex<[Int: [[Float]]]>([:])
+        let results = Mutex<[Int: Result<[[Float]], SemanticError>]>([:])
         DispatchQueue.concurrentPerform(iterations: cuts.count - 1) { p in
-            let out = measured { embed(tokenIDs: Array(ids[cuts[p]..<cuts[p + 1]])) }
+            let out = measured { Result { () throws(SemanticError) in try embedding(tokenIDs: Array(ids[cuts[p]..<cuts[p + 1]])) } }
             results.withLock { $0[p] = out }
         }
-        return results.withLock { r in (0..<(cuts.count - 1)).flatMap { r[$0] ?? [] } }
+        let done = results.withLock { $0 }
+        var out: [[Float]] = []
+        for p in 0..<(cuts.count - 1) { out += try done[p]!.get() }
+        return out
     }
+
+    /// What the non-throwing forms give for a text when the model file cannot be read: the zero
+    /// vector (nearest to nothing), never rows of a damaged file.
+    private var failedVector: [Float] { [Float](repeating: 0, count: dimension) }
 
     /// One unit vector per sequence of ids (as `WordPieceTokenizer.encode` makes them). Ids outside
     /// the vocabulary count as `[UNK]`; a sequence longer than `maxLength` is cut to it.
+    /// When the model file cannot be read (it changed after loading), every vector is the zero
+    /// vector: `embedding(tokenIDs:)` says why.
     public func embed(tokenIDs: [[Int32]]) -> [[Float]] {
+        (try? embedding(tokenIDs: tokenIDs)) ?? tokenIDs.map { _ in failedVector }
+    }
+
+    /// `embed(tokenIDs:)`, throwing when the model file cannot be read.
+    public func embedding(tokenIDs: [[Int32]]) throws(SemanticError) -> [[Float]] {
         var out: [[Float]] = []
         out.reserveCapacity(tokenIDs.count)
         var start = 0
@@ -134,13 +156,13 @@ public final class TransformerEncoder: Sendable {
                 rows += n
                 end += 1
             }
-            out += forward(Array(tokenIDs[start..<end]), shouldStop: { false })!
+            out += try forward(Array(tokenIDs[start..<end]), shouldStop: { false })!
             start = end
         }
         return out
     }
 
-    private func forward(_ batch: [[Int32]], shouldStop: () -> Bool) -> [[Float]]? {
+    private func forward(_ batch: [[Int32]], shouldStop: () -> Bool) throws(SemanticError) -> [[Float]]? {
         let c = weights.configuration
         let h = c.hidden
         let vocabulary = Int32(c.vocabularySize)
@@ -158,7 +180,7 @@ public final class TransformerEncoder: Sendable {
         let scratch = Scratch(rows: rows, configuration: c, longest: longest)
         defer { scratch.free() }
 
-        embedTokens(sequences, into: scratch.x)
+        try embedTokens(sequences, into: scratch.x)
         for layer in weights.layers {
             if shouldStop() { return nil }
             attention(layer, sequences: sequences, offsets: offsets, rows: rows, scratch: scratch)
@@ -183,17 +205,17 @@ public final class TransformerEncoder: Sendable {
     }
 
     /// Word + position + token-type (0) embeddings, then LayerNorm, one row per token.
-    private func embedTokens(_ sequences: [[Int32]], into x: UnsafeMutablePointer<Float>) {
+    private func embedTokens(_ sequences: [[Int32]], into x: UnsafeMutablePointer<Float>) throws(SemanticError) {
         let c = weights.configuration
         let h = c.hidden
         var row = 0
         for s in sequences {
             for (position, id) in s.enumerated() {
                 let out = x + row * h
-                let word = weights.wordEmbeddings.pointer + Int(id) * h
+                try weights.wordEmbeddings.read(Int(id), into: out)
                 let pos = weights.positionEmbeddings.pointer + position * h
                 let type = weights.tokenTypeEmbeddings.pointer
-                for j in 0..<h { out[j] = word[j] + pos[j] + type[j] }
+                for j in 0..<h { out[j] = out[j] + pos[j] + type[j] }
                 row += 1
             }
         }

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import SearchlightSemantic
 import SearchlightStore
 import SearchlightUnits
 import SearchlightWire
@@ -303,13 +304,21 @@ final class Maintenance: Sendable {
         guard let encoder = context.semantic.transformerForRefinement() else { return 0 }
         let throttle = context.scheduler?.throttle
         let started = Date()
-        var lastBatchSample = -1, yielded = false
+        var lastBatchSample = -1, yielded = false, failed = false
         let n = try store.refineVectors(embed: { texts in
             context.semantic.touch()
             // On the idle run's background thread, one thread: a split would run on pool threads at the normal priority.
             let threads = BackgroundPriority.isCurrentThreadBackground ? 1 : SemanticEngine.refinementThreads
-            return encoder.embed(texts, threads: threads, meter: context.semantic.refinementWork)
+            do throws(SemanticError) {
+                return try encoder.embedding(texts, threads: threads, meter: context.semantic.refinementWork)
+            } catch {
+                // The model file changed after loading: nothing is refined with it.
+                context.semantic.transformerFailed(encoder, error)
+                failed = true
+                return []
+            }
         }, yieldNow: {
+            if failed { return true }
             let sample = throttle?.sampleCount ?? -1
             if yieldNow() {
                 yielded = true

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import SearchlightSemantic
 import SearchlightStore
 import SearchlightWire
 
@@ -352,13 +353,23 @@ final class RefinementShare: Sendable {
         let cpuStart = context.semantic.refinementWork.seconds
         var yielded: String?
         var queryWaits = 0
+        var failed = false
         let n: Int
         do {
             n = try store.refineVectors(batch: Self.batch, embed: { texts in
                 if waitForQueries() { queryWaits += 1 }
                 context.semantic.touch()
-                return encoder.embed(texts, threads: 1, meter: context.semantic.refinementWork)
+                do throws(SemanticError) {
+                    return try encoder.embedding(texts, threads: 1, meter: context.semantic.refinementWork)
+                } catch {
+                    // The model file changed after loading: nothing is refined with it.
+                    context.semantic.transformerFailed(encoder, error)
+                    failed = true
+                    return []
+                }
             }, yieldNow: {
+                // The model failed: stop this pass (nothing more can be refined with it).
+                if failed { return true }
                 yielded = pauseReason()
                 return yielded != nil
             }, committed: { total in

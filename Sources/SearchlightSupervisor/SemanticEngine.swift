@@ -150,10 +150,43 @@ final class SemanticEngine: Sendable {
             return $0.transformer
         }
         if let t {
-            let vector = try compute.run(owner: owner, budget: budget) { shouldStop in t.embed(text, shouldStop: shouldStop) }
-            return (vector, .transformer)
+            let failure = FailureBox()
+            do throws(SearchlightError) {
+                let vector = try compute.run(owner: owner, budget: budget) { shouldStop in
+                    do throws(SemanticError) {
+                        return try t.embed(text, shouldStop: shouldStop)
+                    } catch {
+                        failure.error.withLock { $0 = error }
+                        return nil
+                    }
+                }
+                return (vector, .transformer)
+            } catch {
+                // The model file could not be read (it changed after loading): the transformer is
+                // dropped and the static table answers; `query.prepare` loads the file again.
+                guard let reason = failure.error.withLock({ $0 }) else { throw error }
+                transformerFailed(t, reason)
+            }
         }
         return staticEncoder.map { ($0.embed(text), .staticTable) }
+    }
+
+    private final class FailureBox: Sendable {
+        let error = Mutex<SemanticError?>(nil)
+    }
+
+    /// `encoder` could not read its model file (it was changed or truncated after loading): it is
+    /// unloaded, and `status` says why until a `query.prepare` loads the model again.
+    func transformerFailed(_ encoder: TransformerEncoder, _ error: SemanticError) {
+        let reason = "the model in \(directory.path) failed after loading (\(error.message)); run `\(ModelDirectory.installCommand)` again"
+        // Once per loaded encoder: every query or batch in flight with it fails the same way.
+        let dropped: Bool = lock.withLock {
+            guard $0.transformer === encoder else { return false }
+            $0.transformer = nil
+            $0.transformerError = reason
+            return true
+        }
+        if dropped { log.warning("semantic model unloaded after a failure", ["reason": reason]) }
     }
 
     /// The vector side of a user query at `weight`: the query embedded once (`embedQuery`) for

@@ -1,5 +1,6 @@
 import Foundation
 import SearchlightSemantic
+import SearchlightStore
 
 /// Each vocabulary token through the transformer alone (`[CLS] token [SEP]`), float32 rows.
 func embedVocabulary(_ options: ToolOptions) throws {
@@ -108,4 +109,31 @@ func longQuerySpeed(_ options: ToolOptions) throws {
     let embed = p50 { _ = encoder.embed(text) }
     print("60 KB CJK text (\(text.utf8.count) bytes): tokenize whole \(String(format: "%.1f", whole)) ms CPU, "
         + "NFD of the whole text \(String(format: "%.1f", nfd)) ms CPU, encode to 256 \(String(format: "%.2f", cut)) ms CPU, embed \(String(format: "%.1f", embed)) ms CPU (p50 of \(repeats))")
+}
+
+/// What loading the transformer adds to the heap (mallinfo2's bytes in use) and resident memory,
+/// and a 16-token query's CPU and wall time (p50, p90). With SEARCHLIGHT_WORD_TABLE_ON_HEAP=1 the
+/// word-embedding table is copied to the heap (as before it was read from the file).
+func wordTableCost(_ options: ToolOptions) throws {
+    TransformerEncoder.setThreads(1)
+    let before = ProcessMemory.current()
+    let encoder = try TransformerEncoder(directory: options.modelDirectory, queryThreads: 1)
+    let after = ProcessMemory.current()
+    let ids = [encoder.tokenizer.clsID] + (0..<14).map { Int32(2000 + $0 * 1777) } + [encoder.tokenizer.sepID]
+    let repeats = options.int("repeats", 200)
+    for _ in 0..<10 { _ = encoder.embed(tokenIDs: [ids]) }
+    var cpu: [Double] = [], walls: [Double] = []
+    for _ in 0..<repeats {
+        var wall = 0.0
+        cpu.append(cpuTime { wall = time { _ = encoder.embed(tokenIDs: [ids]) } })
+        walls.append(wall)
+    }
+    cpu.sort()
+    walls.sort()
+    let mib = { (b: Int) in String(format: "%.1f", Double(b) / 1_048_576) }
+    let ms = { (s: Double) in String(format: "%.3f", s * 1000) }
+    let heap = ProcessInfo.processInfo.environment["SEARCHLIGHT_WORD_TABLE_ON_HEAP"] == "1" ? "heap" : "file"
+    print("word table \(heap): malloc in use +\(mib(after.mallocInUseBytes - before.mallocInUseBytes)) MiB "
+        + "(\(mib(after.mallocInUseBytes)) MiB), RSS +\(mib(after.residentBytes - before.residentBytes)) MiB, anon +\(mib(after.anonymousBytes - before.anonymousBytes)) MiB; "
+        + "16 tokens CPU p50 \(ms(cpu[repeats / 2])) p90 \(ms(cpu[repeats * 9 / 10])) ms, wall p50 \(ms(walls[repeats / 2])) p90 \(ms(walls[repeats * 9 / 10])) ms")
 }

@@ -10,6 +10,8 @@ let usage = """
       embed-vocabulary --output FILE.f32         every vocabulary token alone through the transformer
                                                  ([CLS] token [SEP], mean-pooled): the static table's input
       encoder-speed [--threads 1,2] [--tokens 8,16,32]
+      word-table [--repeats 200]   malloc in use after loading the transformer, a 16-token query's CPU
+                                   (SEARCHLIGHT_WORD_TABLE_ON_HEAP=1: the word table on the heap)
                                                  query embedding wall and CPU time, documents/s, per weights form
       static-speed [--table FILE]                static encoder documents/s on one core, and its
                                                  cosine to the transformer on held-out corpus documents
@@ -57,6 +59,7 @@ do {
     case "donate-speed": try donateSpeed(options)
     case "refine-speed": try refineSpeed(options)
     case "long-query-speed": try longQuerySpeed(options)
+    case "word-table": try wordTableCost(options)
     default:
         FileHandle.standardError.write(Data("searchlight-semantic: unknown command \(command)\n\(usage)\n".utf8))
         exit(2)

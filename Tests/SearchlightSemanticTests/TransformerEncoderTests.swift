@@ -135,3 +135,74 @@ extension TransformerEncoderTests {
         }
     }
 }
+
+/// The word-embedding table (47 MB) is read from the model file as needed, through the descriptor
+/// the file was loaded through: not on the heap, not from a second open of the path.
+@Suite("Transformer word embeddings from the file", .enabled(if: TestModel.available, TestModel.skipReason), .onOwnThreads)
+struct TransformerWordEmbeddingFileTests {
+    static func scratchDirectory() throws -> URL {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("sl-emb-\(UUID().uuidString)")
+        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        return dir
+    }
+
+    @Test("the table is not on the heap, and embedding works the same after the file's path is unlinked or replaced")
+    func unlinked() async throws {
+        let e = try #require(try await sharedEncoder())
+        #expect(e.weights.wordEmbeddings.heapBytes == 0)
+        let dir = try Self.scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let weights = dir.appendingPathComponent("model.safetensors").path
+        // A hard link: the same inode as the installed model, not a 90 MB copy.
+        try #require(link(TestModel.directory.weightsFile, weights) == 0)
+        let texts = ["play music files", "a compiler for the C language"]
+        let (before, after, expected) = try await offPool {
+            let mine = try TransformerEncoder(weightsFile: weights, vocabularyFile: TestModel.directory.vocabularyFile, queryThreads: 1)
+            let before = try mine.embedding(tokenIDs: texts.map { mine.tokenizer.encode($0, maxLength: 256) })
+            unlink(weights)
+            // Something else in the path's place is never read.
+            try Data(repeating: 0xFF, count: 4096).write(to: URL(fileURLWithPath: weights))
+            let after = try mine.embedding(tokenIDs: texts.map { mine.tokenizer.encode($0, maxLength: 256) })
+            return (before, after, texts.map { e.embed($0) })
+        }
+        #expect(before == after)
+        for i in texts.indices { #expect(cosine(before[i], expected[i]) > 0.99999) }
+    }
+
+    @Test("a model file truncated after loading gives an error (or zero vectors from the non-throwing forms), never its rows' garbage")
+    func truncated() async throws {
+        let dir = try Self.scratchDirectory()
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let weights = dir.appendingPathComponent("model.safetensors").path
+        try FileManager.default.copyItem(atPath: TestModel.directory.weightsFile, toPath: weights)
+        let file = try SafetensorsFile(path: weights)
+        let range = try #require(file.tensors["embeddings.word_embeddings.weight"]).range
+        let header = try Data(contentsOf: URL(fileURLWithPath: weights)).prefix(8).reversed().reduce(0) { $0 << 8 | Int($1) }
+        let (ok, thrown, stopped, zero) = try await offPool {
+            let mine = try TransformerEncoder(weightsFile: weights, vocabularyFile: TestModel.directory.vocabularyFile, queryThreads: 1)
+            let ok = try mine.embed("play music files", shouldStop: { false })
+            // Rows from 100 on ([CLS] is 101) are gone.
+            truncate(weights, off_t(8 + header + range.lowerBound + 100 * 384 * 4 + 10))
+            var thrown: SemanticError?
+            do throws(SemanticError) { _ = try mine.embed("play music files", shouldStop: { false }) } catch { thrown = error }
+            var stopped: SemanticError?
+            do throws(SemanticError) { _ = try mine.embedding(["play music files", "audio"], threads: 2) } catch { stopped = error }
+            return (ok, thrown, stopped, mine.embed("play music files"))
+        }
+        #expect(ok?.count == 384)
+        #expect(thrown?.kind == .badFormat)
+        #expect(thrown?.message.contains("changed after it was loaded") == true)
+        #expect(stopped?.kind == .badFormat)
+        #expect(zero == [Float](repeating: 0, count: 384))
+    }
+
+    @Test("a row outside the table is refused")
+    func outside() async throws {
+        let e = try #require(try await sharedEncoder())
+        let out = UnsafeMutablePointer<Float>.allocate(capacity: 384)
+        defer { out.deallocate() }
+        #expect(throws: SemanticError.self) { try e.weights.wordEmbeddings.read(30522, into: out) }
+        #expect(throws: SemanticError.self) { try e.weights.wordEmbeddings.read(-1, into: out) }
+        try e.weights.wordEmbeddings.read(30521, into: out)
+    }
+}

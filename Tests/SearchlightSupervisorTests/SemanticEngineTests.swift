@@ -47,4 +47,29 @@ struct SemanticEngineTests {
         #expect(!engine.isLoaded)
         #expect(try #require(try engine.request("listen to songs", weight: 0.5, owner: 0, budget: QueryBudget(timeout: 10))).encoder == .staticTable)
     }
+
+    @Test("a model file truncated after loading: the query gets the static table's vector, the transformer is dropped and status says why",
+          .enabled(if: SemanticEngineTests.model.hasTransformer, Comment(rawValue: "SKIPPED: \(SemanticEngineTests.model.unavailableReason ?? "")")))
+    func truncatedAfterLoading() throws {
+        let dir = NSTemporaryDirectory() + "sl-engine-\(getpid())-\(UInt32.random(in: 0...UInt32.max))"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let model = ModelDirectory(path: dir)
+        try FileManager.default.createSymbolicLink(atPath: model.staticTableFile, withDestinationPath: Self.model.staticTableFile)
+        try FileManager.default.createSymbolicLink(atPath: model.vocabularyFile, withDestinationPath: Self.model.vocabularyFile)
+        try FileManager.default.copyItem(atPath: Self.model.weightsFile, toPath: model.weightsFile)
+        let engine = SemanticEngine(directory: model, idleSeconds: 300, log: Logger(label: "test", level: .error))
+        engine.prepare()
+        #expect(engine.isLoaded)
+        #expect(try #require(try engine.request("listen to songs", weight: 0.5, owner: 0, budget: QueryBudget(timeout: 10))).encoder == .transformer)
+        // Every tensor's bytes gone: the word embeddings are read from the file per query.
+        #expect(truncate(model.weightsFile, 20_000) == 0)
+        let r = try #require(try engine.request("listen to songs", weight: 0.5, owner: 0, budget: QueryBudget(timeout: 10)))
+        #expect(r.encoder == .staticTable)
+        #expect(r.vector.count == 384)
+        #expect(!engine.isLoaded)
+        #expect(engine.status["reason"]?.stringValue?.contains("failed after loading") == true)
+        engine.prepare()  // the truncated file does not load again
+        #expect(!engine.isLoaded)
+    }
 }
