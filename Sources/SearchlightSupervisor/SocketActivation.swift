@@ -12,10 +12,15 @@ enum SocketActivation {
     /// The passed listening socket, or nil when not socket-activated (no `LISTEN_FDS`, or
     /// `LISTEN_PID` names another process: the variables were inherited, not meant for us).
     /// Throws when the passed descriptor is not an AF_UNIX stream socket that listens. The
-    /// `LISTEN_*` variables are removed either way, so children never see them.
-    static func adopt(environment: [String: String] = ProcessInfo.processInfo.environment, pid: pid_t = getpid(),
-                      log: Logger) throws -> UnixSocket? {
-        defer { for name in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] { unsetenv(name) } }
+    /// `LISTEN_*` variables are removed from this process's environment either way (when it is
+    /// the one read), so children never see them.
+    ///
+    /// An explicit `environment` (tests) leaves the process's environment alone: `unsetenv`
+    /// rewrites `environ` in place, and a test process reading it at the same time on another
+    /// thread (Foundation's `Process.run` copies it) crashed on it (SIGSEGV in memcpy).
+    static func adopt(environment: [String: String]? = nil, pid: pid_t = getpid(), log: Logger) throws -> UnixSocket? {
+        defer { if environment == nil { for name in ["LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"] { unsetenv(name) } } }
+        let environment = environment ?? ProcessInfo.processInfo.environment
         guard let count = environment["LISTEN_FDS"].flatMap(Int32.init), count > 0 else { return nil }
         guard let listenPID = environment["LISTEN_PID"].flatMap(pid_t.init), listenPID == pid else {
             log.warning("LISTEN_FDS ignored: LISTEN_PID is not our pid", ["LISTEN_PID": environment["LISTEN_PID"] ?? "", "pid": pid])
