@@ -232,7 +232,7 @@ final class StoreVectors: @unchecked Sendable {
         heapTrims.withLock { $0 += 1 }
     }
 
-    static let trimsHeap = ProcessInfo.processInfo.environment["SEARCHLIGHT_HEAP_TRIM"] != "0"
+    static var trimsHeap: Bool { HeapTrimmer.enabled }
     /// Heap trims after loads and partition builds, since the start.
     static let heapTrims = Mutex(0)
 
