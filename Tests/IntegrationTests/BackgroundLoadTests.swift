@@ -9,7 +9,7 @@ import TestThreads
 /// Busy-loop processes (`/bin/sh`), one per hog, killed by `stop`: the other programs a user's
 /// machine runs beside the daemon.
 final class CPUHogs: @unchecked Sendable {
-    private let pids: [pid_t]
+    let pids: [pid_t]
 
     init(_ count: Int) {
         pids = (0..<count).compactMap { _ in
@@ -17,7 +17,9 @@ final class CPUHogs: @unchecked Sendable {
             let args = ["/bin/sh", "-c", "while :; do :; done"]
             var argv: [UnsafeMutablePointer<CChar>?] = args.map { strdup($0) } + [nil]
             defer { for a in argv { free(a) } }
-            return posix_spawn(&pid, "/bin/sh", nil, nil, &argv, environ) == 0 ? pid : nil
+            var actions = SpawnActions.quiet()
+            defer { posix_spawn_file_actions_destroy(&actions) }
+            return posix_spawn(&pid, "/bin/sh", &actions, nil, &argv, environ) == 0 ? pid : nil
         }
     }
 

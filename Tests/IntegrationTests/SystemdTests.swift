@@ -71,6 +71,7 @@ private final class SpawnedDaemon: @unchecked Sendable {
         posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
         posix_spawn_file_actions_addopen(&actions, 2, logPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
         if let fd3 { posix_spawn_file_actions_adddup2(&actions, fd3, 3) }
+        SpawnActions.closeFrom(&actions, fd3 == nil ? 3 : 4)
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         let envp = environment.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer { for p in argv + envp { free(p) } }
