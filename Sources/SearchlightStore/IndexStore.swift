@@ -66,6 +66,8 @@ public final class IndexStore: @unchecked Sendable {
     let vectors = StoreVectors()
     /// The items refinement takes first (`RefinementOrder.whereUsersLook`).
     let refinementHints = RefinementHintsBox()
+    /// Scans of `item_vectors` to count its vectors (`vectorCounts` of an index not loaded; tests read it).
+    let vectorCountScans = ScanTally()
 
     func writerStatements() throws -> WriterStatements {
         if let s = preparedWriterStatements { return s }
@@ -820,4 +822,12 @@ final class ResultBox: @unchecked Sendable {
         semaphore.wait()
         return result!
     }
+}
+
+/// A count of some scan a store ran, for tests (`IndexStore.vectorCountScans`).
+final class ScanTally: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func add() { lock.withLock { count += 1 } }
+    var value: Int { lock.withLock { count } }
 }
