@@ -545,7 +545,7 @@ public final class IndexStore: @unchecked Sendable {
             PRAGMA cache_size=-\(options.cacheKiB);
             PRAGMA shrink_memory;
             """)
-        csqlite_release_heap()  // the cache's pages and the stream's rows go back to the system
+        ProcessMemory.releaseFreeHeap()  // the cache's pages and the stream's rows go back to the system
         stateLock.withLock { streams.ended += 1 }
     }
 
@@ -641,6 +641,7 @@ public final class IndexStore: @unchecked Sendable {
                 checkedOutReaders += 1
                 checkedOut[ObjectIdentifier(db)] = db
                 if background { backgroundReaders += 1 }
+                HeapTrimmer.shared.readBegan()
                 return db
             }
             if openReaders < options.maxReaders {
@@ -653,6 +654,7 @@ public final class IndexStore: @unchecked Sendable {
                     checkedOutReaders += 1
                     checkedOut[ObjectIdentifier(db)] = db
                     if background { backgroundReaders += 1 }
+                    HeapTrimmer.shared.readBegan()
                     return db
                 } catch {
                     openReaders -= 1
@@ -677,7 +679,7 @@ public final class IndexStore: @unchecked Sendable {
         }
         readers.broadcast()
         readers.unlock()
-        HeapTrimmer.shared.noteActivity()
+        HeapTrimmer.shared.readEnded()
     }
 
     /// Where this store's memory is, for `admin.status`: reader connections open, the page cache
