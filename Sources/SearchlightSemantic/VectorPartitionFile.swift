@@ -147,13 +147,16 @@ public enum PartitionFile {
         return true
     }
 
-    /// fsync(2) of the directory holding `path`.
-    static func syncDirectory(of path: String) {
+    /// fsync(2) of the directory holding `path`: the directory synced, nil when it could not be.
+    @discardableResult
+    static func syncDirectory(of path: String) -> String? {
         let directory = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
         let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        while fsync(fd) != 0 && errno == EINTR {}
-        close(fd)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var r = fsync(fd)
+        while r != 0 && errno == EINTR { r = fsync(fd) }
+        return r == 0 ? directory : nil
     }
 
     /// The contents of the file at `path`, checked whole; or why it is not to be trusted.
