@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sched.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -78,18 +79,27 @@ struct sl_sched_attr {
     uint32_t sched_priority;
     uint64_t sched_runtime, sched_deadline, sched_period;
 };
+#define SL_SCHED_FLAG_RESET_ON_FORK 0x01
+
 
 int sl_thread_set_slice(unsigned long long nanoseconds) {
-#ifdef SYS_sched_setattr
-    errno = 0;
-    int nice = getpriority(PRIO_PROCESS, 0);  // the calling thread's (Linux)
-    if (nice == -1 && errno != 0) return -1;
+#if defined(SYS_sched_setattr) && defined(SYS_sched_getattr)
+    // Read, then written back with only the slice changed: the thread keeps its policy
+    // (SCHED_OTHER, SCHED_BATCH or SCHED_IDLE), its nice and its reset-on-fork flag. A thread of
+    // another class (real-time, deadline) is left alone: its sched_runtime means something else.
     struct sl_sched_attr attr;
     memset(&attr, 0, sizeof attr);
+    if (syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) != 0) return -1;
+    if (attr.sched_policy != SCHED_OTHER && attr.sched_policy != SCHED_BATCH && attr.sched_policy != SCHED_IDLE) {
+        errno = EINVAL;
+        return -1;
+    }
     attr.size = sizeof attr;
-    attr.sched_policy = 0;  // SCHED_OTHER
-    attr.sched_nice = nice;
+    attr.sched_flags &= SL_SCHED_FLAG_RESET_ON_FORK;  // not the utilization clamps (version 2 fields)
+    attr.sched_priority = 0;
     attr.sched_runtime = nanoseconds;
+    attr.sched_deadline = 0;
+    attr.sched_period = 0;
     return (int)syscall(SYS_sched_setattr, 0, &attr, 0);
 #else
     (void)nanoseconds;

@@ -101,7 +101,9 @@ final class ByteRegion: @unchecked Sendable {
     func frozen() -> FrozenRegion {
         flush()
         if fd >= 0 {
-            let copy = dup(fd)
+            // Close-on-exec like the original: a child started meanwhile (an extension, a
+            // launcher) must not inherit a descriptor of the index's vectors.
+            let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
             if copy >= 0 { return FrozenRegion(fd: copy, count: flushed, region: nil) }
         }
         return FrozenRegion(fd: -1, count: count, region: self)
@@ -153,6 +155,8 @@ final class FrozenRegion: @unchecked Sendable {
     }
 
     deinit { if fd >= 0 { close(fd) } }
+
+    var fileDescriptorForTesting: Int32 { fd }
 
     /// Whether it reads its own descriptor (safe beside changes to the region).
     var isDetached: Bool { fd >= 0 }

@@ -140,7 +140,23 @@ public enum PartitionFile {
             if isOurs() { unlink(temporary) }
             return false
         }
+        // The rename lasts through a power loss only once the directory's entry is on disk too.
+        // Not a failure when it cannot be: the file is in place, and a lost rename leaves the
+        // previous file or none, both handled at load (checked whole; rebuilt).
+        syncDirectory(of: path)
         return true
+    }
+
+    /// fsync(2) of the directory holding `path`: the directory synced, nil when it could not be.
+    @discardableResult
+    static func syncDirectory(of path: String) -> String? {
+        let directory = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var r = fsync(fd)
+        while r != 0 && errno == EINTR { r = fsync(fd) }
+        return r == 0 ? directory : nil
     }
 
     /// The contents of the file at `path`, checked whole; or why it is not to be trusted.

@@ -66,6 +66,8 @@ public final class IndexStore: @unchecked Sendable {
     let vectors = StoreVectors()
     /// The items refinement takes first (`RefinementOrder.whereUsersLook`).
     let refinementHints = RefinementHintsBox()
+    /// Scans of `item_vectors` to count its vectors (`vectorCounts` of an index not loaded; tests read it).
+    let vectorCountScans = ScanTally()
 
     func writerStatements() throws -> WriterStatements {
         if let s = preparedWriterStatements { return s }
@@ -543,7 +545,7 @@ public final class IndexStore: @unchecked Sendable {
             PRAGMA cache_size=-\(options.cacheKiB);
             PRAGMA shrink_memory;
             """)
-        csqlite_release_heap()  // the cache's pages and the stream's rows go back to the system
+        ProcessMemory.releaseFreeHeap()  // the cache's pages and the stream's rows go back to the system
         stateLock.withLock { streams.ended += 1 }
     }
 
@@ -639,6 +641,7 @@ public final class IndexStore: @unchecked Sendable {
                 checkedOutReaders += 1
                 checkedOut[ObjectIdentifier(db)] = db
                 if background { backgroundReaders += 1 }
+                HeapTrimmer.shared.readBegan()
                 return db
             }
             if openReaders < options.maxReaders {
@@ -651,6 +654,7 @@ public final class IndexStore: @unchecked Sendable {
                     checkedOutReaders += 1
                     checkedOut[ObjectIdentifier(db)] = db
                     if background { backgroundReaders += 1 }
+                    HeapTrimmer.shared.readBegan()
                     return db
                 } catch {
                     openReaders -= 1
@@ -675,7 +679,7 @@ public final class IndexStore: @unchecked Sendable {
         }
         readers.broadcast()
         readers.unlock()
-        HeapTrimmer.shared.noteActivity()
+        HeapTrimmer.shared.readEnded()
     }
 
     /// Where this store's memory is, for `admin.status`: reader connections open, the page cache
@@ -820,4 +824,12 @@ final class ResultBox: @unchecked Sendable {
         semaphore.wait()
         return result!
     }
+}
+
+/// A count of some scan a store ran, for tests (`IndexStore.vectorCountScans`).
+final class ScanTally: @unchecked Sendable {
+    private let lock = NSLock()
+    private var count = 0
+    func add() { lock.withLock { count += 1 } }
+    var value: Int { lock.withLock { count } }
 }

@@ -110,6 +110,20 @@ extension IndexRegistry {
     /// (and the store, for its state), the figures recorded when it was closed, or those read
     /// from the file by one read-only connection.
     func summary(bundle: String, index: String) throws(SearchlightError) -> (summary: IndexSummary, store: IndexStore?) {
+        let (summary, store) = try summary(bundle: bundle, index: index, ofOpenStore: true)
+        guard let summary else { throw SearchlightError(.internalError, "no summary of index \(index) of \(bundle)") }
+        return (summary, store)
+    }
+
+    /// The figures of a closed index, as `summary` reads them without opening it; nil, read
+    /// from nothing, when it is open: its store has its own figures (`IndexStore.vectorCounts`),
+    /// and its summary would scan tables the caller does not need (the refinement share).
+    func closedSummary(bundle: String, index: String) throws(SearchlightError) -> IndexSummary? {
+        let (summary, store) = try summary(bundle: bundle, index: index, ofOpenStore: false)
+        return store == nil ? summary : nil
+    }
+
+    private func summary(bundle: String, index: String, ofOpenStore: Bool) throws(SearchlightError) -> (summary: IndexSummary?, store: IndexStore?) {
         let key = Key(bundle: bundle, index: index)
         let lease = IndexLeases(self)
         defer { lease.release() }
@@ -123,7 +137,7 @@ extension IndexRegistry {
             settling.insert(key)
             return (nil, nil)
         }
-        if let store = known.0 { return (try store.summary(), store) }
+        if let store = known.0 { return (ofOpenStore ? try store.summary() : nil, store) }
         if let s = known.1 { return (s, nil) }
         defer {
             lock.withLock {

@@ -318,8 +318,9 @@ final class RefinementShare: Sendable {
         }
         // A closed index is judged on its summary first (read without opening it, and kept by
         // the registry): opening every index a restart finds just to count its vectors left
-        // each open, with its connections and caches, in the daemon's memory (issue 32).
-        if let (summary, open) = try? context.registry.summary(bundle: key.bundle, index: key.index), open == nil,
+        // each open, with its connections and caches, in the daemon's memory (issue 32). An open
+        // one is judged on its store's counts below (one read of them, none when loaded).
+        if let summary = try? context.registry.closedSummary(bundle: key.bundle, index: key.index),
            summary.refined >= summary.vectors || summary.vectors > maxItems
         {
             log.debug("refinement share: closed index left closed", ["bundle": key.bundle, "index": key.index,

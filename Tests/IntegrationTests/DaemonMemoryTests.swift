@@ -5,13 +5,31 @@ import SearchlightKit
 import SearchlightWire
 
 /// Where the daemon's memory is (`admin.status`'s `memory`), and what a restart leaves open
-/// (issue 32). Through the real daemon, with the model.
+/// (issue 32). Through the real daemon, with the model `make model` installs, or else with the
+/// committed static table and stand-ins for the transformer's files, which are never loaded
+/// (`staticTierModelDirectory`).
 @Suite("Daemon memory", .onOwnThreads)
 struct DaemonMemoryTests {
+    /// A model folder with the committed static table and stand-ins for the transformer's files:
+    /// the refinement share starts only where they are, and judges a closed index by its summary
+    /// before it loads the transformer. A query that tries to load it finds files that do not
+    /// load and embeds with the static table (`SemanticEngine.prepare`).
+    static func staticTierModelDirectory(_ dir: TempDir) throws -> String {
+        let path = try SemanticSearchTests.staticModelDirectory(dir)
+        try "not a model".write(toFile: path + "/model.safetensors", atomically: false, encoding: .utf8)
+        try "[PAD]\n".write(toFile: path + "/vocab.txt", atomically: false, encoding: .utf8)
+        return path
+    }
+
     @Test("after a restart the refinement share leaves a closed index over its size closed, and admin.status says where the memory is")
     func shareLeavesClosedIndexClosed() async throws {
-        guard let model = SemanticSearchTests.transformerModel else { return }
         let dir = TempDir()
+        let installed = ProcessInfo.processInfo.environment["SEARCHLIGHT_MODEL_DIR"]
+            ?? (NSHomeDirectory() + "/.local/share/searchlight/models/all-MiniLM-L6-v2")
+        let hasModel = ["model.safetensors", "vocab.txt", "static-table.bin"].allSatisfy {
+            FileManager.default.fileExists(atPath: installed + "/" + $0)
+        }
+        let model = hasModel ? installed : try Self.staticTierModelDirectory(dir)
         // 30 items, over the share's 10: the share has nothing to do there (idle maintenance
         // refines it). Before, it opened the index 30 s after every start only to count its vectors.
         let daemon = try await DaemonProcess(arguments: ["--model-dir", model, "--refine-share-items", "10", "--refine-share-after", "0.2"],

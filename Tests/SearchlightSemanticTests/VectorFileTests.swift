@@ -142,6 +142,20 @@ struct VectorFileTests {
         #expect(out == [UInt8](repeating: 0xAB, count: 8) + [UInt8](repeating: 0, count: 8))
     }
 
+    @Test("the region's descriptor and the frozen copy a partition build reads are both close-on-exec")
+    func descriptorsCloseOnExec() throws {
+        let dir = try directory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let region = ByteRegion(directory: dir)
+        let bytes = [UInt8](repeating: 0x5A, count: 1024)
+        bytes.withUnsafeBytes { region.append($0) }
+        let frozen = region.frozen()
+        #expect(region.isFileBacked)
+        #expect(fcntl(region.fileDescriptorForTesting, F_GETFD) & FD_CLOEXEC != 0)
+        #expect(frozen.fileDescriptorForTesting >= 0)
+        #expect(fcntl(frozen.fileDescriptorForTesting, F_GETFD) & FD_CLOEXEC != 0, "a child started during a build inherits the vectors' file")
+    }
+
     @Test("the heap holds about 9 bytes an item and two append buffers: 100k 384-d vectors take under 2 MiB of it (the files hold the rest)")
     func heapPerItem() throws {
         let dir = try directory()

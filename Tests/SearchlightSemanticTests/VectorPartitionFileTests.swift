@@ -251,6 +251,14 @@ struct VectorPartitionFileTests {
         #expect(!FileManager.default.fileExists(atPath: file))
         #expect(!FileManager.default.fileExists(atPath: file + PartitionFile.temporarySuffix))
     }
+
+    @Test("after the rename the directory holding the file is synced: its own, the root's, the working one's")
+    func directorySynced() {
+        #expect(PartitionFile.syncDirectory(of: file) == dir)
+        #expect(PartitionFile.syncDirectory(of: "/index.sqlite-partition") == "/")
+        #expect(PartitionFile.syncDirectory(of: "index.sqlite-partition") == ".")
+        #expect(PartitionFile.syncDirectory(of: dir + "/missing/index.sqlite-partition") == nil)
+    }
 }
 
 private final class ResultBox: @unchecked Sendable {

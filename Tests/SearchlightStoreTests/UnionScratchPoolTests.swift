@@ -52,4 +52,15 @@ struct UnionScratchPoolTests {
         #expect(again.count == 0)
         pool.reclaim()
     }
+
+    @Test("SEARCHLIGHT_UNION_SCRATCH_KIB: KiB, unset or not a number 1 MiB, negative or too large no bound (it overflowed)")
+    func budgetFromEnvironment() {
+        #expect(UnionScratchPool.retainedBytes(kibibytes: nil) == 1 << 20)
+        #expect(UnionScratchPool.retainedBytes(kibibytes: "lots") == 1 << 20)
+        #expect(UnionScratchPool.retainedBytes(kibibytes: "64") == 64 * 1024)
+        #expect(UnionScratchPool.retainedBytes(kibibytes: "0") == 0)
+        #expect(UnionScratchPool.retainedBytes(kibibytes: "-1") == Int.max)
+        #expect(UnionScratchPool.retainedBytes(kibibytes: "\(Int.max / 1024 + 1)") == Int.max)
+        #expect(UnionScratchPool.retainedBytes(kibibytes: "\(Int.max)") == Int.max)
+    }
 }

@@ -130,4 +130,23 @@ struct IndexRegistryBoundTests {
         let read = try again.summary(bundle: "org.example.a", index: "")
         #expect(read.store == nil && read.summary.itemCount == 3 && again.openCount == 0)
     }
+
+    @Test("the summary of an open index for the refinement share reads nothing: the share counts its vectors once, from the store")
+    func closedSummaryOfOpenIndex() throws {
+        let f = try Fixture()
+        try f.donate("org.example.a", ["a-1", "a-2"])
+        let store = try #require(f.registry.servedStore(bundle: "org.example.a", index: ""))
+        let before = store.vectorCountScans.value
+        #expect(try f.registry.closedSummary(bundle: "org.example.a", index: "") == nil)
+        #expect(store.vectorCountScans.value == before, "no scan of item_vectors for an open index")
+        // admin.status's summary of an open store counts them once.
+        _ = try f.registry.summary(bundle: "org.example.a", index: "")
+        #expect(store.vectorCountScans.value == before + 1)
+        // Closed (past the bound of 2), its figures come without opening it.
+        try f.donate("org.example.b", ["b-1"])
+        try f.donate("org.example.c", ["c-1"])
+        #expect(!f.isOpen("org.example.a"))
+        #expect(try f.registry.closedSummary(bundle: "org.example.a", index: "")?.itemCount == 2)
+        #expect(!f.isOpen("org.example.a"))
+    }
 }

@@ -76,3 +76,36 @@ struct QueryLatencyTests {
 }
 
 struct SliceUnsupported: Error {}
+
+/// Setting a thread's slice changes nothing else about its scheduling (the second review of
+/// issue 32: the switch reset the thread's policy to SCHED_OTHER).
+@Suite("A thread's slice alone", .onOwnThreads)
+struct ThreadSliceKeepsPolicyTests {
+    /// SCHED_BATCH (linux/sched.h): Swift's Glibc does not see it (a _GNU_SOURCE name).
+    static let schedBatch: Int32 = 3
+
+    @Test("a batch thread at nice 7 keeps its policy and its nice when it takes a slice")
+    func keepsPolicyAndNice() throws {
+        guard QueryLatencyTests.kernelSlices().settable else {
+            withKnownIssue("this kernel does not take a thread's own slice (before Linux 6.12): nothing to check") { throw SliceUnsupported() }
+            return
+        }
+        let seen = Mutex<(set: Bool, policy: Int32, nice: Int32, slice: Int)>((false, -1, -1, -1))
+        let done = DispatchSemaphore(value: 0)
+        let thread = Thread {
+            var param = sched_param()
+            let batch = sched_setscheduler(0, Self.schedBatch, &param) == 0
+            let niced = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 7) == 0
+            let set = batch && niced && QueryLatency.setCurrentThreadSlice(microseconds: 3_000)
+            seen.withLock { $0 = (set, sched_getscheduler(0), getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0), QueryLatency.currentThreadSliceMicroseconds) }
+            done.signal()
+        }
+        thread.start()
+        done.wait()
+        let got = seen.withLock { $0 }
+        #expect(got.set)
+        #expect(got.policy == Self.schedBatch, "policy \(got.policy)")
+        #expect(got.nice == 7)
+        #expect(got.slice == 3_000)
+    }
+}

@@ -22,7 +22,8 @@ int sl_signal_pipe_install(int signal);
 int sl_signal_pipe_restore(int signal);
 
 /// Linux 6.12 and later (EEVDF): asks for a time slice of `nanoseconds` (the kernel keeps it
-/// within 0.1 to 100 ms) for the calling thread, keeping its policy (SCHED_OTHER) and its nice.
+/// within 0.1 to 100 ms) for the calling thread, keeping its policy (SCHED_OTHER, SCHED_BATCH or
+/// SCHED_IDLE; a real-time or deadline thread is refused with EINVAL) and its nice.
 /// A thread with a shorter slice than the running one preempts it when it wakes up, instead of
 /// waiting for the running thread's slice (1.4 ms by default on two cores) to end; its share of
 /// the CPU is unchanged. No privilege needed. 0, or -1 with errno (ENOSYS, EINVAL on older kernels).

@@ -287,10 +287,16 @@ final class UnionScratchPool {
 
     /// The default budget kept between queries (`SEARCHLIGHT_UNION_SCRATCH_KIB`, KiB; -1 keeps
     /// everything, as before, for comparisons): 1 MiB, the unions of a 64k-item index.
-    static let defaultRetainedBytes: Int = {
-        guard let v = ProcessInfo.processInfo.environment["SEARCHLIGHT_UNION_SCRATCH_KIB"], let k = Int(v) else { return 1 << 20 }
-        return k < 0 ? Int.max : k * 1024
-    }()
+    static let defaultRetainedBytes = retainedBytes(kibibytes: ProcessInfo.processInfo.environment["SEARCHLIGHT_UNION_SCRATCH_KIB"])
+
+    /// The budget `SEARCHLIGHT_UNION_SCRATCH_KIB` says: 1 MiB when unset or not a number, no
+    /// bound for a negative value or one too large to count in bytes (it overflowed, and the
+    /// daemon trapped at its first query).
+    static func retainedBytes(kibibytes text: String?) -> Int {
+        guard let text, let k = Int(text) else { return 1 << 20 }
+        let (bytes, overflow) = k.multipliedReportingOverflow(by: 1024)
+        return k < 0 || overflow ? Int.max : bytes
+    }
 
     init(retainedBytes: Int = UnionScratchPool.defaultRetainedBytes) { self.retainedBytes = retainedBytes }
 

@@ -148,6 +148,7 @@ extension IndexStore {
     public func vectorCounts() throws(SearchlightError) -> (vectors: Int, refined: Int) {
         guard formatVersion >= Schema.firstVectorFormat else { return (0, 0) }
         if let counts = vectors.counts { return counts }
+        vectorCountScans.add()
         return try read { db in
             let row = try db.rows(Self.vectorCountSQL).first
             return (Int(row?.int(0) ?? 0), Int(row?.int(1) ?? 0))

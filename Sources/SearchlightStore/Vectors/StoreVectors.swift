@@ -118,7 +118,7 @@ final class StoreVectors: @unchecked Sendable {
             restore = restored
         }
         lock.writing { loaded = index }
-        Self.releaseFreeHeap()  // the load's row buffers and statements
+        ProcessMemory.releaseFreeHeap()  // the load's row buffers and statements
         schedulePartition()
     }
 
@@ -193,7 +193,7 @@ final class StoreVectors: @unchecked Sendable {
             guard let build else {
                 // The build's frozen copy and k-means temporaries are freed by now; without a trim
                 // they stay resident, free but kept by the arena of this thread (issue 32).
-                Self.releaseFreeHeap()
+                ProcessMemory.releaseFreeHeap()
                 return
             }
             onBuildBegun?(build)
@@ -223,18 +223,6 @@ final class StoreVectors: @unchecked Sendable {
             fillLock.withLock { if runningBuild === build { runningBuild = nil } }
         }
     }
-
-    /// Trims the heap (`ProcessMemory.releaseFreeHeap`) unless `SEARCHLIGHT_HEAP_TRIM=0` (for
-    /// measuring it against no trim); counts the trims for tests.
-    static func releaseFreeHeap() {
-        guard trimsHeap else { return }
-        ProcessMemory.releaseFreeHeap()
-        heapTrims.withLock { $0 += 1 }
-    }
-
-    static var trimsHeap: Bool { HeapTrimmer.enabled }
-    /// Heap trims after loads and partition builds, since the start.
-    static let heapTrims = Mutex(0)
 
     func drop() { lock.writing { loaded = nil } }
 
