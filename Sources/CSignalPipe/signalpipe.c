@@ -71,7 +71,8 @@ int sl_signal_pipe_restore(int signal) {
     return 0;
 }
 
-// sched_setattr(2) has no glibc wrapper before 2.41; the kernel's struct sched_attr (version 1).
+// sched_setattr(2) has no glibc wrapper before 2.41; the kernel's struct sched_attr as first defined
+// (SCHED_ATTR_SIZE_VER0, 48 bytes; the utilization clamps came after).
 struct sl_sched_attr {
     uint32_t size, sched_policy;
     uint64_t sched_flags;
@@ -85,17 +86,19 @@ struct sl_sched_attr {
 int sl_thread_set_slice(unsigned long long nanoseconds) {
 #if defined(SYS_sched_setattr) && defined(SYS_sched_getattr)
     // Read, then written back with only the slice changed: the thread keeps its policy
-    // (SCHED_OTHER, SCHED_BATCH or SCHED_IDLE), its nice and its reset-on-fork flag. A thread of
-    // another class (real-time, deadline) is left alone: its sched_runtime means something else.
+    // (SCHED_OTHER or SCHED_BATCH), its nice and its reset-on-fork flag. A thread of another
+    // class is left alone: for real-time and deadline threads sched_runtime means something
+    // else, and the kernel applies a slice to fair (NORMAL, BATCH) threads only, so SCHED_IDLE
+    // would report success and keep its slice.
     struct sl_sched_attr attr;
     memset(&attr, 0, sizeof attr);
     if (syscall(SYS_sched_getattr, 0, &attr, sizeof attr, 0) != 0) return -1;
-    if (attr.sched_policy != SCHED_OTHER && attr.sched_policy != SCHED_BATCH && attr.sched_policy != SCHED_IDLE) {
+    if (attr.sched_policy != SCHED_OTHER && attr.sched_policy != SCHED_BATCH) {
         errno = EINVAL;
         return -1;
     }
     attr.size = sizeof attr;
-    attr.sched_flags &= SL_SCHED_FLAG_RESET_ON_FORK;  // not the utilization clamps (version 2 fields)
+    attr.sched_flags &= SL_SCHED_FLAG_RESET_ON_FORK;  // not the utilization clamps (later fields)
     attr.sched_priority = 0;
     attr.sched_runtime = nanoseconds;
     attr.sched_deadline = 0;

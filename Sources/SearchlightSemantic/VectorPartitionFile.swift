@@ -147,10 +147,15 @@ public enum PartitionFile {
         return true
     }
 
+    /// The directory holding `path`: its parent, `/` for a file in the root, `.` for a bare name.
+    static func directory(of path: String) -> String {
+        path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+    }
+
     /// fsync(2) of the directory holding `path`: the directory synced, nil when it could not be.
     @discardableResult
     static func syncDirectory(of path: String) -> String? {
-        let directory = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        let directory = directory(of: path)
         let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }

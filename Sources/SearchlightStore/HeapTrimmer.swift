@@ -60,6 +60,9 @@ public final class HeapTrimmer: Sendable {
         guard enabled else { return }
         let now = clock()
         let start = state.withLock { s in
+            // Every end follows its begin (IndexStore's checkout and checkin); a miscount would
+            // let a trim run beside a read unseen.
+            assert(s.inFlight > 0, "a read ended that never began")
             s.inFlight = max(0, s.inFlight - 1)
             s.lastActivity = now
             if s.pending { return false }

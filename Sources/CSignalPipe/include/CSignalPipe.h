@@ -22,11 +22,12 @@ int sl_signal_pipe_install(int signal);
 int sl_signal_pipe_restore(int signal);
 
 /// Linux 6.12 and later (EEVDF): asks for a time slice of `nanoseconds` (the kernel keeps it
-/// within 0.1 to 100 ms) for the calling thread, keeping its policy (SCHED_OTHER, SCHED_BATCH or
-/// SCHED_IDLE; a real-time or deadline thread is refused with EINVAL) and its nice.
+/// within 0.1 to 100 ms) for the calling thread, keeping its policy (SCHED_OTHER or SCHED_BATCH;
+/// a SCHED_IDLE, real-time or deadline thread is refused with EINVAL) and its nice.
 /// A thread with a shorter slice than the running one preempts it when it wakes up, instead of
 /// waiting for the running thread's slice (1.4 ms by default on two cores) to end; its share of
-/// the CPU is unchanged. No privilege needed. 0, or -1 with errno (ENOSYS, EINVAL on older kernels).
+/// the CPU is unchanged. No privilege needed. 0, or -1 with errno (ENOSYS, EINVAL). Before 6.12 the kernel
+/// ignores the slice of a fair thread and returns 0: read it back (`sl_thread_slice`).
 /// 0 nanoseconds puts back the kernel's default. Here with the signal pipe only because it needs
 /// C too (`syscall` is variadic).
 int sl_thread_set_slice(unsigned long long nanoseconds);
