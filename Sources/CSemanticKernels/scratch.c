@@ -25,3 +25,11 @@ int sl_open_unnamed_file(const char *directory) {
     free(path);
     return fd2;
 }
+
+ptrdiff_t sl_copy_file_range(int in, int64_t *in_offset, int out, int64_t *out_offset, size_t length) {
+    loff_t a = *in_offset, b = *out_offset;
+    ssize_t n = copy_file_range(in, &a, out, &b, length, 0);
+    *in_offset = a;
+    *out_offset = b;
+    return n;
+}
