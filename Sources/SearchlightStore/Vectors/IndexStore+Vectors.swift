@@ -107,7 +107,9 @@ extension IndexStore {
     /// a store without vectors or when it cannot be read.
     func currentVectorStamp() -> VectorStamp? {
         guard formatVersion >= Schema.firstVectorFormat,
-              let row = try? writer.rows("SELECT identity, epoch FROM vector_state WHERE id = 0").first,
+              let row = try? writer.rows("""
+                  SELECT (SELECT value FROM meta WHERE key = 'vectorIdentity'), (SELECT value FROM meta WHERE key = 'vectorEpoch')
+                  """).first,
               case .blob(let identity) = row.values[0], let epoch = row.int(1) else { return nil }
         return VectorStamp(identity: identity, epoch: epoch, storeFormat: formatVersion)
     }
