@@ -698,6 +698,7 @@ public final class IndexStore: @unchecked Sendable {
         readers.unlock()
         m.vectorHeapBytes = vectors.heapBytes ?? 0
         m.partitionBuilding = vectors.isPartitionBuilding
+        m.vectorLoad = vectors.indexLoad
         return m
     }
 

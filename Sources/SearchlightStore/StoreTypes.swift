@@ -163,6 +163,8 @@ public struct StoreMemory: Sendable, Equatable {
     public var unionScratchBytes = 0
     public var vectorHeapBytes = 0
     public var partitionBuilding = false
+    /// Where the loaded vector index came from (nil: not loaded since the store opened).
+    public var vectorLoad: VectorIndexLoad?
     public init() {}
 }
 
