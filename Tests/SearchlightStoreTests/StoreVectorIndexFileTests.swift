@@ -95,13 +95,21 @@ struct StoreVectorIndexFileTests {
         try donate(f, 600..<640)
         try donate(f, 10..<20, variant: " changed meaning entirely with other words")
         #expect(try loaded(f) == fromTable(f))
-        // Saved again, and loaded again.
+        // Saved again, and loaded again; without a saved partition this time, so the partition
+        // is built from the adopted files (read through descriptors of their own, at their offset).
         let after = try seen(f)
         try reopen(f, saving: true)
+        for suffix in IndexStore.partitionFileSuffixes { unlink(path(f) + suffix) }
         _ = try f.hybrid("listen to music")
         #expect(f.store.vectorIndexLoad == .savedFile)
         #expect(try seen(f) == after)
         #expect(try loaded(f) == fromTable(f))
+        let deadline = Date(timeIntervalSinceNow: 120)
+        while !f.store.isVectorIndexPartitioned || f.store.isBuildingVectorPartition {
+            try #require(Date() < deadline, "no partition built")
+            Thread.sleep(forTimeInterval: 0.01)
+        }
+        StoreVectorPartitionTests().expectExact(f, "built from the saved index's files")
     }
 
     @Test("a write after the save, then a crash: the file's epoch is old, the table is read")
@@ -254,6 +262,14 @@ struct StoreVectorIndexFileTests {
             switch VectorIndexFile.load(path, dimension: dimension, directory: dir, stamp: s, maxLive: maxLive) {
             case .success(let loaded):
                 #expect(loaded.count == 50 && loaded.vector(for: 7) == index.vector(for: 7))
+                // A partition build reads the adopted records through a frozen view: at their offset.
+                let frozen = loaded.storage.records.frozen(), bytes = loaded.storage.recordBytes
+                var record = [UInt8](repeating: 0, count: bytes), expected = record
+                for slot in [0, 7, 49] {
+                    record.withUnsafeMutableBytes { frozen.read(into: $0.baseAddress!, count: bytes, at: slot * bytes) }
+                    expected.withUnsafeMutableBytes { loaded.storage.records.read(into: $0.baseAddress!, count: bytes, at: slot * bytes) }
+                    #expect(record == expected && loaded.storage.record(slot).codes == index.storage.record(slot).codes, "slot \(slot)")
+                }
                 return nil
             case .failure(let e): return e.reason
             }
