@@ -4,6 +4,7 @@
 #include "CVectorKernels.h"
 
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,4 +33,8 @@ ptrdiff_t sl_copy_file_range(int in, int64_t *in_offset, int out, int64_t *out_o
     *in_offset = a;
     *out_offset = b;
     return n;
+}
+
+int sl_punch_hole(int fd, int64_t offset, int64_t length) {
+    return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length);
 }

@@ -1,3 +1,4 @@
+import CSemanticKernels
 import Glibc
 
 /// Which committed state of a store's vectors a saved index holds: the store's identity (random,
@@ -222,6 +223,9 @@ public enum VectorIndexFile {
         guard storage.live == Int(live64), storage.refined == Int(refined64) else {
             return .failure(.init("the saved vector index's counts do not match its flags"))
         }
+        // What comes before the records (header, rowids, flags, the sign codes now copied: 57 MB
+        // at 1M) is never read again: its blocks go back to the file system (best effort).
+        _ = sl_punch_hole(fd, 0, Int64(layout.recordsOffset))
         var index = VectorIndex(dimension: dimension, storage: storage)
         index.buildsPartition = false
         return .success(index)

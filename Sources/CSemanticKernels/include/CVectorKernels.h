@@ -25,4 +25,8 @@ int sl_open_unnamed_file(const char *directory);
 /// *in_offset to `out` at *out_offset, both advanced; bytes copied, or -1 with errno set.
 ptrdiff_t sl_copy_file_range(int in, int64_t *in_offset, int out, int64_t *out_offset, size_t length);
 
+/// Gives the file system back the blocks of `length` bytes at `offset` (they read as zeros; the
+/// size is kept): fallocate(2) with FALLOC_FL_PUNCH_HOLE. 0, or -1 with errno set.
+int sl_punch_hole(int fd, int64_t offset, int64_t length);
+
 #endif
