@@ -571,6 +571,7 @@ public final class IndexStore: @unchecked Sendable {
                 return group.count == 1 ? [.failure(e)] : nil
             }
         }
+        try bumpVectorEpochIfTouched()
         try writer.execute("COMMIT")
         return results
     }
@@ -592,6 +593,7 @@ public final class IndexStore: @unchecked Sendable {
                 results.append(.failure(e))
             }
         }
+        try bumpVectorEpochIfTouched()
         try writer.execute("COMMIT")
         return results
     }

@@ -63,7 +63,12 @@ extension IndexStore {
                     (index, unreadable) = try VectorTable().load(dimension: encoder.dimension, directory: directory, partitioned: false,
                         from: store.writer)
                     // A row that does not decode is deleted, so the fill embeds its item again.
-                    for rowid in unreadable { try store.writer.run("DELETE FROM item_vectors WHERE rowid = ?", [.integer(rowid)]) }
+                    if !unreadable.isEmpty {
+                        _ = try store.writer.transaction {
+                            for rowid in unreadable { try store.writer.run("DELETE FROM item_vectors WHERE rowid = ?", [.integer(rowid)]) }
+                            try store.bumpVectorEpoch()
+                        }
+                    }
                     store.vectors.noteLoad(.table(why.reason))
                 }
                 index.partitionLimit = store.options.vectorPartitionLimit
@@ -102,6 +107,22 @@ extension IndexStore {
         + [vectorIndexFileSuffix, vectorIndexFileSuffix + VectorIndexFile.temporarySuffix]
     /// SQLite's files beside a store's own (a rollback journal only from older versions).
     public static let sqliteFileSuffixes = ["-wal", "-shm", "-journal"]
+
+    /// Inside the writer's transaction, before it commits: moves the vector epoch when the
+    /// transaction wrote `item_vectors` (`Schema.vectorStamp`). Every write of that table journals
+    /// itself (`StoreVectors.writerPut`, `writerDelete`, `writerCleared`: `putVector`,
+    /// `deleteVector`, the delete-all, the fill, refinement, a missing vector added), so the
+    /// journal says whether this transaction wrote any; a call rolled back since counts too
+    /// (the epoch then moves for nothing, which costs only a saved index not used).
+    func bumpVectorEpochIfTouched() throws {
+        guard vectors.writerTouched else { return }
+        try bumpVectorEpoch()
+    }
+
+    func bumpVectorEpoch() throws {
+        guard formatVersion >= Schema.firstVectorFormat else { return }
+        try writer.run("UPDATE meta SET value = value + 1 WHERE key = 'vectorEpoch'")
+    }
 
     /// The store's vector stamp now (`Schema.vectorStamp`), on the writer's connection; nil for
     /// a store without vectors or when it cannot be read.

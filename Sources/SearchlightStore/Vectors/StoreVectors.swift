@@ -83,6 +83,9 @@ final class StoreVectors: @unchecked Sendable {
         lock.reading { loaded.map { ($0.count, $0.refinedCount) } }
     }
 
+    /// Whether the writer's transaction wrote vectors since the last group (its epoch moves).
+    var writerTouched: Bool { !journal.isEmpty || cleared }
+
     func writerPut(_ rowid: Int64, _ vector: QuantizedVector) { journal.append((rowid, vector)) }
     func writerDelete(_ rowid: Int64) { journal.append((rowid, nil)) }
     func writerCleared() {
