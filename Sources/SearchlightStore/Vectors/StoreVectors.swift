@@ -152,9 +152,9 @@ final class StoreVectors: @unchecked Sendable {
     func noteLoad(_ load: VectorIndexLoad) { fillLock.withLock { lastLoad = load } }
 
     /// Saves the loaded index at `stamp` (`VectorIndexFile.save`); the bytes written, nil when
-    /// nothing was (not loaded, not off, a patch pending, a write failed). Only on the writer's
-    /// thread once it has stopped (`IndexStore.shutDown`): the index then holds what the table
-    /// holds at `stamp`.
+    /// nothing was (not loaded, off, a patch pending, a write failed). Only once the writer
+    /// thread has stopped (`IndexStore.shutDown`, which waited for it): the index then holds what
+    /// the table holds at `stamp`, and nothing changes it during the save.
     func saveIndex(stamp: VectorStamp) -> Int? {
         guard let path = indexPath, journal.isEmpty, !cleared else { return nil }
         // The regions' append buffers written out under the exclusive lock (queries read them),
