@@ -140,6 +140,8 @@ public enum PartitionFile {
             if isOurs() { unlink(temporary) }
             return false
         }
+        // The rename itself made durable (a crash could otherwise bring the old file back).
+        VectorIndexFile.syncDirectory(of: path)
         return true
     }
 

@@ -241,6 +241,13 @@ struct StoreVectorIndexFileTests {
         _ = try f.hybrid("listen to music")
         try reopen(f, saving: true)
         #expect(FileManager.default.fileExists(atPath: file(f)))
+        // The status's bytes count it with the store's other files.
+        let saved = (try FileManager.default.attributesOfItem(atPath: file(f))[.size] as? Int) ?? 0
+        // (The main file alone beside it: nothing writes, and the WAL can only shrink.)
+        let bytes = Int64((try FileManager.default.attributesOfItem(atPath: path(f))[.size] as? Int) ?? 0)
+        let summary = try f.store.summary()
+        #expect(saved > 0 && summary.fileBytes >= bytes + Int64(saved), "\(summary.fileBytes) \(bytes) \(saved)")
+        #expect(try IndexStore.peekSummary(at: path(f)).fileBytes >= bytes + Int64(saved))
         _ = try f.store.applySync([.deleteAll])
         for suffix in IndexStore.vectorSideFileSuffixes {
             #expect(!FileManager.default.fileExists(atPath: path(f) + suffix), "\(suffix)")
