@@ -3,16 +3,24 @@ import Glibc
 
 /// Which committed state of a store's vectors a saved index holds: the store's identity (random,
 /// made once with its file: a recovered, recreated or swapped-in file has another), its vector
-/// epoch (changed by every committed change to its vectors) and its store format.
+/// epoch (changed by every committed change to its vectors), its store format, and the largest
+/// rowid of its vector table (read in O(log n): a table dropped, recreated or edited by hand past
+/// the epoch's reach is told apart by it too).
 public struct VectorStamp: Sendable, Equatable {
+    /// 16 random bytes made once with the store's file.
     public var identity: [UInt8]
+    /// Moved by every committed transaction that wrote the store's vectors.
     public var epoch: Int64
+    /// The store's format (a migration in place changes it).
     public var storeFormat: Int
+    /// The largest rowid of the store's vector table, 0 when it is empty.
+    public var topRowid: Int64
 
-    public init(identity: [UInt8], epoch: Int64, storeFormat: Int) {
+    public init(identity: [UInt8], epoch: Int64, storeFormat: Int, topRowid: Int64) {
         self.identity = identity
         self.epoch = epoch
         self.storeFormat = storeFormat
+        self.topRowid = topRowid
     }
 }
 
@@ -86,6 +94,7 @@ public enum VectorIndexFile {
         buffer.storeBytes(of: UInt64(layout.signsOffset), toByteOffset: 72, as: UInt64.self)
         buffer.storeBytes(of: UInt64(layout.recordsOffset), toByteOffset: 80, as: UInt64.self)
         buffer.storeBytes(of: UInt64(layout.size), toByteOffset: 88, as: UInt64.self)
+        buffer.storeBytes(of: stamp.topRowid, toByteOffset: 104, as: Int64.self)
         buffer.storeBytes(of: checksum(buffer, slots: slots), toByteOffset: 96, as: UInt64.self)
         if cancelled() { return nil }
 
@@ -175,7 +184,8 @@ public enum VectorIndexFile {
         guard Int(header.load(fromByteOffset: 20, as: UInt32.self)) == stamp.storeFormat else {
             return .failure(.init("the saved vector index is of another store format"))
         }
-        guard header.load(fromByteOffset: 48, as: Int64.self) == stamp.epoch else {
+        guard header.load(fromByteOffset: 48, as: Int64.self) == stamp.epoch,
+              header.load(fromByteOffset: 104, as: Int64.self) == stamp.topRowid else {
             return .failure(.init("the vectors changed since the index was saved"))
         }
         let slots64 = header.load(fromByteOffset: 24, as: UInt64.self)
@@ -231,9 +241,10 @@ public enum VectorIndexFile {
         return .success(index)
     }
 
-    /// A 64-bit checksum of the header's first 96 bytes, the rowids and the flags.
+    /// A 64-bit checksum of the header (but the checksum's own 8 bytes at 96), the rowids and the flags.
     static func checksum(_ p: UnsafeRawPointer, slots: Int) -> UInt64 {
-        PartitionFile.checksum(p + headerBytes, slots * 9, seed: PartitionFile.checksum(p, 96))
+        let header = PartitionFile.checksum(p, 96) ^ PartitionFile.checksum(p + 104, headerBytes - 104, seed: 1)
+        return PartitionFile.checksum(p + headerBytes, slots * 9, seed: header)
     }
 
     /// Unlinks `path` when it names the file `st` describes; false when it names another or

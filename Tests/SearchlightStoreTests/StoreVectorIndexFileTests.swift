@@ -255,6 +255,27 @@ struct StoreVectorIndexFileTests {
         #expect(IndexStore.vectorSideFileSuffixes.contains(IndexStore.vectorIndexFileSuffix))
     }
 
+    @Test("a store file migrated in place (format 5 to 6) or whose vector table was dropped and made again never reuses the saved index")
+    func migrationInPlace() throws {
+        let f = try StoreFixture(rankedBuilds: false, vectors: true)
+        try reopen(f, saving: false)
+        try donate(f, 0..<300)
+        _ = try f.hybrid("listen to music")
+        try reopen(f, saving: true)
+        #expect(FileManager.default.fileExists(atPath: file(f)))
+        f.store.close()
+        // The file as a format-5 build would have left it, its vector table made again empty
+        // (`Schema.rewrite`): nothing of it went through the writer, so the epoch did not move.
+        let db = try Database(path: path(f))
+        try db.execute(Schema.rewrite(toFormat: 5))
+        db.close()
+        try reopen(f, saving: false)
+        #expect(f.store.formatVersion == Schema.formatVersion, "upgraded in place when opened")
+        _ = try f.hybrid("listen to music")
+        #expect(f.store.vectorIndexLoad == .table("the vectors changed since the index was saved"))
+        #expect(!FileManager.default.fileExists(atPath: file(f)))
+    }
+
     @Test("a file of another store format, dimension or epoch is refused by the file's own checks")
     func stampChecks() throws {
         let dir = NSTemporaryDirectory() + "slvecfile-" + UUID().uuidString
@@ -262,7 +283,7 @@ struct StoreVectorIndexFileTests {
         defer { try? FileManager.default.removeItem(atPath: dir) }
         var index = VectorIndex(dimension: 384, directory: dir)
         for i in 0..<50 { try index.set(Int64(i + 1), QuantizedVector(staticEncoder.embed("item \(i)"))) }
-        let stamp = VectorStamp(identity: Array(repeating: 7, count: 16), epoch: 42, storeFormat: Schema.formatVersion)
+        let stamp = VectorStamp(identity: Array(repeating: 7, count: 16), epoch: 42, storeFormat: Schema.formatVersion, topRowid: 50)
         let path = dir + "/x.sqlite-vectors"
         func attempt(_ s: VectorStamp, dimension: Int = 384, maxLive: Int = 1_000) -> String? {
             #expect(VectorIndexFile.save(index, stamp: stamp, to: path) != nil)
@@ -288,6 +309,9 @@ struct StoreVectorIndexFileTests {
         var newer = stamp
         newer.epoch += 1
         #expect(attempt(newer) == "the vectors changed since the index was saved")
+        var emptied = stamp
+        emptied.topRowid = 0
+        #expect(attempt(emptied) == "the vectors changed since the index was saved")
         #expect(attempt(stamp, dimension: 256) == "the saved vector index is of another dimension")
         #expect(attempt(stamp, maxLive: 49) == "the saved vector index's counts are out of bounds")
         #expect(attempt(stamp) == nil)

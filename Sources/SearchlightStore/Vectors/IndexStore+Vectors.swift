@@ -129,10 +129,11 @@ extension IndexStore {
     func currentVectorStamp() -> VectorStamp? {
         guard formatVersion >= Schema.firstVectorFormat,
               let row = try? writer.rows("""
-                  SELECT (SELECT value FROM meta WHERE key = 'vectorIdentity'), (SELECT value FROM meta WHERE key = 'vectorEpoch')
+                  SELECT (SELECT value FROM meta WHERE key = 'vectorIdentity'), (SELECT value FROM meta WHERE key = 'vectorEpoch'),
+                      (SELECT coalesce(max(rowid), 0) FROM item_vectors)
                   """).first,
-              case .blob(let identity) = row.values[0], let epoch = row.int(1) else { return nil }
-        return VectorStamp(identity: identity, epoch: epoch, storeFormat: formatVersion)
+              case .blob(let identity) = row.values[0], let epoch = row.int(1), let top = row.int(2) else { return nil }
+        return VectorStamp(identity: identity, epoch: epoch, storeFormat: formatVersion, topRowid: top)
     }
 
     /// On the writer thread: the vector index saved beside the store, if it holds the vectors
