@@ -267,6 +267,7 @@ public enum VectorIndexFile {
     }
 }
 
+/// Why a saved vector index was not used (`VectorIndexFile.load`): a sentence for the log.
 public struct VectorIndexFileError: Error, Sendable {
     public let reason: String
     public init(_ reason: String) { self.reason = reason }
