@@ -4,6 +4,7 @@
 #include "CVectorKernels.h"
 
 #include <fcntl.h>
+#include <linux/falloc.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,4 +25,16 @@ int sl_open_unnamed_file(const char *directory) {
     if (fd2 >= 0) unlink(path);
     free(path);
     return fd2;
+}
+
+ptrdiff_t sl_copy_file_range(int in, int64_t *in_offset, int out, int64_t *out_offset, size_t length) {
+    loff_t a = *in_offset, b = *out_offset;
+    ssize_t n = copy_file_range(in, &a, out, &b, length, 0);
+    *in_offset = a;
+    *out_offset = b;
+    return n;
+}
+
+int sl_punch_hole(int fd, int64_t offset, int64_t length) {
+    return fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length);
 }

@@ -17,7 +17,10 @@ final class ByteRegion: @unchecked Sendable {
     static let flushBytes = 256 << 10
 
     private var fd: Int32
-    /// Bytes in the file (offsets 0 ..< flushed); the rest are in `pending`.
+    /// Where the region starts in its file: 0, or past the header and the other sections of a
+    /// saved index adopted as the file (`init(adopting:base:count:)`).
+    private let base: Int
+    /// Bytes in the file (offsets base ..< base + flushed); the rest are in `pending`.
     private var flushed = 0
     private var pending: [UInt8] = []
 
@@ -25,6 +28,16 @@ final class ByteRegion: @unchecked Sendable {
     /// file can be made there.
     init(directory: String?) {
         fd = directory.map { sl_open_unnamed_file($0) } ?? -1
+        base = 0
+    }
+
+    /// A region whose first `count` bytes are at `base` in the file `fd` (taken over: closed with
+    /// the region), the last section of the file, so appends go past its end. The caller has
+    /// checked the file's size and made it nameless (`VectorIndexFile.load`).
+    init(adopting fd: Int32, base: Int, count: Int) {
+        self.fd = fd
+        self.base = base
+        flushed = count
     }
 
     deinit { if fd >= 0 { close(fd) } }
@@ -79,7 +92,7 @@ final class ByteRegion: @unchecked Sendable {
         if offset < flushed {
             let want = min(n, flushed - offset)
             while done < want {
-                let r = pread(fd, out + done, want - done, off_t(offset + done))
+                let r = pread(fd, out + done, want - done, off_t(base + offset + done))
                 if r > 0 { done += r; continue }
                 if r < 0 && errno == EINTR { continue }
                 // The file cannot be read back (an I/O error, or it was cut short under us):
@@ -104,9 +117,9 @@ final class ByteRegion: @unchecked Sendable {
             // Close-on-exec like the original: a child started meanwhile (an extension, a
             // launcher) must not inherit a descriptor of the index's vectors.
             let copy = fcntl(fd, F_DUPFD_CLOEXEC, 0)
-            if copy >= 0 { return FrozenRegion(fd: copy, count: flushed, region: nil) }
+            if copy >= 0 { return FrozenRegion(fd: copy, base: base, count: flushed, region: nil) }
         }
-        return FrozenRegion(fd: -1, count: count, region: self)
+        return FrozenRegion(fd: -1, base: 0, count: count, region: self)
     }
 
     /// Writes what is pending to the file.
@@ -118,10 +131,31 @@ final class ByteRegion: @unchecked Sendable {
         pending.removeAll(keepingCapacity: true)
     }
 
+    /// Appends `count` bytes of the file `source` at `offset` (in the kernel when both are
+    /// files); false on failure, the region then unchanged.
+    func adopt(from source: Int32, at offset: Int, count n: Int) -> Bool {
+        flush()
+        guard fd >= 0 else { return false }
+        guard RegionCopy.copy(from: source, at: offset, count: n, to: fd, at: base + flushed) else { return false }
+        flushed += n
+        return true
+    }
+
+    /// Copies the region's bytes to `target` at `offset` (in the kernel when both are files:
+    /// `copy_file_range`); false on any failure.
+    func copy(to target: Int32, at offset: Int) -> Bool {
+        flush()
+        if fd >= 0, RegionCopy.copy(from: fd, at: base, count: flushed, to: target, at: offset) {
+            return pending.withUnsafeBytes { RegionCopy.writeFully(target, $0.baseAddress, $0.count, offset + flushed) }
+        }
+        guard fd < 0 else { return false }
+        return pending.withUnsafeBytes { RegionCopy.writeFully(target, $0.baseAddress, $0.count, offset) }
+    }
+
     private func writeFully(_ p: UnsafeRawPointer, _ n: Int, _ offset: Int) -> Bool {
         var done = 0
         while done < n {
-            let w = pwrite(fd, p + done, n - done, off_t(offset + done))
+            let w = pwrite(fd, p + done, n - done, off_t(base + offset + done))
             if w > 0 { done += w; continue }
             if w < 0 && errno == EINTR { continue }
             return false
@@ -146,10 +180,12 @@ final class ByteRegion: @unchecked Sendable {
 final class FrozenRegion: @unchecked Sendable {
     let count: Int
     private let fd: Int32
+    private let base: Int
     private let region: ByteRegion?
 
-    init(fd: Int32, count: Int, region: ByteRegion?) {
+    init(fd: Int32, base: Int, count: Int, region: ByteRegion?) {
         self.fd = fd
+        self.base = base
         self.count = count
         self.region = region
     }
@@ -166,11 +202,62 @@ final class FrozenRegion: @unchecked Sendable {
         guard fd >= 0 else { return region!.read(into: out, count: n, at: offset) }
         var done = 0
         while done < n {
-            let r = pread(fd, out + done, n - done, off_t(offset + done))
+            let r = pread(fd, out + done, n - done, off_t(base + offset + done))
             if r > 0 { done += r; continue }
             if r < 0 && errno == EINTR { continue }
             (out + done).initializeMemory(as: UInt8.self, repeating: 0, count: n - done)
             return
         }
+    }
+}
+
+/// Copies between files, in the kernel where it can (`copy_file_range`), else through a buffer.
+enum RegionCopy {
+    static func copy(from source: Int32, at sourceOffset: Int, count: Int, to target: Int32, at targetOffset: Int) -> Bool {
+        var inOffset = Int64(sourceOffset), outOffset = Int64(targetOffset)
+        var left = count
+        while left > 0 {
+            let n = sl_copy_file_range(source, &inOffset, target, &outOffset, left)
+            if n > 0 { left -= n; continue }
+            if n < 0 && errno == EINTR { continue }
+            // Not supported between these files (or cut short): the rest through a buffer.
+            break
+        }
+        guard left > 0 else { return true }
+        let chunk = 1 << 20
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: chunk, alignment: 16)
+        defer { buffer.deallocate() }
+        while left > 0 {
+            let r = pread(source, buffer, min(chunk, left), off_t(inOffset))
+            if r < 0 && errno == EINTR { continue }
+            guard r > 0, writeFully(target, buffer, r, Int(outOffset)) else { return false }
+            inOffset += Int64(r)
+            outOffset += Int64(r)
+            left -= r
+        }
+        return true
+    }
+
+    static func writeFully(_ fd: Int32, _ p: UnsafeRawPointer?, _ n: Int, _ offset: Int) -> Bool {
+        guard n > 0, let p else { return true }
+        var done = 0
+        while done < n {
+            let w = pwrite(fd, p + done, n - done, off_t(offset + done))
+            if w > 0 { done += w; continue }
+            if w < 0 && errno == EINTR { continue }
+            return false
+        }
+        return true
+    }
+
+    static func readFully(_ fd: Int32, _ p: UnsafeMutableRawPointer, _ n: Int, _ offset: Int) -> Bool {
+        var done = 0
+        while done < n {
+            let r = pread(fd, p + done, n - done, off_t(offset + done))
+            if r > 0 { done += r; continue }
+            if r < 0 && errno == EINTR { continue }
+            return false
+        }
+        return true
     }
 }

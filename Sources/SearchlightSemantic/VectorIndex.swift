@@ -93,6 +93,21 @@ public struct VectorIndex: Sendable {
         storage = VectorSlots(dimension: dimension, words: words, directory: directory)
     }
 
+    /// An index over slots read back from a file (`VectorIndexFile.load`).
+    init(dimension: Int, storage: VectorSlots) {
+        self.dimension = dimension
+        words = (dimension + 63) / 64
+        directory = storage.directory
+        self.storage = storage
+    }
+
+    /// Writes the files' append buffers out (before `VectorIndexFile.save` reads the files beside
+    /// searches: only under the caller's exclusive lock).
+    public func flushFiles() {
+        storage.signs.flush()
+        storage.records.flush()
+    }
+
     public var count: Int { storage.live }
     /// The true refined flags, kept as they change: a hybrid query with the transformer asks for
     /// it (`SemanticRequest.tuning`), and counting 1M flags is most of a ms.

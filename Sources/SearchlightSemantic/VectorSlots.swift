@@ -47,6 +47,53 @@ final class VectorSlots: @unchecked Sendable {
         records = ByteRegion(directory: directory)
     }
 
+    /// Slots read back from a saved index (`VectorIndexFile.load`): its rowids and flags, its
+    /// sign codes and records in `signs` and `records` (one per slot, checked by the caller).
+    /// Nil when the rowids repeat or a flag has a bit other than live and refined.
+    init?(dimension: Int, words: Int, directory: String?, rowids: [Int64], flags: [UInt8], signs: ByteRegion, records: ByteRegion) {
+        self.dimension = dimension
+        self.words = words
+        self.directory = directory
+        recordBytes = dimension + 4
+        self.signs = signs
+        self.records = records
+        var prefix = 0
+        while prefix < rowids.count && (prefix == 0 || rowids[prefix] > rowids[prefix - 1]) { prefix += 1 }
+        self.rowids = rowids
+        self.flags = flags
+        sortedPrefix = prefix
+        for s in prefix..<rowids.count {
+            overflow[rowids[s]] = s
+        }
+        for s in rowids.indices {
+            let f = flags[s]
+            guard f & ~(Self.liveFlag | Self.refinedFlag) == 0 else { return nil }
+            if f & Self.liveFlag != 0 {
+                live += 1
+                if f & Self.refinedFlag != 0 { refined += 1 }
+            }
+        }
+        // Every rowid once: the overflow's keys distinct, none of them in the sorted prefix.
+        guard overflow.count == rowids.count - prefix else { return nil }
+        for rowid in overflow.keys {
+            var lo = 0, hi = prefix
+            while lo < hi {
+                let mid = (lo + hi) >> 1
+                if rowids[mid] < rowid { lo = mid + 1 } else { hi = mid }
+            }
+            if lo < prefix && rowids[lo] == rowid { return nil }
+        }
+    }
+
+    /// What a save writes (`VectorIndexFile.save`): the rowids and flags (without the moved bit,
+    /// which belongs to this process's partition), and views of the regions that stay valid while
+    /// the slots change (taken under the index's exclusive lock: flushing changes the regions).
+    func savedState() -> (rowids: [Int64], flags: [UInt8], live: Int, refined: Int, signs: ByteRegion, records: ByteRegion) {
+        signs.flush()
+        records.flush()
+        return (rowids, flags.map { $0 & ~Self.movedFlag }, live, refined, signs, records)
+    }
+
     var slotCount: Int { rowids.count }
     /// What the slots hold on the heap: rowids, flags, the overflow table, the regions' buffers.
     var heapBytes: Int {

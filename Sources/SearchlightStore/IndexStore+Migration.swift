@@ -33,7 +33,8 @@ extension IndexStore {
                 FROM source.items ORDER BY rowid
                 """)
             try w.execute("""
-                INSERT OR IGNORE INTO main.meta(key, value) SELECT key, value FROM source.meta WHERE key != 'created';
+                INSERT OR IGNORE INTO main.meta(key, value) SELECT key, value FROM source.meta
+                    WHERE key NOT IN ('created', 'vectorIdentity', 'vectorEpoch');
                 INSERT OR IGNORE INTO main.engagement SELECT * FROM source.engagement;
                 INSERT INTO main.fts(fts) VALUES ('rebuild');
                 """)

@@ -223,7 +223,7 @@ extension IndexStore {
         let state = try clientState()
         var st = stat()
         var bytes: Int64 = 0
-        for suffix in ["", "-wal"] where stat(path + suffix, &st) == 0 { bytes += Int64(st.st_size) }
+        for suffix in ["", "-wal"] + Self.vectorSideFileSuffixes where stat(path + suffix, &st) == 0 { bytes += Int64(st.st_size) }
         var ranked: RankedIndexSummary?
         if formatVersion >= RankWriter.firstFormat {
             ranked = try read { db in

@@ -113,6 +113,7 @@ public final class IndexStore: @unchecked Sendable {
         self.path = path
         self.options = options
         vectors.usePartitionPath(options.vectorPartitionFile ? path + Self.partitionFileSuffix : nil)
+        vectors.useIndexPath(store: path, saved: options.vectorIndexFile ? path + Self.vectorIndexFileSuffix : nil)
         let dir = (path as NSString).deletingLastPathComponent
         do {
             try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -126,6 +127,9 @@ public final class IndexStore: @unchecked Sendable {
             try Self.configure(writer, fullSync: options.fullSync)
             try writer.execute("PRAGMA cache_size=-\(options.cacheKiB); PRAGMA journal_size_limit=\(Self.walSizeLimit);")
             formatVersion = try Self.prepareSchema(writer, path: path)
+            if formatVersion >= Schema.firstVectorFormat {
+                _ = try writer.transaction { try writer.execute(Schema.vectorStamp) }
+            }
             itemCount = try writer.intScalar("SELECT count(*) FROM items")
             if formatVersion >= RankWriter.firstFormat {
                 try rankWriter.load(writer)
@@ -569,6 +573,7 @@ public final class IndexStore: @unchecked Sendable {
                 return group.count == 1 ? [.failure(e)] : nil
             }
         }
+        try bumpVectorEpochIfTouched()
         try writer.execute("COMMIT")
         return results
     }
@@ -590,6 +595,7 @@ public final class IndexStore: @unchecked Sendable {
                 results.append(.failure(e))
             }
         }
+        try bumpVectorEpochIfTouched()
         try writer.execute("COMMIT")
         return results
     }
@@ -698,6 +704,7 @@ public final class IndexStore: @unchecked Sendable {
         readers.unlock()
         m.vectorHeapBytes = vectors.heapBytes ?? 0
         m.partitionBuilding = vectors.isPartitionBuilding
+        m.vectorLoad = vectors.indexLoad
         return m
     }
 
@@ -733,7 +740,7 @@ public final class IndexStore: @unchecked Sendable {
             let state = try db.scalar("SELECT value FROM meta WHERE key = 'clientState'")
             var st = stat()
             var bytes: Int64 = 0
-            for suffix in ["", "-wal"] where stat(path + suffix, &st) == 0 { bytes += Int64(st.st_size) }
+            for suffix in ["", "-wal"] + vectorSideFileSuffixes where stat(path + suffix, &st) == 0 { bytes += Int64(st.st_size) }
             var summary = IndexSummary(itemCount: items, fileBytes: bytes, formatVersion: format,
                 hasClientState: { if case .blob? = state { true } else { false } }())
             if try db.scalar("SELECT 1 FROM sqlite_schema WHERE type = 'table' AND name = 'item_vectors'") != nil,
@@ -781,13 +788,20 @@ public final class IndexStore: @unchecked Sendable {
     /// whose only readers are its own background work (a shadow: client calls read the served
     /// file), which a later run redoes. A read between statements, or busy outside SQLite, is
     /// still waited for.
+    ///
+    /// With `savingVectors` (the daemon's stop, the open-index bound: the files stay where they
+    /// are), the loaded vector index is saved beside the store once the writer has stopped, for
+    /// the next load (`saveVectorIndex`). Never before a move, a replace or an erase.
     @discardableResult
-    public func shutDown(timeout: TimeInterval = 10, interruptingReads: Bool = false) -> Bool {
+    public func shutDown(timeout: TimeInterval = 10, interruptingReads: Bool = false, savingVectors: Bool = false) -> Bool {
         let start = Date()
         close()
         // Before the files are moved or removed: the partition thread ends (it stops at its next
         // check once closed), within the same deadline as the reads.
-        vectors.close(waitingUpTo: max(0, timeout - Date().timeIntervalSince(start)))
+        let partitionEnded = vectors.close(waitingUpTo: max(0, timeout - Date().timeIntervalSince(start)))
+        // The writer has stopped (its last group applied to the index): the table and the index
+        // agree, at the stamp read now.
+        if savingVectors && partitionEnded { saveVectorIndex() }
         readers.lock()
         retired = true
         if interruptingReads {

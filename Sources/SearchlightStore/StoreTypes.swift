@@ -39,6 +39,13 @@ public struct StoreOptions: Sendable {
     /// Whether the partition is saved beside the store and restored on the next load
     /// (`SEARCHLIGHT_VECTOR_PARTITION_FILE=0` turns it off, for the bench's side-by-side rows).
     public var vectorPartitionFile = ProcessInfo.processInfo.environment["SEARCHLIGHT_VECTOR_PARTITION_FILE"] != "0"
+    /// Whether the loaded vector index is saved beside the store when it closes cleanly and read
+    /// back by the next load instead of the table (`VectorIndexFile`;
+    /// `SEARCHLIGHT_VECTOR_INDEX_FILE=0` turns it off, for side-by-side measurements).
+    public var vectorIndexFile = ProcessInfo.processInfo.environment["SEARCHLIGHT_VECTOR_INDEX_FILE"] != "0"
+    /// Told what became of a saved vector index (saved at a close, or not used by a load and why);
+    /// the daemon logs it.
+    public var vectorIndexEvents: (@Sendable (VectorIndexEvent) -> Void)?
     /// Whether queries start background builds of the ranked index (`RankMaintainer`); tests that
     /// want to decide when it is built turn it off and call `buildRankedIndex()`.
     public var rankedIndexBuilds = true
@@ -156,5 +163,21 @@ public struct StoreMemory: Sendable, Equatable {
     public var unionScratchBytes = 0
     public var vectorHeapBytes = 0
     public var partitionBuilding = false
+    /// Where the loaded vector index came from (nil: not loaded since the store opened).
+    public var vectorLoad: VectorIndexLoad?
     public init() {}
+}
+
+/// What became of the vector index saved beside a store (`StoreOptions.vectorIndexEvents`).
+public enum VectorIndexEvent: Sendable, Equatable {
+    case saved(path: String, bytes: Int, milliseconds: Int)
+    case notUsed(path: String, reason: String)
+}
+
+/// Where a store's vector index was loaded from.
+public enum VectorIndexLoad: Sendable, Equatable {
+    /// The index saved at the last clean close.
+    case savedFile
+    /// Every row of `item_vectors`; why the saved index was not used.
+    case table(String)
 }

@@ -88,7 +88,7 @@ extension IndexRegistry {
     func closeEvicted(_ evicted: [(Key, IndexStore)]) {
         for (key, store) in evicted {
             let summary = try? store.summary()
-            store.shutDown()
+            store.shutDown(savingVectors: true)
             log.debug("index closed", ["bundle": key.bundle, "index": key.index.isEmpty ? "_default" : key.index, "reason": "open-index bound"])
             lock.withLock {
                 settling.remove(key)

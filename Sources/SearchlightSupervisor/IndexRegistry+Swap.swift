@@ -111,14 +111,15 @@ extension IndexRegistry {
                 log.warning("old index WAL left after shutdown; removed", ["bundle": bundle, "bytes": Int(st.st_size)])
             }
             Self.removeDatabaseFiles(path, mainFile: false)
-            // The old index's saved vector partition goes; the shadow's, if it saved one, follows
-            // its file (a load checks each entry against the vectors it finds anyway).
-            for suffix in IndexStore.partitionFileSuffixes { unlink(path + suffix) }
+            // The old index's saved vector partition and index go; the shadow's partition, if it
+            // saved one, follows its file (a load checks each entry against the vectors it finds
+            // anyway). A shadow never saves its index (only a close that keeps the files does).
+            for suffix in IndexStore.vectorSideFileSuffixes { unlink(path + suffix) }
             guard rename(shadow.path, path) == 0 else {
                 throw SearchlightError(.indexUnavailable, "cannot rename \(shadow.path) to \(path): \(String(cString: strerror(errno)))")
             }
             _ = rename(shadow.path + IndexStore.partitionFileSuffix, path + IndexStore.partitionFileSuffix)
-            for suffix in IndexStore.partitionFileSuffixes { unlink(shadow.path + suffix) }  // a .tmp left by a crash
+            for suffix in IndexStore.vectorSideFileSuffixes { unlink(shadow.path + suffix) }  // a .tmp left by a crash
             _ = Self.fsync(path: (path as NSString).deletingLastPathComponent)
         }
         let pause = Date().timeIntervalSince(started)
@@ -135,9 +136,9 @@ extension IndexRegistry {
         db.close()
     }
 
-    /// Removes a SQLite file with its -wal, -shm and saved vector partition (with `mainFile: false`, only the -wal and -shm).
+    /// Removes a SQLite file with its -wal, -shm and the vector index's side files (with `mainFile: false`, only the -wal and -shm).
     static func removeDatabaseFiles(_ file: String, mainFile: Bool = true) {
-        let suffixes = mainFile ? [""] + IndexStore.sqliteFileSuffixes + IndexStore.partitionFileSuffixes : IndexStore.sqliteFileSuffixes
+        let suffixes = mainFile ? [""] + IndexStore.sqliteFileSuffixes + IndexStore.vectorSideFileSuffixes : IndexStore.sqliteFileSuffixes
         for suffix in suffixes { unlink(file + suffix) }
     }
 

@@ -313,7 +313,8 @@ final class IndexRegistry: @unchecked Sendable {
         // its WAL left behind (SignalTests). Reads in progress get one shared grace period;
         // one still running after it closes its connection when it returns.
         let deadline = Date().addingTimeInterval(5)
-        for s in all { s.shutDown(timeout: max(0, deadline.timeIntervalSinceNow)) }
+        // The loaded vector indexes saved beside their files, for the first query after the restart.
+        for s in all { s.shutDown(timeout: max(0, deadline.timeIntervalSinceNow), savingVectors: true) }
     }
 }
 

@@ -80,9 +80,9 @@ struct Quarantine: Sendable {
                 throw SearchlightError(.indexUnavailable, "cannot move the damaged index file \(path + suffix) into \(directory): \(reason); move or delete it by hand and restart searchlightd")
             }
         }
-        // The saved vector partition is made from the file's vectors, of no use for diagnosis or
-        // salvage: removed, not carried (left, it would lie beside the fresh index for good).
-        for suffix in IndexStore.partitionFileSuffixes { unlink(path + suffix) }
+        // The saved vector partition and index are made from the file's vectors, of no use for
+        // diagnosis or salvage: removed, not carried (left, they would lie beside the fresh index).
+        for suffix in IndexStore.vectorSideFileSuffixes { unlink(path + suffix) }
         Self.syncDirectory(directory)
         Self.syncDirectory((path as NSString).deletingLastPathComponent)
     }

@@ -53,6 +53,12 @@ final class ServiceContext: Sendable {
             idleSeconds: config.modelIdleSeconds, log: log)
         var options = config.storeOptions
         options.vectorEncoder = semantic.staticEncoder
+        options.vectorIndexEvents = { event in
+            switch event {
+            case .saved(let path, let bytes, let ms): log.info("vector index saved", ["path": path, "bytes": bytes, "ms": ms])
+            case .notUsed(let path, let reason): log.notice("saved vector index not used", ["path": path, "reason": reason])
+            }
+        }
         let maxOpen = config.maxOpenIndexes ?? IndexRegistry.defaultMaxOpen(options: options, connections: config.maxConnections)
         registry = try IndexRegistry(stateDirectory: config.stateDirectory, options: options, maxOpen: maxOpen, log: log)
         state = try SupervisorState(path: config.stateDirectory + "/supervisor.sqlite", exists: registry.bundleExists)

@@ -209,15 +209,16 @@ struct IndexReplaceTests {
         salvaged.close()
     }
 
-    @Test("the saved vector partition follows the file: a swap removes the old one and moves the shadow's, dropShadow, recovery's quarantine and erase leave no -partition or -partition.tmp")
+    @Test("the saved vector partition follows the file: a swap removes the old one and moves the shadow's, dropShadow, recovery's quarantine and erase leave no -partition or -partition.tmp; the saved vector index (-vectors) goes with every one of them")
     func partitionFilesFollowTheIndex() throws {
         let f = try Fixture()
         try f.donate(Fixture.items("old", 5))
         let fm = FileManager.default
         func plant(_ file: String, _ text: String) throws {
-            for suffix in IndexStore.partitionFileSuffixes { try Data((text + suffix).utf8).write(to: URL(fileURLWithPath: file + suffix)) }
+            for suffix in IndexStore.vectorSideFileSuffixes { try Data((text + suffix).utf8).write(to: URL(fileURLWithPath: file + suffix)) }
         }
-        func leftovers(_ file: String) -> [String] { IndexStore.partitionFileSuffixes.filter { fm.fileExists(atPath: file + $0) } }
+        func leftovers(_ file: String) -> [String] { IndexStore.vectorSideFileSuffixes.filter { fm.fileExists(atPath: file + $0) } }
+        #expect(Set(IndexStore.vectorSideFileSuffixes) == ["-partition", "-partition.tmp", "-vectors", "-vectors.tmp"])
 
         // A swap: the old index's partition (and a .tmp) go, the shadow's moves beside the file.
         try plant(f.path, "old")
@@ -227,6 +228,8 @@ struct IndexReplaceTests {
         _ = try f.registry.swapInShadow(bundle: f.bundle, index: "", shadow: shadow)
         #expect(fm.contents(atPath: f.path + IndexStore.partitionFileSuffix) == Data("new-partition".utf8))
         #expect(!fm.fileExists(atPath: f.path + IndexStore.partitionFileSuffixes[1]))
+        // The saved index is of a file that is gone (a shadow never saves one): neither kept nor moved.
+        #expect(leftovers(f.path) == [IndexStore.partitionFileSuffix])
         #expect(leftovers(shadow.path).isEmpty)
 
         // A rebuild that ends without a swap.

@@ -21,4 +21,12 @@ int32_t sl_dot_i8(const int8_t *a, const int8_t *b, ptrdiff_t n);
 /// process ends, so a crash leaves nothing to read back. -1 with errno set when it cannot be made.
 int sl_open_unnamed_file(const char *directory);
 
+/// copy_file_range(2) (glibc declares it only with _GNU_SOURCE): up to `length` bytes from `in` at
+/// *in_offset to `out` at *out_offset, both advanced; bytes copied, or -1 with errno set.
+ptrdiff_t sl_copy_file_range(int in, int64_t *in_offset, int out, int64_t *out_offset, size_t length);
+
+/// Gives the file system back the blocks of `length` bytes at `offset` (they read as zeros; the
+/// size is kept): fallocate(2) with FALLOC_FL_PUNCH_HOLE. 0, or -1 with errno set.
+int sl_punch_hole(int fd, int64_t offset, int64_t length);
+
 #endif

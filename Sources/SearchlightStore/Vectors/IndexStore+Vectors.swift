@@ -50,11 +50,27 @@ extension IndexStore {
                 guard !store.vectors.isLoaded else { return ApplyResult() }
                 // The index's files go beside the store's (never a tmpfs /tmp: they would be memory again).
                 let directory = (store.path as NSString).deletingLastPathComponent
-                // The partition is built after, in the background (`StoreVectors.schedulePartition`).
-                var (index, unreadable) = try VectorTable().load(dimension: encoder.dimension, directory: directory, partitioned: false,
-                    from: store.writer)
-                // A row that does not decode is deleted, so the fill embeds its item again.
-                for rowid in unreadable { try store.writer.run("DELETE FROM item_vectors WHERE rowid = ?", [.integer(rowid)]) }
+                // The index saved at the last clean close, when it holds what the table holds now;
+                // else every row of the table. The partition is built after, in the background
+                // (`StoreVectors.schedulePartition`), or restored below.
+                var index: VectorIndex
+                switch store.loadSavedVectorIndex(dimension: encoder.dimension, directory: directory) {
+                case .success(let saved):
+                    index = saved
+                    store.vectors.noteLoad(.savedFile)
+                case .failure(let why):
+                    let unreadable: [Int64]
+                    (index, unreadable) = try VectorTable().load(dimension: encoder.dimension, directory: directory, partitioned: false,
+                        from: store.writer)
+                    // A row that does not decode is deleted, so the fill embeds its item again.
+                    if !unreadable.isEmpty {
+                        _ = try store.writer.transaction {
+                            for rowid in unreadable { try store.writer.run("DELETE FROM item_vectors WHERE rowid = ?", [.integer(rowid)]) }
+                            try store.bumpVectorEpoch()
+                        }
+                    }
+                    store.vectors.noteLoad(.table(why.reason))
+                }
                 index.partitionLimit = store.options.vectorPartitionLimit
                 // The load read every row through the writer's page cache (8 MB at 1M items):
                 // given back, since queries read through the readers' (issue 32).
@@ -80,11 +96,76 @@ extension IndexStore {
 
     /// The saved partition of the vector index (`PartitionFile`), beside the store's file.
     public static let partitionFileSuffix = "-partition"
-    /// The saved partition and the `.tmp` a save writes before renaming it: removed with the
-    /// store's file, by a swap, a recovery and a delete-all.
+    /// The saved partition and the `.tmp` a save writes before renaming it.
     public static let partitionFileSuffixes = [partitionFileSuffix, partitionFileSuffix + PartitionFile.temporarySuffix]
+    /// The vector index saved at a clean close (`VectorIndexFile`), beside the store's file.
+    public static let vectorIndexFileSuffix = "-vectors"
+    /// Every file the vector index keeps beside the store's (the saved partition, the saved
+    /// index, and the `.tmp` of each while it is written): removed with the store's file, by a
+    /// swap, a recovery and a delete-all, and counted in its bytes.
+    public static let vectorSideFileSuffixes = partitionFileSuffixes
+        + [vectorIndexFileSuffix, vectorIndexFileSuffix + VectorIndexFile.temporarySuffix]
     /// SQLite's files beside a store's own (a rollback journal only from older versions).
     public static let sqliteFileSuffixes = ["-wal", "-shm", "-journal"]
+
+    /// Inside the writer's transaction, before it commits: moves the vector epoch when the
+    /// transaction wrote `item_vectors` (`Schema.vectorStamp`). Every write of that table journals
+    /// itself (`StoreVectors.writerPut`, `writerDelete`, `writerCleared`: `putVector`,
+    /// `deleteVector`, the delete-all, the fill, refinement, a missing vector added), so the
+    /// journal says whether this transaction wrote any; a call rolled back since counts too
+    /// (the epoch then moves for nothing, which costs only a saved index not used).
+    func bumpVectorEpochIfTouched() throws {
+        guard vectors.writerTouched else { return }
+        try bumpVectorEpoch()
+    }
+
+    func bumpVectorEpoch() throws {
+        guard formatVersion >= Schema.firstVectorFormat else { return }
+        try writer.run("UPDATE meta SET value = value + 1 WHERE key = 'vectorEpoch'")
+    }
+
+    /// The store's vector stamp now (`Schema.vectorStamp`), on the writer's connection; nil for
+    /// a store without vectors or when it cannot be read.
+    func currentVectorStamp() -> VectorStamp? {
+        guard formatVersion >= Schema.firstVectorFormat,
+              let row = try? writer.rows("""
+                  SELECT (SELECT value FROM meta WHERE key = 'vectorIdentity'), (SELECT value FROM meta WHERE key = 'vectorEpoch'),
+                      (SELECT coalesce(max(rowid), 0) FROM item_vectors)
+                  """).first,
+              case .blob(let identity) = row.values[0], let epoch = row.int(1), let top = row.int(2) else { return nil }
+        return VectorStamp(identity: identity, epoch: epoch, storeFormat: formatVersion, topRowid: top)
+    }
+
+    /// On the writer thread: the vector index saved beside the store, if it holds the vectors
+    /// committed now (`VectorIndexFile.load`; the file is removed whatever it held).
+    func loadSavedVectorIndex(dimension: Int, directory: String) -> Result<VectorIndex, VectorIndexFileError> {
+        guard let path = vectors.indexPath else { return .failure(VectorIndexFileError("saving the vector index is off")) }
+        guard let stamp = currentVectorStamp() else {
+            unlink(path)
+            return .failure(VectorIndexFileError("the store's vector stamp cannot be read"))
+        }
+        let result = VectorIndexFile.load(path, dimension: dimension, directory: directory, stamp: stamp, maxLive: itemCount)
+        if case .failure(let why) = result, why.reason != "no saved vector index" {
+            options.vectorIndexEvents?(.notUsed(path: path, reason: why.reason))
+        }
+        return result
+    }
+
+    /// Saves the loaded vector index beside the store (`VectorIndexFile.save`), at the stamp of
+    /// the vectors committed now. Only once the writer has stopped (`shutDown`), so no commit
+    /// comes between the stamp and the index; nothing when the index is not loaded.
+    func saveVectorIndex() {
+        guard hasVectors, let stamp = currentVectorStamp() else { return }
+        let started = Date()
+        guard let bytes = vectors.saveIndex(stamp: stamp) else { return }
+        options.vectorIndexEvents?(.saved(path: path + Self.vectorIndexFileSuffix, bytes: bytes,
+            milliseconds: Int(Date().timeIntervalSince(started) * 1000)))
+    }
+
+    /// Where the last load of the vector index came from (nil before a load).
+    public var vectorIndexLoad: VectorIndexLoad? { vectors.indexLoad }
+    /// Vector indexes saved by this store's close (0 or 1).
+    public var vectorIndexSaves: Int { vectors.indexSaves }
 
     /// What the last load of the vector index did with its saved partition (nil before a load).
     public var vectorPartitionRestore: PartitionRestore? { vectors.partitionRestore }

@@ -38,6 +38,14 @@ final class StoreVectors: @unchecked Sendable {
     private var runningBuild: PartitionBuild?
     /// Where the partition is saved beside the store (`PartitionFile`), set by `install`.
     private var partitionPath: String?
+    /// Where the loaded index is saved at a clean close (`VectorIndexFile`), nil when off.
+    private var savedIndexPath: String?
+    /// The store's file: its vector side files are this and `IndexStore.vectorSideFileSuffixes`.
+    private var storePath: String?
+    /// Where the last load came from (guarded by `fillLock`).
+    private var lastLoad: VectorIndexLoad?
+    /// Saves of the loaded index (guarded by `fillLock`).
+    private var indexSaveCount = 0
     /// What the last load did with the saved partition (guarded by `fillLock`).
     private var restore: PartitionRestore?
     /// Partitions saved since the store opened (guarded by `fillLock`).
@@ -74,6 +82,9 @@ final class StoreVectors: @unchecked Sendable {
     var counts: (vectors: Int, refined: Int)? {
         lock.reading { loaded.map { ($0.count, $0.refinedCount) } }
     }
+
+    /// Whether the writer's transaction wrote vectors since the last group (its epoch moves).
+    var writerTouched: Bool { !journal.isEmpty || cleared }
 
     func writerPut(_ rowid: Int64, _ vector: QuantizedVector) { journal.append((rowid, vector)) }
     func writerDelete(_ rowid: Int64) { journal.append((rowid, nil)) }
@@ -126,15 +137,44 @@ final class StoreVectors: @unchecked Sendable {
     /// that a delete-all removes the file of an index not loaded.
     func usePartitionPath(_ path: String?) { fillLock.withLock { partitionPath = path } }
 
+    /// The store's file (its side files go with a delete-all) and where the loaded index is saved
+    /// at a clean close (nil: not saved).
+    func useIndexPath(store: String, saved: String?) {
+        fillLock.withLock {
+            storePath = store
+            savedIndexPath = saved
+        }
+    }
+
+    var indexPath: String? { fillLock.withLock { savedIndexPath } }
+    var indexLoad: VectorIndexLoad? { fillLock.withLock { lastLoad } }
+    var indexSaves: Int { fillLock.withLock { indexSaveCount } }
+    func noteLoad(_ load: VectorIndexLoad) { fillLock.withLock { lastLoad = load } }
+
+    /// Saves the loaded index at `stamp` (`VectorIndexFile.save`); the bytes written, nil when
+    /// nothing was (not loaded, off, a patch pending, a write failed). Only once the writer
+    /// thread has stopped (`IndexStore.shutDown`, which waited for it): the index then holds what
+    /// the table holds at `stamp`, and nothing changes it during the save.
+    func saveIndex(stamp: VectorStamp) -> Int? {
+        guard let path = indexPath, journal.isEmpty, !cleared else { return nil }
+        // The regions' append buffers written out under the exclusive lock (queries read them),
+        // then the save under the shared one: nothing changes the index any more.
+        guard lock.writing({ loaded?.flushFiles() != nil }) else { return nil }
+        let bytes = lock.reading { loaded.flatMap { VectorIndexFile.save($0, stamp: stamp, to: path) } }
+        if bytes != nil { fillLock.withLock { indexSaveCount += 1 } }
+        return bytes
+    }
+
     /// The index was emptied (a delete-all committed): its saved partition, and one being saved,
     /// go; the build under way, of vectors that are gone, stops.
     private func removeSavedPartition() {
         fillLock.withLock {
             clears += 1
             runningBuild?.cancel()
-            guard let partitionPath else { return }
             // A save renames under this lock and checks `clears`: it cannot put its file back.
-            for suffix in ["", PartitionFile.temporarySuffix] { unlink(partitionPath + suffix) }
+            // (The saved index is written only by a close, after the writer's last group.)
+            guard let storePath else { return }
+            for suffix in IndexStore.vectorSideFileSuffixes { unlink(storePath + suffix) }
         }
     }
 

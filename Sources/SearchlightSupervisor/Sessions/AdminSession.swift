@@ -110,13 +110,19 @@ final class AdminSession: BundleSession {
                         entry["rankedIndex"] = .object(ranked)
                     }
                     if let m = store?.memoryFigures {
-                        entry["memory"] = [
+                        var memory: [String: JSONValue] = [
                             "readers": .number(Double(m.readers)), "busyReaders": .number(Double(m.busyReaders)),
                             "readerPageCacheBytes": .number(Double(m.readerPageCacheBytes)),
                             "postingCacheBytes": .number(Double(m.postingCacheBytes)),
                             "unionScratchBytes": .number(Double(m.unionScratchBytes)),
                             "vectorHeapBytes": .number(Double(m.vectorHeapBytes)), "partitionBuilding": .bool(m.partitionBuilding),
                         ]
+                        switch m.vectorLoad {
+                        case .savedFile: memory["vectorsLoadedFrom"] = "savedFile"
+                        case .table: memory["vectorsLoadedFrom"] = "table"
+                        case nil: break
+                        }
+                        entry["memory"] = .object(memory)
                     }
                     let w = store?.writeStatistics ?? (commits: 0, calls: 0)
                     entry["commits"] = .number(Double(w.commits))
