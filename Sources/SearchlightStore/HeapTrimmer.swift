@@ -72,6 +72,20 @@ public final class HeapTrimmer: Sendable {
         if start { schedule(quietSeconds) { self.fire() } }
     }
 
+    /// Asks for a trim after work that freed much (a vector load, a write stream, a ranked or
+    /// partition build). It runs on the trim's own thread, like a quiet trim: once no reader is
+    /// out and reads have been quiet for `quietSeconds`; never on the caller's thread, which may
+    /// be a query's (a load) or the writer's.
+    public func requestTrim() {
+        guard enabled else { return }
+        let start = state.withLock { s in
+            if s.pending { return false }
+            s.pending = true
+            return true
+        }
+        if start { schedule(quietSeconds) { self.fire() } }
+    }
+
     func fire() {
         let now = clock()
         let wait: Double? = state.withLock { s in

@@ -549,7 +549,7 @@ public final class IndexStore: @unchecked Sendable {
             PRAGMA cache_size=-\(options.cacheKiB);
             PRAGMA shrink_memory;
             """)
-        ProcessMemory.releaseFreeHeap()  // the cache's pages and the stream's rows go back to the system
+        HeapTrimmer.shared.requestTrim()  // the cache's pages and the stream's rows go back to the system
         stateLock.withLock { streams.ended += 1 }
     }
 

@@ -50,10 +50,11 @@ public struct ProcessMemory: Sendable, Equatable {
     }
 
     /// Hands the heap's free memory at its top and in whole free pages back to the system
-    /// (glibc's malloc_trim): after a load, a partition build, a write stream or a ranked build,
-    /// whose temporaries would otherwise stay resident, free but kept, in the arena of the thread
-    /// that made them, and once reads go quiet (`HeapTrimmer`). The one place the heap is
-    /// trimmed: `SEARCHLIGHT_HEAP_TRIM=0` turns it off (for measuring against no trim).
+    /// (glibc's malloc_trim). Called by `HeapTrimmer` alone, on its own thread: once reads go
+    /// quiet, and after a load, a partition build, a write stream or a ranked build asked for it
+    /// (their temporaries would otherwise stay resident, free but kept, in the arena of the
+    /// thread that made them). `SEARCHLIGHT_HEAP_TRIM=0` turns it off (for measuring against no
+    /// trim).
     public static func releaseFreeHeap() {
         guard HeapTrimmer.enabled else { return }
         csqlite_release_heap()

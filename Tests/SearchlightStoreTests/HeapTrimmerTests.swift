@@ -80,12 +80,33 @@ struct HeapTrimmerTests {
         #expect(trimmer.trims == 1)
     }
 
+    @Test("a trim asked for after a load runs on the trimmer's thread, not the caller's, and not while a reader is out")
+    func requested() {
+        let m = Manual()
+        let trimmer = m.trimmer()
+        trimmer.readBegan()  // the query whose open loaded the vectors
+        trimmer.requestTrim()
+        #expect(trimmer.trims == 0, "not on the caller's thread")
+        m.advance(to: 103)
+        #expect(trimmer.trims == 0, "the query's reader is still out")
+        trimmer.readEnded()
+        m.advance(to: 104)
+        #expect(trimmer.trims == 0)
+        m.advance(to: 105.5)
+        #expect(trimmer.trims == 1)
+        trimmer.requestTrim()
+        trimmer.requestTrim()
+        m.advance(to: 110)
+        #expect(trimmer.trims == 2, "two requests in one spell: one trim")
+    }
+
     @Test("switched off, nothing is scheduled")
     func off() {
         let m = Manual()
         let trimmer = HeapTrimmer(quietSeconds: 2, enabled: false, clock: { 0 }, schedule: { _, work in m.due.withLock { $0.append((0, work)) } })
         trimmer.readBegan()
         trimmer.readEnded()
+        trimmer.requestTrim()
         #expect(m.due.withLock { $0.isEmpty })
     }
 }

@@ -271,7 +271,7 @@ public final class RankMaintainer: @unchecked Sendable {
             } else {
                 // A build's term tables and rows are freed by now: give the heap back, so an
                 // idle daemon stays small.
-                ProcessMemory.releaseFreeHeap()
+                HeapTrimmer.shared.requestTrim()
                 self.lock.withLock { self.settleDue = false }
                 self.stopMerging()
             }

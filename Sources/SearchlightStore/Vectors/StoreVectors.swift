@@ -129,7 +129,7 @@ final class StoreVectors: @unchecked Sendable {
             restore = restored
         }
         lock.writing { loaded = index }
-        ProcessMemory.releaseFreeHeap()  // the load's row buffers and statements
+        HeapTrimmer.shared.requestTrim()  // the load's row buffers and statements
         schedulePartition()
     }
 
@@ -233,7 +233,7 @@ final class StoreVectors: @unchecked Sendable {
             guard let build else {
                 // The build's frozen copy and k-means temporaries are freed by now; without a trim
                 // they stay resident, free but kept by the arena of this thread (issue 32).
-                ProcessMemory.releaseFreeHeap()
+                HeapTrimmer.shared.requestTrim()
                 return
             }
             onBuildBegun?(build)
