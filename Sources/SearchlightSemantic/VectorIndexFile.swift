@@ -144,24 +144,25 @@ public enum VectorIndexFile {
         }
         let fd = open("/proc/self/fd/\(handle)", O_RDWR | O_CLOEXEC)
         close(handle)
-        guard fd >= 0 else { return .failure(.init("the saved vector index cannot be opened")) }
+        guard fd >= 0 else {
+            // No /proc (a chroot): not used, and not left to be refused at every load.
+            unlinkIfSame(path, st)
+            return .failure(.init("the saved vector index cannot be opened"))
+        }
+        defer { close(fd) }
         var opened = stat()
-        let result: Result<VectorIndex, VectorIndexFileError>
-        if fstat(fd, &opened) != 0 || opened.st_dev != st.st_dev || opened.st_ino != st.st_ino {
-            result = .failure(.init("the saved vector index changed while it was opened"))
-        } else if opened.st_uid != geteuid() || opened.st_nlink != 1 {
-            result = .failure(.init("the saved vector index is not this process's own file"))
-        } else {
-            result = read(fd, size: Int(opened.st_size), dimension: dimension, directory: directory, stamp: stamp, maxLive: maxLive)
+        guard fstat(fd, &opened) == 0, opened.st_dev == st.st_dev, opened.st_ino == st.st_ino else {
+            return .failure(.init("the saved vector index changed while it was opened"))
         }
-        close(fd)
-        // Removed whether used or not, and only while the path still names the file read.
-        guard unlinkIfSame(path, opened) else {
-            if case .success = result { return .failure(.init("the saved vector index cannot be removed")) }
-            return result
-        }
+        // Removed whether used or not, and before it is read: a file whose reading failed in a
+        // way not foreseen is not met again at the next start. Only while the path still names
+        // the file opened.
+        guard unlinkIfSame(path, opened) else { return .failure(.init("the saved vector index cannot be removed")) }
         PartitionFile.syncDirectory(of: path)
-        return result
+        guard opened.st_uid == geteuid(), opened.st_nlink == 1 else {
+            return .failure(.init("the saved vector index is not this process's own file"))
+        }
+        return read(fd, size: Int(opened.st_size), dimension: dimension, directory: directory, stamp: stamp, maxLive: maxLive)
     }
 
     /// Reads and checks the file `fd` (the records' region gets a descriptor of its own).
@@ -197,9 +198,11 @@ public enum VectorIndexFile {
         }
         let slots = Int(slots64)
         let layout = Layout(slots: slots, words: words, recordBytes: recordBytes)
-        guard Int(header.load(fromByteOffset: 72, as: UInt64.self)) == layout.signsOffset,
-              Int(header.load(fromByteOffset: 80, as: UInt64.self)) == layout.recordsOffset,
-              Int(header.load(fromByteOffset: 88, as: UInt64.self)) == layout.size, size == layout.size else {
+        // Compared as they are stored: a converting Int(_:) of a damaged field above Int.max
+        // would trap, and the daemon would crash on this file at every restart.
+        guard header.load(fromByteOffset: 72, as: UInt64.self) == UInt64(layout.signsOffset),
+              header.load(fromByteOffset: 80, as: UInt64.self) == UInt64(layout.recordsOffset),
+              header.load(fromByteOffset: 88, as: UInt64.self) == UInt64(layout.size), size == layout.size else {
             return .failure(.init("the saved vector index is cut short or too long"))
         }
         let arrays = UnsafeMutableRawPointer.allocate(byteCount: layout.signsOffset, alignment: 8)

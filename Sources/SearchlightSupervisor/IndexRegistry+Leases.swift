@@ -88,7 +88,10 @@ extension IndexRegistry {
     func closeEvicted(_ evicted: [(Key, IndexStore)]) {
         for (key, store) in evicted {
             let summary = try? store.summary()
-            store.shutDown(savingVectors: true)
+            // Not saved: an eviction runs on the request path of the query that evicted (its
+            // lease's release), and writing a 1M index's vectors (445 MB) there would make each
+            // federated query over more indexes than the bound pay for it. The daemon's stop saves.
+            store.shutDown(savingVectors: false)
             log.debug("index closed", ["bundle": key.bundle, "index": key.index.isEmpty ? "_default" : key.index, "reason": "open-index bound"])
             lock.withLock {
                 settling.remove(key)

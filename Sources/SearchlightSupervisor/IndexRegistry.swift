@@ -300,11 +300,14 @@ final class IndexRegistry: @unchecked Sendable {
     /// Set by `closeAll` (the daemon's stop): background work must not reopen a store after it.
     var isClosedForStop: Bool { lock.withLock { closedForStop } }
 
+    /// Seconds the daemon's stop spends saving vector indexes at most (`closeAll`).
+    static let stopSaveBudget: TimeInterval = 10
+
     func closeAll() {
         lock.lock()
         closedForStop = true
         while !settling.isEmpty { lock.wait() }
-        let all = openStores.values.map(\.store) + Array(shadows.values)
+        let stores = openStores.values.map(\.store), shadowStores = Array(shadows.values)
         openStores.removeAll()
         shadows.removeAll()
         lock.unlock()
@@ -313,8 +316,14 @@ final class IndexRegistry: @unchecked Sendable {
         // its WAL left behind (SignalTests). Reads in progress get one shared grace period;
         // one still running after it closes its connection when it returns.
         let deadline = Date().addingTimeInterval(5)
-        // The loaded vector indexes saved beside their files, for the first query after the restart.
-        for s in all { s.shutDown(timeout: max(0, deadline.timeIntervalSinceNow), savingVectors: true) }
+        // The loaded vector indexes saved beside their files, for the first query after the
+        // restart, while the saves so far took less than `Self.stopSaveBudget` (a 1M index's
+        // takes 0.4–1.3 s): past it the rest close unsaved, so that many large indexes do not
+        // outlast systemd's stop timeout (a store not saved loads from its table next time).
+        // A shadow never saves (its files are replaced or removed).
+        let saveDeadline = Date().addingTimeInterval(Self.stopSaveBudget)
+        for s in stores { s.shutDown(timeout: max(0, deadline.timeIntervalSinceNow), savingVectors: Date() < saveDeadline) }
+        for s in shadowStores { s.shutDown(timeout: max(0, deadline.timeIntervalSinceNow), savingVectors: false) }
     }
 }
 

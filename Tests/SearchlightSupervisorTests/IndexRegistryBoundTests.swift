@@ -1,4 +1,5 @@
 import Foundation
+import SearchlightSemantic
 import Testing
 import TestThreads
 @testable import SearchlightStore
@@ -13,9 +14,15 @@ struct IndexRegistryBoundTests {
         let dir = NSTemporaryDirectory() + "sl-bound-\(getpid())-\(UUID().uuidString.prefix(8))"
         let registry: IndexRegistry
 
-        init(maxOpen: Int = 2) throws {
+        init(maxOpen: Int = 2, vectors: Bool = false) throws {
             var options = StoreOptions()
             options.fullSync = false
+            if vectors {
+                // The committed static table (Models/): the tests need no download.
+                var url = URL(fileURLWithPath: #filePath)
+                for _ in 0..<3 { url.deleteLastPathComponent() }
+                options.vectorEncoder = try StaticEncoder(file: url.appendingPathComponent("Models/all-MiniLM-L6-v2-static.bin").path)
+            }
             registry = try IndexRegistry(stateDirectory: dir, options: options, maxOpen: maxOpen, log: Logger(label: "test", level: .error))
         }
 
@@ -129,6 +136,25 @@ struct IndexRegistryBoundTests {
         let again = try IndexRegistry(stateDirectory: f.dir, options: f.registry.options, maxOpen: 2, log: f.registry.log)
         let read = try again.summary(bundle: "org.example.a", index: "")
         #expect(read.store == nil && read.summary.itemCount == 3 && again.openCount == 0)
+    }
+
+    @Test("an eviction closes a store without saving its loaded vectors (the request path would pay for it); the daemon's stop saves them")
+    func evictionDoesNotSave() throws {
+        let f = try Fixture(vectors: true)
+        try f.donate("org.example.a", (0..<40).map { "a-\($0)" })
+        let store = try #require(f.registry.servedStore(bundle: "org.example.a", index: ""))
+        try store.loadVectors()
+        #expect(store.vectors.isLoaded)
+        let saved = store.path + IndexStore.vectorIndexFileSuffix
+        try f.donate("org.example.b", ["b-1"])
+        try f.donate("org.example.c", ["c-1"])
+        #expect(!f.isOpen("org.example.a"), "evicted past the bound of 2")
+        #expect(!FileManager.default.fileExists(atPath: saved), "an eviction saved the vectors")
+        // Reopened and loaded again, then the stop: saved.
+        let again = try #require(try f.registry.withStore(bundle: "org.example.a", index: "", create: false) { $0 })
+        try again.loadVectors()
+        f.registry.closeAll()
+        #expect(FileManager.default.fileExists(atPath: saved), "the stop saves the loaded vectors")
     }
 
     @Test("the summary of an open index for the refinement share reads nothing: the share counts its vectors once, from the store")

@@ -121,7 +121,10 @@ extension IndexStore {
 
     func bumpVectorEpoch() throws {
         guard formatVersion >= Schema.firstVectorFormat else { return }
-        try writer.run("UPDATE meta SET value = value + 1 WHERE key = 'vectorEpoch'")
+        // A random value, not a count: two histories of one store that part (an older copy of
+        // the file put back, a power loss rolling back commits after the save) never meet at
+        // the same epoch, as counts replaying the same number of transactions would.
+        try writer.run("UPDATE meta SET value = random() WHERE key = 'vectorEpoch'")
     }
 
     /// The store's vector stamp now (`Schema.vectorStamp`), on the writer's connection; nil for
