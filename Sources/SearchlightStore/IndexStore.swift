@@ -789,11 +789,13 @@ public final class IndexStore: @unchecked Sendable {
     /// file), which a later run redoes. A read between statements, or busy outside SQLite, is
     /// still waited for.
     ///
-    /// With `savingVectors` (the daemon's stop, the open-index bound: the files stay where they
-    /// are), the loaded vector index is saved beside the store once the writer has stopped, for
-    /// the next load (`saveVectorIndex`). Never before a move, a replace or an erase.
+    /// With `savingVectors` (the daemon's stop: the files stay where they are), the loaded vector
+    /// index is saved beside the store once the writer has stopped, for the next load
+    /// (`saveVectorIndex`); a save still running at `saveDeadline` is not put in place. Never
+    /// before a move, a replace or an erase.
     @discardableResult
-    public func shutDown(timeout: TimeInterval = 10, interruptingReads: Bool = false, savingVectors: Bool = false) -> Bool {
+    public func shutDown(timeout: TimeInterval = 10, interruptingReads: Bool = false, savingVectors: Bool = false,
+                         saveDeadline: Date = .distantFuture) -> Bool {
         let start = Date()
         close()
         // Before the files are moved or removed: the partition thread ends (it stops at its next
@@ -801,7 +803,7 @@ public final class IndexStore: @unchecked Sendable {
         let partitionEnded = vectors.close(waitingUpTo: max(0, timeout - Date().timeIntervalSince(start)))
         // The writer has stopped (its last group applied to the index): the table and the index
         // agree, at the stamp read now.
-        if savingVectors && partitionEnded { saveVectorIndex() }
+        if savingVectors && partitionEnded && Date() < saveDeadline { saveVectorIndex(deadline: saveDeadline) }
         readers.lock()
         retired = true
         if interruptingReads {

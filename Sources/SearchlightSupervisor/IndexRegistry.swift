@@ -303,7 +303,10 @@ final class IndexRegistry: @unchecked Sendable {
     /// Seconds the daemon's stop spends saving vector indexes at most (`closeAll`).
     static let stopSaveBudget: TimeInterval = 10
 
-    func closeAll() {
+    /// Closes every store for the daemon's stop. Vector indexes are saved until `saveUntil` (the
+    /// supervisor's: well before the forced stop) or for `stopSaveBudget` seconds, whichever ends
+    /// first; a save still running then is not put in place.
+    func closeAll(saveUntil: Date = .distantFuture) {
         lock.lock()
         closedForStop = true
         while !settling.isEmpty { lock.wait() }
@@ -321,8 +324,8 @@ final class IndexRegistry: @unchecked Sendable {
         // takes 0.4–1.3 s): past it the rest close unsaved, so that many large indexes do not
         // outlast systemd's stop timeout (a store not saved loads from its table next time).
         // A shadow never saves (its files are replaced or removed).
-        let saveDeadline = Date().addingTimeInterval(Self.stopSaveBudget)
-        for s in stores { s.shutDown(timeout: max(0, deadline.timeIntervalSinceNow), savingVectors: Date() < saveDeadline) }
+        let saveDeadline = min(saveUntil, Date().addingTimeInterval(Self.stopSaveBudget))
+        for s in stores { s.shutDown(timeout: max(0, deadline.timeIntervalSinceNow), savingVectors: true, saveDeadline: saveDeadline) }
         for s in shadowStores { s.shutDown(timeout: max(0, deadline.timeIntervalSinceNow), savingVectors: false) }
     }
 }

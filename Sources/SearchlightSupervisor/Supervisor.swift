@@ -89,8 +89,11 @@ public final class Supervisor: Sendable {
         // The wait for a maintenance run ends 10 s before the forced stop would begin, so that
         // what follows it (reads given 5 s as the stores close, the journal closed) still runs.
         let waitsEnd = Date().addingTimeInterval(max(config.stopTimeout - 10, config.stopTimeout / 2))
+        // Vector indexes are saved only while 8 s remain before the forced stop: the stores'
+        // reads (5 s), a save under way and the journal's close still fit.
+        let savesEnd = Date().addingTimeInterval(max(0, config.stopTimeout - 8))
         Task(executorPreference: ControlThread.executor) {
-            await self.stopGracefully(daemon, schedulerEnded: schedulerEnded, waitsEnd: waitsEnd)
+            await self.stopGracefully(daemon, schedulerEnded: schedulerEnded, waitsEnd: waitsEnd, savesEnd: savesEnd)
             stopped.fulfil(())
         }
         let clock = SystemClock()
@@ -123,7 +126,7 @@ public final class Supervisor: Sendable {
     /// Client calls in flight finish and commit; extensions are asked to exit (their requests
     /// stay journaled, resumed at the next start; SIGKILL after 5 s); then connections close,
     /// every index writer drains its queue, and the journal closes.
-    private func stopGracefully(_ daemon: Daemon, schedulerEnded: Promise<Void>, waitsEnd: Date) async {
+    private func stopGracefully(_ daemon: Daemon, schedulerEnded: Promise<Void>, waitsEnd: Date, savesEnd: Date) async {
         daemon.context.maintenance?.beginStop()
         _ = try? await onThread("stop") { daemon.agent.stopping() }
         await daemon.scheduler.beginShutdown(extensionDeadline: 5)
@@ -141,7 +144,7 @@ public final class Supervisor: Sendable {
             daemon.migrator.drain()
             daemon.context.refinementShare?.stop()
             daemon.context.semantic.stop()
-            daemon.context.registry.closeAll()
+            daemon.context.registry.closeAll(saveUntil: savesEnd)
             // Last: the journal (and the records beside it) closed, its WAL checkpointed and synced.
             daemon.context.closeSupervisorDatabase()
         }

@@ -129,6 +129,18 @@ struct StoreVectorIndexFileTests {
         StoreVectorPartitionTests().expectExact(f, "built from the saved index's files")
     }
 
+    @Test("a save that would end past its deadline (the daemon's stop running late) leaves no file")
+    func saveDeadline() throws {
+        let f = try StoreFixture(rankedBuilds: false, vectors: true)
+        try reopen(f, saving: false)
+        try donate(f, 0..<100)
+        _ = try f.hybrid("listen to music")
+        f.store.shutDown(savingVectors: true, saveDeadline: Date(timeIntervalSinceNow: -1))
+        #expect(!FileManager.default.fileExists(atPath: file(f)))
+        #expect(!FileManager.default.fileExists(atPath: file(f) + VectorIndexFile.temporarySuffix))
+        #expect(f.store.vectorIndexSaves == 0)
+    }
+
     @Test("a write after the save, then a crash: the file's epoch is old, the table is read")
     func writeAfterSaveThenCrash() throws {
         let f = try StoreFixture(rankedBuilds: false, vectors: true)

@@ -145,6 +145,13 @@ struct IndexRegistryBoundTests {
         let store = try #require(f.registry.servedStore(bundle: "org.example.a", index: ""))
         try store.loadVectors()
         #expect(store.vectors.isLoaded)
+        // The load's background fill reads once: a reader out makes the store not idle, and the
+        // bound would evict another. Its end is waited for (an event).
+        let deadline = Date(timeIntervalSinceNow: 60)
+        while store.vectors.isFilling {
+            try #require(Date() < deadline, "the fill did not end")
+            Thread.sleep(forTimeInterval: 0.01)
+        }
         let saved = store.path + IndexStore.vectorIndexFileSuffix
         try f.donate("org.example.b", ["b-1"])
         try f.donate("org.example.c", ["c-1"])

@@ -157,10 +157,10 @@ extension IndexStore {
     /// Saves the loaded vector index beside the store (`VectorIndexFile.save`), at the stamp of
     /// the vectors committed now. Only once the writer has stopped (`shutDown`), so no commit
     /// comes between the stamp and the index; nothing when the index is not loaded.
-    func saveVectorIndex() {
+    func saveVectorIndex(deadline: Date = .distantFuture) {
         guard hasVectors, let stamp = currentVectorStamp() else { return }
         let started = Date()
-        guard let bytes = vectors.saveIndex(stamp: stamp) else { return }
+        guard let bytes = vectors.saveIndex(stamp: stamp, deadline: deadline) else { return }
         options.vectorIndexEvents?(.saved(path: path + Self.vectorIndexFileSuffix, bytes: bytes,
             milliseconds: Int(Date().timeIntervalSince(started) * 1000)))
     }

@@ -155,12 +155,12 @@ final class StoreVectors: @unchecked Sendable {
     /// nothing was (not loaded, off, a patch pending, a write failed). Only once the writer
     /// thread has stopped (`IndexStore.shutDown`, which waited for it): the index then holds what
     /// the table holds at `stamp`, and nothing changes it during the save.
-    func saveIndex(stamp: VectorStamp) -> Int? {
+    func saveIndex(stamp: VectorStamp, deadline: Date = .distantFuture) -> Int? {
         guard let path = indexPath, journal.isEmpty, !cleared else { return nil }
         // The regions' append buffers written out under the exclusive lock (queries read them),
         // then the save under the shared one: nothing changes the index any more.
         guard lock.writing({ loaded?.flushFiles() != nil }) else { return nil }
-        let bytes = lock.reading { loaded.flatMap { VectorIndexFile.save($0, stamp: stamp, to: path) } }
+        let bytes = lock.reading { loaded.flatMap { VectorIndexFile.save($0, stamp: stamp, to: path, cancelled: { Date() >= deadline }) } }
         if bytes != nil { fillLock.withLock { indexSaveCount += 1 } }
         return bytes
     }
