@@ -207,8 +207,16 @@ struct RecoveryTests {
             let check = try await bench.cli(["check", unit.bundle])
             #expect(check.status != 0 && check.stdout.contains("full-text"), "\(check.stdout) \(check.stderr)")
         } else {
-            // The query that meets the damage waits for the rebuild and is answered.
-            #expect(try await Self.search(bench, unit.bundle, text).ids == Self.expectedIdentifiers())
+            // The query that meets the damage waits for the rebuild (up to 10 s,
+            // `IndexRecovery.awaitRecovery`) and is answered. On a machine busy enough that the
+            // check and rebuild take longer (a fresh clone's `make test` at load 8–9 once), it is
+            // answered with the damage and "retry shortly", as designed; the rebuild is then
+            // waited for below, and the same query must succeed.
+            do {
+                #expect(try await Self.search(bench, unit.bundle, text).ids == Self.expectedIdentifiers())
+            } catch let error as SearchlightError where error.code == .indexUnavailable {
+                #expect(error.message.contains("is damaged") && error.message.contains("retry shortly"), "\(error)")
+            }
         }
         try await bench.waitForLog("full-text index rebuilt", "bundle=\(unit.bundle) ", "items=100", after: mark)
         try await bench.waitForLog("index recovered", "method=fullTextRebuild", after: mark)
