@@ -46,7 +46,7 @@ public enum VectorIndexFile {
     static let version: UInt32 = 1
     static let headerBytes = 128
     static let page = 4_096
-    public static let temporarySuffix = ".tmp"
+    public static let temporarySuffix = SideFile.temporarySuffix
     /// O_PATH (Linux; not exported to Swift): a descriptor that names the file without opening it.
     static let openPathOnly: Int32 = 0o10000000
 
@@ -98,32 +98,13 @@ public enum VectorIndexFile {
         buffer.storeBytes(of: checksum(buffer, slots: slots), toByteOffset: 96, as: UInt64.self)
         if cancelled() { return nil }
 
-        let temporary = path + temporarySuffix
-        unlink(temporary)
-        let fd = open(temporary, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return nil }
-        var made = stat()
-        guard fstat(fd, &made) == 0 else {
-            close(fd)
-            unlink(temporary)
-            return nil
+        let saved = SideFile.replace(path, cancelled: cancelled) { fd in
+            RegionCopy.writeFully(fd, buffer, headerAndArrays, 0)
+                && state.signs.count == slots * index.words * 8 && state.signs.copy(to: fd, at: layout.signsOffset)
+                && state.records.count == slots * (index.dimension + 4) && state.records.copy(to: fd, at: layout.recordsOffset)
+                && ftruncate(fd, off_t(layout.size)) == 0
         }
-        func isOurs() -> Bool {
-            var st = stat()
-            return lstat(temporary, &st) == 0 && st.st_dev == made.st_dev && st.st_ino == made.st_ino
-        }
-        let written = RegionCopy.writeFully(fd, buffer, headerAndArrays, 0)
-            && state.signs.count == slots * index.words * 8 && state.signs.copy(to: fd, at: layout.signsOffset)
-            && state.records.count == slots * (index.dimension + 4) && state.records.copy(to: fd, at: layout.recordsOffset)
-            && ftruncate(fd, off_t(layout.size)) == 0
-        let synced = written && fsync(fd) == 0
-        close(fd)
-        guard synced, !cancelled(), isOurs(), rename(temporary, path) == 0 else {
-            if isOurs() { unlink(temporary) }
-            return nil
-        }
-        PartitionFile.syncDirectory(of: path)
-        return layout.size
+        return saved ? layout.size : nil
     }
 
     /// The index saved at `path`, when it holds exactly the vectors `stamp` names, with at most
@@ -158,7 +139,7 @@ public enum VectorIndexFile {
         // way not foreseen is not met again at the next start. Only while the path still names
         // the file opened.
         guard unlinkIfSame(path, opened) else { return .failure(.init("the saved vector index cannot be removed")) }
-        PartitionFile.syncDirectory(of: path)
+        SideFile.syncDirectory(of: path)
         guard opened.st_uid == geteuid(), opened.st_nlink == 1 else {
             return .failure(.init("the saved vector index is not this process's own file"))
         }

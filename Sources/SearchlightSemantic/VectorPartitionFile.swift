@@ -76,7 +76,7 @@ public enum PartitionFile {
     }
 
     /// The suffix of the file a save writes before renaming it over the saved one.
-    public static let temporarySuffix = ".tmp"
+    public static let temporarySuffix = SideFile.temporarySuffix
 
     /// Writes `contents` to `path` by a new file, fsynced, renamed over it (a reader sees the old
     /// file or the new one whole; a crash may leave a partial `.tmp`, never read). False on any
@@ -112,56 +112,7 @@ public enum PartitionFile {
         buffer.storeBytes(of: UInt64(n), toByteOffset: 32, as: UInt64.self)
         buffer.storeBytes(of: checksum(buffer + headerBytes, total - headerBytes, seed: checksum(buffer, 40)), toByteOffset: 40, as: UInt64.self)
         if cancelled() { return false }
-        let temporary = path + temporarySuffix
-        unlink(temporary)
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { return false }
-        var made = stat()
-        guard fstat(fd, &made) == 0 else {
-            close(fd)
-            return false
-        }
-        /// Whether the `.tmp` is still the file this call made (another save of the same path,
-        /// a store closed and reopened meanwhile, may have replaced it).
-        func isOurs() -> Bool {
-            var st = stat()
-            return lstat(temporary, &st) == 0 && st.st_dev == made.st_dev && st.st_ino == made.st_ino
-        }
-        var done = 0
-        while done < total {
-            let w = Glibc.write(fd, buffer + done, total - done)
-            if w > 0 { done += w; continue }
-            if w < 0 && errno == EINTR { continue }
-            break
-        }
-        let synced = done == total && fsync(fd) == 0
-        close(fd)
-        guard synced, !cancelled(), isOurs(), publish({ rename(temporary, path) == 0 }) else {
-            if isOurs() { unlink(temporary) }
-            return false
-        }
-        // The rename lasts through a power loss only once the directory's entry is on disk too.
-        // Not a failure when it cannot be: the file is in place, and a lost rename leaves the
-        // previous file or none, both handled at load (checked whole; rebuilt).
-        syncDirectory(of: path)
-        return true
-    }
-
-    /// The directory holding `path`: its parent, `/` for a file in the root, `.` for a bare name.
-    static func directory(of path: String) -> String {
-        path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
-    }
-
-    /// fsync(2) of the directory holding `path`: the directory synced, nil when it could not be.
-    @discardableResult
-    static func syncDirectory(of path: String) -> String? {
-        let directory = directory(of: path)
-        let fd = open(directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var r = fsync(fd)
-        while r != 0 && errno == EINTR { r = fsync(fd) }
-        return r == 0 ? directory : nil
+        return SideFile.replace(path, cancelled: cancelled, publish: publish) { fd in RegionCopy.writeFully(fd, buffer, total, 0) }
     }
 
     /// The contents of the file at `path`, checked whole; or why it is not to be trusted.

@@ -255,12 +255,12 @@ struct VectorPartitionFileTests {
     @Test("after the rename the directory holding the file is synced: its own, the root's, the working one's")
     func directorySynced() {
         // Which directory: pure, so the host's root and working directory are never synced here.
-        #expect(PartitionFile.directory(of: file) == dir)
-        #expect(PartitionFile.directory(of: "/index.sqlite-partition") == "/")
-        #expect(PartitionFile.directory(of: "index.sqlite-partition") == ".")
+        #expect(SideFile.directory(of: file) == dir)
+        #expect(SideFile.directory(of: "/index.sqlite-partition") == "/")
+        #expect(SideFile.directory(of: "index.sqlite-partition") == ".")
         // The sync itself, in the test's own directory; one that does not exist is not synced.
-        #expect(PartitionFile.syncDirectory(of: file) == dir)
-        #expect(PartitionFile.syncDirectory(of: dir + "/missing/index.sqlite-partition") == nil)
+        #expect(SideFile.syncDirectory(of: file) == dir)
+        #expect(SideFile.syncDirectory(of: dir + "/missing/index.sqlite-partition") == nil)
     }
 }
 
