@@ -842,10 +842,14 @@ final class ResultBox: @unchecked Sendable {
     }
 }
 
-/// A count of some scan a store ran, for tests (`IndexStore.vectorCountScans`).
+/// The scans of `item_vectors` a store ran to count its vectors (`IndexStore.vectorCountScans`;
+/// tests read `value`), and the last one's counts with the vector epoch they were read at.
 final class ScanTally: @unchecked Sendable {
     private let lock = NSLock()
     private var count = 0
+    private var last: (epoch: Int64, counts: (vectors: Int, refined: Int))?
     func add() { lock.withLock { count += 1 } }
     var value: Int { lock.withLock { count } }
+    func keep(_ counts: (vectors: Int, refined: Int), at epoch: Int64) { lock.withLock { last = (epoch, counts) } }
+    func counts(at epoch: Int64) -> (vectors: Int, refined: Int)? { lock.withLock { last?.epoch == epoch ? last?.counts : nil } }
 }

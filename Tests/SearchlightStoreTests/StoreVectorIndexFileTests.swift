@@ -80,6 +80,25 @@ struct StoreVectorIndexFileTests {
         }
     }
 
+    @Test("the counts of vectors not loaded (admin.status polled): one scan of the table per vector epoch; a donation, a refinement and a delete each count again")
+    func countsKeptPerEpoch() throws {
+        let f = try StoreFixture(rankedBuilds: false, vectors: true)
+        try donate(f, 0..<30)
+        #expect(!f.store.vectors.isLoaded)
+        let scans = f.store.vectorCountScans.value
+        #expect(try f.store.vectorCounts() == (30, 0))
+        #expect(try f.store.vectorCounts() == (30, 0))
+        #expect(f.store.vectorCountScans.value == scans + 1, "the same epoch: the counts kept")
+        try donate(f, 30..<35)
+        #expect(try f.store.vectorCounts() == (35, 0))
+        _ = try f.store.refineVectors(batch: 4, order: .rowid, embed: { $0.map { staticEncoder.embed($0 + " refined") } }, yieldNow: { false })
+        #expect(try f.store.vectorCounts() == (35, 35))
+        _ = try f.store.applySync([.deleteIdentifiers(["v20", "v21"])])
+        #expect(try f.store.vectorCounts() == (33, 33))
+        #expect(f.store.vectorCountScans.value == scans + 4)
+        #expect(!f.store.vectors.isLoaded, "counting loads nothing")
+    }
+
     @Test("a clean close saves the loaded index; the next load reads it, not the table, with the same vectors and results, and removes it")
     func restartLoadsTheSavedIndex() throws {
         let f = try StoreFixture(rankedBuilds: false, vectors: true)
