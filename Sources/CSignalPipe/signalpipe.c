@@ -121,3 +121,13 @@ unsigned long long sl_thread_slice(void) {
     return 0;
 #endif
 }
+
+int sl_thread_set_idle(void) {
+    struct sched_param param;
+    memset(&param, 0, sizeof param);
+    return sched_setscheduler(0, SCHED_IDLE, &param);
+}
+
+int sl_thread_is_idle(void) {
+    return sched_getscheduler(0) == SCHED_IDLE;
+}

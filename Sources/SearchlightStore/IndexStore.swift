@@ -342,7 +342,10 @@ public final class IndexStore: @unchecked Sendable {
     /// took the CPU from the queries of an app that had just donated (a query's thread waited up
     /// to 3 ms on the run queue to wake up, p99, while the settled index's waited 0.08 ms).
     func maintenanceWrite(_ work: @escaping (IndexStore) throws -> ApplyResult) throws(SearchlightError) -> ApplyResult {
-        if options.lendWriterToBackground, !options.backgroundWriter, BackgroundPriority.isCurrentThreadBackground {
+        // Never to a SCHED_IDLE thread: it would hold the only write connection while any
+        // other thread, a busy machine's included, preempts it (clients' writes waiting behind it).
+        if options.lendWriterToBackground, !options.backgroundWriter, BackgroundPriority.isCurrentThreadBackground,
+           !BackgroundPriority.isCurrentThreadIdle {
             let turn = LentTurn()
             enqueue({ _ in ApplyResult() }, maintenance: true, lent: turn) { result in
                 // Only a refused write is answered: a lent turn is otherwise never completed.

@@ -27,6 +27,23 @@ public enum BackgroundPriority {
         return min(max(n, 0), 19)
     }()
 
+    /// Whether threads asked to idle (`lowerCurrentThread(name:idle:)`: settling the ranked index)
+    /// take the SCHED_IDLE policy: they then run only on a CPU nothing else wants, and any other
+    /// thread waking up (a query's, the app's waiting for its answer) preempts them at once, which
+    /// nice 10 does not do (EEVDF lets the running thread finish its slice). Settling right after
+    /// a donation took a core for seconds while the app searched: with it at nice 10 the app's
+    /// p99 at 64k was 4× the settled index's, at SCHED_IDLE 2.2× (issue 32 item 2). What it costs:
+    /// on a machine whose CPUs are all busy, settling waits (weight 3 against 1 024); queries are
+    /// answered meanwhile from the fresh segments, which are built at the normal priority.
+    /// `SEARCHLIGHT_BACKGROUND_IDLE=0` in the daemon's environment keeps them at nice 10 only.
+    public static let idlePolicy = ProcessInfo.processInfo.environment["SEARCHLIGHT_BACKGROUND_IDLE"] != "0"
+
+    /// Whether the current thread took SCHED_IDLE (`lowerCurrentThread(name:idle:)`).
+    public static var isCurrentThreadIdle: Bool { idleFlag.isSet }
+
+    /// The kernel's word: whether the calling thread's policy is SCHED_IDLE (tests).
+    public static var currentThreadPolicyIsIdle: Bool { sl_thread_is_idle() == 1 }
+
     /// Whether the current thread was lowered (`lowerCurrentThread`): CPU-heavy work that would
     /// fan out to shared pool threads (which run at the normal priority) runs serially on it instead.
     public static var isCurrentThreadBackground: Bool { flag.isSet }
@@ -35,12 +52,20 @@ public enum BackgroundPriority {
     /// names it `name` (at most 15 bytes: what `top -H` and /proc/PID/task/TID/comm show; on Linux
     /// Foundation's `Thread.name` does not reach them). Call it first thing on a thread the daemon
     /// created for background work, never on a pool thread.
-    public static func lowerCurrentThread(name: String) {
+    ///
+    /// `idle`: the thread also takes SCHED_IDLE (`idlePolicy`), for good. Only for work nothing
+    /// waits for, that holds no lock or connection a client's call needs while it computes: a
+    /// preempted SCHED_IDLE thread may wait seconds on a busy machine before it runs again.
+    public static func lowerCurrentThread(name: String, idle: Bool = false) {
         nameCurrentThread(name)
         guard niceValue > 0 else { return }
         // `who` 0 is the calling thread on Linux (the nice value is per thread under NPTL,
         // setpriority(2) BUGS), which is what `gettid()` would name; Swift's Glibc has no gettid.
         if setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, niceValue) == 0 { flag.set() }
+        if idle, idlePolicy, sl_thread_set_idle() == 0 {
+            idleFlag.set()
+            return  // the slice below applies to SCHED_OTHER threads only
+        }
         // A long slice too (EEVDF): a thread that wakes up with a shorter one (any thread at the
         // default slice: a query's, the app's waiting for its answer) preempts this one at once
         // instead of waiting for its slice to end. Its share of the CPU stays its nice's.
@@ -110,6 +135,7 @@ public enum QueryLatency {
 
 /// A per-thread flag in a pthread key (cheaper than Foundation's thread dictionary).
 private let flag = ThreadFlag()
+private let idleFlag = ThreadFlag()
 
 private final class ThreadFlag: @unchecked Sendable {
     private var key = pthread_key_t()
@@ -126,9 +152,13 @@ public final class BackgroundQueue: @unchecked Sendable {
     private var jobs: [(due: Double, job: @Sendable () -> Void)] = []
     private var thread: Thread?
     private let name: String
+    private let idle: Bool
 
-    /// The thread starts on the first job.
-    public init(label: String) { name = label }
+    /// The thread starts on the first job; `idle`: it takes SCHED_IDLE (`BackgroundPriority.idlePolicy`).
+    public init(label: String, idle: Bool = false) {
+        name = label
+        self.idle = idle
+    }
 
     public func async(_ job: @escaping @Sendable () -> Void) { async(after: 0, job) }
 
@@ -147,7 +177,7 @@ public final class BackgroundQueue: @unchecked Sendable {
     }
 
     private func loop() {
-        BackgroundPriority.lowerCurrentThread(name: name)
+        BackgroundPriority.lowerCurrentThread(name: name, idle: idle)
         while true {
             condition.lock()
             var job: (@Sendable () -> Void)?

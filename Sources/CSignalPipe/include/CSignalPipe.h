@@ -36,4 +36,12 @@ int sl_thread_set_slice(unsigned long long nanoseconds);
 /// kernel does not say.
 unsigned long long sl_thread_slice(void);
 
+/// Puts the calling thread in the SCHED_IDLE policy (sched(7)): it runs only when nothing else
+/// wants the CPU, and any other thread waking up preempts it at once. An unprivileged thread
+/// cannot leave it again (RLIMIT_NICE 0). 0, or -1 with errno.
+int sl_thread_set_idle(void);
+
+/// 1 when the calling thread's policy is SCHED_IDLE, else 0.
+int sl_thread_is_idle(void);
+
 #endif

@@ -47,9 +47,11 @@ public final class RankMaintainer: @unchecked Sendable {
     /// Documents expiring within this of a build carry `extra` (their row is read when scored).
     static let expiryHorizon: TimeInterval = 7 * 86_400
 
-    /// A thread of its own at background priority (`BackgroundQueue`): settling is CPU work no
-    /// query waits for.
-    private static let queue = BackgroundQueue(label: "ranked-index")
+    /// A thread of its own at background priority (`BackgroundQueue`), SCHED_IDLE
+    /// (`BackgroundPriority.idlePolicy`): settling is CPU work no query waits for, and it ran
+    /// right when an app that had just donated searched. Its writes go through the writer's
+    /// queue (never lent to it: `IndexStore.maintenanceWrite`), so it holds no write connection.
+    private static let queue = BackgroundQueue(label: "ranked-index", idle: true)
     /// The normal-priority lanes, shared by every store: serial dispatch queues (not the
     /// cooperative pool), so at most one fresh segment and one merge are built at a time in the process.
     private static let freshQueue = DispatchQueue(label: "ranked-fresh")
@@ -557,8 +559,12 @@ extension IndexStore {
         let id = segmentID.value
         defer { endBuild(range, id) }
 
-        // 2. Read and tokenize the items in one snapshot.
-        let (content, sequence) = try read { db in
+        // 2. Read and tokenize the items in one snapshot. A store closing meanwhile ends it
+        // within 512 items: settling's thread is SCHED_IDLE, and on a busy machine a whole
+        // segment's tokenizing could hold the reader that `shutDown` waits for for minutes.
+        let closed = Flag()
+        let snapshot: (SegmentContent, Int64)
+        do { snapshot = try read { db in
             try db.transaction("DEFERRED") { () throws -> (SegmentContent, Int64) in
                 let sequence = Int64(try db.intScalar("SELECT coalesce(max(seq), 0) FROM rank_dirty"))
                 let tokenizer = try db.fullTextTokenizer()
@@ -570,7 +576,13 @@ extension IndexStore {
                     ? "SELECT rowid, \(columns), \(tail) FROM items WHERE rowid >= ? ORDER BY rowid LIMIT \(segmentDocs)"
                     : "SELECT rowid, \(columns), \(tail) FROM items WHERE rowid >= ? AND rowid <= \(hi!) ORDER BY rowid"
                 let n = Int32(Schema.ftsColumns.count)
+                var read = 0
                 try db.forEachRow(sql, [.integer(lo)]) { s in
+                    read += 1
+                    if read % 512 == 0, isClosing {
+                        closed.value = true
+                        throw SearchlightError(.indexUnavailable, "the index is closing")
+                    }
                     let rowid = s.int64(0)
                     let doc = RankedDocument(rowid: rowid, columns: (1...n).map { s.string($0) },
                         boosts: BM25.Boosts(rankingHint: s.double(n + 1), lastUsed: s.double(n + 2), engagement: s.double(n + 3) ?? 0),
@@ -582,7 +594,11 @@ extension IndexStore {
                 if hi == nil { content.hi = max(last, lo) }
                 return (content, sequence)
             }
+        } } catch {
+            if closed.value { return }
+            throw error
         }
+        let (content, sequence) = snapshot
 
         // 3. Write the terms under the inactive id, in batches.
         var start = 0
