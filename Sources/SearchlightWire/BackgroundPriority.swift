@@ -27,16 +27,15 @@ public enum BackgroundPriority {
         return min(max(n, 0), 19)
     }()
 
-    /// Whether threads asked to idle (`lowerCurrentThread(name:idle:)`: settling the ranked index)
-    /// take the SCHED_IDLE policy: they then run only on a CPU nothing else wants, and any other
-    /// thread waking up (a query's, the app's waiting for its answer) preempts them at once, which
-    /// nice 10 does not do (EEVDF lets the running thread finish its slice). Settling right after
-    /// a donation took a core for seconds while the app searched: with it at nice 10 the app's
-    /// p99 at 64k was 4× the settled index's, at SCHED_IDLE 2.2× (issue 32 item 2). What it costs:
-    /// on a machine whose CPUs are all busy, settling waits (weight 3 against 1 024); queries are
-    /// answered meanwhile from the fresh segments, which are built at the normal priority.
-    /// `SEARCHLIGHT_BACKGROUND_IDLE=0` in the daemon's environment keeps them at nice 10 only.
-    public static let idlePolicy = ProcessInfo.processInfo.environment["SEARCHLIGHT_BACKGROUND_IDLE"] != "0"
+    /// An experiment (issue 32 item 2), off unless `SEARCHLIGHT_BACKGROUND_IDLE=1`: threads asked
+    /// to idle (`lowerCurrentThread(name:idle:)`: settling the ranked index) take the SCHED_IDLE
+    /// policy. They then run only on a CPU nothing else wants, and any thread waking up (a query's,
+    /// the app's waiting for its answer) preempts them at once, which nice 10 does not make happen
+    /// (EEVDF lets the running thread finish its slice). Quiet, at 64k, the app's p99 right after
+    /// a donation fell from 4.2× the settled index's to 3.2×. Off because of what it costs on a
+    /// busy machine: beside two CPU hogs settling did not finish in 330 s (nice 10: 25 s), and
+    /// queries stayed on unmerged segments meanwhile (p50 2.3–3.0 ms against 0.35 ms).
+    public static let idlePolicy = ProcessInfo.processInfo.environment["SEARCHLIGHT_BACKGROUND_IDLE"] == "1"
 
     /// Whether the current thread took SCHED_IDLE (`lowerCurrentThread(name:idle:)`).
     public static var isCurrentThreadIdle: Bool { idleFlag.isSet }

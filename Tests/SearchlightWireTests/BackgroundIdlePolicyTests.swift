@@ -4,8 +4,9 @@ import Testing
 import TestThreads
 @testable import SearchlightWire
 
-/// Settling's thread takes SCHED_IDLE (issue 32 item 2: right after a donation it took a core
-/// for seconds while the app searched); other background threads stay at nice 10 only.
+/// With `SEARCHLIGHT_BACKGROUND_IDLE=1` settling's thread takes SCHED_IDLE (an experiment, issue 32
+/// item 2: right after a donation it took a core for seconds while the app searched); other
+/// background threads stay at nice 10 only, and without the switch every one does.
 @Suite("Background threads' idle policy", .onOwnThreads)
 struct BackgroundIdlePolicyTests {
     /// The policy and flags a `BackgroundQueue`'s thread ends up with.
@@ -24,7 +25,7 @@ struct BackgroundIdlePolicyTests {
         return seen.withLock { $0 }
     }
 
-    @Test("a queue asked to idle runs on a SCHED_IDLE thread (the switch on by default), another at nice 10 only; the caller's thread is unchanged")
+    @Test("a queue asked to idle runs on a SCHED_IDLE thread when the switch is on, else at nice 10; another at nice 10 only; the caller's thread is unchanged")
     func idleQueue() {
         let idle = seen(idle: true)
         #expect(idle.policyIdle == BackgroundPriority.idlePolicy)

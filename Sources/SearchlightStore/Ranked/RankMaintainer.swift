@@ -47,10 +47,10 @@ public final class RankMaintainer: @unchecked Sendable {
     /// Documents expiring within this of a build carry `extra` (their row is read when scored).
     static let expiryHorizon: TimeInterval = 7 * 86_400
 
-    /// A thread of its own at background priority (`BackgroundQueue`), SCHED_IDLE
-    /// (`BackgroundPriority.idlePolicy`): settling is CPU work no query waits for, and it ran
-    /// right when an app that had just donated searched. Its writes go through the writer's
-    /// queue (never lent to it: `IndexStore.maintenanceWrite`), so it holds no write connection.
+    /// A thread of its own at background priority (`BackgroundQueue`): settling is CPU work no
+    /// query waits for. SCHED_IDLE with `SEARCHLIGHT_BACKGROUND_IDLE=1` (an experiment:
+    /// `BackgroundPriority.idlePolicy`); its writes then go through the writer's queue, never
+    /// lent to it (`IndexStore.maintenanceWrite`).
     private static let queue = BackgroundQueue(label: "ranked-index", idle: true)
     /// The normal-priority lanes, shared by every store: serial dispatch queues (not the
     /// cooperative pool), so at most one fresh segment and one merge are built at a time in the process.
@@ -559,13 +559,14 @@ extension IndexStore {
         let id = segmentID.value
         defer { endBuild(range, id) }
 
-        // 2. Read and tokenize the items in one snapshot. A store closing meanwhile ends it
-        // within 512 items: settling's thread is SCHED_IDLE, and on a busy machine a whole
-        // segment's tokenizing could hold the reader that `shutDown` waits for for minutes.
+        // 2. Read and tokenize the items in one snapshot; the terms are sorted and encoded after
+        // the reader is back. A store closing meanwhile ends the read within 512 items: on a
+        // busy machine a segment's tokenizing at background priority holds the reader that
+        // `shutDown` waits for (10 s at most) for seconds.
         let closed = Flag()
-        let snapshot: (SegmentContent, Int64)
+        let snapshot: (builder: SegmentBuilder, last: Int64, sequence: Int64)
         do { snapshot = try read { db in
-            try db.transaction("DEFERRED") { () throws -> (SegmentContent, Int64) in
+            try db.transaction("DEFERRED") { () throws -> (SegmentBuilder, Int64, Int64) in
                 let sequence = Int64(try db.intScalar("SELECT coalesce(max(seq), 0) FROM rank_dirty"))
                 let tokenizer = try db.fullTextTokenizer()
                 var builder = SegmentBuilder(lo: lo, hi: hi ?? lo, horizon: now + RankMaintainer.expiryHorizon)
@@ -590,15 +591,17 @@ extension IndexStore {
                     builder.add(doc, tokenizer: tokenizer)
                     last = rowid
                 }
-                var content = builder.finish()
-                if hi == nil { content.hi = max(last, lo) }
-                return (content, sequence)
+                return (builder, last, sequence)
             }
         } } catch {
             if closed.value { return }
             throw error
         }
-        let (content, sequence) = snapshot
+        guard !isClosing else { return }
+        var builder = snapshot.builder
+        var content = builder.finish()
+        if hi == nil { content.hi = max(snapshot.last, lo) }
+        let sequence = snapshot.sequence
 
         // 3. Write the terms under the inactive id, in batches.
         var start = 0
