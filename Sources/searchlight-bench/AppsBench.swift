@@ -43,7 +43,7 @@ struct AppsBench {
                 }
             }
             for s in shards + [union] { _ = try s.buildRankedIndex() }
-            if options.keepState != nil { FileManager.default.createFile(atPath: dir + "/complete", contents: Data()) }
+            if options.keepState != nil { _ = FileManager.default.createFile(atPath: dir + "/complete", contents: Data()) }
         }
         for s in shards + [union] { try s.loadVectors() }
         progress("apps: \(items.count) items in one index and over \(Self.apps) apps")

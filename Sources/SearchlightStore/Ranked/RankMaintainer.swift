@@ -564,7 +564,7 @@ extension IndexStore {
         // busy machine a segment's tokenizing at background priority holds the reader that
         // `shutDown` waits for (10 s at most) for seconds.
         let closed = Flag()
-        let snapshot: (builder: SegmentBuilder, last: Int64, sequence: Int64)
+        var snapshot: (builder: SegmentBuilder, last: Int64, sequence: Int64)
         do { snapshot = try read { db in
             try db.transaction("DEFERRED") { () throws -> (SegmentBuilder, Int64, Int64) in
                 let sequence = Int64(try db.intScalar("SELECT coalesce(max(seq), 0) FROM rank_dirty"))
@@ -598,8 +598,8 @@ extension IndexStore {
             throw error
         }
         guard !isClosing else { return }
-        var builder = snapshot.builder
-        var content = builder.finish()
+        // In place: a second reference would keep every term's raw postings alive through finish().
+        var content = snapshot.builder.finish()
         if hi == nil { content.hi = max(snapshot.last, lo) }
         let sequence = snapshot.sequence
 
