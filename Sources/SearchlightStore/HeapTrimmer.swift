@@ -9,9 +9,10 @@ import Synchronization
 /// arenas resident: at 1M items the daemon's arenas held ~28 MB of free memory after the bench's
 /// query forms, a quarter of its resident set (issue 32). `quietSeconds` after the last read
 /// ended, with no read in flight, a trim on a utility thread gives them back: once per quiet
-/// spell, and once more for each work that asked for one (`requestTrim`). A trim takes the arenas' locks for a few milliseconds, so it never begins
-/// while a reader is checked out (a read longer than `quietSeconds` defers it); a read that
-/// begins during a trim may wait those milliseconds at its first allocation.
+/// spell, and after work that asked for one (`requestTrim`; requests made while one is pending
+/// share it). A trim takes the arenas' locks for a few milliseconds, so it never begins while a
+/// reader is checked out (a read longer than `quietSeconds` defers it); a read that begins
+/// during a trim may wait those milliseconds at its first allocation.
 public final class HeapTrimmer: Sendable {
     public static let shared = HeapTrimmer(quietSeconds: 2)
 

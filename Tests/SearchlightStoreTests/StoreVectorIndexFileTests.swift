@@ -34,6 +34,17 @@ struct StoreVectorIndexFileTests {
         _ = try f.store.applySync([.items(items)])
     }
 
+    /// A store of `items` donated items whose index was loaded, then saved by a clean close and
+    /// reopened (not loaded yet): the saved file is beside it.
+    func savedIndex(items: Int) throws -> StoreFixture {
+        let f = try StoreFixture(rankedBuilds: false, vectors: true)
+        try reopen(f, saving: false)
+        try donate(f, 0..<items)
+        _ = try f.hybrid("listen to music")
+        try reopen(f, saving: true)
+        return f
+    }
+
     /// What a search sees: the exact and the prefiltered top 10 of each query (rowids and
     /// similarities), the counts, and the hybrid user query's items.
     struct Seen: Equatable {
@@ -162,11 +173,7 @@ struct StoreVectorIndexFileTests {
 
     @Test("a write after the save, then a crash: the file's epoch is old, the table is read")
     func writeAfterSaveThenCrash() throws {
-        let f = try StoreFixture(rankedBuilds: false, vectors: true)
-        try reopen(f, saving: false)
-        try donate(f, 0..<300)
-        _ = try f.hybrid("listen to music")
-        try reopen(f, saving: true)
+        let f = try savedIndex(items: 300)
         #expect(FileManager.default.fileExists(atPath: file(f)))
         // Written with the index not loaded (the file stays), then no clean close.
         try donate(f, 300..<320)
@@ -231,11 +238,7 @@ struct StoreVectorIndexFileTests {
 
     @Test("a truncated, corrupt, FIFO, symlinked or hard-linked file is not used; a hard link planted at the .tmp is not written through")
     func untrustedFiles() throws {
-        let f = try StoreFixture(rankedBuilds: false, vectors: true)
-        try reopen(f, saving: false)
-        try donate(f, 0..<300)
-        _ = try f.hybrid("listen to music")
-        try reopen(f, saving: true)
+        let f = try savedIndex(items: 300)
         let good = try Data(contentsOf: URL(fileURLWithPath: file(f)))
         let fm = FileManager.default
 
@@ -293,11 +296,7 @@ struct StoreVectorIndexFileTests {
 
     @Test("a delete-all removes the saved index, with the store's other vector side files")
     func deleteAllRemovesIt() throws {
-        let f = try StoreFixture(rankedBuilds: false, vectors: true)
-        try reopen(f, saving: false)
-        try donate(f, 0..<300)
-        _ = try f.hybrid("listen to music")
-        try reopen(f, saving: true)
+        let f = try savedIndex(items: 300)
         #expect(FileManager.default.fileExists(atPath: file(f)))
         // The status's bytes count it with the store's other files.
         let saved = (try FileManager.default.attributesOfItem(atPath: file(f))[.size] as? Int) ?? 0
@@ -315,11 +314,7 @@ struct StoreVectorIndexFileTests {
 
     @Test("a store file migrated in place (format 5 to 6) or whose vector table was dropped and made again never reuses the saved index")
     func migrationInPlace() throws {
-        let f = try StoreFixture(rankedBuilds: false, vectors: true)
-        try reopen(f, saving: false)
-        try donate(f, 0..<300)
-        _ = try f.hybrid("listen to music")
-        try reopen(f, saving: true)
+        let f = try savedIndex(items: 300)
         #expect(FileManager.default.fileExists(atPath: file(f)))
         f.store.close()
         // The file as a format-5 build would have left it, its vector table made again empty
