@@ -215,9 +215,37 @@ public final class Database {
     public func withBudget<T>(_ budget: QueryBudget?, _ body: () throws -> T) rethrows -> T {
         guard let budget else { return try body() }
         sqlite3_progress_handler(handle, Self.progressSteps, budgetProgressHandler, Unmanaged.passUnretained(budget).toOpaque())
-        defer { sqlite3_progress_handler(handle, 0, nil, nil) }
+        defer { installYield() }
         return try withExtendedLifetime(budget) { try body() }
     }
+
+    /// Whether this connection's statements yield the CPU to user queries (`QueryYield`): the
+    /// writer's always, a reader's while a background thread has it. Through SQLite's progress
+    /// handler, which a budget takes over while it runs.
+    var yieldsToQueries = false {
+        didSet { if yieldsToQueries != oldValue { installYield() } }
+    }
+    private let yieldState = YieldState()
+
+    private func installYield() {
+        if yieldsToQueries, QueryYield.enabled {
+            sqlite3_progress_handler(handle, Self.progressSteps, yieldProgressHandler, Unmanaged.passUnretained(yieldState).toOpaque())
+        } else {
+            sqlite3_progress_handler(handle, 0, nil, nil)
+        }
+    }
+}
+
+/// The time of a connection's last look at `QueryYield`.
+final class YieldState {
+    var last = QueryYield.now()
+}
+
+/// SQLite's progress callback on a connection that yields to queries: never interrupts.
+private func yieldProgressHandler(_ context: UnsafeMutableRawPointer?) -> Int32 {
+    guard let context else { return 0 }
+    QueryYield.check(since: &Unmanaged<YieldState>.fromOpaque(context).takeUnretainedValue().last)
+    return 0
 }
 
 /// SQLite's progress callback: nonzero interrupts the running statement.

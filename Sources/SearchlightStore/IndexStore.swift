@@ -124,6 +124,7 @@ public final class IndexStore: @unchecked Sendable {
         if fd >= 0 { Glibc.close(fd) }
         do {
             writer = try Database(path: path)
+            writer.yieldsToQueries = true
             try Self.configure(writer, fullSync: options.fullSync)
             try writer.execute("PRAGMA cache_size=-\(options.cacheKiB); PRAGMA journal_size_limit=\(Self.walSizeLimit);")
             formatVersion = try Self.prepareSchema(writer, path: path)
@@ -651,6 +652,7 @@ public final class IndexStore: @unchecked Sendable {
                 checkedOut[ObjectIdentifier(db)] = db
                 if background { backgroundReaders += 1 }
                 HeapTrimmer.shared.readBegan()
+                began(db, background: background)
                 return db
             }
             if openReaders < options.maxReaders {
@@ -664,6 +666,7 @@ public final class IndexStore: @unchecked Sendable {
                     checkedOut[ObjectIdentifier(db)] = db
                     if background { backgroundReaders += 1 }
                     HeapTrimmer.shared.readBegan()
+                    began(db, background: background)
                     return db
                 } catch {
                     openReaders -= 1
@@ -672,6 +675,13 @@ public final class IndexStore: @unchecked Sendable {
             }
             readers.wait()
         }
+    }
+
+    /// A reader lent to a background thread yields to user queries; one lent to any other
+    /// thread marks queries active (`QueryYield`).
+    private func began(_ db: Database, background: Bool) {
+        db.yieldsToQueries = background
+        if !background { QueryYield.queryBegan() }
     }
 
     func checkin(_ db: Database, background: Bool) {

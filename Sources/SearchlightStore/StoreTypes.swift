@@ -73,9 +73,10 @@ public struct StoreOptions: Sendable {
     public var rankedIndexSegmentDocs = 65_536
     /// Whether `query.search` pages driven by a whole word always walk the ranked index
     /// (`RankedPageWalk`, as prefixes do). By default a whole word walks only when the reader
-    /// keeps its list, or is about to (`PostingListCache.walksWholeWord`: asked twice since the
-    /// last commit): FTS5 walks one word's doclist lazily, where the walk reads the list whole
-    /// (slower for a frequent word, unless kept). Tests set it.
+    /// keeps its list (kept while its segment is active), or is about to
+    /// (`PostingListCache.walksWholeWord`: asked twice since the last commit): FTS5 walks one
+    /// word's doclist lazily, where the walk reads the list whole (slower for a frequent word,
+    /// unless kept). Tests set it.
     public var rankedPagesForWholeWords = false
 
     public init() {}

@@ -578,8 +578,10 @@ extension IndexStore {
                     : "SELECT rowid, \(columns), \(tail) FROM items WHERE rowid >= ? AND rowid <= \(hi!) ORDER BY rowid"
                 let n = Int32(Schema.ftsColumns.count)
                 var read = 0
+                var yieldPoint = QueryYield.Point()
                 try db.forEachRow(sql, [.integer(lo)]) { s in
                     read += 1
+                    yieldPoint.check()
                     if read % 512 == 0, isClosing {
                         closed.value = true
                         throw SearchlightError(.indexUnavailable, "the index is closing")

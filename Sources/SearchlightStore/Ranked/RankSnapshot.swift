@@ -74,6 +74,7 @@ struct RankSnapshot {
         if let snapshot = cache.snapshot { return snapshot }
         let snapshot = try read(db)
         cache.snapshot = snapshot
+        cache.retain(snapshot.segments)
         return snapshot
     }
 
@@ -136,14 +137,14 @@ enum PhraseSource {
             defer { exact.reset() }
             return try exact.step() ? exact.bytes(0) : nil
         }
-        // A term's list, or a prefix's stored one: from the connection's cache while nothing was
-        // committed since it was parsed (`PostingListCache`).
+        // A term's list, or a prefix's stored one: from the connection's cache while its segment
+        // is in the index (`PostingListCache`).
         func list(_ key: [UInt8]) throws -> PhraseSource?? {
             let cache = try db.postingCache?.checked(db)
-            if let cached = cache?.list(segment: segment.id, key: key) { return .some(.list(cached)) }
+            if let cached = cache?.list(segment: segment, key: key) { return .some(.list(cached)) }
             guard let blob = try lookup(key) else { return nil }
             guard let parsed = PostingList(blob) else { return .some(nil) }
-            cache?.store(parsed, segment: segment.id, key: key)
+            cache?.store(parsed, segment: segment, key: key)
             return .some(.list(parsed))
         }
         if !phrase.prefix {
@@ -335,13 +336,19 @@ final class UnionScratchPool {
     }
 }
 
-/// Parsed posting lists of one reader connection, kept across its reads while the file is
-/// unchanged: a query reading a long list (`library`'s 130 KB at 64k) copied it out of SQLite and
-/// parsed its directory on every call, 300 000 of its 1 000 000 instructions. Checked once per
-/// read (`needsCheck`, set by `IndexStore.read`) against `PRAGMA data_version`, which changes when
-/// another connection commits (the writer: every donation, build or merge) and which, inside the
-/// read transaction of a top-k query, is that snapshot's. The connection is `query_only`, so no
-/// change of its own goes unseen. Bounded by the blobs' bytes: past `maxBytes` it starts over.
+/// Parsed posting lists of one reader connection, kept across its reads: a query reading a long
+/// list (`library`'s 130 KB at 64k) copied it out of SQLite and parsed its directory on every
+/// call, 300 000 of its 1 000 000 instructions. A segment's rows never change while it is active
+/// (its terms are written before it is switched in, deleted after it is retired) and its id is
+/// never given again within a file (`meta.rank_next_segment`), so a list stays right for as long
+/// as its segment is in the index, whatever else was committed: settling's merge commits a batch
+/// of terms every few milliseconds, and each commit emptied every reader's lists, so the queries
+/// right after a donation re-read every list they touched (issue 32). What a commit can change
+/// is re-read once per read after one (`needsCheck`, set by `IndexStore.read`, against `PRAGMA
+/// data_version`, which inside a query's read transaction is that snapshot's): the segments and
+/// rewritten rows (`snapshot`), whose reading then drops the lists of segments no longer active
+/// or no longer the same. The connection is `query_only`, so no change of its own goes unseen.
+/// Bounded by the blobs' bytes: past `maxBytes` it starts over.
 final class PostingListCache {
     static let maxBytes = 1 << 20
 
@@ -358,20 +365,53 @@ final class PostingListCache {
     /// reading them was 20 k instructions of every prefix page.
     var snapshot: RankSnapshot?
 
-    /// The cache, emptied first if something was committed since it was filled.
+    /// The cache, its snapshot and asks forgotten first if something was committed since.
     func checked(_ db: Database) throws -> PostingListCache {
         guard needsCheck else { return self }
         needsCheck = false
         let now = try db.scalar("PRAGMA data_version").flatMap { if case .integer(let v) = $0 { Int(v) } else { nil } } ?? -2
         if now != version || now == -2 {
-            lists.removeAll(keepingCapacity: true)
-            bytes = 0
+            if !Self.keptAcrossCommits {
+                lists.removeAll(keepingCapacity: true)
+                bytes = 0
+            }
             snapshot = nil
             asked.removeAll(keepingCapacity: true)
             version = now
         }
         return self
     }
+
+    /// `SEARCHLIGHT_POSTING_CACHE_PER_COMMIT=1` empties the lists at every commit, as before
+    /// (for comparisons).
+    static let keptAcrossCommits = ProcessInfo.processInfo.environment["SEARCHLIGHT_POSTING_CACHE_PER_COMMIT"] != "1"
+
+    /// What the rows of a segment were when its lists were kept.
+    private struct Stamp: Equatable {
+        let lo: Int64, hi: Int64, docs: Int, tokens: Int64
+        init(_ s: RankSnapshot.Segment) { (lo, hi, docs, tokens) = (s.lo, s.hi, s.docs, s.tokens) }
+    }
+    private var stamps: [Int64: Stamp] = [:]
+    /// Lists read from SQLite and kept (tests: whether a read was served from here).
+    private(set) var listsRead = 0
+    /// The segments whose lists are kept.
+    var segmentsHeld: Set<Int64> { Set(lists.keys.map(\.segment)) }
+
+    /// Keeps the lists of `segments` (a snapshot just read) only, and only where the segment is
+    /// the one they were read from: a retired segment's lists go, and a segment id seen again
+    /// with other bounds (which `rank_next_segment` rules out) would not be served stale lists.
+    func retain(_ segments: [RankSnapshot.Segment]) {
+        guard !stamps.isEmpty else { return }
+        var live: [Int64: Stamp] = [:]
+        for s in segments { live[s.id] = Stamp(s) }
+        let gone = stamps.filter { live[$0.key] != $0.value }
+        guard !gone.isEmpty else { return }
+        for id in gone.keys { stamps[id] = nil }
+        lists = lists.filter { stamps[$0.key.segment] != nil }
+        bytes = lists.reduce(0) { $0 + Self.size($1.value, key: $1.key.term) }
+    }
+
+    private static func size(_ list: PostingList, key: [UInt8]) -> Int { list.bytes.count + key.count + 64 }
 
     /// Whole words a page asked for (`walksWholeWord`), since the last commit or start-over: true
     /// once its list was found too large to keep.
@@ -395,16 +435,18 @@ final class PostingListCache {
         return false
     }
 
-    func list(segment: Int64, key: [UInt8]) -> PostingList? {
-        lists[Key(segment: segment, term: key)]
+    func list(segment: RankSnapshot.Segment, key: [UInt8]) -> PostingList? {
+        guard let list = lists[Key(segment: segment.id, term: key)] else { return nil }
+        return stamps[segment.id] == Stamp(segment) ? list : nil
     }
 
     /// The longest whole word `walksWholeWord` records (a frequent word is short).
     static let maxAskedTermBytes = 64
 
     /// A list's size counts its key too (a few-byte list under a 32 KiB term is 32 KiB held).
-    func store(_ list: PostingList, segment: Int64, key: [UInt8]) {
-        let size = list.bytes.count + key.count + 64
+    func store(_ list: PostingList, segment s: RankSnapshot.Segment, key: [UInt8]) {
+        let segment = s.id
+        let size = Self.size(list, key: key)
         guard size <= Self.maxBytes / 4 else {
             if asked[Key(segment: segment, term: key)] != nil { asked[Key(segment: segment, term: key)] = true }
             return
@@ -414,10 +456,18 @@ final class PostingListCache {
             // twice again before a page reads it whole (queries whose lists do not fit together,
             // as at 1M, would otherwise make every such page read its list).
             lists.removeAll(keepingCapacity: true)
+            stamps.removeAll(keepingCapacity: true)
             asked.removeAll(keepingCapacity: true)
             bytes = 0
         }
-        lists[Key(segment: segment, term: key)] = list
+        if let kept = stamps[segment], kept != Stamp(s) {
+            // Another segment under a known id: its lists go first.
+            lists = lists.filter { $0.key.segment != segment }
+            bytes = lists.reduce(0) { $0 + Self.size($1.value, key: $1.key.term) }
+        }
+        stamps[segment] = Stamp(s)
+        listsRead += 1
+        if let old = lists.updateValue(list, forKey: Key(segment: segment, term: key)) { bytes -= Self.size(old, key: key) }
         bytes += size
     }
 }

@@ -239,15 +239,15 @@ struct SegmentCursor {
             try exact.bind(.blob(key), at: 2)
             return try exact.step() ? exact.bytes(0) : nil
         }
-        // A term's list, or a prefix's stored one: from the connection's cache while nothing was
-        // committed since it was parsed (`PostingListCache`, as `PhraseSource.load`): the blob was
-        // copied out of SQLite and parsed at every page (a third of a prefix page's walk).
+        // A term's list, or a prefix's stored one: from the connection's cache while its segment
+        // is in the index (`PostingListCache`, as `PhraseSource.load`): the blob was copied out of
+        // SQLite and parsed at every page (a third of a prefix page's walk).
         let cache = try db.postingCache?.checked(db)
         let key = prefix ? PrefixLists.key(token) : token
-        if let cached = cache?.list(segment: s.id, key: key) { return start(cached) }
+        if let cached = cache?.list(segment: s, key: key) { return start(cached) }
         if let single = try lookup(key) {
             guard let l = PostingList(single) else { return false }
-            cache?.store(l, segment: s.id, key: key)
+            cache?.store(l, segment: s, key: key)
             return start(l)
         }
         if !prefix { return true }

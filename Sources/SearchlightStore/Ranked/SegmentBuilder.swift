@@ -207,8 +207,14 @@ struct SegmentBuilder {
 
     /// The segment, its terms sorted and encoded, then the prefix lists (`PrefixLists`).
     mutating func finish() -> SegmentContent {
+        // Sorting 150 000 terms takes tens of milliseconds: it yields to queries too (`QueryYield`).
+        var sortPoint = QueryYield.Point(every: 1024)
         var order = Array(0..<table.count)
-        order.sort { table.bytes($0).lexicographicallyPrecedes(table.bytes($1)) }
+        order.sort {
+            sortPoint.check()
+            return table.bytes($0).lexicographicallyPrecedes(table.bytes($1))
+        }
+        var yieldPoint = QueryYield.Point(every: 16)
         let sortedTerms = order.map { Array(table.bytes($0)) }
         let prefixes = PrefixLists.choose(sortedTerms, docs: order.map { Int(docCounts[$0]) }, segmentDocs: content.docs)
         var unions = PrefixUnions(prefixes: prefixes, span: Int(maxLocal) + 1, documents: content.docs)
@@ -216,6 +222,7 @@ struct SegmentBuilder {
         out.terms.reserveCapacity(order.count + prefixes.count)
         var postings: [Posting] = []
         for (k, t) in order.enumerated() {
+            yieldPoint.check()
             postings.removeAll(keepingCapacity: true)
             raw[t].withUnsafeBufferPointer { b in
                 var pos = 0
@@ -235,6 +242,7 @@ struct SegmentBuilder {
         for finished in unions.finishAll() { out.terms.append(encodeUnion(finished)) }
         // The best completions of prefixes of many terms (`PrefixLists.topCompletions`).
         for (prefix, range) in prefixes where range.count >= PrefixLists.minTerms {
+            yieldPoint.check()
             let best = range.map { k in (term: sortedTerms[k], columnDocs: Int(columnDocs[order[k]])) }
                 .filter { $0.columnDocs > 0 }
                 .sorted { $0.columnDocs != $1.columnDocs ? $0.columnDocs > $1.columnDocs : $0.term.lexicographicallyPrecedes($1.term) }
