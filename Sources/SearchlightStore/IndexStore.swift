@@ -124,7 +124,6 @@ public final class IndexStore: @unchecked Sendable {
         if fd >= 0 { Glibc.close(fd) }
         do {
             writer = try Database(path: path)
-            writer.yieldsToQueries = true
             try Self.configure(writer, fullSync: options.fullSync)
             try writer.execute("PRAGMA cache_size=-\(options.cacheKiB); PRAGMA journal_size_limit=\(Self.walSizeLimit);")
             formatVersion = try Self.prepareSchema(writer, path: path)
@@ -356,6 +355,7 @@ public final class IndexStore: @unchecked Sendable {
             turn.go.wait()
             if let refused = turn.refused { throw refused }
             defer { turn.done.signal() }
+            writer.yieldsToQueries = true
             let result = commit([PendingWrite(work: work, complete: { _ in }, maintenance: true)])
             updateRankedLag()
             return try result[0].get()
@@ -459,6 +459,9 @@ public final class IndexStore: @unchecked Sendable {
                 plain.reduce(0, { $0 + $1.items }) >= options.streamGroupItems { startStream() }
             group.removeAll()
             if !plain.isEmpty {
+                // Only background work yields to queries (`QueryYield`): a client's donation, or
+                // a write a query waits for (a vector load), keeps the writer's slice.
+                writer.yieldsToQueries = plain.allSatisfy(\.maintenance)
                 let results = commit(plain)
                 if plain.contains(where: { !$0.maintenance }) { stateLock.withLock { lastClientWrite = Date() } }
                 updateRankedLag()
@@ -677,11 +680,9 @@ public final class IndexStore: @unchecked Sendable {
         }
     }
 
-    /// A reader lent to a background thread yields to user queries; one lent to any other
-    /// thread marks queries active (`QueryYield`).
+    /// A reader lent to a background thread yields to user queries (`QueryYield`).
     private func began(_ db: Database, background: Bool) {
         db.yieldsToQueries = background
-        if !background { QueryYield.queryBegan() }
     }
 
     func checkin(_ db: Database, background: Bool) {

@@ -47,6 +47,11 @@ struct FreshBench {
                     + "settled %.2f s after the last donation; load %@", self.label, sizeLabel(size), run + 1, m.donateSeconds,
                     f.percentile(0.5), f.percentile(0.99), m.fresh.count, s.percentile(0.5), s.percentile(0.99),
                     fc.percentile(0.5), fc.percentile(0.99), sc.percentile(0.5), sc.percentile(0.99), m.settleSeconds, loadAverage()))
+                // The first queries after the donation: the client's wall and the daemon's.
+                let first = zip(m.fresh.prefix(3), m.freshLines.prefix(3)).map {
+                    String(format: "%.2f (%.2f, CPU %.2f, %d sleeps)", $0.0, $0.1.wall, $0.1.cpu, $0.1.voluntary)
+                }
+                progress("  first fresh queries, ms (in the daemon: wall, thread CPU, sleeps): " + first.joined(separator: ", "))
                 // Where the wall clock went: inside the daemon (its wall, the run-queue wait, the
                 // sleeps) or outside it (the socket, the client's own scheduling).
                 for (phase, lines) in [("fresh", m.freshLines), ("settled", m.settledLines)] where !lines.isEmpty {

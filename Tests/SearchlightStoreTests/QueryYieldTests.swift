@@ -4,7 +4,7 @@ import TestThreads
 @testable import SearchlightStore
 
 /// `QueryYield`: background work hands the CPU to user queries every `intervalNanos` of its
-/// work while a query began within `activeNanos`.
+/// work while a query arrived within `activeNanos`.
 @Suite("Background work yields to queries", .onOwnThreads)
 struct QueryYieldTests {
     @Test("a look every interval at most; a yield only while a query began within the active span")
@@ -22,19 +22,31 @@ struct QueryYieldTests {
         #expect(QueryYield.decide(at: t, last: start, lastQuery: t - QueryYield.activeNanos + 1) == (true, t))
     }
 
-    @Test("the writer's statements and a segment build yield while queries run beside them")
-    func writerAndBuildYield() throws {
+    @Test("a thread that waited for a CPU more than `starvedShare` of a window is starved and stops yielding")
+    func starvation() throws {
+        let window = QueryYield.windowNanos
+        let limit = UInt64(QueryYield.starvedShare * Double(window))
+        #expect(!QueryYield.isStarved(runDelay: limit, wall: window))
+        #expect(QueryYield.isStarved(runDelay: limit + 1, wall: window))
+        #expect(!QueryYield.isStarved(runDelay: 0, wall: 0))
+        // This thread's run delay, where the kernel keeps schedstat, only grows.
+        if let before = QueryYield.runDelay() { #expect(try #require(QueryYield.runDelay()) >= before) }
+    }
+
+    @Test("a build's writes yield while queries arrive beside them; a client's donation does not", .enabled(if: QueryYield.enabled))
+    func buildYieldsDonationDoesNot() throws {
         let f = try StoreFixture(rankedBuilds: false)
         let items = try (0..<3000).map { i in
             try f.item("i\(i)", ["title": .string("alpha \(i) beta \(i % 97) gamma \(i % 13)"), "textContent": .string(String(repeating: "word\(i % 211) ", count: 20))])
         }
-        let before = QueryYield.count
-        // A query's read (this thread is not at background priority) marks queries active; the
-        // donation's and the build's statements then run on the writer, which always yields.
+        // Queries arrive without pause (as the daemon's query entry marks them), reading the store.
         let stop = Flag()
         let ended = DispatchSemaphore(value: 0)
         let querier = Thread {
-            while !stop.value { _ = try? f.store.lexicalCandidates("alpha ", limit: 10) }
+            while !stop.value {
+                QueryYield.queryBegan()
+                _ = try? f.store.lexicalCandidates("alpha ", limit: 10)
+            }
             ended.signal()
         }
         querier.start()
@@ -42,9 +54,45 @@ struct QueryYieldTests {
             stop.value = true
             ended.wait()
         }
+        // A loaded test machine could starve the writer, which then rightly stops yielding.
+        _ = try f.store.writeOutsideTransaction { _ in
+            QueryYield.Pacing.current.neverStarved = true
+            return ApplyResult()
+        }
         _ = try f.store.applySync([.items(items)])
+        #expect(f.store.writer.yieldState.yields == 0, "the donation's statements kept the writer's slice")
         try f.store.buildRankedIndex()
-        #expect(QueryYield.count > before, "no yield while queries ran: \(QueryYield.count) after \(before)")
+        #expect(f.store.writer.yieldState.yields > 0, "the build's term batches yielded")
+    }
+
+    @Test("a connection's statements yield while it is marked, also after a budget ran on it, and not once unmarked", .enabled(if: QueryYield.enabled))
+    func progressHandlerFollowsTheMark() throws {
+        let dir = NSTemporaryDirectory() + "slyield-" + UUID().uuidString
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let db = try Database(path: dir + "/y.sqlite")
+        defer { db.close() }
+        QueryYield.Pacing.current.neverStarved = true  // this thread's (a loaded machine starves it)
+        defer { QueryYield.Pacing.current.neverStarved = false }
+        // About 20 ms of statement steps.
+        let long = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400000) SELECT count(*) FROM n"
+        func run() throws {
+            QueryYield.queryBegan()
+            _ = try db.intScalar(long)
+        }
+        try run()
+        #expect(db.yieldState.yields == 0, "unmarked: no handler")
+        db.yieldsToQueries = true
+        try run()
+        let marked = db.yieldState.yields
+        #expect(marked > 0)
+        try db.withBudget(QueryBudget(timeout: 60)) { _ = try db.intScalar("SELECT 1") }
+        try run()
+        #expect(db.yieldState.yields > marked, "the budget gave the handler back")
+        db.yieldsToQueries = false
+        let unmarked = db.yieldState.yields
+        try run()
+        #expect(db.yieldState.yields == unmarked)
     }
 }
 

@@ -108,7 +108,9 @@ struct RankedPageWalkTests {
         let segments = try f.store.read { db in try db.rows("SELECT id FROM rank_segments WHERE active ORDER BY lo").compactMap { $0.int(0) } }
         try #require(segments.count >= 3, "\(segments.count) segments")
         // Every list a page of "pars*" or "library" could read in the second segment: the terms
-        // and the prefix's stored union (its key is 0xFF and the prefix).
+        // and the prefix's stored union (its key is 0xFF and the prefix). Damaged before any
+        // page reads them: a list read and kept first would be served while the segment is
+        // active (its rows are never rewritten in place but here).
         let damage = try Database(path: f.dir + "/b/_default.sqlite")
         let changed = try damage.run("""
             UPDATE rank_terms SET postings = x'00' WHERE segment = ?

@@ -140,7 +140,9 @@ enum PostingListFormat {
         var data: [UInt8] = []
         data.reserveCapacity(postings.count * 4)
         var previous: Int64 = -1
+        var yieldPoint = QueryYield.Point(every: 4)  // a frequent word's list is thousands of blocks
         for block in 0..<blockCount {
+            yieldPoint.check()
             let slice = postings[(block * blockSize)..<min(postings.count, (block + 1) * blockSize)]
             let start = data.count
             for p in slice {

@@ -40,8 +40,12 @@ public final class RankMaintainer: @unchecked Sendable {
     static let tierWidth = 4
     /// Rewritten documents that make a segment worth rebuilding: this many, and an eighth of it.
     static let dirtyRebuildThreshold = 64
-    /// Terms per write batch.
+    /// Terms per write batch…
     static let batchTerms = 4096
+    /// …and postings' bytes, at most: a batch's commit (its pages written to the WAL, and the
+    /// checkpoint it may start) runs no statement, so it cannot yield to queries (`QueryYield`);
+    /// while they are active, batches are smaller.
+    static func batchBytes(queriesActive: Bool) -> Int { queriesActive ? 256 << 10 : 4 << 20 }
     /// How far ahead of its `safe_until` a segment is rebuilt.
     static let expiryMargin: TimeInterval = 3600
     /// Documents expiring within this of a build carry `extra` (their row is read when scored).
@@ -498,10 +502,12 @@ extension IndexStore {
     private func deleteSegmentRows(_ segment: Int64) throws(SearchlightError) {
         while true {
             let done = Flag()
+            // Smaller while queries are active: the commit frees the rows' pages without a statement step.
+            let limit = QueryYield.queriesActive ? RankMaintainer.batchTerms / 4 : RankMaintainer.batchTerms
             _ = try maintenanceWrite { store in
                 let n = try store.writer.run("""
                     DELETE FROM rank_terms WHERE id IN
-                      (SELECT id FROM rank_terms WHERE segment = ?1 LIMIT \(RankMaintainer.batchTerms))
+                      (SELECT id FROM rank_terms WHERE segment = ?1 LIMIT \(limit))
                     """, [.integer(segment)])
                 if n == 0 {
                     try store.writer.run("DELETE FROM rank_segments WHERE id = ? AND active = 0", [.integer(segment)])
@@ -609,7 +615,13 @@ extension IndexStore {
         var start = 0
         while start < content.terms.count {
             guard !isClosing else { return }
-            let batch = content.terms[start..<min(content.terms.count, start + RankMaintainer.batchTerms)]
+            var end = start, bytes = 0
+            let budget = RankMaintainer.batchBytes(queriesActive: QueryYield.queriesActive)
+            while end < content.terms.count, end - start < RankMaintainer.batchTerms, end == start || bytes < budget {
+                bytes += content.terms[end].postings.count + content.terms[end].term.count
+                end += 1
+            }
+            let batch = content.terms[start..<end]
             let alive = Flag()
             _ = try maintenanceWrite { store in
                 guard try store.writer.scalar("SELECT 1 FROM rank_segments WHERE id = ? AND active = 0", [.integer(id)]) != nil else {
@@ -624,7 +636,7 @@ extension IndexStore {
                 return ApplyResult()
             }
             guard alive.value else { return }
-            start += RankMaintainer.batchTerms
+            start = end
         }
 
         // 4. Switch it in. The segments it replaces lose their rows only if it did.

@@ -66,7 +66,7 @@ struct RankSnapshot {
     var dirty: [Int64]
 
     /// `read`, from the connection's `PostingListCache` when nothing was committed since it was
-    /// read there (the same `PRAGMA data_version` check as its lists). Only inside a read
+    /// read there (`PRAGMA data_version`, checked once per read). Only inside a read
     /// transaction, where the version checked and the tables read are one snapshot; outside one,
     /// each statement could see another commit, so it reads.
     static func current(_ db: Database) throws -> RankSnapshot {
@@ -397,9 +397,10 @@ final class PostingListCache {
     /// The segments whose lists are kept.
     var segmentsHeld: Set<Int64> { Set(lists.keys.map(\.segment)) }
 
-    /// Keeps the lists of `segments` (a snapshot just read) only, and only where the segment is
-    /// the one they were read from: a retired segment's lists go, and a segment id seen again
-    /// with other bounds (which `rank_next_segment` rules out) would not be served stale lists.
+    /// Keeps the lists of `segments` (a snapshot just read in a transaction) only, and only where
+    /// the segment has the bounds they were read with: a retired segment's lists go. That ids are
+    /// never given twice (`rank_next_segment`) is what keeps lists right; the bounds only catch
+    /// an id seen again with other rows *and* other bounds, not one with the same.
     func retain(_ segments: [RankSnapshot.Segment]) {
         guard !stamps.isEmpty else { return }
         var live: [Int64: Stamp] = [:]
@@ -421,8 +422,8 @@ final class PostingListCache {
     /// list (`RankedPageWalk`) rather than FTS5's doclist. FTS5 reads the doclist lazily; the walk
     /// reads the list whole, which pays only when it is kept: so the walk runs when the list is
     /// here, or when the word was asked for already since the last commit (the walk then reads and
-    /// keeps it), never for a list too large to keep. A file written between every two pages
-    /// stays on FTS5, as before.
+    /// keeps it), never for a list too large to keep. A kept list is walked after commits too,
+    /// while its segment is active.
     /// A word longer than `maxAskedTermBytes` is never recorded (its key is the attacker's text,
     /// up to 32 KiB a term: 1 024 asks would hold 32 MiB a reader): it stays on FTS5 unless kept.
     func walksWholeWord(segment: Int64, key: [UInt8]) -> Bool {

@@ -360,6 +360,7 @@ struct PrefixUnions {
     private var open: [(prefix: [UInt8], end: Int, accumulator: UnionAccumulator)] = []
     private let span: Int
     private let dense: Bool
+    private var yieldPoint = QueryYield.Point(every: 4)
 
     init(prefixes: [(prefix: [UInt8], range: Range<Int>)], span: Int, documents: Int) {
         self.prefixes = prefixes
@@ -377,7 +378,10 @@ struct PrefixUnions {
             open.append((prefixes[next].prefix, prefixes[next].range.upperBound, UnionAccumulator(span: span, dense: dense)))
             next += 1
         }
-        for i in open.indices { open[i].accumulator.add(termPostings) }
+        for i in open.indices {
+            yieldPoint.check()  // a frequent word goes into every open prefix's union
+            open[i].accumulator.add(termPostings)
+        }
         return done
     }
 

@@ -374,6 +374,7 @@ extension BundleCalls {
     /// past `--slow-query` (while it still runs: an operator sees who is busy), and the
     /// connection's socket polled for a hang-up.
     private func queryBudget(_ method: String) -> QueryBudget {
+        QueryYield.queryBegan()  // background work yields the CPU to it for a while
         let config = context.config
         let socket = client.connection.socket
         let log = self.log, peer = client.peer
