@@ -354,7 +354,10 @@ public final class IndexStore: @unchecked Sendable {
             BlockingCheck.blocking("IndexStore: waiting for the writer's turn")
             turn.go.wait()
             if let refused = turn.refused { throw refused }
-            defer { turn.done.signal() }
+            defer {
+                writer.yieldsToQueries = false  // before the writer thread goes on
+                turn.done.signal()
+            }
             writer.yieldsToQueries = true
             let result = commit([PendingWrite(work: work, complete: { _ in }, maintenance: true)])
             updateRankedLag()
@@ -485,6 +488,8 @@ public final class IndexStore: @unchecked Sendable {
                 turn.go.signal()
                 turn.done.wait()
             }
+            // Outside a transaction: a query's vector load, a checkpoint: they do not yield.
+            writer.yieldsToQueries = false
             for write in outside {
                 do {
                     write.complete(.success(try write.work(self)))
@@ -548,6 +553,7 @@ public final class IndexStore: @unchecked Sendable {
     }
 
     private func endStream() {
+        writer.yieldsToQueries = false  // the end of a client's stream of writes
         inStream = false
         // PASSIVE: never waits for readers; what it cannot copy now, the next checkpoint does.
         try? writer.execute("""

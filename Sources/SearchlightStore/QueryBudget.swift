@@ -105,6 +105,7 @@ public final class QueryBudget: @unchecked Sendable {
             slept += stepDelay
         }
         let now = Self.now()
+        QueryYield.queryRunning(at: now)  // background work keeps yielding while it runs
         let seconds = Double(now - started) / 1e9
         if let timeout, seconds >= timeout, lastWorkCheck == 0 || now - lastWorkCheck >= Self.abandonCheckInterval {
             lastWorkCheck = now

@@ -15,10 +15,11 @@ import Synchronization
 /// and holds locks clients take (`SEARCHLIGHT_BACKGROUND_IDLE`).
 ///
 /// So background loops ask, every `intervalNanos` of their work, whether a user query arrived
-/// in the last `activeNanos`; if so they call `sched_yield`, which under EEVDF lets a thread
-/// waiting on that core run first, and returns at once when none waits. A thread that yields
-/// keeps its share of the CPU (its virtual runtime is what it ran), so settling is not starved;
-/// it only stops holding the core to its slice's end while an app searches. Where: the read and
+/// or ran in the last `activeNanos`; if so they call `sched_yield`, which under EEVDF lets a
+/// thread waiting on that core run first, and returns at once when none waits. A yield gives up
+/// the rest of the slice, so a thread that yields often is charged more than it ran: one that
+/// waits for a CPU most of its runnable time stops yielding (`Pacing`), and settling keeps its
+/// nice-10 share on a busy machine. Where: the read and
 /// tokenizing of a segment build (`IndexStore.buildSegment`), its sorting and encoding
 /// (`SegmentBuilder.finish`), and every statement of the writer's maintenance transactions and
 /// of readers checked out at background priority (SQLite's progress handler,
@@ -49,6 +50,14 @@ public enum QueryYield {
     public static func queryBegan() {
         guard enabled else { return }
         lastQuery.store(now(), ordering: .relaxed)
+    }
+
+    /// A user query is still running at `t` (its budget's checks, every 1 000 statement steps):
+    /// a slow one (a vector load, the first query after a donation) keeps background work
+    /// yielding past `activeNanos` after it arrived.
+    static func queryRunning(at t: UInt64) {
+        guard enabled, t &- lastQuery.load(ordering: .relaxed) > 1_000_000 else { return }
+        lastQuery.store(t, ordering: .relaxed)
     }
 
     /// At `t`, `last` the previous look and `lastQuery` the latest query's arrival (0: none
@@ -82,43 +91,54 @@ public enum QueryYield {
         return true
     }
 
-    /// Over each `windowNanos`, past this share of the wall clock spent waiting for a CPU a
+    /// Over each `windowNanos`, past this share of its runnable time spent waiting for a CPU a
     /// thread is starved and stops yielding until a window says otherwise.
-    static let starvedShare = 0.75
+    static let starvedShare = 0.85
     static let windowNanos: UInt64 = 250_000_000
 
-    /// Whether a thread that waited `runDelay` ns for a CPU over `wall` ns is starved.
-    static func isStarved(runDelay: UInt64, wall: UInt64) -> Bool {
-        wall > 0 && Double(runDelay) > starvedShare * Double(wall)
+    /// Whether a thread that waited `runDelay` ns for a CPU while it ran `cpu` ns is starved
+    /// (time it slept, waiting for the writer or a lock, counts for neither).
+    static func isStarved(runDelay: UInt64, cpu: UInt64) -> Bool {
+        let runnable = runDelay &+ cpu
+        return runnable > 0 && Double(runDelay) > starvedShare * Double(runnable)
     }
 
     /// A thread's yields and whether it is starved. Under EEVDF a yield forfeits the rest of the
     /// thread's slice: a nice-10 thread that yields every 0.2 ms is charged far more than it ran,
     /// and beside two CPU hogs settling had not finished after 220 s (without yields: 25 s). So a
-    /// thread that spent more than three quarters of the last quarter second waiting for a CPU
-    /// (/proc/thread-self/schedstat's run delay) no longer yields: on a busy machine background
-    /// work keeps its nice-10 share, and queries wait as before (for the busy machine anyway).
-    /// Beside an app searching without pause on a quiet machine, settling waits less than that
-    /// (at half, the fresh p99 was 2.7× the settled one instead of 2.1×).
+    /// thread that spent more than `starvedShare` of its runnable time in the last quarter second
+    /// waiting for a CPU (/proc/thread-self/schedstat) no longer yields: on a busy machine
+    /// background work keeps its nice-10 share, and queries wait as before (for the busy machine
+    /// anyway). A thread that yields waits more, so the share is high: beside an app searching
+    /// without pause on a quiet machine, the fresh p99 was 2.6× the settled one at 0.75 and 2.2×
+    /// at 0.85 (at 0.5 of the wall clock, 2.7×); beside two CPU hogs settling still took 27-29 s.
     /// Kept per thread (a loop's `Point` and a connection's handler see the same state).
     final class Pacing {
         var last = QueryYield.now()
         private var windowStart: UInt64 = 0
-        private var windowDelay: UInt64?
+        private var window: Sched?
         private var isStarved = false
         /// Tests: this thread yields however long it waits (a loaded test machine starves it).
         var neverStarved = false
+        /// Reads the thread's CPU time and run delay (tests inject their own).
+        var read: () -> Sched? = QueryYield.sched
 
-        /// As of the last window; a new window begins when this one is over.
+        /// As of the last window; a new window begins when this one is over. A window much longer
+        /// than `windowNanos` (the thread did not ask for a while) is only a new baseline: its
+        /// share would mostly be of time long past. Where schedstat cannot be read the thread is
+        /// never starved.
         func starved(at t: UInt64) -> Bool {
             if neverStarved { return false }
-            guard windowDelay == nil || t &- windowStart >= QueryYield.windowNanos else { return isStarved }
-            let delay = QueryYield.runDelay()
-            if let delay, let previous = windowDelay, delay >= previous {
-                isStarved = QueryYield.isStarved(runDelay: delay - previous, wall: t &- windowStart)
+            guard window == nil || t &- windowStart >= QueryYield.windowNanos else { return isStarved }
+            guard let now = read() else { return isStarved }
+            // A window the thread slept through (neither ran nor waited) says nothing.
+            if let previous = window, t &- windowStart < 2 * QueryYield.windowNanos,
+               now.runDelay >= previous.runDelay, now.cpu >= previous.cpu,
+               now.runDelay &+ now.cpu > previous.runDelay &+ previous.cpu {
+                isStarved = QueryYield.isStarved(runDelay: now.runDelay - previous.runDelay, cpu: now.cpu - previous.cpu)
             }
             windowStart = t
-            windowDelay = delay ?? 0
+            window = now
             return isStarved
         }
 
@@ -139,8 +159,14 @@ public enum QueryYield {
         }
     }
 
-    /// The calling thread's time spent waiting on a run queue, ns (nil where unreadable).
-    static func runDelay() -> UInt64? {
+    /// A thread's CPU time and time spent waiting on a run queue, ns.
+    struct Sched: Equatable {
+        var cpu: UInt64
+        var runDelay: UInt64
+    }
+
+    /// The calling thread's (nil where unreadable).
+    static func sched() -> Sched? {
         let fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }
@@ -150,12 +176,16 @@ public enum QueryYield {
         // "cpu_time run_delay timeslices"
         let fields = buffer[..<n].split(separator: UInt8(ascii: " "))
         guard fields.count >= 2 else { return nil }
-        var value: UInt64 = 0
-        for b in fields[1] {
-            guard b >= 48, b <= 57 else { return nil }
-            value = value &* 10 &+ UInt64(b - 48)
+        func number(_ digits: ArraySlice<UInt8>) -> UInt64? {
+            var value: UInt64 = 0
+            for b in digits {
+                guard b >= 48, b <= 57 else { return nil }
+                value = value &* 10 &+ UInt64(b - 48)
+            }
+            return value
         }
-        return value
+        guard let cpu = number(fields[0]), let delay = number(fields[1]) else { return nil }
+        return Sched(cpu: cpu, runDelay: delay)
     }
 
     /// A place in a background loop: `check()` reads the clock every `stride` calls.

@@ -22,15 +22,42 @@ struct QueryYieldTests {
         #expect(QueryYield.decide(at: t, last: start, lastQuery: t - QueryYield.activeNanos + 1) == (true, t))
     }
 
-    @Test("a thread that waited for a CPU more than `starvedShare` of a window is starved and stops yielding")
+    @Test("a thread that waited for a CPU more than `starvedShare` of its runnable time in a window is starved; a long gap is only a new baseline")
     func starvation() throws {
-        let window = QueryYield.windowNanos
-        let limit = UInt64(QueryYield.starvedShare * Double(window))
-        #expect(!QueryYield.isStarved(runDelay: limit, wall: window))
-        #expect(QueryYield.isStarved(runDelay: limit + 1, wall: window))
-        #expect(!QueryYield.isStarved(runDelay: 0, wall: 0))
-        // This thread's run delay, where the kernel keeps schedstat, only grows.
-        if let before = QueryYield.runDelay() { #expect(try #require(QueryYield.runDelay()) >= before) }
+        let limit = UInt64(QueryYield.starvedShare * 1000)
+        #expect(!QueryYield.isStarved(runDelay: limit, cpu: 1000 - limit))
+        #expect(QueryYield.isStarved(runDelay: limit + 1, cpu: 1000 - limit - 1))
+        #expect(!QueryYield.isStarved(runDelay: 0, cpu: 0))
+
+        let w = QueryYield.windowNanos
+        var sched: QueryYield.Sched? = QueryYield.Sched(cpu: 0, runDelay: 0)
+        let pacing = QueryYield.Pacing()
+        pacing.read = { sched }
+        let t0: UInt64 = 1_000 * w
+        #expect(!pacing.starved(at: t0), "the first window is a baseline")
+        // Within a window: the state of the last one, however the thread fared meanwhile.
+        sched = QueryYield.Sched(cpu: w / 10, runDelay: w)
+        #expect(!pacing.starved(at: t0 + w / 2))
+        // A window over: waited 10 of every 11 runnable ns: starved.
+        #expect(pacing.starved(at: t0 + w))
+        // Slept the next window through (no CPU, no wait): the state holds.
+        #expect(pacing.starved(at: t0 + 2 * w))
+        // Ran more than it waited: no longer starved.
+        sched = QueryYield.Sched(cpu: w / 10 + w, runDelay: w + w / 10)
+        #expect(!pacing.starved(at: t0 + 3 * w))
+        // A gap of many windows, starved at its end: only a new baseline, the state holds; the
+        // next window decides.
+        sched = QueryYield.Sched(cpu: 2 * w, runDelay: 20 * w)
+        #expect(!pacing.starved(at: t0 + 30 * w), "a long gap is a baseline")
+        sched = QueryYield.Sched(cpu: 2 * w + w / 10, runDelay: 21 * w)
+        #expect(pacing.starved(at: t0 + 31 * w))
+        // Unreadable: the state holds and the baseline stays.
+        sched = nil
+        #expect(pacing.starved(at: t0 + 32 * w))
+        sched = QueryYield.Sched(cpu: 3 * w, runDelay: 21 * w + w / 10)
+        #expect(!pacing.starved(at: t0 + 32 * w + w / 2), "measured from the last readable baseline")
+        // The kernel's own figures parse (a running thread's CPU time lags by up to a tick).
+        if FileManager.default.fileExists(atPath: "/proc/thread-self/schedstat") { #expect(QueryYield.sched() != nil) }
     }
 
     @Test("a build's writes yield while queries arrive beside them; a client's donation does not", .enabled(if: QueryYield.enabled))
@@ -63,6 +90,14 @@ struct QueryYieldTests {
         #expect(f.store.writer.yieldState.yields == 0, "the donation's statements kept the writer's slice")
         try f.store.buildRankedIndex()
         #expect(f.store.writer.yieldState.yields > 0, "the build's term batches yielded")
+        // Work outside a transaction after them (a query's vector load, a checkpoint) does not.
+        let after = f.store.writer.yieldState.yields
+        _ = try f.store.writeOutsideTransaction { store in
+            QueryYield.queryBegan()
+            _ = try store.writer.intScalar("WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 400000) SELECT count(*) FROM n")
+            return ApplyResult()
+        }
+        #expect(f.store.writer.yieldState.yields == after)
     }
 
     @Test("a connection's statements yield while it is marked, also after a budget ran on it, and not once unmarked", .enabled(if: QueryYield.enabled))
