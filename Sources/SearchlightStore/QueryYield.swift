@@ -35,10 +35,6 @@ public enum QueryYield {
     static let intervalNanos: UInt64 = 200_000
 
     private static let lastQuery = Atomic<UInt64>(0)
-    private static let yields = Atomic<Int>(0)
-
-    /// Yields made since the start (tests, `admin.status` does not show it).
-    static var count: Int { yields.load(ordering: .relaxed) }
 
     static func now() -> UInt64 {
         var ts = timespec()
@@ -87,7 +83,6 @@ public enum QueryYield {
         pacing.last = look
         guard yield, !pacing.starved(at: t) else { return false }
         sched_yield()
-        yields.add(1, ordering: .relaxed)
         return true
     }
 
@@ -160,13 +155,14 @@ public enum QueryYield {
     }
 
     /// A thread's CPU time and time spent waiting on a run queue, ns.
-    struct Sched: Equatable {
-        var cpu: UInt64
-        var runDelay: UInt64
+    public struct Sched: Equatable, Sendable {
+        public var cpu: UInt64
+        public var runDelay: UInt64
     }
 
-    /// The calling thread's (nil where unreadable).
-    static func sched() -> Sched? {
+    /// The calling thread's, from /proc/thread-self/schedstat (nil where unreadable): also the
+    /// daemon's `query cpu` log line's run-queue figures.
+    public static func sched() -> Sched? {
         let fd = open("/proc/thread-self/schedstat", O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else { return nil }
         defer { close(fd) }

@@ -211,11 +211,7 @@ extension BundleCalls {
         }
 
         static func sample() -> ThreadSched {
-            var s = ThreadSched()
-            if let text = try? String(contentsOfFile: "/proc/thread-self/schedstat", encoding: .utf8) {
-                let fields = text.split(separator: " ")
-                if fields.count >= 2, let n = UInt64(fields[1]) { s.runQueueNanos = n }
-            }
+            var s = ThreadSched(runQueueNanos: QueryYield.sched()?.runDelay ?? 0)
             var usage = rusage()
             if getrusage(__rusage_who_t(1), &usage) == 0 {  // RUSAGE_THREAD
                 s.voluntary = usage.ru_nvcsw
